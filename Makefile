@@ -1,0 +1,60 @@
+# One command to run, one to test. Both build .venv at the repo root on first use and
+# reinstall only when pyproject.toml changes (stamp files inside .venv).
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+# torch is pinned here, not in pyproject: an open range on Linux pulls a multi-GB CUDA build.
+# Elsewhere, TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" gets the CPU wheel.
+TORCH_VERSION ?= 2.13.0
+TORCH_PIP_ARGS ?=
+HOST ?= 127.0.0.1
+PORT ?= 8000
+CHROMIUM ?= /usr/bin/chromium
+
+.PHONY: run test lint typecheck bench docker clean chromium
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q $(TORCH_PIP_ARGS) torch==$(TORCH_VERSION)
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+run: $(VENV)/.installed
+	$(BIN)/headscope serve --host $(HOST) --port $(PORT)
+
+# Browser tests drive Debian's Chromium; never a downloaded browser.
+chromium:
+	@if [ ! -x "$(CHROMIUM)" ]; then \
+		echo "installing Debian's chromium for the browser tests"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; \
+	fi
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(VENV)/.installed-dev
+	$(BIN)/mypy
+
+test: $(VENV)/.installed-dev chromium lint typecheck
+	$(BIN)/pytest -q
+
+bench: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/extract.py
+	$(BIN)/python benchmarks/load.py
+	$(BIN)/python benchmarks/browser.py
+
+docker:
+	docker compose up --build
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -1,0 +1,1 @@
+"""headscope's web service: FastAPI over the `mha` library."""

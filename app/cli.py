@@ -1,0 +1,28 @@
+"""`headscope serve`: start the service with uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="headscope", description="See what every attention head looks at.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="start the web service")
+    serve.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:N or mps (default: HEADSCOPE_DEVICE or auto)")
+    serve.add_argument("--log-level", default="info", help="uvicorn log level")
+    args = parser.parse_args(argv)
+
+    # Settings are read from the environment, so the flag is passed the same way compose passes it.
+    if args.device:
+        os.environ["HEADSCOPE_DEVICE"] = args.device
+    import uvicorn
+
+    uvicorn.run("app.main:app", host=args.host, port=args.port, log_level=args.log_level)
+
+
+if __name__ == "__main__":
+    main()
