@@ -12,7 +12,9 @@ def main(argv: list[str] | None = None) -> None:
     serve = sub.add_parser("serve", help="start the web service")
     serve.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    serve.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:N or mps (default: HEADSCOPE_DEVICE or auto)")
+    serve.add_argument(
+        "--device", default=None, help="auto, cpu, cuda, cuda:N or mps (default: HEADSCOPE_DEVICE or auto)"
+    )
     serve.add_argument("--log-level", default="info", help="uvicorn log level")
     args = parser.parse_args(argv)
 

@@ -1,0 +1,89 @@
+"""The compact binary transport of an attention tensor ("HSA1", docs/design.md).
+
+Each attention row is scaled by its own maximum and quantized to uint8, so the largest value of every
+row is exact and the absolute error of any value is at most ``scale / 510 <= 1 / 510``. Rows of
+attention are mostly near-zero bytes, which deflate well: the page's transport costs a fraction of a
+byte per value.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import struct
+from typing import Any
+
+import numpy as np
+import torch
+
+MAGIC = b"HSA1"
+MEDIA_TYPE = "application/vnd.headscope.attention"
+# Rounding to the nearest of 255 steps errs by at most half a step of the row's maximum.
+MAX_ABS_ERROR = 1 / 510
+QUANTIZATION = {"scheme": "row-max-uint8", "max_abs_error": MAX_ABS_ERROR}
+# Level 1 is several times faster than 6 and the output within ~10 % of it on attention bytes
+# (benchmarks/load.py prints both); the answer is compressed once and then served from the cache.
+GZIP_LEVEL = 1
+
+
+def quantize(attentions: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """[L, H, n, n] float attention -> (scales float32 [L, H, n], q uint8 [L, H, n, n])."""
+    if attentions.ndim != 4 or attentions.shape[-1] != attentions.shape[-2]:
+        raise ValueError(f"attentions must have shape [L, H, n, n], got {tuple(attentions.shape)}")
+    a = attentions.detach().to(device="cpu", dtype=torch.float32).numpy()
+    scales = a.max(axis=-1)  # [L, H, n]
+    # A zero row (never from softmax, but possible from a caller) quantizes to zeros, not NaN.
+    safe = np.where(scales > 0, scales, 1.0).astype(np.float32)
+    q = np.rint(a * (255.0 / safe)[..., None])
+    q = np.clip(q, 0, 255).astype(np.uint8)
+    return scales.astype("<f4", copy=False), q
+
+
+def encode(header: dict[str, Any], attentions: torch.Tensor) -> bytes:
+    """The HSA1 buffer: magic, header length, JSON header, zero padding to 4, scales, quantized bytes."""
+    scales, q = quantize(attentions)
+    head = json.dumps({**header, "quantization": QUANTIZATION}, ensure_ascii=False).encode("utf-8")
+    prefix_len = 8 + len(head)
+    pad = -prefix_len % 4  # so the float32 scales start 4-aligned and a Float32Array can view them
+    return b"".join([MAGIC, struct.pack("<I", len(head)), head, b"\0" * pad, scales.tobytes(), q.tobytes()])
+
+
+def compress(data: bytes) -> bytes:
+    # mtime=0: identical answers give identical bytes (cacheable, comparable).
+    return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
+
+
+def decode(buffer: bytes) -> tuple[dict[str, Any], np.ndarray]:
+    """Inverse of `encode` (for tests and Python clients): (header, float32 [L, H, n, n])."""
+    if buffer[:4] != MAGIC:
+        raise ValueError(f"not an HSA1 buffer: starts with {buffer[:4]!r}")
+    (h,) = struct.unpack_from("<I", buffer, 4)
+    header = json.loads(buffer[8 : 8 + h].decode("utf-8"))
+    offset = 8 + h + (-(8 + h) % 4)
+    L, H, n = header["layers"], header["heads"], header["n"]
+    scales = np.frombuffer(buffer, dtype="<f4", count=L * H * n, offset=offset).reshape(L, H, n)
+    offset += 4 * L * H * n
+    q = np.frombuffer(buffer, dtype=np.uint8, count=L * H * n * n, offset=offset).reshape(L, H, n, n)
+    if offset + q.size != len(buffer):
+        raise ValueError(f"HSA1 buffer has {len(buffer)} bytes, expected {offset + q.size}")
+    return header, q.astype(np.float32) / 255.0 * scales[..., None]
+
+
+def accepts_gzip(accept_encoding: str | None) -> bool:
+    """True when an Accept-Encoding header allows gzip (RFC 9110: a q of 0 refuses it)."""
+    if not accept_encoding:
+        return False
+    for part in accept_encoding.split(","):
+        coding, _, params = part.strip().partition(";")
+        if coding.strip().lower() not in ("gzip", "*"):
+            continue
+        q = 1.0
+        for param in params.split(";"):
+            key, _, value = param.strip().partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        return q > 0
+    return False

@@ -1,0 +1,19 @@
+"""Reusable `Annotated[..., Depends(...)]` aliases for routes."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from app.service import AttentionService
+from app.settings import Settings, get_settings
+
+
+def get_service(request: Request) -> AttentionService:
+    service: AttentionService = request.app.state.service
+    return service
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+ServiceDep = Annotated[AttentionService, Depends(get_service)]

@@ -1,0 +1,1 @@
+"""HTTP routes: api.py (JSON and the compact transport), pages.py (the page)."""

@@ -1,0 +1,103 @@
+"""The JSON API and the compact binary transport. Thin: validation is in schemas, work in the service."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+
+from app import compact
+from app.deps import ServiceDep
+from app.schemas import (
+    AttentionRequest,
+    AttentionResponse,
+    ErrorResponse,
+    HeadRequest,
+    HeadResponse,
+    Health,
+    ModelList,
+)
+
+router = APIRouter(prefix="/api", tags=["api"])
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorResponse, "description": "Unknown model; the detail lists the registered names."},
+    413: {"model": ErrorResponse, "description": "Request body larger than the service's limit."},
+    422: {"model": ErrorResponse, "description": "Invalid input: blank text, wrong types, malformed JSON."},
+    503: {"model": ErrorResponse, "description": "The named model is registered but failed to load."},
+}
+
+TRUNCATION = (
+    " Text longer than the model takes (or than the service's `max_tokens`) is cut to that many tokens and "
+    'the answer says `"truncated": true`.'
+)
+
+COMPACT_DESCRIPTION = f"""
+The same answer as `POST /api/attention` in a compact binary form (the page's transport), with
+`Content-Type: {compact.MEDIA_TYPE}` and `Content-Encoding: gzip` when `Accept-Encoding` allows it.
+
+| bytes | content |
+|---|---|
+| 0..3 | ASCII `HSA1` |
+| 4..7 | uint32 little-endian: header length `h` |
+| 8..8+h | UTF-8 JSON header: the fields of `/api/attention` except `attention`, plus `quantization` |
+| pad | zero bytes up to a multiple of 4 from the start of the buffer |
+| next 4·L·H·n | float32 little-endian `scale` per row, row-major [L, H, n]: the row's maximum |
+| next L·H·n·n | uint8 `q`, row-major [L, H, n, n] |
+
+Value = `q / 255 * scale`. Each row's maximum is exact and every value is within `scale / 510 <= 1/510
+≈ 0.00196` of the model's (stated in the header as `quantization.max_abs_error`). About one byte per value
+before gzip and a fraction of a byte after it. Any single head is available at full precision from
+`POST /api/attention/head`.{TRUNCATION}
+"""
+
+
+@router.get("/health", response_model=Health, responses={503: {"model": Health}})
+def health(service: ServiceDep) -> Response:
+    ready, body = service.health()
+    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+
+@router.get("/models", response_model=ModelList)
+def models(service: ServiceDep) -> ModelList:
+    return service.models()
+
+
+@router.post(
+    "/attention",
+    response_model=AttentionResponse,
+    responses=ERRORS,
+    description="Every head's attention for a text (and an optional pair), rounded to 6 decimals."
+    + TRUNCATION,
+)
+async def attention(body: AttentionRequest, service: ServiceDep) -> Response:
+    return Response(await service.attention_json(body), media_type="application/json")
+
+
+@router.post(
+    "/attention/head",
+    response_model=HeadResponse,
+    responses=ERRORS,
+    description="One head's attention at full float32 precision." + TRUNCATION,
+)
+async def attention_head(body: HeadRequest, service: ServiceDep) -> dict[str, Any]:
+    return await service.head(body)
+
+
+@router.post(
+    "/attention/compact",
+    response_class=Response,
+    responses={
+        200: {"content": {compact.MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}}},
+        **ERRORS,
+    },
+    description=COMPACT_DESCRIPTION,
+)
+async def attention_compact(body: AttentionRequest, request: Request, service: ServiceDep) -> Response:
+    gzipped = compact.accepts_gzip(request.headers.get("accept-encoding"))
+    content = await service.attention_compact(body, gzipped=gzipped)
+    headers = {"Vary": "Accept-Encoding"}
+    if gzipped:
+        headers["Content-Encoding"] = "gzip"
+    return Response(content, media_type=compact.MEDIA_TYPE, headers=headers)

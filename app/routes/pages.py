@@ -1,0 +1,61 @@
+"""The page: GET / renders the Jinja2 template; plotly.js is served from the installed plotly package."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import plotly
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.templating import Jinja2Templates
+
+from app.deps import ServiceDep, SettingsDep
+from app.schemas import MAX_TEXT_CHARS
+
+router = APIRouter(include_in_schema=False)
+templates = Jinja2Templates(directory=Path(__file__).resolve().parents[2] / "templates")
+
+PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
+PLOTLY_PATH = "/static/vendor/plotly.min.js"
+# The URL carries the plotly version, so a browser may keep the file until the package changes.
+PLOTLY_CACHE = "public, max-age=31536000, immutable"
+
+
+@router.get("/", response_class=HTMLResponse)
+def index(request: Request, service: ServiceDep, settings: SettingsDep) -> HTMLResponse:
+    models = service.models()
+    # Everything the page needs before its first request; rendered as a JSON data block by |tojson.
+    data: dict[str, Any] = {
+        "default": models.default,
+        "models": [entry.model_dump() for entry in models.models],
+        "limits": {"max_chars": MAX_TEXT_CHARS, "max_tokens": settings.max_tokens},
+    }
+    root = request.scope.get("root_path", "")
+    context = {
+        "data": data,
+        "static_prefix": f"{root}/static",
+        "plotly_url": f"{root}{PLOTLY_PATH}?v={plotly.__version__}",
+    }
+    return templates.TemplateResponse(request, "index.html", context)
+
+
+@lru_cache(maxsize=1)
+def _plotly_gzip() -> tuple[bytes, str]:
+    # 4.8 MB of JavaScript is ~1.4 MB gzipped: compress once per process, not per request.
+    body = gzip.compress(PLOTLY_JS.read_bytes(), compresslevel=6, mtime=0)
+    return body, '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+
+@router.get(PLOTLY_PATH, response_model=None)
+def plotly_js(request: Request) -> Response:
+    if "gzip" not in request.headers.get("accept-encoding", "").lower():
+        return FileResponse(PLOTLY_JS, media_type="text/javascript", headers={"Cache-Control": PLOTLY_CACHE})
+    body, etag = _plotly_gzip()
+    headers = {"Cache-Control": PLOTLY_CACHE, "ETag": etag, "Vary": "Accept-Encoding"}
+    if request.headers.get("if-none-match") == etag:
+        return Response(status_code=304, headers=headers)
+    return Response(body, media_type="text/javascript", headers={**headers, "Content-Encoding": "gzip"})

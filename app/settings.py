@@ -1,0 +1,53 @@
+"""Service settings, read from the environment with the prefix ``HEADSCOPE_``.
+
+Examples::
+
+    HEADSCOPE_DEVICE=cpu
+    HEADSCOPE_MODELS='{"gpt2": "/models/gpt2"}'    # operator allowlist: name -> checkpoint directory
+    HEADSCOPE_MODELS_DIR=/models                    # every subfolder with a config.json is registered
+    HEADSCOPE_CORS_ORIGINS='["https://example.org"]'
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HEADSCOPE_", extra="ignore", frozen=True)
+
+    device: str = "auto"  # auto, cpu, cuda, cuda:N or mps; passed to mha.load_pretrained
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"  # auto lets mha pick per device
+    default_model: str = DEFAULT_MODEL  # loaded at startup; must be a registered name
+    models: dict[str, Path] = Field(default_factory=dict)  # operator allowlist: name -> checkpoint dir
+    models_dir: Path | None = None  # scanned once at startup: each subfolder with config.json
+    max_tokens: int = Field(default=512, ge=2)  # cap on tokens per request (also capped by the model)
+    cache_size: int = Field(default=64, ge=0)  # LRU entries of finished answers; 0 disables the cache
+    cache_max_bytes: int = Field(default=256 * 2**20, ge=0)  # the same cache, bounded in bytes too
+    max_body_bytes: int = Field(default=64 * 1024, ge=1024)  # larger request bodies get 413
+    cors_origins: list[str] = Field(default_factory=list)  # empty: CORS closed
+    log_level: str = "info"
+    threads: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)  # torch intra-op threads
+    max_concurrency: int = Field(default=2, ge=1)  # inferences in flight per model
+    random_model: bool = True  # register "random": our layers with untrained weights
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        level = value.upper()
+        if level not in {"CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"}:
+            raise ValueError(f"log_level {value!r} is not one of critical, error, warning, info, debug")
+        return level
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()
