@@ -1,0 +1,149 @@
+"""Scaled dot-product attention and the mask helpers every caller shares.
+
+Shape legend: B batch, H heads, T query length, S key length, D head dim.
+
+Masks here are *keep*-masks: True (or 1) means "this query may look at this key". They arrive in the
+forms the seed texts use and are normalised once to one boolean tensor broadcastable to (B, H, T, S).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["build_keep_mask", "normalize_mask", "scaled_dot_product_attention", "valid_lens_mask"]
+
+
+def normalize_mask(mask: torch.Tensor, *, batch: int, heads: int, tgt_len: int, src_len: int) -> torch.Tensor:
+    """A 0/1 or bool keep-mask of shape (S), (T, S), (B, T, S) or (B, 1|H, T, S) -> bool, 4-D."""
+    if mask.dtype != torch.bool:
+        if mask.is_floating_point() or mask.dtype in (
+            torch.int8,
+            torch.int16,
+            torch.int32,
+            torch.int64,
+            torch.uint8,
+        ):
+            bad = mask[(mask != 0) & (mask != 1)]
+            if bad.numel():
+                raise ValueError(
+                    f"mask must be a 0/1 or boolean keep-mask, got the value {bad.flatten()[0].item()!r}"
+                )
+            mask = mask != 0
+        else:
+            raise ValueError(f"mask must be a 0/1 or boolean keep-mask, got dtype {mask.dtype}")
+    if mask.ndim == 1:
+        mask = mask.view(1, 1, 1, -1)  # (S) -> (1, 1, 1, S)
+    elif mask.ndim == 2:
+        mask = mask.view(1, 1, *mask.shape)  # (T, S) -> (1, 1, T, S)
+    elif mask.ndim == 3:
+        mask = mask.unsqueeze(1)  # (B, T, S) -> (B, 1, T, S)
+    elif mask.ndim != 4:
+        raise ValueError(f"mask must have 1 to 4 dimensions, got shape {tuple(mask.shape)}")
+    target = (batch, heads, tgt_len, src_len)
+    try:
+        if torch.broadcast_shapes(mask.shape, target) != target:
+            raise RuntimeError
+    except RuntimeError:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to (B, H, T, S) = {target}"
+        ) from None
+    return mask
+
+
+def valid_lens_mask(valid_lens: torch.Tensor, *, batch: int, tgt_len: int, src_len: int) -> torch.Tensor:
+    """d2l-style valid lengths, (B) or (B, T): keys at index >= the length are masked -> bool, 4-D."""
+    if (
+        valid_lens.ndim not in (1, 2)
+        or valid_lens.shape[0] != batch
+        or (valid_lens.ndim == 2 and valid_lens.shape[1] != tgt_len)
+    ):
+        raise ValueError(
+            f"valid_lens must have shape (B,) = ({batch},) or (B, T) = ({batch}, {tgt_len}), "
+            f"got {tuple(valid_lens.shape)}"
+        )
+    keys = torch.arange(src_len, device=valid_lens.device)
+    keep = keys < valid_lens.unsqueeze(-1)  # (B, S) or (B, T, S)
+    return keep.view(batch, 1, 1, src_len) if valid_lens.ndim == 1 else keep.unsqueeze(1)
+
+
+def build_keep_mask(
+    *,
+    mask: torch.Tensor | None = None,
+    valid_lens: torch.Tensor | None = None,
+    causal: bool = False,
+    batch: int,
+    heads: int,
+    tgt_len: int,
+    src_len: int,
+    device: torch.device,
+) -> torch.Tensor | None:
+    """A keep-mask, valid lengths and a causal flag combined into one bool mask; None if nothing is masked."""
+    keep: torch.Tensor | None = None
+    if mask is not None:
+        keep = normalize_mask(mask.to(device), batch=batch, heads=heads, tgt_len=tgt_len, src_len=src_len)
+    if valid_lens is not None:
+        lens = valid_lens_mask(valid_lens.to(device), batch=batch, tgt_len=tgt_len, src_len=src_len)
+        keep = lens if keep is None else keep & lens
+    if causal:
+        # Top-left aligned like torch's is_causal: query i sees keys 0..i.
+        tri = (
+            torch.ones(tgt_len, src_len, dtype=torch.bool, device=device).tril_().view(1, 1, tgt_len, src_len)
+        )
+        keep = tri if keep is None else keep & tri
+    return keep
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    keep_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    training: bool = False,
+    scale: float | None = None,
+    need_weights: bool = True,
+    weights_out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """softmax(q k^T * scale, masked) v for q (B, H, T, D), k (B, H, S, D), v (B, H, S, Dv).
+
+    Returns (output (B, H, T, Dv), weights (B, H, T, S) or None when need_weights is False). A query row
+    whose keys are all masked gives zero weights and a zero output, never NaN. `weights_out`, if given,
+    is a contiguous (B, H, T, S) buffer the weights are written into (saves a copy when a model stacks
+    every layer's weights).
+    """
+    scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
+    # Rows with no key at all: computed once, zeroed at the end (softmax alone would give uniform or NaN).
+    empty = None if keep_mask is None else ~keep_mask.any(dim=-1, keepdim=True)
+    if empty is not None and not bool(empty.any()):
+        empty = None
+
+    if not need_weights:
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=keep_mask, dropout_p=dropout_p if training else 0.0, scale=scale
+        )
+        if empty is not None:
+            out = out.masked_fill(empty, 0.0)
+        return out, None
+
+    scores = torch.matmul(q, k.transpose(-2, -1))  # (B, H, T, S)
+    scores.mul_(scale)
+    if keep_mask is not None:
+        # The dtype's lowest finite value, not -inf, as Hugging Face does: exp underflows to exactly 0 and a
+        # fully masked row stays finite (its gradients too) until it is zeroed below.
+        scores.masked_fill_(~keep_mask, torch.finfo(scores.dtype).min)
+    # In-place softmax and zeroing save a pass over (B, H, T, S) but autograd needs softmax's output intact.
+    grad = torch.is_grad_enabled() and scores.requires_grad
+    if grad:
+        weights = torch.softmax(scores, dim=-1)
+        if empty is not None:
+            weights = weights.masked_fill(empty, 0.0)
+    else:
+        weights = torch.softmax(scores, dim=-1, out=scores if weights_out is None else weights_out)
+        if empty is not None:
+            weights.masked_fill_(empty, 0.0)
+    probs = F.dropout(weights, p=dropout_p, training=True) if training and dropout_p > 0 else weights
+    return torch.matmul(probs, v), weights

@@ -1,0 +1,82 @@
+"""BERT (MiniLM included) and RoBERTa checkpoints -> our post-LN encoder.
+
+RoBERTa is BERT with positions counted from padding_idx + 1 and a single segment type.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mha.convert import Converter, KeyMap, activation_from_hf
+from mha.errors import UnsupportedCheckpointError
+from mha.model import TransformerConfig
+
+__all__ = ["BERT", "ROBERTA", "config_from_hf", "key_map"]
+
+
+def _check_options(cfg: Any, family: str) -> None:
+    kind = getattr(cfg, "position_embedding_type", "absolute")
+    if kind not in (None, "absolute"):
+        raise UnsupportedCheckpointError(
+            f"{family} checkpoint uses position_embedding_type {kind!r}; only 'absolute' is supported"
+        )
+    if getattr(cfg, "is_decoder", False):
+        raise UnsupportedCheckpointError(f"{family} checkpoint is configured as a decoder (is_decoder=True)")
+
+
+def config_from_hf(cfg: Any, *, roberta: bool = False) -> TransformerConfig:
+    family = "roberta" if roberta else "bert"
+    _check_options(cfg, family)
+    pad = cfg.pad_token_id
+    return TransformerConfig(
+        vocab_size=cfg.vocab_size,
+        max_positions=cfg.max_position_embeddings,
+        type_vocab_size=cfg.type_vocab_size,
+        embed_dim=cfg.hidden_size,
+        num_heads=cfg.num_attention_heads,
+        num_layers=cfg.num_hidden_layers,
+        ffn_dim=cfg.intermediate_size,
+        activation=activation_from_hf(cfg.hidden_act, family=family),
+        layer_norm_eps=cfg.layer_norm_eps,
+        architecture="encoder",
+        embedding_norm=True,
+        position_offset=pad + 1 if roberta else 0,
+        pad_token_id=pad,
+        dropout=cfg.hidden_dropout_prob,
+        attention_dropout=cfg.attention_probs_dropout_prob,
+    )
+
+
+def key_map(config: TransformerConfig, *, roberta: bool = False) -> KeyMap:
+    sources: dict[str, tuple[str, ...]] = {
+        "embeddings.token.weight": ("embeddings.word_embeddings.weight",),
+        "embeddings.position.weight": ("embeddings.position_embeddings.weight",),
+        "embeddings.norm.weight": ("embeddings.LayerNorm.weight",),
+        "embeddings.norm.bias": ("embeddings.LayerNorm.bias",),
+    }
+    if config.type_vocab_size:
+        sources["embeddings.segment.weight"] = ("embeddings.token_type_embeddings.weight",)
+    for i in range(config.num_layers):
+        ours, theirs = f"layers.{i}.", f"encoder.layer.{i}."
+        for p in ("weight", "bias"):
+            sources[f"{ours}attn.in_proj.{p}"] = tuple(
+                f"{theirs}attention.self.{name}.{p}" for name in ("query", "key", "value")
+            )
+            sources[f"{ours}attn.out_proj.{p}"] = (f"{theirs}attention.output.dense.{p}",)
+            sources[f"{ours}attn_norm.{p}"] = (f"{theirs}attention.output.LayerNorm.{p}",)
+            sources[f"{ours}ffn.fc_in.{p}"] = (f"{theirs}intermediate.dense.{p}",)
+            sources[f"{ours}ffn.fc_out.{p}"] = (f"{theirs}output.dense.{p}",)
+            sources[f"{ours}ffn_norm.{p}"] = (f"{theirs}output.LayerNorm.{p}",)
+    return KeyMap(
+        sources=sources,
+        ignored=(r"^embeddings\.position_ids$", r"^embeddings\.token_type_ids$", r"^pooler\."),
+        prefixes=("roberta.",) if roberta else ("bert.",),
+    )
+
+
+BERT = Converter(family="bert", config_from_hf=config_from_hf, key_map=key_map)
+ROBERTA = Converter(
+    family="roberta",
+    config_from_hf=lambda cfg: config_from_hf(cfg, roberta=True),
+    key_map=lambda config: key_map(config, roberta=True),
+)

@@ -1,0 +1,146 @@
+"""MultiHeadAttention: the seeds' module, made general and correct.
+
+Shape legend: B batch, H heads, T query length, S key length, E embed dim, D head dim (E // H).
+
+Self-attention projects q, k and v with one fused (3E, E) matmul. Cross-attention projects the key and
+value inputs with their own weights (the first seed projected both with the query's slice: a bug), and
+accepts key/value inputs of other widths (`kdim`, `vdim`) through separate projections.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mha.attention import build_keep_mask, scaled_dot_product_attention
+
+__all__ = ["MultiHeadAttention"]
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention returning (output (B, T, E), per-head weights (B, H, T, S) or None)."""
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        dropout: float = 0.0,
+        bias: bool = True,
+        kdim: int | None = None,
+        vdim: int | None = None,
+    ) -> None:
+        super().__init__()
+        if embed_dim <= 0 or num_heads <= 0:
+            raise ValueError(f"embed_dim ({embed_dim}) and num_heads ({num_heads}) must be positive")
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim ({embed_dim}) is not divisible by num_heads ({num_heads})")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout ({dropout}) must be in [0, 1)")
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.kdim = embed_dim if kdim is None else kdim
+        self.vdim = embed_dim if vdim is None else vdim
+        self.dropout = dropout
+        self.fused = self.kdim == embed_dim and self.vdim == embed_dim
+        if self.fused:
+            self.in_proj = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)  # rows: q, k, v
+        else:
+            self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+            self.k_proj = nn.Linear(self.kdim, embed_dim, bias=bias)
+            self.v_proj = nn.Linear(self.vdim, embed_dim, bias=bias)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform weights (each of q, k, v on its own fan), zero biases."""
+        if self.fused:
+            for part in self.in_proj.weight.data.chunk(3, dim=0):
+                nn.init.xavier_uniform_(part)
+            projections = [self.in_proj, self.out_proj]
+        else:
+            projections = [self.q_proj, self.k_proj, self.v_proj, self.out_proj]
+            for lin in projections[:3]:
+                nn.init.xavier_uniform_(lin.weight)
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        for lin in projections:
+            if lin.bias is not None:
+                nn.init.zeros_(lin.bias)
+
+    def _project(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, self_attention: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.fused and self_attention:
+            qkv = self.in_proj(query)  # (B, T, 3E): one matmul for all three
+            return qkv.split(self.embed_dim, dim=-1)  # type: ignore[return-value]
+        if self.fused:
+            w_q, w_k, w_v = self.in_proj.weight.chunk(3, dim=0)
+            b = self.in_proj.bias
+            b_q, b_k, b_v = b.chunk(3) if b is not None else (None, None, None)
+            return F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
+        return self.q_proj(query), self.k_proj(key), self.v_proj(value)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor | None = None,
+        value: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        valid_lens: torch.Tensor | None = None,
+        causal: bool = False,
+        need_weights: bool = True,
+        weights_out: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend from `query` (B, T, E) to `key` (B, S, kdim), `value` (B, S, vdim); omitted: self-attention.
+
+        mask: 0/1 or bool keep-mask broadcastable from (S), (T, S), (B, T, S) or (B, 1|H, T, S).
+        valid_lens: (B) or (B, T), keys at index >= the length are masked (d2l style).
+        causal: query i sees keys 0..i. All three combine. A query with no key left gets zeros.
+        """
+        if key is None:
+            key = query if value is None else value
+        if value is None:
+            value = key
+        if query.ndim != 3 or query.shape[-1] != self.embed_dim:
+            raise ValueError(f"query must have shape (B, T, {self.embed_dim}), got {tuple(query.shape)}")
+        batch, tgt_len, _ = query.shape
+        if key.ndim != 3 or key.shape[0] != batch or key.shape[-1] != self.kdim:
+            raise ValueError(f"key must have shape ({batch}, S, {self.kdim}), got {tuple(key.shape)}")
+        if value.ndim != 3 or value.shape[:2] != key.shape[:2] or value.shape[-1] != self.vdim:
+            raise ValueError(
+                f"value must have shape ({batch}, {key.shape[1]}, {self.vdim}), got {tuple(value.shape)}"
+            )
+        self_attention = key is query and value is query
+        src_len = key.shape[1]
+        heads, head_dim = self.num_heads, self.head_dim
+
+        q, k, v = self._project(query, key, value, self_attention)
+        q = q.view(batch, tgt_len, heads, head_dim).transpose(1, 2)  # (B, H, T, D)
+        k = k.view(batch, src_len, heads, head_dim).transpose(1, 2)  # (B, H, S, D)
+        v = v.view(batch, src_len, heads, head_dim).transpose(1, 2)  # (B, H, S, D)
+
+        keep = build_keep_mask(
+            mask=mask,
+            valid_lens=valid_lens,
+            causal=causal,
+            batch=batch,
+            heads=heads,
+            tgt_len=tgt_len,
+            src_len=src_len,
+            device=query.device,
+        )
+        out, weights = scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            keep_mask=keep,
+            dropout_p=self.dropout,
+            training=self.training,
+            need_weights=need_weights,
+            weights_out=weights_out,
+        )
+        out = out.transpose(1, 2).reshape(batch, tgt_len, self.embed_dim)  # (B, T, E)
+        return self.out_proj(out), weights
