@@ -1,0 +1,84 @@
+// The page's only door to the server: the JSON and binary endpoints of docs/design.md.
+// Errors become ApiError with a message a person can act on (the API's `detail`).
+
+import { decodeCompact } from "./decode.js";
+
+export class ApiError extends Error {
+  constructor(message, status) {
+    super(message);
+    this.status = status;
+  }
+}
+
+/** FastAPI's detail is a string for our domain errors and a list for validation errors. */
+export function describeDetail(detail) {
+  if (typeof detail === "string") return detail;
+  if (Array.isArray(detail)) {
+    return detail
+      .map((d) => {
+        const where = Array.isArray(d.loc) ? d.loc.filter((p) => p !== "body").join(".") : "";
+        return where ? `${where}: ${d.msg}` : String(d.msg ?? JSON.stringify(d));
+      })
+      .join("; ");
+  }
+  return detail ? JSON.stringify(detail) : "";
+}
+
+async function failure(response) {
+  let detail = "";
+  try {
+    detail = describeDetail((await response.json()).detail);
+  } catch {
+    // A proxy or crash page: fall back to the status line.
+  }
+  const message = detail || `The server answered ${response.status} ${response.statusText}.`;
+  return new ApiError(message, response.status);
+}
+
+async function request(url, options) {
+  let response;
+  try {
+    response = await fetch(url, options);
+  } catch (error) {
+    if (error.name === "AbortError") throw error;
+    throw new ApiError("Could not reach the headscope server. Is it still running?", 0);
+  }
+  if (!response.ok) throw await failure(response);
+  return response;
+}
+
+function body({ text, pair, model }) {
+  return JSON.stringify({ text, text_pair: pair || null, model: model || null });
+}
+
+const JSON_HEADERS = { "Content-Type": "application/json" };
+
+/** GET /api/models -> {default, models: [...]}. */
+export async function fetchModels() {
+  return (await request("/api/models")).json();
+}
+
+/** POST /api/attention/compact, decoded. Also returns the URL so callers can find its timing entry. */
+export async function fetchCompact(query, { signal } = {}) {
+  const url = "/api/attention/compact";
+  const response = await request(url, { method: "POST", headers: JSON_HEADERS, body: body(query), signal });
+  return decodeCompact(await response.arrayBuffer());
+}
+
+/** POST /api/attention/head: one head at full precision. */
+export async function fetchHead(query, layer, head, { signal } = {}) {
+  const payload = JSON.parse(body(query));
+  const response = await request("/api/attention/head", {
+    method: "POST",
+    headers: JSON_HEADERS,
+    body: JSON.stringify({ ...payload, layer, head }),
+    signal,
+  });
+  return response.json();
+}
+
+/** POST /api/attention as a Blob (the JSON export). */
+export async function fetchFullBlob(query) {
+  const response = await request("/api/attention", { method: "POST", headers: JSON_HEADERS, body: body(query) });
+  return response.blob();
+}

@@ -1,0 +1,65 @@
+// The one map of DOM selectors. Other modules ask for elements by name, never by raw selector,
+// so the template and the scripts can only drift apart in this file.
+
+export const SELECTORS = Object.freeze({
+  initialState: "#initial-state",
+  form: "#input-form",
+  text: "#text",
+  textPair: "#text-pair",
+  model: "#model",
+  run: "#run",
+  status: "#status",
+  error: "#error",
+  grid: "#grid",
+  detailTitle: "#detail-title",
+  detailCaption: "#detail-caption",
+  detailScroll: "#detail-scroll",
+  headDetail: "#head-detail",
+  tokenView: "#token-view",
+  tabs: ".tabs [data-view]",
+  exportPng: "#export-png",
+  exportSvg: "#export-svg",
+  exportJson: "#export-json",
+  analysis: "#analysis",
+  analysisBody: "#analysis-body",
+});
+
+/** The element registered under `name`; throws if the template lacks it (a bug, not a user error). */
+export function $(name) {
+  const selector = SELECTORS[name];
+  if (!selector) throw new Error(`unknown DOM name ${JSON.stringify(name)}`);
+  const el = document.querySelector(selector);
+  if (!el) throw new Error(`template has no element for ${name} (${selector})`);
+  return el;
+}
+
+/** All elements registered under `name`. */
+export function $all(name) {
+  const selector = SELECTORS[name];
+  if (!selector) throw new Error(`unknown DOM name ${JSON.stringify(name)}`);
+  return Array.from(document.querySelectorAll(selector));
+}
+
+/**
+ * Create an element. `text` goes in through textContent only: user strings never become markup.
+ * `attrs` values are set with setAttribute (string) or as dataset entries under `data`.
+ */
+export function el(tag, { className, text, attrs, data } = {}, children = []) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  if (attrs) for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  if (data) for (const [k, v] of Object.entries(data)) node.dataset[k] = String(v);
+  for (const child of children) node.append(child);
+  return node;
+}
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+/** Create an SVG element with attributes; text via textContent. */
+export function svg(tag, attrs = {}, text) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  if (text !== undefined) node.textContent = text;
+  return node;
+}

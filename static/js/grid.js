@@ -1,0 +1,168 @@
+// Model view: every layer x head (plus each layer's aggregates) as a small canvas thumbnail.
+// Thumbnails are drawn from the decoded uint8 data through one colour LUT, never as Plotly figures:
+// visible ones first (IntersectionObserver), the rest in short idle slices so the page stays responsive.
+
+import { el } from "./dom.js";
+import { LUT, MASK_BG, MASK_FG } from "./colors.js";
+import { AGGREGATES } from "./aggregates.js";
+
+const THUMB_PX = 64; // canvas backing size; CSS scales it, pixelated
+const SLICE_MS = 12; // budget per background slice, well under a frame
+
+/**
+ * Paint `matrix` (n*n, query rows) into an S x S ImageData. When n > S each pixel shows the max of its
+ * block (sparse peaks survive; a mean would wash them out); when n < S cells are repeated.
+ * Blocks entirely above the diagonal of a causal model are hatched grey: masked, not zero.
+ */
+export function paintThumbnail(image, matrix, n, causal) {
+  const S = image.width;
+  const data = image.data;
+  for (let y = 0; y < S; y++) {
+    const r0 = Math.floor((y * n) / S);
+    const r1 = Math.max(r0 + 1, Math.floor(((y + 1) * n) / S));
+    for (let x = 0; x < S; x++) {
+      const c0 = Math.floor((x * n) / S);
+      const c1 = Math.max(c0 + 1, Math.floor(((x + 1) * n) / S));
+      const p = 4 * (y * S + x);
+      if (causal && c0 > r1 - 1) {
+        const c = (x + y) % 6 < 2 ? MASK_FG : MASK_BG;
+        data[p] = c[0];
+        data[p + 1] = c[1];
+        data[p + 2] = c[2];
+        data[p + 3] = 255;
+        continue;
+      }
+      let m = 0;
+      for (let r = r0; r < r1; r++) {
+        const o = r * n;
+        for (let c = c0; c < c1; c++) {
+          const v = matrix[o + c];
+          if (v > m) m = v;
+        }
+      }
+      const k = 4 * Math.min(255, Math.round(m * 255));
+      data[p] = LUT[k];
+      data[p + 1] = LUT[k + 1];
+      data[p + 2] = LUT[k + 2];
+      data[p + 3] = 255;
+    }
+  }
+}
+
+export class Grid {
+  constructor(container, { onSelect }) {
+    this.container = container;
+    this.onSelect = onSelect;
+    this.generation = 0;
+    this.observer = null;
+    this.container.addEventListener("click", (event) => {
+      const thumb = event.target.closest(".thumb");
+      if (!thumb || !this.container.contains(thumb)) return;
+      const layer = Number(thumb.dataset.layer);
+      const head = thumb.dataset.head === "mean" ? "mean" : Number(thumb.dataset.head);
+      this.onSelect(layer, head);
+    });
+  }
+
+  clear() {
+    this.generation++;
+    this.observer?.disconnect();
+    this.container.replaceChildren();
+  }
+
+  /** Build the grid for `attention`; resolves once every thumbnail is drawn (or a newer render began). */
+  render(attention) {
+    this.clear();
+    const generation = this.generation;
+    const { layers: L, heads: H } = attention;
+    const aggregates = Object.entries(AGGREGATES);
+    this.container.style.setProperty("--cols", String(H + aggregates.length));
+
+    const header = el("div", { className: "grid-row grid-header" }, [el("span", { className: "row-label" })]);
+    for (let h = 0; h < H; h++) header.append(el("span", { className: "col-label", text: `H${h}` }));
+    for (const [, agg] of aggregates) header.append(el("span", { className: "col-label agg", text: agg.label }));
+    const rows = [header];
+    const pending = [];
+    for (let l = 0; l < L; l++) {
+      const row = el("div", { className: "grid-row" }, [el("span", { className: "row-label", text: `L${l}` })]);
+      const heads = [...Array(H).keys()].map((h) => [h, `layer ${l}, head ${h}`]);
+      const aggs = aggregates.map(([key, agg]) => [key, `layer ${l}, ${agg.title}`]);
+      for (const [head, label] of [...heads, ...aggs]) {
+        const canvas = el("canvas", { attrs: { width: THUMB_PX, height: THUMB_PX } });
+        const thumb = el(
+          "button",
+          {
+            className: typeof head === "number" ? "thumb" : "thumb thumb-agg",
+            attrs: { type: "button", title: label, "aria-label": label, "aria-pressed": "false" },
+            data: { layer: l, head, drawn: "false" },
+          },
+          [canvas],
+        );
+        row.append(thumb);
+        pending.push(thumb);
+      }
+      rows.push(row);
+    }
+    this.container.replaceChildren(...rows);
+
+    const scratch = new Float32Array(attention.n * attention.n);
+    const draw = (thumb) => {
+      if (thumb.dataset.drawn === "true") return;
+      const layer = Number(thumb.dataset.layer);
+      const key = thumb.dataset.head;
+      const matrix =
+        key in AGGREGATES
+          ? AGGREGATES[key].compute(attention, layer, scratch)
+          : attention.headInto(layer, Number(key), scratch);
+      const canvas = thumb.firstElementChild;
+      const ctx = canvas.getContext("2d");
+      const image = ctx.createImageData(canvas.width, canvas.height);
+      paintThumbnail(image, matrix, attention.n, attention.causal);
+      ctx.putImageData(image, 0, 0);
+      thumb.dataset.drawn = "true";
+    };
+
+    return new Promise((resolve) => {
+      let remaining = pending.length;
+      const drawAndCount = (thumb) => {
+        if (thumb.dataset.drawn === "true") return;
+        draw(thumb);
+        remaining--;
+        if (remaining === 0) {
+          this.observer?.disconnect();
+          resolve(true);
+        }
+      };
+      if (remaining === 0) return resolve(true);
+      // What is on screen first...
+      this.observer = new IntersectionObserver((entries) => {
+        if (generation !== this.generation) return;
+        for (const entry of entries) if (entry.isIntersecting) drawAndCount(entry.target);
+      });
+      for (const thumb of pending) this.observer.observe(thumb);
+      // ...then everything else in slices that leave the main thread free for input.
+      let next = 0;
+      const slice = () => {
+        if (generation !== this.generation) return resolve(false);
+        const start = performance.now();
+        while (next < pending.length && performance.now() - start < SLICE_MS) drawAndCount(pending[next++]);
+        if (next < pending.length) setTimeout(slice, 0);
+      };
+      setTimeout(slice, 0);
+    });
+  }
+
+  /** Highlight the selected thumbnail (head is an index or an aggregate key). */
+  select(layer, head) {
+    for (const thumb of this.container.querySelectorAll(".thumb.selected")) {
+      thumb.classList.remove("selected");
+      thumb.setAttribute("aria-pressed", "false");
+    }
+    const thumb = this.container.querySelector(`.thumb[data-layer="${layer}"][data-head="${head}"]`);
+    if (thumb) {
+      thumb.classList.add("selected");
+      thumb.setAttribute("aria-pressed", "true");
+      thumb.scrollIntoView({ block: "nearest", inline: "nearest" });
+    }
+  }
+}

@@ -1,0 +1,307 @@
+// Wires the page: form -> API -> decoded attention -> grid + detail, with the view state in the URL.
+// document.body.dataset.state goes "loading" -> "ready" (every thumbnail and the detail drawn) or
+// "error"; tests and benchmarks/browser.py wait on it.
+
+import { $, $all, el } from "./dom.js";
+import { ApiError, fetchCompact, fetchFullBlob, fetchHead, fetchModels } from "./api.js";
+import { AGGREGATES, isAggregate } from "./aggregates.js";
+import { Grid } from "./grid.js";
+import { exportImage, renderHeatmap } from "./heatmap.js";
+import { renderTokenView } from "./tokens.js";
+import { readState, writeState } from "./state.js";
+
+const EXACT_DELAY_MS = 350; // wait for arrow-key bursts to settle before asking for exact values
+
+const page = {
+  state: readState(),
+  models: new Map(),
+  defaultModel: "",
+  attention: null, // decoded result of the last successful run
+  query: null, // {text, pair, model} of that run
+  exact: new Map(), // "layer:head" -> number[][] full-precision rows for the current run
+  controller: null,
+  exactTimer: 0,
+  runId: 0,
+};
+
+const grid = new Grid($("grid"), { onSelect: (layer, head) => select(layer, head) });
+
+function readInitialState() {
+  try {
+    return JSON.parse($("initialState").textContent);
+  } catch {
+    return {};
+  }
+}
+
+function setBusy(message) {
+  const status = $("status");
+  status.textContent = message;
+  status.classList.toggle("busy", Boolean(message));
+  $("form").setAttribute("aria-busy", message ? "true" : "false");
+}
+
+function showError(message) {
+  const box = $("error");
+  box.textContent = message;
+  box.hidden = !message;
+}
+
+function fillModels(info) {
+  const select = $("model");
+  page.models = new Map(info.models.map((m) => [m.name, m]));
+  page.defaultModel = info.default ?? info.models[0]?.name ?? "";
+  const options = info.models.map((m) => {
+    // Lazily loaded models do not know their size until first use.
+    const size = m.layers == null ? "loads on first use" : `${m.layers} layers × ${m.heads} heads`;
+    const label = `${m.name} — ${size}${m.causal ? " (causal)" : ""}`;
+    const option = el("option", { text: m.error ? `${label} (unavailable)` : label, attrs: { value: m.name } });
+    if (m.error) {
+      option.disabled = true;
+      option.title = m.error;
+    }
+    return option;
+  });
+  select.replaceChildren(...options);
+}
+
+function currentQuery() {
+  return { text: $("text").value, pair: $("textPair").value, model: $("model").value };
+}
+
+function selectionLabel(layer, head) {
+  return isAggregate(head) ? `layer ${layer}, ${AGGREGATES[head].title}` : `layer ${layer}, head ${head}`;
+}
+
+function clampSelection(attention) {
+  const s = page.state;
+  s.layer = Math.min(Math.max(0, s.layer), attention.layers - 1);
+  if (!isAggregate(s.head)) s.head = Math.min(Math.max(0, s.head), attention.heads - 1);
+}
+
+async function run() {
+  const query = currentQuery();
+  if (!query.text.trim()) {
+    showError("Type a sentence first: there is nothing to look at yet.");
+    $("text").focus();
+    return;
+  }
+  page.controller?.abort();
+  const controller = new AbortController();
+  page.controller = controller;
+  const runId = ++page.runId;
+  showError("");
+  setBusy("Running the model…");
+  document.body.dataset.state = "loading";
+  performance.mark("headscope-run");
+  try {
+    const attention = await fetchCompact(query, { signal: controller.signal });
+    if (runId !== page.runId) return;
+    page.attention = attention;
+    page.query = query;
+    page.exact = new Map();
+    Object.assign(page.state, { text: query.text, pair: query.pair, model: query.model });
+    clampSelection(attention);
+    writeState(page.state);
+    setBusy("Drawing…");
+    const gridDone = grid.render(attention);
+    grid.select(page.state.layer, page.state.head);
+    const [complete] = await Promise.all([gridDone, drawDetail()]);
+    if (runId !== page.runId || !complete) return;
+    setBusy("");
+    $("status").textContent = `${attention.n} tokens · ${attention.layers} layers × ${attention.heads} heads`;
+    performance.mark("headscope-ready");
+    document.body.dataset.state = "ready";
+  } catch (error) {
+    if (error.name === "AbortError" || runId !== page.runId) return;
+    setBusy("");
+    document.body.dataset.state = "error";
+    showError(error instanceof ApiError ? error.message : `Something went wrong in the page: ${error.message}`);
+    if (!(error instanceof ApiError)) console.error(error);
+  }
+}
+
+function detailValues(layer, head) {
+  const attention = page.attention;
+  if (isAggregate(head)) return { values: AGGREGATES[head].compute(attention, layer), exact: false };
+  const exact = page.exact.get(`${layer}:${head}`);
+  if (exact) return { values: exact, exact: true };
+  return { values: attention.headInto(layer, head), exact: false };
+}
+
+function rowMajor(values, n) {
+  if (!Array.isArray(values)) return values;
+  const flat = new Float32Array(n * n);
+  values.forEach((row, i) => flat.set(row, i * n));
+  return flat;
+}
+
+async function drawDetail() {
+  const attention = page.attention;
+  if (!attention) return;
+  const { layer, head, view } = page.state;
+  const { values, exact } = detailValues(layer, head);
+  const modelName = attention.model ?? page.query?.model ?? "";
+  $("detailTitle").textContent = `Head detail: ${selectionLabel(layer, head)}`;
+  const notes = [
+    exact
+      ? "Exact float32 values."
+      : `8-bit values (within ±${attention.maxAbsError.toFixed(4)})${isAggregate(head) ? "" : "; exact values on the way"}.`,
+  ];
+  if (attention.truncated) notes.push(`Input truncated to ${attention.n} tokens (the model's maximum).`);
+  if (attention.causal) notes.push("Hatched cells are masked: a causal model cannot look ahead.");
+  notes.push(view === "heatmap" ? "Drag to zoom, double-click to reset." : "Hover a token to isolate its lines.");
+  $("detailCaption").textContent = notes.join(" ");
+
+  const heatmapVisible = view === "heatmap";
+  $("detailScroll").hidden = !heatmapVisible;
+  $("tokenView").hidden = heatmapVisible;
+  for (const tab of $all("tabs")) tab.setAttribute("aria-selected", String(tab.dataset.view === view));
+  $("exportPng").disabled = !heatmapVisible;
+
+  const spec = {
+    tokens: attention.tokens,
+    values,
+    causal: attention.causal,
+    boundary: attention.boundary,
+    segments: attention.segments,
+    special: attention.special,
+    exact,
+    title: `${modelName} · ${selectionLabel(layer, head)}`,
+    filename: exportName(),
+  };
+  if (heatmapVisible) {
+    await renderHeatmap($("headDetail"), spec);
+  } else {
+    renderTokenView($("tokenView"), { ...spec, values: rowMajor(values, attention.n) });
+  }
+  if (!exact && !isAggregate(head)) scheduleExact(layer, head);
+}
+
+// Full precision for the head a person settled on (POST /api/attention/head), then redraw.
+function scheduleExact(layer, head) {
+  clearTimeout(page.exactTimer);
+  const runId = page.runId;
+  const query = page.query;
+  page.exactTimer = setTimeout(async () => {
+    try {
+      const result = await fetchHead(query, layer, head);
+      if (runId !== page.runId) return;
+      page.exact.set(`${layer}:${head}`, result.attention);
+      if (page.state.layer === layer && page.state.head === head) await drawDetail();
+    } catch (error) {
+      // The quantized view stays usable; say why exact values are missing.
+      if (runId === page.runId) $("detailCaption").textContent += ` Exact values unavailable: ${error.message}`;
+    }
+  }, EXACT_DELAY_MS);
+}
+
+function select(layer, head) {
+  const attention = page.attention;
+  if (!attention) return;
+  page.state.layer = layer;
+  page.state.head = head;
+  clampSelection(attention);
+  grid.select(page.state.layer, page.state.head);
+  writeState(page.state);
+  drawDetail();
+}
+
+function setView(view) {
+  page.state.view = view;
+  writeState(page.state);
+  if (page.attention) drawDetail();
+  else for (const tab of $all("tabs")) tab.setAttribute("aria-selected", String(tab.dataset.view === view));
+}
+
+// Left/right: neighbouring head (the aggregate columns come after the heads); up/down: layer.
+function onArrow(event) {
+  const attention = page.attention;
+  if (!attention || event.altKey || event.ctrlKey || event.metaKey) return;
+  if (event.target.closest("input, textarea, select")) return;
+  const columns = [...Array(attention.heads).keys(), ...Object.keys(AGGREGATES)];
+  const col = columns.indexOf(page.state.head);
+  let { layer } = page.state;
+  let next = col;
+  if (event.key === "ArrowLeft") next = Math.max(0, col - 1);
+  else if (event.key === "ArrowRight") next = Math.min(columns.length - 1, col + 1);
+  else if (event.key === "ArrowUp") layer = Math.max(0, layer - 1);
+  else if (event.key === "ArrowDown") layer = Math.min(attention.layers - 1, layer + 1);
+  else return;
+  event.preventDefault();
+  select(layer, columns[next]);
+}
+
+function exportName() {
+  const { layer, head } = page.state;
+  const model = (page.attention?.model ?? "model").replace(/[^A-Za-z0-9._-]+/g, "_");
+  return `headscope-${model}-L${layer}-${isAggregate(head) ? head : `H${head}`}`;
+}
+
+function download(blob, filename) {
+  const url = URL.createObjectURL(blob);
+  const a = el("a", { attrs: { href: url, download: filename } });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+async function exportAs(format) {
+  if (!page.attention) {
+    showError("Run a sentence first, then export it.");
+    return;
+  }
+  showError("");
+  try {
+    if (format === "json") {
+      setBusy("Preparing JSON…");
+      download(await fetchFullBlob(page.query), `${exportName()}.json`);
+      setBusy("");
+    } else if (page.state.view === "tokens" && format === "svg") {
+      const source = new XMLSerializer().serializeToString($("tokenView").querySelector("svg"));
+      download(new Blob([source], { type: "image/svg+xml" }), `${exportName()}-tokens.svg`);
+    } else {
+      await exportImage($("headDetail"), format, exportName());
+    }
+  } catch (error) {
+    setBusy("");
+    showError(error instanceof ApiError ? error.message : `Export failed: ${error.message}`);
+  }
+}
+
+async function init() {
+  const initial = readInitialState();
+  try {
+    fillModels(initial.models?.length ? initial : await fetchModels());
+  } catch (error) {
+    showError(error instanceof ApiError ? error.message : "Could not load the model list.");
+  }
+  const s = page.state;
+  $("text").value = s.text;
+  $("textPair").value = s.pair;
+  $("model").value = page.models.has(s.model) ? s.model : page.defaultModel;
+
+  $("form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    run();
+  });
+  for (const name of ["text", "textPair"]) {
+    $(name).addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+        event.preventDefault();
+        run();
+      }
+    });
+  }
+  for (const tab of $all("tabs")) tab.addEventListener("click", () => setView(tab.dataset.view));
+  $("exportPng").addEventListener("click", () => exportAs("png"));
+  $("exportSvg").addEventListener("click", () => exportAs("svg"));
+  $("exportJson").addEventListener("click", () => exportAs("json"));
+  document.addEventListener("keydown", onArrow);
+  for (const tab of $all("tabs")) tab.setAttribute("aria-selected", String(tab.dataset.view === s.view));
+
+  if (s.text.trim()) run();
+}
+
+init();
