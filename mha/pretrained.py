@@ -18,6 +18,8 @@ import torch
 
 from mha.convert import Converter, convert_state_dict
 from mha.convert.bert import BERT, ROBERTA
+from mha.convert.distilbert import DISTILBERT
+from mha.convert.gpt2 import GPT2
 from mha.errors import CheckpointNotFoundError, EmptyInputError, UnsupportedCheckpointError
 from mha.model import Transformer, TransformerConfig
 
@@ -35,7 +37,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
-CONVERTERS: dict[str, Converter] = {c.family: c for c in (BERT, ROBERTA)}
+CONVERTERS: dict[str, Converter] = {c.family: c for c in (BERT, ROBERTA, DISTILBERT, GPT2)}
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
