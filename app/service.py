@@ -57,7 +57,9 @@ def build_loaders(settings: Settings) -> dict[str, Callable[[], Any]]:
         DEFAULT_MODEL: partial(mha.load_pretrained, device=settings.device, dtype=dtype, name=DEFAULT_MODEL)
     }
     if settings.random_model:
-        loaders[RANDOM_MODEL] = partial(mha.random_model, **RANDOM_SIZE, causal=False, seed=0)
+        loaders[RANDOM_MODEL] = partial(
+            mha.random_model, **RANDOM_SIZE, causal=False, seed=0, device=settings.device, name=RANDOM_MODEL
+        )
     paths = scan_models_dir(settings.models_dir) if settings.models_dir is not None else {}
     paths.update(settings.models)
     for name, path in paths.items():
@@ -126,8 +128,8 @@ class AttentionService:
     async def attention_json(self, request: AttentionRequest) -> bytes:
         return await self._cached("json", request, self._encode_json)
 
-    async def attention_compact(self, request: AttentionRequest, *, gzipped: bool) -> bytes:
-        body = await self._cached("hsa1.gz", request, self._encode_compact)
+    async def attention_compact(self, request: AttentionRequest, *, gzipped: bool, scheme: str) -> bytes:
+        body = await self._cached(f"hsa1.gz:{scheme}", request, partial(self._encode_compact, scheme=scheme))
         # Almost every client accepts gzip; the rare one that does not pays for one decompression.
         return body if gzipped else gzip.decompress(body)
 
@@ -220,5 +222,5 @@ class AttentionService:
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
     @staticmethod
-    def _encode_compact(computed: Computed) -> bytes:
-        return compact.compress(compact.encode(computed.header, computed.attentions))
+    def _encode_compact(computed: Computed, *, scheme: str) -> bytes:
+        return compact.compress(compact.encode(computed.header, computed.attentions, scheme=scheme))

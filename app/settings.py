@@ -29,7 +29,7 @@ class Settings(BaseSettings):
     default_model: str = DEFAULT_MODEL  # loaded at startup; must be a registered name
     models: dict[str, Path] = Field(default_factory=dict)  # operator allowlist: name -> checkpoint dir
     models_dir: Path | None = None  # scanned once at startup: each subfolder with config.json
-    max_tokens: int = Field(default=512, ge=2)  # cap on tokens per request (also capped by the model)
+    max_tokens: int = Field(default=512, ge=8)  # cap on tokens per request (also capped by the model)
     cache_size: int = Field(default=64, ge=0)  # LRU entries of finished answers; 0 disables the cache
     cache_max_bytes: int = Field(default=256 * 2**20, ge=0)  # the same cache, bounded in bytes too
     max_body_bytes: int = Field(default=64 * 1024, ge=1024)  # larger request bodies get 413

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from app import compact
@@ -43,13 +43,14 @@ The same answer as `POST /api/attention` in a compact binary form (the page's tr
 | 4..7 | uint32 little-endian: header length `h` |
 | 8..8+h | UTF-8 JSON header: the fields of `/api/attention` except `attention`, plus `quantization` |
 | pad | zero bytes up to a multiple of 4 from the start of the buffer |
-| next 4·L·H·n | float32 little-endian `scale` per row, row-major [L, H, n]: the row's maximum |
+| next 4·L·H·n | float32 little-endian `scale` per row, row-major [L, H, n] (see `scheme`) |
 | next L·H·n·n | uint8 `q`, row-major [L, H, n, n] |
 
-Value = `q / 255 * scale`. Each row's maximum is exact and every value is within `scale / 510 <= 1/510
-≈ 0.00196` of the model's (stated in the header as `quantization.max_abs_error`). About one byte per value
-before gzip and a fraction of a byte after it. Any single head is available at full precision from
-`POST /api/attention/head`.{TRUNCATION}
+Value = `q / 255 * scale`; every value is within `scale / 510 <= 1/510 ≈ 0.00196` of the model's (stated
+in the header as `quantization.max_abs_error`). `scheme=row-max-uint8` (default): `scale` is the row's
+maximum, which is then exact, and diffuse rows keep 255 levels. `scheme=abs-uint8`: `scale` is 1 for every
+row, the same bound, about half the bytes after gzip. About one byte per value before gzip.
+Any single head is available at full precision from `POST /api/attention/head`.{TRUNCATION}
 """
 
 
@@ -94,9 +95,19 @@ async def attention_head(body: HeadRequest, service: ServiceDep) -> dict[str, An
     },
     description=COMPACT_DESCRIPTION,
 )
-async def attention_compact(body: AttentionRequest, request: Request, service: ServiceDep) -> Response:
+async def attention_compact(
+    body: AttentionRequest,
+    request: Request,
+    service: ServiceDep,
+    scheme: Annotated[
+        Literal["row-max-uint8", "abs-uint8"],
+        Query(
+            description="row-max-uint8: scale = row maximum (contrast); abs-uint8: scale = 1 (fewer bytes)."
+        ),
+    ] = "row-max-uint8",
+) -> Response:
     gzipped = compact.accepts_gzip(request.headers.get("accept-encoding"))
-    content = await service.attention_compact(body, gzipped=gzipped)
+    content = await service.attention_compact(body, gzipped=gzipped, scheme=scheme)
     headers = {"Vary": "Accept-Encoding"}
     if gzipped:
         headers["Content-Encoding"] = "gzip"

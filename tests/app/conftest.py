@@ -1,0 +1,37 @@
+"""Fixtures for the service tests: one app with the embedded default model, shared per module."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
+
+
+def make_settings(**overrides: object) -> Settings:
+    # Explicit values, not the environment, so a developer's HEADSCOPE_* variables cannot change a test.
+    values: dict[str, object] = {"device": "cpu", "threads": 1, "log_level": "warning", "models": {}}
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture(name="make_settings")
+def make_settings_fixture() -> Callable[..., Settings]:
+    return make_settings
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    with TestClient(create_app(make_settings())) as test_client:
+        yield test_client
+
+
+@pytest.fixture(scope="module")
+def minilm():  # type: ignore[no-untyped-def]
+    """The embedded default loaded by mha directly: the reference the service must match."""
+    import mha
+
+    return mha.load_pretrained(device="cpu")

@@ -1,0 +1,326 @@
+"""Every endpoint and every error of the HTTP API, against the embedded all-MiniLM-L6-v2."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import struct
+
+import numpy as np
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from app.main import CSP, create_app
+
+TEXT = "The cat sat on the mat because it was tired."
+PAIR = "It fell asleep soon after."
+
+
+def decode_hsa1(buffer: bytes) -> tuple[dict, np.ndarray]:
+    """An independent reading of docs/design.md's table (not app.compact.decode)."""
+    assert buffer[:4] == b"HSA1"
+    h = struct.unpack("<I", buffer[4:8])[0]
+    header = json.loads(buffer[8 : 8 + h])
+    start = 8 + h
+    start += (4 - start % 4) % 4
+    assert set(buffer[8 + h : start]) <= {0}, "padding must be zero bytes"
+    L, H, n = header["layers"], header["heads"], header["n"]
+    scales = np.frombuffer(buffer[start : start + 4 * L * H * n], dtype="<f4").reshape(L, H, n)
+    q = np.frombuffer(buffer[start + 4 * L * H * n :], dtype=np.uint8)
+    assert q.size == L * H * n * n, "no trailing or missing bytes"
+    return header, q.reshape(L, H, n, n).astype(np.float64) / 255 * scales[..., None]
+
+
+# -- health, models, security headers ---------------------------------------------------------------
+
+
+def test_health_reports_the_loaded_default(client: TestClient) -> None:
+    r = client.get("/api/health")
+    assert r.status_code == 200
+    assert r.json() == {"status": "ok", "model": "all-MiniLM-L6-v2", "device": "cpu"}
+
+
+def test_models_lists_default_loaded_and_random_lazy(client: TestClient) -> None:
+    body = client.get("/api/models").json()
+    assert body["default"] == "all-MiniLM-L6-v2"
+    by_name = {m["name"]: m for m in body["models"]}
+    assert by_name["all-MiniLM-L6-v2"] == {
+        "name": "all-MiniLM-L6-v2",
+        "family": "bert",
+        "layers": 6,
+        "heads": 12,
+        "max_tokens": 512,
+        "causal": False,
+        "pretrained": True,
+        "loaded": True,
+        "error": None,
+    }
+    assert "random" in by_name
+
+
+def test_security_headers_on_api_and_errors(client: TestClient) -> None:
+    for response in (client.get("/api/health"), client.post("/api/attention", json={})):
+        assert response.headers["content-security-policy"] == CSP
+        assert "script-src 'self';" in response.headers["content-security-policy"]
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["referrer-policy"] == "no-referrer"
+        assert response.headers["x-frame-options"] == "DENY"
+
+
+def test_cors_closed_by_default(client: TestClient) -> None:
+    r = client.options(
+        "/api/attention",
+        headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"},
+    )
+    assert "access-control-allow-origin" not in r.headers
+    r = client.post("/api/attention", json={"text": TEXT}, headers={"Origin": "https://evil.example"})
+    assert "access-control-allow-origin" not in r.headers
+
+
+def test_cors_opens_only_to_configured_origins(make_settings) -> None:  # type: ignore[no-untyped-def]
+    app = create_app(make_settings(cors_origins=["https://ok.example"]))
+    with TestClient(app) as c:
+        ok = c.get("/api/health", headers={"Origin": "https://ok.example"})
+        assert ok.headers["access-control-allow-origin"] == "https://ok.example"
+        other = c.get("/api/health", headers={"Origin": "https://evil.example"})
+        assert "access-control-allow-origin" not in other.headers
+
+
+# -- /api/attention --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pair", [None, PAIR])
+def test_json_attention_equals_mha(client: TestClient, minilm, pair: str | None) -> None:  # type: ignore[no-untyped-def]
+    r = client.post("/api/attention", json={"text": TEXT, "text_pair": pair})
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "application/json"
+    body = r.json()
+    expected = minilm.attend(TEXT, pair)
+    assert body["model"] == "all-MiniLM-L6-v2"
+    assert body["tokens"] == expected.tokens
+    assert body["segments"] == expected.segments
+    assert body["special"] == expected.special
+    assert (body["layers"], body["heads"], body["n"]) == (6, 12, len(expected.tokens))
+    assert body["truncated"] is False and body["causal"] is False
+    got = torch.tensor(body["attention"], dtype=torch.float64)
+    torch.testing.assert_close(got, expected.attentions.double(), atol=1e-6, rtol=0)
+    if pair is not None:
+        assert 1 in body["segments"]
+    # "to 6 decimals": no value carries more digits than that
+    raw = r.text[r.text.index('"attention"') :]
+    decimals = [len(tok.split(".")[1]) for tok in raw.replace("]", ",").split(",") if "." in tok]
+    assert max(decimals) <= 6
+
+
+def test_long_text_is_truncated_to_the_model_maximum(client: TestClient) -> None:
+    long_text = " ".join(["word"] * 700)  # ~700 tokens > 512
+    body = client.post("/api/attention/compact", json={"text": long_text}).content
+    header, _ = decode_hsa1(gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body)
+    assert header["truncated"] is True
+    assert header["n"] == 512
+    short = client.post("/api/attention", json={"text": "word"}).json()
+    assert short["truncated"] is False
+
+
+def test_service_max_tokens_caps_below_the_model(make_settings) -> None:  # type: ignore[no-untyped-def]
+    with TestClient(create_app(make_settings(max_tokens=16))) as c:
+        body = c.post("/api/attention", json={"text": " ".join(["word"] * 40)}).json()
+        assert body["n"] == 16 and body["truncated"] is True
+
+
+# -- /api/attention/compact -------------------------------------------------------------------------
+
+
+def test_compact_decodes_within_its_stated_error(client: TestClient, minilm) -> None:  # type: ignore[no-untyped-def]
+    r = client.post("/api/attention/compact", json={"text": TEXT, "text_pair": PAIR})
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "application/vnd.headscope.attention"
+    assert r.headers["content-encoding"] == "gzip"  # TestClient sends Accept-Encoding: gzip, deflate
+    assert "accept-encoding" in r.headers["vary"].lower()
+    header, values = decode_hsa1(r.content)  # httpx already undid the gzip
+    expected = minilm.attend(TEXT, PAIR)
+    assert header["tokens"] == expected.tokens
+    assert header["quantization"]["scheme"] == "row-max-uint8"
+    bound = header["quantization"]["max_abs_error"]
+    assert bound == pytest.approx(1 / 510)
+    ref = expected.attentions.double().numpy()
+    err = np.abs(values - ref)
+    # per row: within scale/510 (plus float32 rounding of the scale), and so within the stated bound
+    scales = ref.max(axis=-1, keepdims=True)
+    assert (err <= scales / 510 + 1e-6).all()
+    assert err.max() <= bound + 1e-6
+    # the row maximum is carried exactly
+    np.testing.assert_allclose(values.max(axis=-1), ref.max(axis=-1), rtol=1e-6)
+
+
+def test_compact_is_small_on_the_wire(client: TestClient) -> None:
+    text = " ".join(f"Sentence number {i} says something different about cats and dogs." for i in range(10))
+    sizes = {}
+    for scheme in ("row-max-uint8", "abs-uint8"):
+        r = client.post(f"/api/attention/compact?scheme={scheme}", json={"text": text})
+        header, values = decode_hsa1(r.content)
+        assert header["quantization"]["scheme"] == scheme
+        n = header["n"]
+        sizes[scheme] = int(r.headers["content-length"]) / (6 * 12 * n * n)  # gzipped bytes per value
+    assert n > 100
+    # raw would be 1 + 4/n bytes per value; bertviz's JSON about 45
+    assert sizes["row-max-uint8"] < 0.6, sizes
+    assert sizes["abs-uint8"] < 0.3, sizes
+
+
+def test_compact_abs_scheme_is_within_the_same_bound(client: TestClient, minilm) -> None:  # type: ignore[no-untyped-def]
+    r = client.post("/api/attention/compact?scheme=abs-uint8", json={"text": TEXT})
+    header, values = decode_hsa1(r.content)
+    err = np.abs(values - minilm.attend(TEXT).attentions.double().numpy())
+    assert err.max() <= header["quantization"]["max_abs_error"] + 1e-6
+    assert client.post("/api/attention/compact?scheme=zip", json={"text": TEXT}).status_code == 422
+
+
+def test_compact_without_gzip_is_the_raw_buffer(client: TestClient) -> None:
+    r = client.post("/api/attention/compact", json={"text": TEXT}, headers={"Accept-Encoding": "identity"})
+    assert "content-encoding" not in r.headers
+    header, _ = decode_hsa1(r.content)
+    n = header["n"]
+    assert int(r.headers["content-length"]) >= 6 * 12 * n * (n + 4)
+    no_gzip = {"Accept-Encoding": "gzip;q=0"}
+    refused = client.post("/api/attention/compact", json={"text": TEXT}, headers=no_gzip)
+    assert "content-encoding" not in refused.headers
+
+
+# -- /api/attention/head ----------------------------------------------------------------------------
+
+
+def test_head_is_full_precision(client: TestClient, minilm) -> None:  # type: ignore[no-untyped-def]
+    r = client.post("/api/attention/head", json={"text": TEXT, "layer": 5, "head": 11})
+    assert r.status_code == 200
+    body = r.json()
+    assert (body["layer"], body["head"], body["model"]) == (5, 11, "all-MiniLM-L6-v2")
+    expected = minilm.attend(TEXT).attentions[5, 11]
+    got = torch.tensor(body["attention"], dtype=torch.float32)
+    torch.testing.assert_close(got, expected, atol=1e-7, rtol=0)
+
+
+@pytest.mark.parametrize(("layer", "head", "word"), [(6, 0, "layer 6"), (0, 12, "head 12")])
+def test_head_out_of_range_is_422(client: TestClient, layer: int, head: int, word: str) -> None:
+    r = client.post("/api/attention/head", json={"text": TEXT, "layer": layer, "head": head})
+    assert r.status_code == 422
+    assert word in r.json()["detail"]
+    assert "0.." in r.json()["detail"]
+
+
+# -- the random model -------------------------------------------------------------------------------
+
+
+def test_random_model_loads_on_first_use(client: TestClient) -> None:
+    body = client.post("/api/attention", json={"text": TEXT, "model": "random"}).json()
+    assert (body["model"], body["layers"], body["heads"]) == ("random", 4, 8)
+    rows = torch.tensor(body["attention"]).sum(-1)
+    torch.testing.assert_close(rows, torch.ones_like(rows), atol=1e-4, rtol=0)
+    entry = next(m for m in client.get("/api/models").json()["models"] if m["name"] == "random")
+    assert entry["loaded"] is True and entry["pretrained"] is False and entry["family"] == "random"
+
+
+# -- bad input --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("route", ["/api/attention", "/api/attention/compact"])
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ({"text": ""}, "text"),
+        ({"text": "   \n\t "}, "blank"),
+        ({}, "text: Field required"),
+        ({"text": 42}, "text"),
+        ({"text": ["a"]}, "text"),
+        ({"text": "ok", "text_pair": "  "}, "text_pair"),
+        ({"text": "ok", "model": 3}, "model"),
+        ({"text": "ok", "extra": 1}, "extra"),
+        ({"text": "x" * 20_001}, "text"),
+        ([1, 2], "body"),
+    ],
+)
+def test_bad_bodies_are_422_readably(client: TestClient, route: str, body: object, needle: str) -> None:
+    r = client.post(route, json=body)
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert isinstance(detail, str) and needle in detail
+
+
+def test_text_without_tokens_is_422(client: TestClient) -> None:
+    r = client.post("/api/attention", json={"text": "\u200b\u200b"})  # zero-width spaces: no tokens
+    assert r.status_code == 422, r.text
+    assert "token" in r.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "needle"),
+    [
+        (b'{"text": ', "malformed JSON"),
+        (b"{'text': 'single quotes'}", "malformed JSON"),
+        (b'{"text": "caf\xe9"}', "UTF-8"),  # latin-1 byte, invalid UTF-8
+        (b"\xff\xfe\x00\x01", "JSON"),  # a UTF-16 BOM: decoded, then not JSON
+    ],
+)
+def test_malformed_or_non_utf8_json_is_422(client: TestClient, raw: bytes, needle: str) -> None:
+    r = client.post("/api/attention", content=raw, headers={"Content-Type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert needle in r.json()["detail"]
+
+
+def test_non_json_content_type_is_422(client: TestClient) -> None:
+    r = client.post("/api/attention", content=b'{"text": "hi"}', headers={"Content-Type": "text/plain"})
+    assert r.status_code == 422
+    assert "application/json" in r.json()["detail"]
+
+
+@pytest.mark.parametrize("name", ["../etc", "/etc/passwd", "..", "m/../../x", "bert\n", "C:\\x", "unknown"])
+@pytest.mark.parametrize("route", ["/api/attention", "/api/attention/compact", "/api/attention/head"])
+def test_unknown_or_path_like_model_is_404_listing_names(client: TestClient, name: str, route: str) -> None:
+    body = {"text": TEXT, "model": name} | ({"layer": 0, "head": 0} if route.endswith("head") else {})
+    r = client.post(route, json=body)
+    assert r.status_code == 404, r.text
+    detail = r.json()["detail"]
+    assert "all-MiniLM-L6-v2" in detail and "random" in detail
+    assert "\n" not in detail  # the name is shown with repr(), never raw
+
+
+def test_huge_body_with_content_length_is_413(client: TestClient) -> None:
+    r = client.post("/api/attention", json={"text": "a" * 70_000})
+    assert r.status_code == 413
+    assert "65536" in r.json()["detail"]
+    assert r.headers["x-frame-options"] == "DENY"
+
+
+def test_huge_chunked_body_without_content_length_is_413(client: TestClient) -> None:
+    def chunks():  # type: ignore[no-untyped-def]
+        yield b'{"text": "'
+        for _ in range(100):
+            yield b"a" * 1000
+        yield b'"}'
+
+    r = client.post("/api/attention", content=chunks(), headers={"Content-Type": "application/json"})
+    assert r.request.headers.get("transfer-encoding") == "chunked"
+    assert "content-length" not in r.request.headers
+    assert r.status_code == 413
+    assert "65536" in r.json()["detail"]
+
+
+def test_chunked_body_within_limit_is_served(client: TestClient) -> None:
+    def chunks():  # type: ignore[no-untyped-def]
+        yield b'{"text": '
+        yield json.dumps(TEXT).encode()
+        yield b"}"
+
+    r = client.post("/api/attention", content=chunks(), headers={"Content-Type": "application/json"})
+    assert r.status_code == 200
+    assert r.json()["tokens"][0] == "[CLS]"
+
+
+def test_openapi_documents_the_compact_format(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    compact = spec["paths"]["/api/attention/compact"]["post"]
+    assert "HSA1" in compact["description"] and "1/510" in compact["description"]
+    assert "application/vnd.headscope.attention" in compact["responses"]["200"]["content"]
+    assert "truncated" in spec["paths"]["/api/attention"]["post"]["description"]
+    assert spec["components"]["schemas"]["AttentionRequest"]["additionalProperties"] is False
