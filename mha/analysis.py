@@ -32,8 +32,8 @@ Head labels, ``head_labels``, first rule that applies:
 
 1. Pointer heads: among previous-token (``previous``), next-token (``next``), self (``self``),
    special-sink (``special``), first-token-sink (``first``) and punctuation (``punctuation``), those whose
-   statistic is >= ``POINTER_THRESHOLD`` (0.5); the highest wins, ties in that order (so a head on a
-   leading [CLS] is special-sink, not first-token-sink).
+   statistic is > ``POINTER_THRESHOLD`` (0.5, a majority of the weight); the highest wins, ties in
+   that order (so a head on a leading [CLS] is special-sink, not first-token-sink).
 2. broad: ``entropy_norm`` >= ``BROAD_THRESHOLD`` (0.8).
 3. local: ``local`` >= ``LOCAL_THRESHOLD`` (0.6), i.e. most weight within LOCAL_WINDOW (2) tokens.
 4. mixed: anything else.
@@ -119,7 +119,7 @@ SPECIAL_TOKENS = frozenset({"[CLS]", "[SEP]", "[PAD]", "[MASK]", "<s>", "</s>", 
 SUBWORD_MARKERS = ("##", "Ġ", "▁")  # WordPiece continuation, GPT-2 byte-level space, SentencePiece space
 
 LOCAL_WINDOW = 2  # tokens either side counted by the "local" statistic
-POINTER_THRESHOLD = 0.5  # a pointer label needs at least half of the head's weight on its target
+POINTER_THRESHOLD = 0.5  # a pointer label needs more than half of the head's weight on its target
 BROAD_THRESHOLD = 0.8  # entropy_norm from which a head counts as spread over everything
 LOCAL_THRESHOLD = 0.6  # "local" weight from which a head counts as local
 
@@ -347,7 +347,7 @@ def head_labels(stats: Mapping[str, Tensor]) -> list[list[str]]:
     for layer in range(best_score.shape[0]):
         row: list[str] = []
         for head in range(best_score.shape[1]):
-            if best_score[layer, head] >= POINTER_THRESHOLD:
+            if best_score[layer, head] > POINTER_THRESHOLD:  # strict: uniform over 2 tokens is broad
                 row.append(pointer_names[int(best_index[layer, head])])
             elif broad[layer, head]:
                 row.append("broad")
