@@ -145,5 +145,9 @@ def scaled_dot_product_attention(
         weights = torch.softmax(scores, dim=-1, out=scores if weights_out is None else weights_out)
         if empty is not None:
             weights.masked_fill_(empty, 0.0)
-    probs = F.dropout(weights, p=dropout_p, training=True) if training and dropout_p > 0 else weights
-    return torch.matmul(probs, v), weights
+    if training and dropout_p > 0:
+        # As torch.nn.MultiheadAttention: the weights returned are the ones the values were mixed with.
+        weights = F.dropout(weights, p=dropout_p, training=True)
+        if weights_out is not None and not grad:
+            weights_out.copy_(weights)
+    return torch.matmul(weights, v), weights

@@ -1,0 +1,169 @@
+"""load_pretrained / random_model: errors, devices, truncation, batches, checkpoint formats."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from mha import (
+    CheckpointMismatchError,
+    CheckpointNotFoundError,
+    EmptyInputError,
+    TransformerConfig,
+    UnsupportedCheckpointError,
+    load_pretrained,
+    random_model,
+)
+from mha.pretrained import resolve_device
+
+
+@pytest.fixture(scope="module")
+def bert(tiny_checkpoints: dict[str, Path]):
+    return load_pretrained(tiny_checkpoints["bert"], device="cpu", name="tiny-bert")
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_random_model_is_seeded_and_causal_when_asked() -> None:
+    a = random_model(layers=2, heads=4, embed_dim=32, seed=1)
+    b = random_model(layers=2, heads=4, embed_dim=32, seed=1)
+    c = random_model(layers=2, heads=4, embed_dim=32, seed=2)
+    ra, rb, rc = (m.attend("The cat sat on the mat.") for m in (a, b, c))
+    assert ra.attentions.shape == (2, 4, ra.n, ra.n) and ra.tokens[0] == "[CLS]"
+    torch.testing.assert_close(ra.attentions, rb.attentions, atol=0, rtol=0)
+    assert not torch.allclose(ra.attentions, rc.attentions)
+    assert a.info.family == "random" and not a.info.pretrained and not a.info.causal
+    decoder = random_model(layers=1, heads=2, embed_dim=16, causal=True)
+    r = decoder.attend("The cat sat.")
+    assert decoder.info.causal and not r.attentions.triu(1).any()
+    torch.testing.assert_close(r.attentions.sum(-1), torch.ones(1, 2, r.n))
+    with pytest.raises(ValueError, match=r"embed_dim \(30\) is not divisible by num_heads \(4\)"):
+        random_model(layers=1, heads=4, embed_dim=30)
+
+
+def test_devices_and_dtypes(tiny_checkpoints: dict[str, Path]) -> None:
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ValueError, match=r"device \('tpu'\) must be one of"):
+        resolve_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"device \('cuda:1'\) asked for, but CUDA is not available"):
+            resolve_device("cuda:1")
+    with pytest.raises(ValueError, match=r"only allowed on a GPU"):
+        load_pretrained(tiny_checkpoints["bert"], device="cpu", dtype="float16")
+    with pytest.raises(ValueError, match=r"dtype \('float8'\) must be one of"):
+        load_pretrained(tiny_checkpoints["bert"], device="cpu", dtype="float8")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_half_precision_on_gpu_returns_float32_cpu(tiny_checkpoints: dict[str, Path]) -> None:
+    model = load_pretrained(tiny_checkpoints["bert"], device="cuda", dtype="bfloat16")
+    r = model.attend("The cat sat on the mat.")
+    assert r.attentions.dtype == torch.float32 and r.attentions.device.type == "cpu"
+    assert model.info.dtype == "bfloat16"
+
+
+def test_info_and_result_fields(bert) -> None:
+    assert bert.info.name == "tiny-bert" and bert.info.family == "bert" and bert.info.max_tokens == 64
+    r = bert.attend("Hello world", "again")
+    assert r.tokens == ["[CLS]", "hello", "world", "[SEP]", "again", "[SEP]"]
+    assert r.token_ids == bert.tokenizer.convert_tokens_to_ids(r.tokens)
+    assert r.segments == [0, 0, 0, 0, 1, 1]
+    assert r.special == [True, False, False, True, False, True]
+    assert r.offsets == [(0, 0), (0, 5), (6, 11), (0, 0), (0, 5), (0, 0)]
+    assert r.word_ids == [None, 0, 1, None, 0, None]
+    assert r.hidden_state.shape == (6, 32) and not r.truncated
+
+
+def test_empty_and_bad_inputs(bert) -> None:
+    for text in ("", "   "):
+        with pytest.raises(EmptyInputError):
+            bert.attend(text)
+    with pytest.raises(EmptyInputError):
+        bert.attend("fine", "")
+    with pytest.raises(
+        ValueError, match=r"max_tokens \(65\) must be between 1 and the model's maximum \(64\)"
+    ):
+        bert.attend("fine", max_tokens=65)
+    assert bert.attend_batch([]) == []
+
+
+def test_batch_accepts_plain_strings_and_pairs(bert) -> None:
+    batch = bert.attend_batch(["one two three four", ("a", "b")])
+    alone = [bert.attend("one two three four"), bert.attend("a", "b")]
+    for got, want in zip(batch, alone, strict=True):
+        assert got.tokens == want.tokens
+        torch.testing.assert_close(got.attentions, want.attentions, atol=1e-6, rtol=0)
+
+
+def test_gpt2_pairs_are_joined_and_truncated_longest_first(tiny_checkpoints: dict[str, Path]) -> None:
+    gpt2 = load_pretrained(tiny_checkpoints["gpt2"], device="cpu")
+    short, long = "The cat.", " ".join(["the dog sat on the log"] * 20)
+    r = gpt2.attend(short, long, max_tokens=20)
+    assert r.truncated and r.n == 20
+    first = gpt2.attend(short)
+    assert r.token_ids[: first.n] == first.token_ids  # the short text is kept whole
+    assert r.segments == [0] * first.n + [1] * (20 - first.n)
+    assert not any(r.special)
+
+
+def test_roberta_positions_are_offset_past_padding(tiny_checkpoints: dict[str, Path]) -> None:
+    roberta = load_pretrained(tiny_checkpoints["roberta"], device="cpu")
+    assert roberta.info.max_tokens == 64  # 66 positions minus the offset of pad_token_id + 1
+    ids = torch.tensor([[0, 5, 6, 2, 1, 1]])
+    assert roberta.network.position_ids(ids).tolist() == [[2, 3, 4, 5, 1, 1]]
+
+
+def test_unsupported_architecture_names_the_supported_ones(
+    tmp_path: Path, tiny_checkpoints: dict[str, Path]
+) -> None:
+    directory = _copy(tiny_checkpoints["bert"], tmp_path / "t5")
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, "model_type": "t5"}))
+    with pytest.raises(UnsupportedCheckpointError, match=r"'t5'.*supported: bert, distilbert, gpt2, roberta"):
+        load_pretrained(directory, device="cpu")
+    with pytest.raises(CheckpointNotFoundError):
+        load_pretrained(tmp_path / "does" / "not" / "exist", device="cpu")
+
+
+def test_mismatched_keys_are_reported_together(tmp_path: Path, tiny_checkpoints: dict[str, Path]) -> None:
+    directory = _copy(tiny_checkpoints["bert"], tmp_path / "broken")
+    weights = load_file(directory / "model.safetensors")
+    del weights["encoder.layer.1.output.dense.bias"]
+    weights["encoder.layer.0.surprise.weight"] = torch.zeros(2)
+    weights["encoder.layer.0.attention.self.key.weight"] = torch.zeros(32, 31)
+    save_file(weights, directory / "model.safetensors")
+    with pytest.raises(CheckpointMismatchError) as caught:
+        load_pretrained(directory, device="cpu")
+    message = str(caught.value)
+    assert "missing keys (1): encoder.layer.1.output.dense.bias" in message
+    assert "unexpected keys (1): encoder.layer.0.surprise.weight" in message
+    assert "mis-shaped keys (1)" in message and "attention.self.key.weight (32, 31)" in message
+
+
+def test_task_model_prefixes_and_pytorch_bin(tmp_path: Path, tiny_checkpoints: dict[str, Path]) -> None:
+    from transformers import BertForMaskedLM
+
+    directory = _copy(tiny_checkpoints["bert"], tmp_path / "mlm")
+    mlm = BertForMaskedLM.from_pretrained(str(directory))
+    (directory / "model.safetensors").unlink()
+    torch.save({k: v.contiguous() for k, v in mlm.state_dict().items()}, directory / "pytorch_model.bin")
+    base = load_pretrained(tiny_checkpoints["bert"], device="cpu")
+    prefixed = load_pretrained(directory, device="cpu")
+    text = "The cat sat on the mat."
+    torch.testing.assert_close(prefixed.attend(text).attentions, base.attend(text).attentions, atol=0, rtol=0)
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ValueError, match=r"activation \('swish'\) must be one of"):
+        TransformerConfig(activation="swish")
+    with pytest.raises(ValueError, match=r"num_layers \(0\) must be positive"):
+        TransformerConfig(num_layers=0)
