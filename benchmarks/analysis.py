@@ -65,7 +65,7 @@ def main() -> None:
     print(f"  compare           {best_of(lambda: analysis.compare(a, b), repeats=3) * 1e3:8.1f}")
 
     print(f"\nattention_flow, {LAYERS} layers, all n² pairs (one run, s)")
-    for n in (8, 12, 16, 20):
+    for n in (8, 12, 14, 16, 20):
         a = attention(n)
         start = time.perf_counter()
         analysis.attention_flow(a, max_tokens=n)
