@@ -18,7 +18,7 @@ def make_settings(**overrides: object) -> Settings:
     return Settings(**values)  # type: ignore[arg-type]
 
 
-@pytest.fixture(name="make_settings")
+@pytest.fixture(name="make_settings", scope="session")
 def make_settings_fixture() -> Callable[..., Settings]:
     return make_settings
 

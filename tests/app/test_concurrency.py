@@ -1,0 +1,86 @@
+"""Many clients at once: every answer right, each model loaded once, inference bounded per model."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import torch
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+
+TEXTS = [
+    f"Request number {i} asks about {word}." for i, word in enumerate(["cats", "dogs", "owls", "bees"] * 4)
+]
+
+
+def test_concurrent_requests_all_right_loaded_once_and_bounded(make_settings, minilm) -> None:  # type: ignore[no-untyped-def]
+    app = create_app(make_settings(max_concurrency=2))
+    service = app.state.service
+    loads = {"random": 0}
+    in_flight = {"now": 0, "peak": 0}
+    lock = threading.Lock()
+
+    entry = next(e for e in service.registry if e.name == "random")
+    original_loader = entry.loader
+
+    def counting_loader() -> Any:
+        with lock:
+            loads["random"] += 1
+        model = original_loader()
+        original_attend = model.attend
+
+        def attend(*args: Any, **kwargs: Any) -> Any:
+            with lock:
+                in_flight["now"] += 1
+                in_flight["peak"] = max(in_flight["peak"], in_flight["now"])
+            try:
+                return original_attend(*args, **kwargs)
+            finally:
+                with lock:
+                    in_flight["now"] -= 1
+
+        model.attend = attend
+        return model
+
+    entry.loader = counting_loader
+
+    with TestClient(app) as client:
+
+        def ask(i: int) -> tuple[int, dict[str, Any]]:
+            model = "random" if i % 2 else None  # half on the lazily loaded model, half on the default
+            r = client.post("/api/attention", json={"text": TEXTS[i % len(TEXTS)], "model": model})
+            return i, r.json() | {"status": r.status_code}
+
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            answers = list(pool.map(ask, range(48)))
+
+    assert all(body["status"] == 200 for _, body in answers)
+    assert loads == {"random": 1}
+    assert 1 <= in_flight["peak"] <= 2
+    for i, body in answers:
+        text = TEXTS[i % len(TEXTS)]
+        assert body["model"] == ("random" if i % 2 else "all-MiniLM-L6-v2")
+        if not i % 2:  # the default: compare with mha directly, so no answer was swapped with another
+            expected = minilm.attend(text)
+            assert body["tokens"] == expected.tokens
+            got = torch.tensor(body["attention"], dtype=torch.float64)
+            # 6-decimal rounding (5e-7) plus float32 noise between two separate forward passes (MKL's
+            # sums depend on buffer alignment): well below any swapped answer, which differs by ~0.1.
+            torch.testing.assert_close(got, expected.attentions.double(), atol=2e-6, rtol=0)
+        else:
+            assert body["tokens"][1 : 1 + 3] == minilm.attend(text).tokens[1 : 1 + 3]  # same tokenizer
+
+
+def test_identical_requests_are_served_from_the_cache(make_settings) -> None:  # type: ignore[no-untyped-def]
+    app = create_app(make_settings())
+    with TestClient(app) as client:
+        cache = app.state.service.cache
+        first = client.post("/api/attention/compact", json={"text": "cache me"})
+        misses = cache.misses
+        again = [client.post("/api/attention/compact", json={"text": "cache me"}) for _ in range(5)]
+        assert all(r.content == first.content for r in again)
+        assert cache.misses == misses  # no new computation, all hits
+        assert cache.hits >= 5
