@@ -117,6 +117,26 @@ class MultiHeadAttention(nn.Module):
         src_len = key.shape[1]
         heads, head_dim = self.num_heads, self.head_dim
 
+        if (
+            self_attention
+            and self.fused
+            and batch == 1
+            and need_weights
+            and not (self.training and self.dropout > 0)
+            and not (torch.is_grad_enabled() and query.requires_grad | self.in_proj.weight.requires_grad)
+        ):
+            keep = build_keep_mask(
+                mask=mask,
+                valid_lens=valid_lens,
+                causal=causal,
+                batch=batch,
+                heads=heads,
+                tgt_len=tgt_len,
+                src_len=src_len,
+                device=query.device,
+            )
+            return self._single_self_attention(query, keep, weights_out)
+
         q, k, v = self._project(query, key, value, self_attention)
         q = q.view(batch, tgt_len, heads, head_dim).transpose(1, 2)  # (B, H, T, D)
         k = k.view(batch, src_len, heads, head_dim).transpose(1, 2)  # (B, H, S, D)
@@ -144,3 +164,31 @@ class MultiHeadAttention(nn.Module):
         )
         out = out.transpose(1, 2).reshape(batch, tgt_len, self.embed_dim)  # (B, T, E)
         return self.out_proj(out), weights
+
+    def _single_self_attention(
+        self, x: torch.Tensor, keep: torch.Tensor | None, weights_out: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inference on one sequence with no copies: the path `attend` takes.
+
+        Projecting to the transpose, (3E, T), leaves every head's q^T, k^T and v^T contiguous, so both
+        attention matmuls read them in place (BLAS takes the transposed views as they are) and the
+        output comes back as (E, T), whose transpose out_proj reads in place too.
+        """
+        length, heads, head_dim = x.shape[1], self.num_heads, self.head_dim
+        w, b = self.in_proj.weight, self.in_proj.bias
+        x_t = x[0].t()  # (E, T) view
+        qkv_t = torch.addmm(b.unsqueeze(1), w, x_t) if b is not None else w @ x_t  # (3E, T)
+        q_t, k_t, v_t = qkv_t.view(3, heads, head_dim, length).unbind(0)  # each (H, D, T)
+        scores = x.new_empty(heads, length, length) if weights_out is None else weights_out[0]  # (H, T, T)
+        # The 1/sqrt(D) scale rides on the matmul (BLAS alpha) instead of a pass of its own.
+        torch.baddbmm(scores, q_t.transpose(1, 2), k_t, beta=0.0, alpha=head_dim**-0.5, out=scores)
+        empty = None
+        if keep is not None:
+            scores.masked_fill_(~keep[0], torch.finfo(scores.dtype).min)
+            empty = ~keep[0].any(dim=-1, keepdim=True)
+        weights = torch.softmax(scores, dim=-1, out=scores)  # in place, (H, T, T)
+        if empty is not None and bool(empty.any()):
+            weights.masked_fill_(empty, 0.0)
+        out_t = torch.bmm(v_t, weights.transpose(1, 2))  # (H, D, T) = v^T w^T
+        out = self.out_proj(out_t.view(self.embed_dim, length).t())  # (T, E)
+        return out.unsqueeze(0), weights.unsqueeze(0)  # (1, T, E), (1, H, T, T)
