@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,6 +193,9 @@ class AttentionModel:
         pad = tokenizer.pad_token_id
         # GPT-2 has no pad token; any id works since padded keys are masked and padded rows dropped.
         self._pad_id = pad if pad is not None else 0
+        # A fast tokenizer's truncation setting is shared state that each call may change: concurrent
+        # calls from threads (the web service) must not interleave, or one gets the other's truncation.
+        self._tokenizer_lock = threading.Lock()
 
     @property
     def config(self) -> TransformerConfig:
@@ -311,7 +315,8 @@ class AttentionModel:
             return []
         limit = self._max_tokens(max_tokens)
         pairs = [(item, None) if isinstance(item, str) else item for item in items]
-        encoded = [self._encode(text, pair, limit) for text, pair in pairs]
+        with self._tokenizer_lock:
+            encoded = [self._encode(text, pair, limit) for text, pair in pairs]
         lengths = [len(e.ids) for e in encoded]
         width = max(lengths)
         ids = torch.full((len(encoded), width), self._pad_id, dtype=torch.long)
