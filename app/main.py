@@ -155,6 +155,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await service.start()
         yield
+        service.stop()
 
     app = FastAPI(
         title="headscope",

@@ -36,7 +36,8 @@ class Settings(BaseSettings):
     cors_origins: list[str] = Field(default_factory=list)  # empty: CORS closed
     log_level: str = "info"
     threads: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)  # torch intra-op threads
-    max_concurrency: int = Field(default=2, ge=1)  # inferences in flight per model
+    max_concurrency: int = Field(default=2, ge=1)  # forwards in flight per model (worker threads)
+    max_batch: int = Field(default=8, ge=1)  # requests waiting together run as one padded forward
     random_model: bool = True  # register "random": our layers with untrained weights
 
     @field_validator("log_level")

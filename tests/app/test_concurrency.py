@@ -10,17 +10,19 @@ import torch
 from fastapi.testclient import TestClient
 
 from app.main import create_app
+from app.service import Batcher, Job
 
 TEXTS = [
     f"Request number {i} asks about {word}." for i, word in enumerate(["cats", "dogs", "owls", "bees"] * 4)
 ]
 
 
-def test_concurrent_requests_all_right_loaded_once_and_bounded(make_settings, minilm) -> None:  # type: ignore[no-untyped-def]
+def test_concurrent_requests_right_loaded_once_bounded_deduplicated(make_settings, minilm) -> None:  # type: ignore[no-untyped-def]
     app = create_app(make_settings(max_concurrency=2))
     service = app.state.service
     loads = {"random": 0}
     in_flight = {"now": 0, "peak": 0}
+    computed: list[str] = []
     lock = threading.Lock()
 
     entry = next(e for e in service.registry if e.name == "random")
@@ -30,19 +32,20 @@ def test_concurrent_requests_all_right_loaded_once_and_bounded(make_settings, mi
         with lock:
             loads["random"] += 1
         model = original_loader()
-        original_attend = model.attend
+        original_attend_batch = model.attend_batch
 
-        def attend(*args: Any, **kwargs: Any) -> Any:
+        def attend_batch(items: list[Any], **kwargs: Any) -> Any:
             with lock:
                 in_flight["now"] += 1
                 in_flight["peak"] = max(in_flight["peak"], in_flight["now"])
+                computed.extend(text for text, _ in items)
             try:
-                return original_attend(*args, **kwargs)
+                return original_attend_batch(items, **kwargs)
             finally:
                 with lock:
                     in_flight["now"] -= 1
 
-        model.attend = attend
+        model.attend_batch = attend_batch
         return model
 
     entry.loader = counting_loader
@@ -59,7 +62,9 @@ def test_concurrent_requests_all_right_loaded_once_and_bounded(make_settings, mi
 
     assert all(body["status"] == 200 for _, body in answers)
     assert loads == {"random": 1}
-    assert 1 <= in_flight["peak"] <= 2
+    assert 1 <= in_flight["peak"] <= 2  # forwards in flight on one model never exceed max_concurrency
+    # each distinct text ran exactly once: identical requests in flight shared it, later ones hit the cache
+    assert sorted(computed) == sorted({TEXTS[i % len(TEXTS)] for i in range(48) if i % 2})
     for i, body in answers:
         text = TEXTS[i % len(TEXTS)]
         assert body["model"] == ("random" if i % 2 else "all-MiniLM-L6-v2")
@@ -84,3 +89,35 @@ def test_identical_requests_are_served_from_the_cache(make_settings) -> None:  #
         assert all(r.content == first.content for r in again)
         assert cache.misses == misses  # no new computation, all hits
         assert cache.hits >= 5
+
+
+def test_batcher_runs_waiting_jobs_together() -> None:
+    gate, entered = threading.Event(), threading.Event()
+    batches: list[list[str]] = []
+
+    def run(jobs: list[Job]) -> None:
+        entered.set()
+        gate.wait(5)  # the first job holds the only worker while the others queue up
+        batches.append([job.text for job in jobs])
+        for job in jobs:
+            job.future.set_result(job.text.upper())  # type: ignore[arg-type]
+
+    batcher = Batcher(run, workers=1, max_batch=3, name="t")
+    futures = [batcher.submit("t0", None)]
+    assert entered.wait(5)
+    futures += [batcher.submit(f"t{i}", None) for i in range(1, 6)]
+    gate.set()
+    assert [f.result(5) for f in futures] == [f"T{i}" for i in range(6)]
+    assert batches == [["t0"], ["t1", "t2", "t3"], ["t4", "t5"]]
+    batcher.close()
+
+
+def test_a_bad_input_does_not_fail_its_batch_mates(client: TestClient) -> None:
+    texts = ["\u200b\u200b" if i % 4 == 0 else f"Good text number {i}." for i in range(24)]
+
+    def ask(text: str) -> int:
+        return client.post("/api/attention/compact", json={"text": text}).status_code
+
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        statuses = list(pool.map(ask, texts))
+    assert statuses == [422 if i % 4 == 0 else 200 for i in range(24)]
