@@ -1,33 +1,59 @@
 // Head detail: one head (or an aggregate) as a Plotly heatmap. Query tokens on y (top to bottom), key
 // tokens on x. Axes are numeric with tickvals/ticktext so two identical tokens stay separate cells;
 // the hover reads the token text from customdata. Redraws go through Plotly.react.
+//
+// Speed: Plotly's cost here is its axis labels (each is measured in the DOM, and automargin redraws the
+// figure until the margins settle), not the n*n cells, which it paints as one pixelated image. So labels
+// are capped per axis, the margins are computed here from the measured label widths, and automargin
+// stays off. Zooming in brings the labels of the visible range back.
 
 import { COLORSCALE, MASK_BG_CSS, MASK_FG_CSS } from "./colors.js";
 
-const LABEL_PX = 13; // minimum spacing between two axis labels
+const LABEL_PX = 14; // minimum spacing between two axis labels
+const MAX_LABELS = 48; // per axis and view: more costs Plotly seconds and reads no better
+const MAX_LABEL_CHARS = 18; // longer tokens are cut on the axes (the hover keeps them whole)
 const MIN_PLOT_PX = 360;
 const MAX_FIT_PX = 640; // up to this size the figure fits; beyond it the panel scrolls
 const MIN_CELL_PX = 4;
 const MAX_CELL_PX = 32;
+const FONT_FAMILY = '"Open Sans", verdana, arial, sans-serif'; // Plotly's default
+const TITLE_PX = 34; // figure title band
+const AXIS_TITLE_PX = 26; // axis title plus its gap
+const COLORBAR_PX = 110;
 
 /** Plotly parses a small HTML subset in labels; entities make every token literal text. */
 export function plotlyText(s) {
   return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 }
 
-/** Side of the square plot area in px: fits up to MAX_FIT_PX, then grows (and scrolls) with n. */
-export function plotSize(n) {
-  const fit = Math.min(MAX_FIT_PX, Math.max(MIN_PLOT_PX, n * MAX_CELL_PX));
-  return Math.max(fit, n * MIN_CELL_PX);
+function shorten(token) {
+  return token.length > MAX_LABEL_CHARS ? `${token.slice(0, MAX_LABEL_CHARS - 1)}…` : token;
 }
 
-/** Tick positions in [lo, hi] spaced so labels of `cellPx`-wide cells do not overlap. */
+/** Side of the square plot area in px: fits `roomPx` (at most MAX_FIT_PX), then grows (and scrolls) with n. */
+export function plotSize(n, roomPx = MAX_FIT_PX) {
+  const fit = Math.min(MAX_FIT_PX, Math.max(MIN_PLOT_PX, roomPx), n * MAX_CELL_PX);
+  return Math.max(fit, MIN_PLOT_PX, n * MIN_CELL_PX);
+}
+
+/** Tick positions in [lo, hi]: labels of `cellPx`-wide cells must not overlap, at most MAX_LABELS. */
 export function thinTicks(lo, hi, cellPx) {
-  const step = Math.max(1, Math.ceil(LABEL_PX / Math.max(cellPx, 1e-6)));
+  const span = Math.max(hi - lo + 1, 1);
+  const step = Math.max(1, Math.ceil(LABEL_PX / Math.max(cellPx, 1e-6)), Math.ceil(span / MAX_LABELS));
   const first = Math.ceil(Math.max(lo, 0) / step) * step;
   const ticks = [];
   for (let i = first; i <= hi; i += step) ticks.push(i);
   return ticks;
+}
+
+let measureContext = null;
+/** Widest label in px at `fontSize`, measured on a canvas (no layout, unlike Plotly's own DOM pass). */
+function widestLabel(texts, fontSize) {
+  measureContext ??= document.createElement("canvas").getContext("2d");
+  measureContext.font = `${fontSize}px ${FONT_FAMILY}`;
+  let widest = 0;
+  for (const t of texts) widest = Math.max(widest, measureContext.measureText(t).width);
+  return Math.ceil(widest);
 }
 
 /** Staircase polygon around the cells j > i (the causal mask), in data coordinates. */
@@ -44,11 +70,11 @@ function maskPolygon(n) {
 
 /**
  * Build the figure. `values` is n*n row-major (Float32Array or number[]) or an array of n rows.
- * Returns {data, layout}.
+ * Returns {data, layout, labels, size}.
  */
-export function buildFigure({ tokens, values, causal, boundary, title, exact }) {
+export function buildFigure({ tokens, values, causal, boundary, title, exact, widthPx = 900 }) {
   const n = tokens.length;
-  const at = Array.isArray(values) && Array.isArray(values[0]) ? (i, j) => values[i][j] : (i, j) => values[i * n + j];
+  const rows = Array.isArray(values) && Array.isArray(values[0]);
   const labels = tokens.map(plotlyText);
   const z = new Array(n);
   const customdata = new Array(n);
@@ -56,18 +82,23 @@ export function buildFigure({ tokens, values, causal, boundary, title, exact }) 
     const row = new Array(n);
     const cd = new Array(n);
     const q = labels[i];
+    const source = rows ? values[i] : null;
+    const o = i * n;
     for (let j = 0; j < n; j++) {
-      row[j] = causal && j > i ? null : at(i, j);
+      row[j] = causal && j > i ? null : rows ? source[j] : values[o + j];
       cd[j] = `${q} → ${labels[j]}`;
     }
     z[i] = row;
     customdata[i] = cd;
   }
-  const size = plotSize(n);
+  // The widest of all labels bounds the margin, so the plot can be sized to the room left beside it.
+  const roomPx = widthPx - (widestLabel(tokens.map(shorten), 12) + 10 + AXIS_TITLE_PX + COLORBAR_PX);
+  const size = plotSize(n, roomPx);
   const cellPx = size / Math.max(n, 1);
   const ticks = thinTicks(0, n - 1, cellPx);
-  const ticktext = ticks.map((i) => labels[i]);
-  const fontSize = cellPx >= 14 ? 12 : cellPx >= 8 ? 10 : 9;
+  const shown = ticks.map((i) => shorten(tokens[i]));
+  const fontSize = cellPx >= 14 ? 12 : cellPx >= 8 ? 11 : 10;
+  const labelPx = widestLabel(shown, fontSize) + 10; // + tick mark and its gap
 
   const data = [];
   if (causal && n > 1) {
@@ -114,35 +145,46 @@ export function buildFigure({ tokens, values, causal, boundary, title, exact }) 
   const shapes = [];
   if (boundary > 0 && boundary < n) {
     const line = { color: "#d62728", width: 2, dash: "dot" };
+    const at = boundary - 0.5;
     shapes.push(
-      { type: "line", name: "segment-boundary-x", xref: "x", yref: "paper", x0: boundary - 0.5, x1: boundary - 0.5, y0: 0, y1: 1, line },
-      { type: "line", name: "segment-boundary-y", xref: "paper", yref: "y", y0: boundary - 0.5, y1: boundary - 0.5, x0: 0, x1: 1, line },
+      { type: "line", name: "segment-boundary-x", xref: "x", yref: "paper", x0: at, x1: at, y0: 0, y1: 1, line },
+      { type: "line", name: "segment-boundary-y", xref: "paper", yref: "y", x0: 0, x1: 1, y0: at, y1: at, line },
     );
   }
 
   const axis = {
     tickmode: "array",
-    tickvals: ticks,
-    ticktext,
     tickfont: { size: fontSize },
+    ticks: "outside",
+    ticklen: 4,
     showgrid: false,
     zeroline: false,
-    automargin: true,
-    fixedrange: false,
+    automargin: false,
+    showline: true,
+    linecolor: "#c0c6d2",
+    mirror: true,
   };
+  const margin = { l: labelPx + AXIS_TITLE_PX, r: COLORBAR_PX, t: TITLE_PX + labelPx + AXIS_TITLE_PX, b: 16 };
   const layout = {
-    // Pinned to the top of the figure so the key-axis labels (also on top) never run into it.
-    title: { text: plotlyText(title), x: 0.01, xanchor: "left", y: 0.995, yanchor: "top", yref: "container", font: { size: 14 } },
-    width: size + 220,
-    height: size + 180,
-    margin: { l: 40, r: 20, t: 40, b: 30 },
-    xaxis: { ...axis, title: { text: "key (attended to)" }, side: "top", tickangle: -60, range: [-0.5, n - 0.5] },
+    title: { text: plotlyText(title), x: 0.01, xanchor: "left", y: 1, yanchor: "top", yref: "container", pad: { t: 10 }, font: { size: 14 } },
+    width: margin.l + size + margin.r,
+    height: margin.t + size + margin.b,
+    margin,
+    xaxis: {
+      ...axis,
+      tickvals: ticks,
+      ticktext: shown.map(plotlyText),
+      title: { text: "key (attended to)", standoff: 6 },
+      side: "top",
+      tickangle: -90,
+      range: [-0.5, n - 0.5],
+    },
     yaxis: {
       ...axis,
-      title: { text: "query (attending)" },
+      tickvals: ticks,
+      ticktext: shown.map(plotlyText),
+      title: { text: "query (attending)", standoff: 6 },
       range: [n - 0.5, -0.5],
-      scaleanchor: "x",
-      constrain: "domain",
     },
     shapes,
     plot_bgcolor: "#ffffff",
@@ -156,39 +198,43 @@ export function buildFigure({ tokens, values, causal, boundary, title, exact }) 
 
 /** Draw or redraw the figure in `gd`; resolves when Plotly has drawn it. */
 export async function renderHeatmap(gd, spec) {
-  const { data, layout, labels, size } = buildFigure(spec);
+  // The scrolling panel's width is the room the figure may take before it scrolls.
+  const widthPx = gd.parentElement?.clientWidth || 900;
+  const { data, layout, size } = buildFigure({ ...spec, widthPx });
   const config = {
     displaylogo: false,
     responsive: false,
     scrollZoom: false,
-    modeBarButtonsToRemove: ["select2d", "lasso2d"],
+    modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"],
     toImageButtonOptions: { filename: spec.filename ?? "headscope-head" },
   };
   await window.Plotly.react(gd, data, layout, config);
-  gd.dataset.n = String(labels.length);
+  gd.dataset.n = String(spec.tokens.length);
   gd.dataset.exact = spec.exact ? "true" : "false";
-  bindTickThinning(gd, labels, size);
+  bindTickThinning(gd, spec.tokens, size);
   return gd;
 }
 
 // When a person zooms, more labels fit: recompute the ticks for the visible range.
-function bindTickThinning(gd, labels, size) {
-  gd._headscopeLabels = labels;
+function bindTickThinning(gd, tokens, size) {
+  gd._headscopeTokens = tokens;
   gd._headscopeSize = size;
   if (gd._headscopeThinning) return;
   gd._headscopeThinning = true;
   gd.on("plotly_relayout", (event) => {
-    if (!event || (!("xaxis.range[0]" in event) && !("xaxis.autorange" in event) && !("yaxis.range[0]" in event))) return;
-    const labels = gd._headscopeLabels;
+    const keys = Object.keys(event ?? {});
+    if (!keys.some((k) => k.startsWith("xaxis.range") || k.startsWith("yaxis.range") || k.endsWith("autorange"))) {
+      return;
+    }
+    const tokens = gd._headscopeTokens;
     const update = {};
     for (const name of ["xaxis", "yaxis"]) {
       const [a, b] = gd.layout[name].range;
       const lo = Math.max(0, Math.ceil(Math.min(a, b)));
-      const hi = Math.min(labels.length - 1, Math.floor(Math.max(a, b)));
-      const cellPx = gd._headscopeSize / Math.max(Math.abs(b - a), 1);
-      const ticks = thinTicks(lo, hi, cellPx);
+      const hi = Math.min(tokens.length - 1, Math.floor(Math.max(a, b)));
+      const ticks = thinTicks(lo, hi, gd._headscopeSize / Math.max(Math.abs(b - a), 1));
       update[`${name}.tickvals`] = ticks;
-      update[`${name}.ticktext`] = ticks.map((i) => labels[i]);
+      update[`${name}.ticktext`] = ticks.map((i) => plotlyText(shorten(tokens[i])));
     }
     const same = JSON.stringify(update["xaxis.tickvals"]) === JSON.stringify(gd.layout.xaxis.tickvals);
     if (!same) window.Plotly.relayout(gd, update);

@@ -47,14 +47,27 @@ function showError(message) {
   box.hidden = !message;
 }
 
+function modelLabel(m) {
+  // Lazily loaded models do not know their size until first use.
+  const size = m.layers == null ? "loads on first use" : `${m.layers} layers × ${m.heads} heads`;
+  return `${m.name} — ${size}${m.causal ? " (causal)" : ""}`;
+}
+
+// A run tells us the size of a model that was not loaded when the page was rendered.
+function learnModel(attention) {
+  const known = page.models.get(attention.model);
+  if (!known || known.layers != null) return;
+  Object.assign(known, { layers: attention.layers, heads: attention.heads, causal: attention.causal });
+  const option = [...$("model").options].find((o) => o.value === attention.model);
+  if (option) option.textContent = modelLabel(known);
+}
+
 function fillModels(info) {
   const select = $("model");
   page.models = new Map(info.models.map((m) => [m.name, m]));
   page.defaultModel = info.default ?? info.models[0]?.name ?? "";
   const options = info.models.map((m) => {
-    // Lazily loaded models do not know their size until first use.
-    const size = m.layers == null ? "loads on first use" : `${m.layers} layers × ${m.heads} heads`;
-    const label = `${m.name} — ${size}${m.causal ? " (causal)" : ""}`;
+    const label = modelLabel(m);
     const option = el("option", { text: m.error ? `${label} (unavailable)` : label, attrs: { value: m.name } });
     if (m.error) {
       option.disabled = true;
@@ -98,15 +111,19 @@ async function run() {
     const attention = await fetchCompact(query, { signal: controller.signal });
     if (runId !== page.runId) return;
     page.attention = attention;
+    learnModel(attention);
     page.query = query;
     page.exact = new Map();
     Object.assign(page.state, { text: query.text, pair: query.pair, model: query.model });
     clampSelection(attention);
     writeState(page.state);
     setBusy("Drawing…");
-    const gridDone = grid.render(attention);
+    performance.mark("headscope-decoded");
+    // Marks for benchmarks/browser.py: where the time between click and "ready" goes.
+    const gridDone = grid.render(attention).then((done) => (performance.mark("headscope-grid"), done));
     grid.select(page.state.layer, page.state.head);
-    const [complete] = await Promise.all([gridDone, drawDetail()]);
+    const detailDone = drawDetail().then(() => performance.mark("headscope-detail"));
+    const [complete] = await Promise.all([gridDone, detailDone]);
     if (runId !== page.runId || !complete) return;
     setBusy("");
     $("status").textContent = `${attention.n} tokens · ${attention.layers} layers × ${attention.heads} heads`;

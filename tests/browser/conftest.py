@@ -156,6 +156,12 @@ class PageSession:
         page.on("request", lambda request: self.requests.append(request.url))
         page.on("dialog", self._dialog)
         page.on("pageerror", lambda error: self.errors.append(str(error)))
+        # A CSP violation is only reported on the console; the page must not cause any.
+        page.on("console", self._console)
+
+    def _console(self, message: Any) -> None:
+        if message.type == "error" and "Content Security Policy" in message.text:
+            self.errors.append(message.text)
 
     def _dialog(self, dialog: Any) -> None:
         self.dialogs.append(dialog.message)

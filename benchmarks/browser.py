@@ -1,0 +1,221 @@
+"""The page in headless Chromium: click-to-drawn time and bytes downloaded per attention value.
+
+Starts the real app under uvicorn (free port, the embedded all-MiniLM-L6-v2), opens the page in Debian's
+Chromium and, for inputs of ~128 and 512 tokens, measures from the click on #run (the click event's
+timestamp) to document.body.dataset.state === "ready", which the page sets once EVERY thumbnail of the
+grid (72 heads + 6 layer means, not only the visible ones) and the detail heatmap are drawn.
+
+  cold: a text the server has not seen (includes the model's forward pass on this CPU)
+  warm: the same text again (the server answers from its cache: network + decode + drawing only)
+
+Bytes per value = transferSize of the compact fetch (PerformanceResourceTiming, gzip on the wire,
+headers included) / (L * H * n * n). The reference is bertviz's published figure for its model view.
+
+    .venv/bin/python benchmarks/browser.py [--repeats 3] [--screenshot docs/screenshot.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = os.environ.get("HEADSCOPE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# bertviz model_view of a 112-token input on a 6-layer x 12-head model: 40.9 MB of HTML (its own docs).
+BERTVIZ_BYTES = 40.9e6
+BERTVIZ_VALUES = 6 * 12 * 112 * 112
+GOALS_S = {128: 1.0, 512: 3.0}
+GOAL_BYTES_PER_VALUE = 0.3
+WORDS = (
+    "the committee said on tuesday that the new bridge across the river would open next spring after "
+    "engineers finished testing the cables while residents who had waited years for it planned a party "
+    "near the old ferry landing where boats once carried workers to the mills"
+).split()
+
+# Installed before the click: the click event's timestamp shares performance.now()'s time origin.
+CLICK_PROBE = """() => {
+  window.__clickAt = null;
+  document.querySelector('#run').addEventListener('click', (e) => { window.__clickAt = e.timeStamp; },
+                                                  {capture: true, once: true});
+  document.body.dataset.state = 'idle';
+  performance.clearMarks();
+  performance.clearResourceTimings();
+}"""
+READ_TIMINGS = """() => {
+  const mark = (name) => performance.getEntriesByName(name).at(-1)?.startTime ?? null;
+  const fetches = performance.getEntriesByType('resource').filter((e) => e.name.includes('/attention/compact'));
+  const f = fetches.at(-1);
+  const gd = document.querySelector('#head-detail');
+  return {
+    click: window.__clickAt, run: mark('headscope-run'), decoded: mark('headscope-decoded'),
+    grid: mark('headscope-grid'), detail: mark('headscope-detail'), ready: mark('headscope-ready'),
+    transfer: f ? f.transferSize : null, decoded_bytes: f ? f.decodedBodySize : null,
+    fetch_ms: f ? f.responseEnd - f.startTime : null,
+    n: Number(gd.dataset.n), thumbs: document.querySelectorAll('#grid .thumb[data-drawn=true]').length,
+  };
+}"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_server(port: int, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "HEADSCOPE_DEVICE": "cpu", "HEADSCOPE_LOG_LEVEL": "warning"}
+    command = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port)]
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"uvicorn exited with {process.returncode}; see {log}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=5) as r:  # noqa: S310
+                if json.load(r).get("status") == "ok":
+                    return process
+        except OSError:
+            pass
+        time.sleep(0.3)
+    process.kill()
+    raise SystemExit(f"server not healthy after 180 s; see {log}")
+
+
+def text_of(tokens: int, salt: int) -> str:
+    """Roughly `tokens` word-piece tokens (MiniLM splits these common words into one piece each)."""
+    words = [WORDS[(i + salt) % len(WORDS)] for i in range(tokens - 2)]
+    words[0] = f"run{salt}"  # a fresh first word: a text the server has not cached
+    return " ".join(words)
+
+
+def measure(page: Any, text: str) -> dict[str, Any]:
+    page.fill("#text", text)
+    page.evaluate(CLICK_PROBE)
+    page.click("#run")
+    page.wait_for_function("() => ['ready', 'error'].includes(document.body.dataset.state)", timeout=120_000)
+    if page.evaluate("document.body.dataset.state") != "ready":
+        raise SystemExit(f"page error: {page.locator('[role=alert]').text_content()}")
+    t = page.evaluate(READ_TIMINGS)
+    return {
+        "total_ms": t["ready"] - t["click"],
+        "fetch_ms": t["decoded"] - t["click"],
+        "draw_ms": t["ready"] - t["decoded"],
+        "grid_ms": t["grid"] - t["decoded"],
+        "detail_ms": t["detail"] - t["decoded"],
+        "n": t["n"],
+        "thumbs": t["thumbs"],
+        "transfer": t["transfer"],
+        "raw": t["decoded_bytes"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3, help="runs per size and mode (median printed)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[128, 512], help="target token counts")
+    parser.add_argument("--screenshot", type=Path, help="also save a screenshot of a short sentence here")
+    args = parser.parse_args()
+
+    from playwright.sync_api import sync_playwright
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = Path(tempfile.gettempdir()) / "headscope-bench-browser.log"
+    server = start_server(port, log)
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page.goto(base + "/")
+            rows = []
+            salt = 0
+            for size in args.sizes:
+                measure(page, text_of(size, salt=10_000 + size))  # warm the browser's JIT and caches
+                cold, warm = [], []
+                for _ in range(args.repeats):
+                    salt += 1
+                    text = text_of(size + 8 if size >= 512 else size, salt)  # 512: cut to the model's max
+                    cold.append(measure(page, text))
+                    warm.append(measure(page, text))
+                rows.append((size, cold, warm))
+            if args.screenshot:
+                save_screenshot(browser, base, args.screenshot)
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    report(rows)
+
+
+def save_screenshot(browser: Any, base: str, path: Path) -> None:
+    page = browser.new_page(viewport={"width": 1440, "height": 900}, device_scale_factor=1)
+    page.goto(base + "/?text=The+animal+didn%27t+cross+the+street+because+it+was+too+tired.&layer=4&head=9")
+    page.wait_for_function("() => document.body.dataset.state === 'ready'", timeout=120_000)
+    page.wait_for_selector("#head-detail[data-exact=true]", timeout=30_000)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(path))
+    page.close()
+    print(f"screenshot: {path}")
+
+
+def report(rows: list[tuple[int, list[dict[str, Any]], list[dict[str, Any]]]]) -> None:
+    def med(runs: list[dict[str, Any]], key: str) -> float:
+        return statistics.median(r[key] for r in runs)
+
+    load = os.getloadavg()[0]
+    print(f"\nheadscope page in headless Chromium, all-MiniLM-L6-v2 (6 x 12), load average {load:.1f}")
+    print("time = click on Run -> every thumbnail (72 heads + 6 means) and the detail heatmap drawn\n")
+    header = f"{'tokens':>6} {'mode':>5} {'total':>9} {'fetch':>9} {'draw':>8} {'grid':>8} {'detail':>8} {'goal':>6}"
+    print(header)
+    print("-" * len(header))
+    for size, cold, warm in rows:
+        for mode, runs in (("cold", cold), ("warm", warm)):
+            n = int(med(runs, "n"))
+            goal = GOALS_S.get(size)
+            total = med(runs, "total_ms")
+            verdict = "" if goal is None else ("ok" if total / 1000 < goal else "MISS")
+            print(
+                f"{n:>6} {mode:>5} {total:>7.0f}ms {med(runs, 'fetch_ms'):>7.0f}ms {med(runs, 'draw_ms'):>6.0f}ms "
+                f"{med(runs, 'grid_ms'):>6.0f}ms {med(runs, 'detail_ms'):>6.0f}ms {f'<{goal:g}s':>4} {verdict}"
+            )
+    print("\nbytes downloaded per attention value (compact fetch, gzip, headers included)\n")
+    header = f"{'':>28} {'tokens':>6} {'values':>10} {'bytes':>12} {'bytes/value':>12} {'vs bertviz':>10}"
+    print(header)
+    print("-" * len(header))
+    ref = BERTVIZ_BYTES / BERTVIZ_VALUES
+    print(f"{'bertviz model_view (ref.)':>28} {112:>6} {BERTVIZ_VALUES:>10,} {BERTVIZ_BYTES:>12,.0f} {ref:>12.2f} {'1x':>10}")
+    for size, cold, _ in rows:
+        run = cold[-1]
+        n = run["n"]
+        values = 6 * 12 * n * n
+        per = run["transfer"] / values
+        verdict = "ok" if per <= GOAL_BYTES_PER_VALUE else "MISS"
+        print(
+            f"{'headscope (goal <= 0.3)':>28} {n:>6} {values:>10,} {run['transfer']:>12,} {per:>12.3f} "
+            f"{ref / per:>9.0f}x {verdict}"
+        )
+    print(f"\n(uncompressed HSA1 at 512 tokens: {rows[-1][1][-1]['raw']:,} bytes; gzip does the rest)")
+
+
+if __name__ == "__main__":
+    main()
