@@ -63,8 +63,8 @@ CLICK_PROBE = """() => {
 }"""
 READ_TIMINGS = """() => {
   const mark = (name) => performance.getEntriesByName(name).at(-1)?.startTime ?? null;
-  const fetches = performance.getEntriesByType('resource').filter((e) => e.name.includes('/attention/compact'));
-  const f = fetches.at(-1);
+  const f = performance.getEntriesByType('resource')
+    .filter((e) => e.name.includes('/attention/compact')).at(-1);
   const gd = document.querySelector('#head-detail');
   return {
     click: window.__clickAt, run: mark('headscope-run'), decoded: mark('headscope-decoded'),
@@ -130,7 +130,9 @@ def measure(page: Any, text: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeats", type=int, default=3, help="runs per size and mode (median printed)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[128, 512], help="target token counts")
     parser.add_argument("--screenshot", type=Path, help="also save a screenshot of a short sentence here")
@@ -185,7 +187,9 @@ def report(rows: list[tuple[int, list[dict[str, Any]], list[dict[str, Any]]]]) -
     load = os.getloadavg()[0]
     print(f"\nheadscope page in headless Chromium, all-MiniLM-L6-v2 (6 x 12), load average {load:.1f}")
     print("time = click on Run -> every thumbnail (72 heads + 6 means) and the detail heatmap drawn\n")
-    header = f"{'tokens':>6} {'mode':>5} {'total':>9} {'fetch':>9} {'draw':>8} {'grid':>8} {'detail':>8} {'goal':>6}"
+    columns = [("tokens", 6), ("mode", 5), ("total", 9), ("fetch", 9)]
+    columns += [("draw", 8), ("grid", 8), ("detail", 8)]
+    header = " ".join(f"{name:>{width}}" for name, width in columns) + f" {'goal':>6}"
     print(header)
     print("-" * len(header))
     for size, cold, warm in rows:
@@ -194,17 +198,19 @@ def report(rows: list[tuple[int, list[dict[str, Any]], list[dict[str, Any]]]]) -
             goal = GOALS_S.get(size)
             total = med(runs, "total_ms")
             verdict = "" if goal is None else ("ok" if total / 1000 < goal else "MISS")
-            print(
-                f"{n:>6} {mode:>5} {total:>7.0f}ms {med(runs, 'fetch_ms'):>7.0f}ms {med(runs, 'draw_ms'):>6.0f}ms "
-                f"{med(runs, 'grid_ms'):>6.0f}ms {med(runs, 'detail_ms'):>6.0f}ms {f'<{goal:g}s':>4} {verdict}"
-            )
+            parts = [f"{n:>6}", f"{mode:>5}", f"{total:>7.0f}ms"]
+            parts += [f"{med(runs, key):>{w}.0f}ms" for key, w in (("fetch_ms", 7), ("draw_ms", 6))]
+            parts += [f"{med(runs, key):>6.0f}ms" for key in ("grid_ms", "detail_ms")]
+            goal_text = "" if goal is None else f"<{goal:g}s"
+            print(" ".join(parts), f"{goal_text:>6}", verdict)
     print("\nbytes downloaded per attention value (compact fetch, gzip, headers included)\n")
     header = f"{'':>28} {'tokens':>6} {'values':>10} {'bytes':>12} {'bytes/value':>12} {'vs bertviz':>10}"
     print(header)
     print("-" * len(header))
     ref = BERTVIZ_BYTES / BERTVIZ_VALUES
-    print(f"{'bertviz model_view (ref.)':>28} {112:>6} {BERTVIZ_VALUES:>10,} {BERTVIZ_BYTES:>12,.0f} {ref:>12.2f} {'1x':>10}")
-    for size, cold, _ in rows:
+    name = "bertviz model_view (ref.)"
+    print(f"{name:>28} {112:>6} {BERTVIZ_VALUES:>10,} {BERTVIZ_BYTES:>12,.0f} {ref:>12.2f} {'1x':>10}")
+    for _, cold, _ in rows:
         run = cold[-1]
         n = run["n"]
         values = 6 * 12 * n * n
@@ -214,7 +220,8 @@ def report(rows: list[tuple[int, list[dict[str, Any]], list[dict[str, Any]]]]) -
             f"{'headscope (goal <= 0.3)':>28} {n:>6} {values:>10,} {run['transfer']:>12,} {per:>12.3f} "
             f"{ref / per:>9.0f}x {verdict}"
         )
-    print(f"\n(uncompressed HSA1 at 512 tokens: {rows[-1][1][-1]['raw']:,} bytes; gzip does the rest)")
+    last = rows[-1][1][-1]
+    print(f"\n(uncompressed HSA1 at {last['n']} tokens: {last['raw']:,} bytes; gzip does the rest)")
 
 
 if __name__ == "__main__":
