@@ -282,3 +282,27 @@ def test_exports_png_svg_and_json(session: Any, tmp_path: Path) -> None:
     assert saved["svg"].read_text()[:200].lstrip().startswith("<svg")
     body = json.loads(saved["json"].read_text())
     assert body["n"] == n and len(body["attention"][0][0]) == n
+
+
+def test_512_tokens_scroll_thin_labels_and_zoom_brings_them_back(session: Any) -> None:
+    page = session.open()
+    text = " ".join(["the quick brown fox jumps over the lazy dog near the river bank"] * 60)
+    session.run(text)
+    assert page.evaluate("document.querySelector('#head-detail').dataset.n") == "512"
+    assert "truncated to 512 tokens" in page.locator("#detail-caption").text_content()
+    assert page.locator("#grid .thumb[data-drawn=true]").count() == 6 * 13
+    # The detail is larger than its panel, which scrolls; the labels are thinned, not overlapping.
+    scroll = page.evaluate(
+        "(() => { const s = document.querySelector('#detail-scroll');"
+        " return [s.scrollHeight, s.clientHeight]; })()"
+    )
+    assert scroll[0] > scroll[1]
+    figure = page.evaluate(FIGURE_JS)
+    assert len(figure["z"]) == 512 and 8 <= len(figure["tickvals"]) <= 48
+    # Zoomed in on 20 tokens, every one of them is labelled again.
+    page.evaluate(
+        "() => Plotly.relayout(document.querySelector('#head-detail'),"
+        " {'xaxis.range': [-0.5, 19.5], 'yaxis.range': [19.5, -0.5]})"
+    )
+    page.wait_for_function("() => document.querySelector('#head-detail').layout.xaxis.tickvals.length === 20")
+    assert page.evaluate(FIGURE_JS)["tickvals"] == list(range(20))
