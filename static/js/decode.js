@@ -107,11 +107,6 @@ export class Attention {
     return out;
   }
 
-  /** Matrix for a selection: head is an index or "mean". */
-  matrix(layer, head) {
-    return head === "mean" ? this.meanInto(layer) : this.headInto(layer, head);
-  }
-
   /** Index of the first token of the second segment, or -1 for a single sentence. */
   get boundary() {
     return this.segments.indexOf(1);

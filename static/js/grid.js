@@ -4,7 +4,7 @@
 
 import { el } from "./dom.js";
 import { LUT, MASK_BG, MASK_FG } from "./colors.js";
-import { AGGREGATES } from "./aggregates.js";
+import { AGGREGATES, isAggregate } from "./aggregates.js";
 
 const THUMB_PX = 64; // canvas backing size; CSS scales it, pixelated
 const SLICE_MS = 12; // budget per background slice, well under a frame
@@ -59,7 +59,7 @@ export class Grid {
       const thumb = event.target.closest(".thumb");
       if (!thumb || !this.container.contains(thumb)) return;
       const layer = Number(thumb.dataset.layer);
-      const head = thumb.dataset.head === "mean" ? "mean" : Number(thumb.dataset.head);
+      const head = isAggregate(thumb.dataset.head) ? thumb.dataset.head : Number(thumb.dataset.head);
       this.onSelect(layer, head);
     });
   }
@@ -111,7 +111,7 @@ export class Grid {
       const layer = Number(thumb.dataset.layer);
       const key = thumb.dataset.head;
       const matrix =
-        key in AGGREGATES
+        isAggregate(key)
           ? AGGREGATES[key].compute(attention, layer, scratch)
           : attention.headInto(layer, Number(key), scratch);
       const canvas = thumb.firstElementChild;

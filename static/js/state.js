@@ -1,6 +1,8 @@
 // The view state lives in the URL query string so a reload or a shared link restores the same view.
 // history.replaceState keeps the back button for real navigation instead of every click.
 
+import { isAggregate } from "./aggregates.js";
+
 const VIEWS = ["heatmap", "tokens"];
 
 export const DEFAULT_STATE = Object.freeze({
@@ -27,7 +29,7 @@ export function readState(search = window.location.search) {
     pair: params.get("pair") ?? DEFAULT_STATE.pair,
     model: params.get("model") ?? DEFAULT_STATE.model,
     layer: parseIndex(params.get("layer"), DEFAULT_STATE.layer),
-    head: head === "mean" ? "mean" : parseIndex(head, DEFAULT_STATE.head),
+    head: isAggregate(head) ? head : parseIndex(head, DEFAULT_STATE.head),
     view: VIEWS.includes(view) ? view : DEFAULT_STATE.view,
   };
 }
