@@ -296,36 +296,44 @@ class Batcher:
         self._lock = threading.Lock()
 
     def submit(self, text: str, pair: str | None) -> Future[Computed]:
-        if not self._threads:
-            with self._lock:
-                if not self._threads:
-                    self._threads = [
-                        threading.Thread(target=self._loop, name=f"headscope-{self._name}-{i}", daemon=True)
-                        for i in range(self._workers)
-                    ]
-                    for thread in self._threads:
-                        thread.start()
         job = Job(text, pair)
-        self._queue.put(job)
+        with self._lock:
+            if not self._threads:  # first use, or first use after close(): a fresh set of workers
+                self._queue = queue.SimpleQueue()
+                self._threads = [
+                    threading.Thread(
+                        target=self._loop,
+                        args=(self._queue,),
+                        name=f"headscope-{self._name}-{i}",
+                        daemon=True,
+                    )
+                    for i in range(self._workers)
+                ]
+                for thread in self._threads:
+                    thread.start()
+            self._queue.put(job)
         return job.future
 
     def close(self) -> None:
-        for _ in self._threads:
-            self._queue.put(None)
+        """Workers finish what is queued, then exit; a later submit() starts new ones on a new queue."""
+        with self._lock:
+            for _ in self._threads:
+                self._queue.put(None)
+            self._threads = []
 
-    def _loop(self) -> None:
+    def _loop(self, jobs_queue: queue.SimpleQueue[Job | None]) -> None:
         while True:
-            first = self._queue.get()
+            first = jobs_queue.get()
             if first is None:
                 return
             jobs = [first]
             while len(jobs) < self._max_batch:
                 try:
-                    job = self._queue.get_nowait()
+                    job = jobs_queue.get_nowait()
                 except queue.Empty:
                     break
                 if job is None:  # closing: finish this batch, then let a thread see the sentinel
-                    self._queue.put(None)
+                    jobs_queue.put(None)
                     break
                 jobs.append(job)
             # Cancelled futures (never, with the service's shield) are dropped before any work.

@@ -35,8 +35,10 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=64 * 1024, ge=1024)  # larger request bodies get 413
     cors_origins: list[str] = Field(default_factory=list)  # empty: CORS closed
     log_level: str = "info"
-    threads: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)  # torch intra-op threads
     max_concurrency: int = Field(default=2, ge=1)  # forwards in flight per model (worker threads)
+    # torch intra-op threads; default: the cores shared among the concurrent forwards, so 2 workers on 2
+    # cores get 1 thread each (benchmarks/load.py: 1 thread 48 req/s, 2 threads 33 req/s on 2 cores).
+    threads: int = Field(default_factory=lambda data: _default_threads(data["max_concurrency"]), ge=1)
     max_batch: int = Field(default=8, ge=1)  # requests waiting together run as one padded forward
     random_model: bool = True  # register "random": our layers with untrained weights
 
@@ -47,6 +49,10 @@ class Settings(BaseSettings):
         if level not in {"CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"}:
             raise ValueError(f"log_level {value!r} is not one of critical, error, warning, info, debug")
         return level
+
+
+def _default_threads(max_concurrency: int) -> int:
+    return max(1, (os.cpu_count() or 1) // max_concurrency)
 
 
 @lru_cache

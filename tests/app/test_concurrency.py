@@ -109,6 +109,8 @@ def test_batcher_runs_waiting_jobs_together() -> None:
     gate.set()
     assert [f.result(5) for f in futures] == [f"T{i}" for i in range(6)]
     assert batches == [["t0"], ["t1", "t2", "t3"], ["t4", "t5"]]
+    batcher.close()  # as the lifespan does at shutdown; a later submit (a restarted app) gets new workers
+    assert batcher.submit("again", None).result(5) == "AGAIN"
     batcher.close()
 
 
@@ -121,3 +123,11 @@ def test_a_bad_input_does_not_fail_its_batch_mates(client: TestClient) -> None:
     with ThreadPoolExecutor(max_workers=12) as pool:
         statuses = list(pool.map(ask, texts))
     assert statuses == [422 if i % 4 == 0 else 200 for i in range(24)]
+
+
+def test_the_app_answers_after_a_lifespan_restart(make_settings) -> None:  # type: ignore[no-untyped-def]
+    app = create_app(make_settings())
+    for round_ in range(2):  # shutdown closes the workers; the next startup must get new ones
+        with TestClient(app) as client:
+            r = client.post("/api/attention/compact", json={"text": f"restart round {round_}"}, timeout=30)
+            assert r.status_code == 200
