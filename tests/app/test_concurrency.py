@@ -129,5 +129,5 @@ def test_the_app_answers_after_a_lifespan_restart(make_settings) -> None:  # typ
     app = create_app(make_settings())
     for round_ in range(2):  # shutdown closes the workers; the next startup must get new ones
         with TestClient(app) as client:
-            r = client.post("/api/attention/compact", json={"text": f"restart round {round_}"}, timeout=30)
+            r = client.post("/api/attention/compact", json={"text": f"restart round {round_}"})
             assert r.status_code == 200
