@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mha._memory import empty_buffer
 from mha.multihead import MultiHeadAttention
 
 __all__ = ["ACTIVATIONS", "ARCHITECTURES", "Transformer", "TransformerConfig", "TransformerOutput"]
@@ -198,7 +199,7 @@ class Transformer(nn.Module):
         buffer = None
         if need_weights and not torch.is_grad_enabled():
             # Every layer's softmax writes straight into its slice: no stack copy at the end.
-            buffer = x.new_empty(cfg.num_layers, batch, cfg.num_heads, length, length)
+            buffer = empty_buffer(cfg.num_layers, batch, cfg.num_heads, length, length, like=x)
         layer_weights: list[torch.Tensor] = []
         for i, layer in enumerate(self.layers):
             x, weights = layer(

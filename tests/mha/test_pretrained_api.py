@@ -167,3 +167,14 @@ def test_config_validation() -> None:
         TransformerConfig(activation="swish")
     with pytest.raises(ValueError, match=r"num_layers \(0\) must be positive"):
         TransformerConfig(num_layers=0)
+
+
+def test_large_buffers_are_ordinary_tensors() -> None:
+    from mha._memory import empty_buffer
+
+    like = torch.zeros(1, dtype=torch.float64)
+    big = empty_buffer(3, 1024, 1024, like=like)  # 24 MiB: takes the huge-page advice path
+    assert big.shape == (3, 1024, 1024) and big.dtype == torch.float64 and big.is_contiguous()
+    big.fill_(2.0)
+    assert big.sum().item() == 2.0 * 3 * 1024 * 1024
+    assert empty_buffer(2, 2, like=like).shape == (2, 2)
