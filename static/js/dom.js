@@ -13,6 +13,7 @@ export const SELECTORS = Object.freeze({
   grid: "#grid",
   detailTitle: "#detail-title",
   detailCaption: "#detail-caption",
+  exact: "#exact",
   detailScroll: "#detail-scroll",
   headDetail: "#head-detail",
   tokenView: "#token-view",

@@ -201,6 +201,11 @@ export async function renderHeatmap(gd, spec) {
   // The scrolling panel's width is the room the figure may take before it scrolls.
   const widthPx = gd.parentElement?.clientWidth || 900;
   const { data, layout, size } = buildFigure({ ...spec, widthPx });
+  // Keep a person's zoom when only the head changes (same tokens), so heads compare region by region.
+  if (spec.keepZoom && gd.layout && gd._headscopeTokens?.length === spec.tokens.length) {
+    layout.xaxis.range = [...gd.layout.xaxis.range];
+    layout.yaxis.range = [...gd.layout.yaxis.range];
+  }
   const config = {
     displaylogo: false,
     responsive: false,
@@ -211,34 +216,42 @@ export async function renderHeatmap(gd, spec) {
   await window.Plotly.react(gd, data, layout, config);
   gd.dataset.n = String(spec.tokens.length);
   gd.dataset.exact = spec.exact ? "true" : "false";
-  bindTickThinning(gd, spec.tokens, size);
+  await bindTickThinning(gd, spec.tokens, size);
   return gd;
 }
 
-// When a person zooms, more labels fit: recompute the ticks for the visible range.
+// When a person zooms, more labels fit: ticks follow the visible range. Also run after each redraw,
+// because Plotly.react keeps a zoom (same uirevision) but would take the full view's ticks.
+function updateTicks(gd) {
+  const tokens = gd._headscopeTokens;
+  const update = {};
+  for (const name of ["xaxis", "yaxis"]) {
+    const [a, b] = gd.layout[name].range;
+    const lo = Math.max(0, Math.ceil(Math.min(a, b)));
+    const hi = Math.min(tokens.length - 1, Math.floor(Math.max(a, b)));
+    const ticks = thinTicks(lo, hi, gd._headscopeSize / Math.max(Math.abs(b - a), 1));
+    update[`${name}.tickvals`] = ticks;
+    update[`${name}.ticktext`] = ticks.map((i) => plotlyText(shorten(tokens[i])));
+  }
+  const same =
+    JSON.stringify(update["xaxis.tickvals"]) === JSON.stringify(gd.layout.xaxis.tickvals) &&
+    JSON.stringify(update["yaxis.tickvals"]) === JSON.stringify(gd.layout.yaxis.tickvals);
+  return same ? Promise.resolve(gd) : window.Plotly.relayout(gd, update);
+}
+
 function bindTickThinning(gd, tokens, size) {
   gd._headscopeTokens = tokens;
   gd._headscopeSize = size;
-  if (gd._headscopeThinning) return;
-  gd._headscopeThinning = true;
-  gd.on("plotly_relayout", (event) => {
-    const keys = Object.keys(event ?? {});
-    if (!keys.some((k) => k.startsWith("xaxis.range") || k.startsWith("yaxis.range") || k.endsWith("autorange"))) {
-      return;
-    }
-    const tokens = gd._headscopeTokens;
-    const update = {};
-    for (const name of ["xaxis", "yaxis"]) {
-      const [a, b] = gd.layout[name].range;
-      const lo = Math.max(0, Math.ceil(Math.min(a, b)));
-      const hi = Math.min(tokens.length - 1, Math.floor(Math.max(a, b)));
-      const ticks = thinTicks(lo, hi, gd._headscopeSize / Math.max(Math.abs(b - a), 1));
-      update[`${name}.tickvals`] = ticks;
-      update[`${name}.ticktext`] = ticks.map((i) => plotlyText(shorten(tokens[i])));
-    }
-    const same = JSON.stringify(update["xaxis.tickvals"]) === JSON.stringify(gd.layout.xaxis.tickvals);
-    if (!same) window.Plotly.relayout(gd, update);
-  });
+  if (!gd._headscopeThinning) {
+    gd._headscopeThinning = true;
+    gd.on("plotly_relayout", (event) => {
+      const keys = Object.keys(event ?? {});
+      if (keys.some((k) => k.startsWith("xaxis.range") || k.startsWith("yaxis.range") || k.endsWith("autorange"))) {
+        updateTicks(gd);
+      }
+    });
+  }
+  return updateTicks(gd);
 }
 
 /** Download the current figure as PNG or SVG at its drawn size. */

@@ -11,6 +11,8 @@ import { renderTokenView } from "./tokens.js";
 import { readState, writeState } from "./state.js";
 
 const EXACT_DELAY_MS = 350; // wait for arrow-key bursts to settle before asking for exact values
+// Exact values come as JSON (~20 bytes a value): fetched by themselves up to this n, on request above it.
+const AUTO_EXACT_MAX_N = 160;
 
 const page = {
   state: readState(),
@@ -122,7 +124,7 @@ async function run() {
     // Marks for benchmarks/browser.py: where the time between click and "ready" goes.
     const gridDone = grid.render(attention).then((done) => (performance.mark("headscope-grid"), done));
     grid.select(page.state.layer, page.state.head);
-    const detailDone = drawDetail().then(() => performance.mark("headscope-detail"));
+    const detailDone = drawDetail({ keepZoom: false }).then(() => performance.mark("headscope-detail"));
     const [complete] = await Promise.all([gridDone, detailDone]);
     if (runId !== page.runId || !complete) return;
     setBusy("");
@@ -153,7 +155,7 @@ function rowMajor(values, n) {
   return flat;
 }
 
-async function drawDetail() {
+async function drawDetail({ keepZoom = true } = {}) {
   const attention = page.attention;
   if (!attention) return;
   const { layer, head, view } = page.state;
@@ -163,7 +165,9 @@ async function drawDetail() {
   const notes = [
     exact
       ? "Exact float32 values."
-      : `8-bit values (within ±${attention.maxAbsError.toFixed(4)})${isAggregate(head) ? "" : "; exact values on the way"}.`,
+      : `8-bit values (within ±${attention.maxAbsError.toFixed(4)})${
+          isAggregate(head) || attention.n > AUTO_EXACT_MAX_N ? "" : "; exact values on the way"
+        }.`,
   ];
   if (attention.truncated) notes.push(`Input truncated to ${attention.n} tokens (the model's maximum).`);
   if (attention.causal) notes.push("Hatched cells are masked: a causal model cannot look ahead.");
@@ -186,17 +190,20 @@ async function drawDetail() {
     exact,
     title: `${modelName} · ${selectionLabel(layer, head)}`,
     filename: exportName(),
+    keepZoom, // a new run starts unzoomed; another head of the same run keeps the zoomed region
   };
   if (heatmapVisible) {
     await renderHeatmap($("headDetail"), spec);
   } else {
     renderTokenView($("tokenView"), { ...spec, values: rowMajor(values, attention.n) });
   }
-  if (!exact && !isAggregate(head)) scheduleExact(layer, head);
+  const wantsExact = !exact && !isAggregate(head);
+  $("exact").hidden = !(wantsExact && attention.n > AUTO_EXACT_MAX_N);
+  if (wantsExact && attention.n <= AUTO_EXACT_MAX_N) scheduleExact(layer, head);
 }
 
 // Full precision for the head a person settled on (POST /api/attention/head), then redraw.
-function scheduleExact(layer, head) {
+function scheduleExact(layer, head, delay = EXACT_DELAY_MS) {
   clearTimeout(page.exactTimer);
   const runId = page.runId;
   const query = page.query;
@@ -210,7 +217,7 @@ function scheduleExact(layer, head) {
       // The quantized view stays usable; say why exact values are missing.
       if (runId === page.runId) $("detailCaption").textContent += ` Exact values unavailable: ${error.message}`;
     }
-  }, EXACT_DELAY_MS);
+  }, delay);
 }
 
 function select(layer, head) {
@@ -315,6 +322,11 @@ async function init() {
   $("exportPng").addEventListener("click", () => exportAs("png"));
   $("exportSvg").addEventListener("click", () => exportAs("svg"));
   $("exportJson").addEventListener("click", () => exportAs("json"));
+  $("exact").addEventListener("click", () => {
+    $("exact").hidden = true;
+    $("detailCaption").textContent = "Loading exact values…";
+    scheduleExact(page.state.layer, page.state.head, 0);
+  });
   document.addEventListener("keydown", onArrow);
   for (const tab of $all("tabs")) tab.setAttribute("aria-selected", String(tab.dataset.view === s.view));
 

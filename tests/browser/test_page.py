@@ -306,3 +306,10 @@ def test_512_tokens_scroll_thin_labels_and_zoom_brings_them_back(session: Any) -
     )
     page.wait_for_function("() => document.querySelector('#head-detail').layout.xaxis.tickvals.length === 20")
     assert page.evaluate(FIGURE_JS)["tickvals"] == list(range(20))
+    # Above AUTO_EXACT_MAX_N the exact head (JSON, ~5 MB here) is fetched only when asked for.
+    assert page.evaluate("document.querySelector('#head-detail').dataset.exact") == "false"
+    page.click("#exact")
+    page.wait_for_selector("#head-detail[data-exact=true]")
+    assert not page.locator("#exact").is_visible()
+    # The redraw with exact values kept the zoom and its labels.
+    assert page.evaluate(FIGURE_JS)["tickvals"] == list(range(20))
