@@ -256,3 +256,35 @@ def test_sdpa_function_scale_and_shapes() -> None:
     assert weights is not None
     torch.testing.assert_close(weights, expected, **TOL)
     torch.testing.assert_close(out, expected @ v, **TOL)
+
+
+@pytest.mark.parametrize("masking", ["none", "causal", "mask", "valid_lens"])
+def test_single_sequence_inference_path_matches_torch(masking: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """B = 1 under no_grad takes the copy-free path `attend` uses: it must give the same numbers."""
+    taken: list[bool] = []
+    fast = MultiHeadAttention._single_self_attention
+    monkeypatch.setattr(
+        MultiHeadAttention, "_single_self_attention", lambda self, *a: taken.append(True) or fast(self, *a)
+    )
+    ours, ref = pair_of_modules(64, 8)
+    x = torch.randn(1, 9, 64, dtype=torch.float64)
+    keep = _keep(9, 9, seed=5)
+    kwargs: dict[str, object] = {
+        "none": {},
+        "causal": {"causal": True},
+        "mask": {"mask": keep},
+        "valid_lens": {"valid_lens": torch.tensor([6])},
+    }[masking]
+    disallow = {
+        "none": None,
+        "causal": ~torch.ones(9, 9, dtype=torch.bool).tril(),
+        "mask": ~keep,
+        "valid_lens": (torch.arange(9) >= 6).expand(9, 9),
+    }[masking]
+    with torch.no_grad():
+        out, weights = ours(x, **kwargs)  # type: ignore[arg-type]
+        expected_out, expected_weights = reference(ref, x, x, x, attn_mask=disallow)
+    assert taken == [True], "the single-sequence path was not taken"
+    assert weights is not None and weights.shape == (1, 8, 9, 9)
+    torch.testing.assert_close(weights, expected_weights, **TOL)
+    torch.testing.assert_close(out, expected_out, **TOL)
