@@ -147,6 +147,31 @@ async def run_phase(
         phase.seconds = time.perf_counter() - started
 
 
+def gzip_table() -> None:
+    """Level vs time vs bytes per value of the compact form, in-process: why app/compact.py uses its level."""
+    import zlib
+
+    import mha
+    from app import compact
+
+    model = mha.load_pretrained(device="cpu")
+    rng = random.Random(2)
+    print(f"\ngzip level for the compact form (default model; app uses level {compact.GZIP_LEVEL})")
+    print(f"{'tokens':>6} {'scheme':<14} " + " ".join(f"{f'L{lvl} B/val  ms':>15}" for lvl in (1, 3, 6, 9)))
+    for sentences in (1, 4, 16):
+        text = " ".join(sentence(rng, i) for i in range(sentences))
+        attentions = model.attend(text).attentions
+        values = attentions.numel()
+        for scheme in compact.SCHEMES:
+            raw = compact.encode({"n": attentions.shape[-1]}, attentions, scheme=scheme)
+            cells = []
+            for level in (1, 3, 6, 9):
+                started = time.perf_counter()
+                size = len(zlib.compress(raw, level))
+                cells.append(f"{size / values:>6.3f} {1000 * (time.perf_counter() - started):>7.1f}")
+            print(f"{attentions.shape[-1]:>6} {scheme:<14} " + " ".join(f"{c:>15}" for c in cells))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=16)
@@ -154,7 +179,10 @@ def main() -> None:
     parser.add_argument("--route", choices=sorted(ROUTES), default="compact")
     parser.add_argument("--threads", type=int, default=None, help="HEADSCOPE_THREADS for the server")
     parser.add_argument("--max-concurrency", type=int, default=None, help="HEADSCOPE_MAX_CONCURRENCY")
+    parser.add_argument("--no-gzip-table", action="store_true", help="skip the gzip level table")
     args = parser.parse_args()
+    if not args.no_gzip_table:
+        gzip_table()
 
     port = free_port()
     env = dict(os.environ, HEADSCOPE_DEVICE="cpu", HEADSCOPE_LOG_LEVEL="warning")

@@ -145,3 +145,16 @@ def test_a_model_directory_is_not_a_model_name(zoo_client: TestClient, zoo: Path
     r = zoo_client.post("/api/attention", json={"text": TEXT, "model": str(zoo / "roberta-tiny")})
     assert r.status_code == 404
     assert "roberta-tiny" in r.json()["detail"]  # listed as a known name
+
+
+def test_a_broken_default_model_leaves_the_service_up(make_settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "config.json").write_text('{"model_type": "bert"}')  # no weights, no tokenizer
+    app = create_app(make_settings(models={"bad": tmp_path}, default_model="bad"))
+    with TestClient(app) as client:
+        health = client.get("/api/health")
+        assert health.status_code == 503 and health.json()["status"] == "unavailable"
+        entry = next(m for m in client.get("/api/models").json()["models"] if m["name"] == "bad")
+        assert entry["loaded"] is False and entry["error"]
+        assert client.post("/api/attention", json={"text": TEXT}).status_code == 503
+        ok = client.post("/api/attention", json={"text": TEXT, "model": "all-MiniLM-L6-v2"})
+        assert ok.status_code == 200
