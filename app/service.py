@@ -90,6 +90,9 @@ class AttentionService:
             for name in self.registry.names
         }
         self._inflight: dict[Hashable, Future[Computed]] = {}
+        # The JSON of a 512-token answer is ~200 MB of text built from ~19 M Python floats: bound how many
+        # encodings run at once so a burst of long requests cannot exhaust memory.
+        self._encode_slots = threading.BoundedSemaphore(settings.max_concurrency)
         self._inflight_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -180,7 +183,7 @@ class AttentionService:
         if hit is not None:
             return hit  # type: ignore[no-any-return]
         computed = await self._computed(name, request.text, request.text_pair)
-        body = await to_thread.run_sync(encode, computed)  # quantize + gzip or JSON: CPU work, off the loop
+        body = await to_thread.run_sync(self._bounded, encode, computed)  # CPU work, off the loop
         self.cache.put(key, body, size=len(body))
         return body
 
@@ -197,6 +200,10 @@ class AttentionService:
                 future.add_done_callback(lambda _f: self._forget(key))
         # shield: one client going away must not cancel the answer others with the same text await.
         return await asyncio.shield(asyncio.wrap_future(future))
+
+    def _bounded(self, encode: Callable[[Computed], bytes], computed: Computed) -> bytes:
+        with self._encode_slots:
+            return encode(computed)
 
     def _forget(self, key: Hashable) -> None:
         with self._inflight_lock:
