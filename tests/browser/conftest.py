@@ -36,38 +36,10 @@ TINY_GPT2 = "tiny-gpt2"
 SERVER_START_S = 180  # loading the default model on a busy shared machine can take a while
 
 
-def build_tiny_gpt2(directory: Path) -> Path:
-    """A 2-layer, 4-head random GPT-2 with a byte-level BPE trained in milliseconds, saved offline."""
-    from tokenizers import ByteLevelBPETokenizer
-    from transformers import GPT2Config, GPT2Model, GPT2TokenizerFast
-
-    corpus = [
-        "The cat sat on the mat because it was tired.",
-        "A dog ran in the park and the cat watched it.",
-        "Attention heads look at tokens; some look back at the start.",
-    ] * 20
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(corpus, vocab_size=400, min_frequency=1, special_tokens=["<|endoftext|>"])
-    tokenizer = GPT2TokenizerFast(
-        tokenizer_object=bpe._tokenizer,
-        bos_token="<|endoftext|>",
-        eos_token="<|endoftext|>",
-        unk_token="<|endoftext|>",
-    )
-    tokenizer.save_pretrained(directory)
-    config = GPT2Config(vocab_size=len(tokenizer), n_positions=128, n_embd=32, n_layer=2, n_head=4)
-    GPT2Model(config).save_pretrained(directory)
-    return directory
-
-
 @pytest.fixture(scope="session")
-def tiny_gpt2_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # Prefer the shared checkpoints of tests/conftest.py when that fixture exists.
-    try:
-        checkpoints: dict[str, Path] = request.getfixturevalue("tiny_checkpoints")
-        return Path(checkpoints["gpt2"])
-    except pytest.FixtureLookupError:
-        return build_tiny_gpt2(tmp_path_factory.mktemp("tiny-gpt2"))
+def tiny_gpt2_dir(tiny_checkpoints: dict[str, Path]) -> Path:
+    """The tiny random GPT-2 of tests/conftest.py: the causal case."""
+    return Path(tiny_checkpoints["gpt2"])
 
 
 def _free_port() -> int:
