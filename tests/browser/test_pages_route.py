@@ -1,0 +1,87 @@
+"""app/routes/pages.py without a browser: the rendered page and the locally served plotly.js."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections.abc import Iterator
+from html.parser import HTMLParser
+
+import plotly
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.routes.pages import PLOTLY_JS
+from app.settings import Settings
+
+
+class Scripts(HTMLParser):
+    """Every <script>: its attributes and its text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[tuple[dict[str, str | None], str]] = []
+        self._inside: dict[str, str | None] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "script":
+            self._inside = dict(attrs)
+            self.found.append((self._inside, ""))
+        elif any(name.startswith("on") for name, _ in attrs):
+            raise AssertionError(f"inline event handler on <{tag}>: {attrs}")
+
+    def handle_data(self, data: str) -> None:
+        if self._inside is not None:
+            attrs, text = self.found[-1]
+            self.found[-1] = (attrs, text + data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "script":
+            self._inside = None
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    settings = Settings(device="cpu", threads=1, log_level="warning", models={})  # type: ignore[call-arg]
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+def test_page_carries_server_state_as_json_and_no_inline_script(client: TestClient) -> None:
+    response = client.get("/")
+    assert response.status_code == 200
+    assert "script-src 'self'" in response.headers["content-security-policy"]
+    parser = Scripts()
+    parser.feed(response.text)
+    data_blocks = [text for attrs, text in parser.found if attrs.get("type") == "application/json"]
+    code = [attrs for attrs, _ in parser.found if attrs.get("type") != "application/json"]
+    # Scripts are files from our own server; the only inline <script> is the JSON data block.
+    assert all(attrs.get("src", "").startswith("/static/") for attrs in code), code
+    assert [a.get("id") for a, t in parser.found if a.get("type") == "application/json"] == ["initial-state"]
+    state = json.loads(data_blocks[0])
+    models = client.get("/api/models").json()
+    assert state["default"] == models["default"] == "all-MiniLM-L6-v2"
+    assert [m["name"] for m in state["models"]] == [m["name"] for m in models["models"]]
+    assert state["limits"]["max_chars"] > 0 and state["limits"]["max_tokens"] > 0
+    max_chars = state["limits"]["max_chars"]
+    assert re.search(rf'<textarea id="text"[^>]*maxlength="{max_chars}"', response.text)
+
+
+def test_plotly_is_served_locally_gzipped_and_cached(client: TestClient) -> None:
+    page = client.get("/").text
+    url = re.search(r'src="(/static/vendor/plotly\.min\.js\?v=[^"]+)"', page)
+    assert url is not None and url.group(1).endswith(plotly.__version__)
+    response = client.get(url.group(1), headers={"Accept-Encoding": "gzip"})
+    assert response.status_code == 200
+    assert response.headers["content-encoding"] == "gzip"
+    assert response.headers["content-type"].startswith("text/javascript")
+    assert "immutable" in response.headers["cache-control"]
+    assert response.content == PLOTLY_JS.read_bytes()  # httpx undid the gzip: the package's own file
+    revalidate = {"Accept-Encoding": "gzip", "If-None-Match": response.headers["etag"]}
+    again = client.get(url.group(1), headers=revalidate)
+    assert again.status_code == 304
+    plain = client.get(url.group(1), headers={"Accept-Encoding": "identity"})
+    assert plain.status_code == 200 and "content-encoding" not in plain.headers
+    assert len(gzip.compress(plain.content, 1)) < len(plain.content)
