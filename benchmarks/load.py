@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -148,7 +149,8 @@ async def run_phase(
 
 
 def gzip_table() -> None:
-    """Level vs time vs bytes per value of the compact form, in-process: why app/compact.py uses its level."""
+    """Deflate settings vs time vs bytes per value of the compact form, in-process: why app/compact.py
+    uses its settings (level N, default strategy, and the app's own `compact.compress`)."""
     import zlib
 
     import mha
@@ -156,8 +158,12 @@ def gzip_table() -> None:
 
     model = mha.load_pretrained(device="cpu")
     rng = random.Random(2)
-    print(f"\ngzip level for the compact form (default model; app uses level {compact.GZIP_LEVEL})")
-    print(f"{'tokens':>6} {'scheme':<14} " + " ".join(f"{f'L{lvl} B/val  ms':>15}" for lvl in (1, 3, 6, 9)))
+    settings: list[tuple[str, Callable[[bytes], bytes]]] = [
+        (f"L{level}", lambda raw, level=level: zlib.compress(raw, level)) for level in (1, 3, 6, 9)
+    ]
+    settings.append(("app", compact.compress))
+    print("\ndeflate settings for the compact form (default model; app = level 6, Z_RLE, gzip container)")
+    print(f"{'tokens':>6} {'scheme':<14} " + " ".join(f"{f'{name} B/val  ms':>15}" for name, _ in settings))
     for sentences in (1, 4, 16):
         text = " ".join(sentence(rng, i) for i in range(sentences))
         attentions = model.attend(text).attentions
@@ -165,9 +171,9 @@ def gzip_table() -> None:
         for scheme in compact.SCHEMES:
             raw = compact.encode({"n": attentions.shape[-1]}, attentions, scheme=scheme)
             cells = []
-            for level in (1, 3, 6, 9):
+            for _, deflate in settings:
                 started = time.perf_counter()
-                size = len(zlib.compress(raw, level))
+                size = len(deflate(raw))
                 cells.append(f"{size / values:>6.3f} {1000 * (time.perf_counter() - started):>7.1f}")
             print(f"{attentions.shape[-1]:>6} {scheme:<14} " + " ".join(f"{c:>15}" for c in cells))
 
