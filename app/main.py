@@ -16,7 +16,7 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import install_handlers
-from app.routes import api, pages
+from app.routes import api, insight, pages
 from app.service import AttentionService
 from app.settings import Settings, get_settings
 
@@ -169,6 +169,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_handlers(app)
 
     app.include_router(api.router)
+    app.include_router(insight.router)
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 

@@ -41,7 +41,16 @@ ModelName = Annotated[
 ]
 
 
-class AttentionRequest(BaseModel):
+WORDS_DESCRIPTION = (
+    "Merge each word's subword pieces first (by the tokenizer's word ids and offsets): attention TO a word "
+    "is the sum over its pieces, FROM a word the mean, so rows still sum to 1; `tokens` are then the words "
+    "as written in the text, and `segments`/`special` follow the words."
+)
+
+
+class InputText(BaseModel):
+    """One input: a text, an optional pair, a model. The fields every attention body shares."""
+
     model_config = ConfigDict(extra="forbid")
 
     text: Text
@@ -51,6 +60,10 @@ class AttentionRequest(BaseModel):
         AfterValidator(lambda v: v if v is None else _not_blank(v)),
     ] = None
     model: ModelName = None
+
+
+class AttentionRequest(InputText):
+    words: bool = Field(default=False, description=WORDS_DESCRIPTION)
 
 
 class HeadRequest(AttentionRequest):
@@ -112,3 +125,110 @@ class HeadResponse(BaseModel):
 
 class ErrorResponse(BaseModel):
     detail: str = Field(examples=["text: text is blank: give at least one non-space character"])
+
+
+# -- insight (issue 6): head statistics, rollout, flow, comparison ------------------------------------
+
+
+class AnalysisResponse(BaseModel):
+    model: str
+    tokens: list[str] = Field(description="Tokens, or words with `words: true`.")
+    n: int
+    layers: int
+    heads: int
+    words: bool
+    stats: dict[str, list[list[float]]] = Field(
+        description="Statistic name -> [layer][head] value (mha.analysis.head_stats; definitions in "
+        "`stat_descriptions`)."
+    )
+    stat_descriptions: dict[str, str] = Field(description="Statistic name -> what it measures, one line.")
+    labels: list[list[str]] = Field(
+        description="[layer][head] role: previous-token, next-token, self, special-sink, first-token-sink, "
+        "punctuation, broad, local or mixed (mha.analysis.head_labels, using `thresholds`)."
+    )
+    thresholds: dict[str, float] = Field(
+        description="pointer: a pointer label needs its statistic above this; broad: entropy_norm at least "
+        "this; local: weight within 2 tokens at least this."
+    )
+    similar: list[list[list[tuple[int, int, float]]]] = Field(
+        description="[layer][head] -> its most similar heads (up to 5) as [layer, head, distance], nearest "
+        "first: Euclidean distance between z-scored statistics (mha.analysis.similar_heads)."
+    )
+
+
+class RolloutResponse(BaseModel):
+    model: str
+    tokens: list[str]
+    n: int
+    layers: int
+    residual: float = Field(description="Weight of the identity mixed into each layer's head-mean.")
+    rollout: list[list[float]] = Field(
+        description="[output token][input token]: R = Ã_L···Ã_1; rows sum to 1; rounded to 6 decimals."
+    )
+    per_layer: list[list[list[float]]] = Field(
+        description="[layer][output][input]: the cumulative rollout R_l after each layer (the last is "
+        "`rollout`); rounded to 6 decimals."
+    )
+
+
+class FlowResponse(BaseModel):
+    model: str
+    tokens: list[str]
+    n: int
+    flow: list[list[float]] = Field(
+        description="[output token][input token]: max-flow through the layered attention graph, each in "
+        "[0, 1] (rows do not sum to 1); rounded to 6 decimals."
+    )
+
+
+class CompareRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    a: InputText
+    b: InputText
+    words: bool = Field(default=False, description=WORDS_DESCRIPTION)
+
+
+class CompareHeadRequest(CompareRequest):
+    layer: Annotated[int, Field(ge=0, description="0-based layer index, below the models' `layers`.")]
+    head: Annotated[int, Field(ge=0, description="0-based head index, below the models' `heads`.")]
+
+
+class CompareSide(BaseModel):
+    model: str
+    tokens: list[str]
+
+
+class CompareResponse(BaseModel):
+    a: CompareSide
+    b: CompareSide
+    pairs: list[tuple[int, int]] = Field(
+        description="Aligned (index in a, index in b), in order: equal tokens (difflib on the tokens as "
+        "spelled, or the words), and a replaced run of equal length position by position."
+    )
+    tokens: list[str] = Field(description="The aligned tokens' labels, taken from a.")
+    layers: int
+    heads: int
+    score: list[list[float]] = Field(
+        description="[layer][head]: mean Jensen-Shannon divergence (nats, 0..ln 2) between aligned rows "
+        "restricted to aligned keys and renormalised; 0 = unchanged."
+    )
+    kept_a: list[list[float]] = Field(
+        description="[layer][head]: mean share of a's row weight on aligned keys."
+    )
+    kept_b: list[list[float]] = Field(
+        description="[layer][head]: mean share of b's row weight on aligned keys."
+    )
+
+
+class CompareHeadResponse(BaseModel):
+    tokens: list[str] = Field(description="The aligned tokens' labels, taken from a.")
+    layer: int
+    head: int
+    a: list[list[float]] = Field(
+        description="[query][key] a's head on the aligned tokens, rows renormalised."
+    )
+    b: list[list[float]] = Field(
+        description="[query][key] b's head on the aligned tokens, rows renormalised."
+    )
+    diff: list[list[float]] = Field(description="a - b.")

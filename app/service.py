@@ -5,6 +5,11 @@ model's `Batcher`: `max_concurrency` worker threads per model, each taking every
 moment (up to `max_batch`) into one padded forward (`model.attend_batch`) under `torch.inference_mode()`.
 The event loop only awaits. Finished answers (the result tensor, the JSON bytes, the gzipped compact bytes)
 are cached by (model, text, pair), and identical requests in flight share one computation.
+
+With `words` the token-level result is merged to words (`mha.analysis`) once and cached under its own key
+in the same LRU; every answer (attention, head, compact, analysis, rollout, flow, compare) is then built
+from that word-level view exactly as from the token-level one. The insight answers (issue 6) are encoded
+off the loop like the attention's and cached as bytes next to it.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -31,8 +36,18 @@ from app import compact
 from app.cache import LRUCache
 from app.errors import InvalidInputError, ServiceError
 from app.registry import Registry, scan_models_dir
-from app.schemas import AttentionRequest, HeadRequest, Health, ModelEntry, ModelList
+from app.schemas import (
+    AttentionRequest,
+    CompareHeadRequest,
+    CompareRequest,
+    HeadRequest,
+    Health,
+    InputText,
+    ModelEntry,
+    ModelList,
+)
 from app.settings import DEFAULT_MODEL, Settings
+from mha import analysis
 
 logger = logging.getLogger(__name__)
 
@@ -42,14 +57,24 @@ BATCH_CHARS = 600
 # The size of the "random" model (our layers, untrained weights), documented in /api/models and README.
 RANDOM_MODEL = "random"
 RANDOM_SIZE = {"layers": 4, "heads": 8, "embed_dim": 256}
+# Rollout mixes this much identity into each layer (Abnar & Zuidema's 0.5); stated in every answer.
+ROLLOUT_RESIDUAL = 0.5
+SIMILAR_HEADS = 5  # "heads like this one" per head in /api/analysis
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class Computed:
-    """What the service keeps of an `mha.AttentionResult`: the header fields and the attention."""
+    """What the service keeps of an `mha.AttentionResult`: the header fields and the attention.
+
+    `word_ids` and `offsets` are the tokenizer's, kept to merge pieces into words; empty for a view that is
+    already word-level."""
 
     header: dict[str, Any]
     attentions: torch.Tensor  # float32 CPU [L, H, n, n]
+    word_ids: tuple[int | None, ...] = ()
+    offsets: tuple[tuple[int, int], ...] = ()
 
 
 def _dtype(name: str) -> torch.dtype | None:
@@ -155,14 +180,8 @@ class AttentionService:
 
     async def head(self, request: HeadRequest) -> dict[str, Any]:
         name = self.registry.resolve(request.model)
-        computed = await self._computed(name, request.text, request.text_pair)
-        layers, heads = computed.header["layers"], computed.header["heads"]
-        if request.layer >= layers:
-            raise InvalidInputError(
-                f"layer {request.layer} is out of range: {name!r} has layers 0..{layers - 1}"
-            )
-        if request.head >= heads:
-            raise InvalidInputError(f"head {request.head} is out of range: {name!r} has heads 0..{heads - 1}")
+        computed = await self._view(name, request.text, request.text_pair, words=request.words)
+        _check_head(name, computed, request.layer, request.head)
         return {
             "model": name,
             "tokens": computed.header["tokens"],
@@ -172,20 +191,95 @@ class AttentionService:
             "attention": computed.attentions[request.layer, request.head].tolist(),
         }
 
+    # -- insight (issue 6) -----------------------------------------------------------------------
+
+    async def analysis(self, request: AttentionRequest) -> bytes:
+        return await self._encoded("analysis", request, partial(_encode_analysis, words=request.words))
+
+    async def rollout(self, request: AttentionRequest) -> bytes:
+        return await self._encoded("rollout", request, _encode_rollout)
+
+    async def rollout_compact(self, request: AttentionRequest, *, gzipped: bool, scheme: str) -> bytes:
+        body = await self._encoded(
+            f"rollout.gz:{scheme}", request, partial(_encode_rollout_compact, scheme=scheme)
+        )
+        return body if gzipped else gzip.decompress(body)
+
+    async def flow(self, request: AttentionRequest) -> bytes:
+        limit = self.settings.flow_max_tokens or analysis.FLOW_MAX_TOKENS
+        name = self.registry.resolve(request.model)
+        view = await self._view(name, request.text, request.text_pair, words=request.words)
+        n = view.header["n"]
+        if n > limit:  # refused before any work: the cost grows as n⁴
+            unit = "words" if request.words else "tokens"
+            raise InvalidInputError(
+                f"attention flow is limited to {limit} {unit} (it solves n² max-flow problems), this input "
+                f"has {n}; shorten the text or use /api/rollout"
+            )
+        return await self._encoded("flow", request, partial(_encode_flow, max_tokens=limit))
+
+    async def compare(self, request: CompareRequest) -> bytes:
+        names = (self.registry.resolve(request.a.model), self.registry.resolve(request.b.model))
+        key = ("compare", *_input_key(names[0], request.a), *_input_key(names[1], request.b), request.words)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
+        view_a, view_b = await self._compare_views(names, request)
+        body = await to_thread.run_sync(self._bounded, _encode_compare, view_a, view_b)
+        self.cache.put(key, body, size=len(body))
+        return body
+
+    async def compare_head(self, request: CompareHeadRequest) -> dict[str, Any]:
+        names = (self.registry.resolve(request.a.model), self.registry.resolve(request.b.model))
+        view_a, view_b = await self._compare_views(names, request)
+        _check_head(names[0], view_a, request.layer, request.head)
+        return await to_thread.run_sync(
+            self._bounded, _compare_one_head, view_a, view_b, request.layer, request.head
+        )
+
+    async def _compare_views(
+        self, names: tuple[str, str], request: CompareRequest
+    ) -> tuple[Computed, Computed]:
+        view_a, view_b = await asyncio.gather(
+            self._view(names[0], request.a.text, request.a.text_pair, words=request.words),
+            self._view(names[1], request.b.text, request.b.text_pair, words=request.words),
+        )
+        shape_a = (view_a.header["layers"], view_a.header["heads"])
+        shape_b = (view_b.header["layers"], view_b.header["heads"])
+        if shape_a != shape_b:
+            raise InvalidInputError(
+                f"models are not comparable: a ({names[0]!r}) has {shape_a[0]} layers x {shape_a[1]} heads, "
+                f"b ({names[1]!r}) has {shape_b[0]} layers x {shape_b[1]} heads; they must match"
+            )
+        return view_a, view_b
+
     # -- internals -------------------------------------------------------------------------------
 
     async def _encoded(
         self, kind: str, request: AttentionRequest, encode: Callable[[Computed], bytes]
     ) -> bytes:
         name = self.registry.resolve(request.model)
-        key = (kind, name, request.text, request.text_pair)
+        key = (kind, *_input_key(name, request), request.words)
         hit = self.cache.get(key)
         if hit is not None:
             return hit  # type: ignore[no-any-return]
-        computed = await self._computed(name, request.text, request.text_pair)
+        computed = await self._view(name, request.text, request.text_pair, words=request.words)
         body = await to_thread.run_sync(self._bounded, encode, computed)  # CPU work, off the loop
         self.cache.put(key, body, size=len(body))
         return body
+
+    async def _view(self, name: str, text: str, pair: str | None, *, words: bool) -> Computed:
+        """The token-level result, or (words) its word-level merge, cached apart in the same LRU."""
+        computed = await self._computed(name, text, pair)
+        if not words:
+            return computed
+        key = ("words", name, text, pair)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
+        merged = await to_thread.run_sync(self._bounded, _merge_words, computed, (text, pair))
+        self.cache.put(key, merged, size=merged.attentions.numel() * 4)
+        return merged
 
     async def _computed(self, name: str, text: str, pair: str | None) -> Computed:
         key = ("result", name, text, pair)
@@ -201,9 +295,9 @@ class AttentionService:
         # shield: one client going away must not cancel the answer others with the same text await.
         return await asyncio.shield(asyncio.wrap_future(future))
 
-    def _bounded(self, encode: Callable[[Computed], bytes], computed: Computed) -> bytes:
+    def _bounded(self, work: Callable[..., T], *args: Any) -> T:
         with self._encode_slots:
-            return encode(computed)
+            return work(*args)
 
     def _forget(self, key: Hashable) -> None:
         with self._inflight_lock:
@@ -266,7 +360,12 @@ class AttentionService:
             "truncated": bool(result.truncated),
             "causal": bool(model.info.causal),
         }
-        return Computed(header, attentions)
+        return Computed(
+            header,
+            attentions,
+            word_ids=tuple(result.word_ids),
+            offsets=tuple((int(start), int(end)) for start, end in result.offsets),
+        )
 
     @staticmethod
     def _encode_json(computed: Computed) -> bytes:
@@ -277,6 +376,160 @@ class AttentionService:
     @staticmethod
     def _encode_compact(computed: Computed, *, scheme: str) -> bytes:
         return compact.compress(compact.encode(computed.header, computed.attentions, scheme=scheme))
+
+
+def _input_key(name: str, request: InputText) -> tuple[str, str, str | None]:
+    return (name, request.text, request.text_pair)
+
+
+def _check_head(name: str, computed: Computed, layer: int, head: int) -> None:
+    layers, heads = computed.header["layers"], computed.header["heads"]
+    if layer >= layers:
+        raise InvalidInputError(f"layer {layer} is out of range: {name!r} has layers 0..{layers - 1}")
+    if head >= heads:
+        raise InvalidInputError(f"head {head} is out of range: {name!r} has heads 0..{heads - 1}")
+
+
+def _rounded(values: torch.Tensor) -> Any:
+    """Nested lists rounded to 6 decimals, as /api/attention (float64 first: float32 rounds badly)."""
+    return np.round(values.numpy().astype(np.float64), 6).tolist()
+
+
+def _json(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _merge_words(computed: Computed, texts: tuple[str, str | None]) -> Computed:
+    """Word-level view: pieces grouped by the tokenizer's word ids, labels sliced from the text by offsets."""
+    header = computed.header
+    groups = analysis.word_groups_from(computed.word_ids, header["segments"], header["special"]).groups
+    labels = analysis.word_labels(
+        header["tokens"], groups, offsets=computed.offsets, segments=header["segments"], texts=texts
+    )
+    merged = analysis.merge_to_words(computed.attentions, groups).contiguous()
+    word_header = {
+        **header,
+        "tokens": labels,
+        # A group never mixes segments, and special tokens are groups of their own.
+        "segments": [header["segments"][group[0]] for group in groups],
+        "special": [header["special"][group[0]] for group in groups],
+        "n": len(groups),
+    }
+    return Computed(word_header, merged)
+
+
+def _encode_analysis(computed: Computed, *, words: bool) -> bytes:
+    header = computed.header
+    layers, heads = header["layers"], header["heads"]
+    stats = analysis.head_stats(
+        computed.attentions, header["tokens"], special=header["special"], causal=header["causal"]
+    )
+    k = min(SIMILAR_HEADS, layers * heads - 1)
+    similar = [
+        [
+            [list(entry) for entry in analysis.similar_heads(stats, layer, head, k=k)] if k > 0 else []
+            for head in range(heads)
+        ]
+        for layer in range(layers)
+    ]
+    body = {
+        "model": header["model"],
+        "tokens": header["tokens"],
+        "n": header["n"],
+        "layers": layers,
+        "heads": heads,
+        "words": words,
+        "stats": {name: value.tolist() for name, value in stats.items()},
+        "stat_descriptions": {name: analysis.STAT_DESCRIPTIONS[name] for name in stats},
+        "labels": analysis.head_labels(stats),
+        "thresholds": {
+            "pointer": analysis.POINTER_THRESHOLD,
+            "broad": analysis.BROAD_THRESHOLD,
+            "local": analysis.LOCAL_THRESHOLD,
+        },
+        "similar": similar,
+    }
+    return _json(body)
+
+
+def _encode_rollout(computed: Computed) -> bytes:
+    per_layer = analysis.rollout_per_layer(computed.attentions, residual=ROLLOUT_RESIDUAL)
+    header = computed.header
+    body = {
+        "model": header["model"],
+        "tokens": header["tokens"],
+        "n": header["n"],
+        "layers": header["layers"],
+        "residual": ROLLOUT_RESIDUAL,
+        "rollout": _rounded(per_layer[-1]),
+        "per_layer": _rounded(per_layer),
+    }
+    return _json(body)
+
+
+def _encode_rollout_compact(computed: Computed, *, scheme: str) -> bytes:
+    per_layer = analysis.rollout_per_layer(computed.attentions, residual=ROLLOUT_RESIDUAL)  # [L, n, n]
+    header = {**computed.header, "heads": 1, "residual": ROLLOUT_RESIDUAL}
+    return compact.compress(compact.encode(header, per_layer.unsqueeze(1), scheme=scheme))  # [L, 1, n, n]
+
+
+def _encode_flow(computed: Computed, *, max_tokens: int) -> bytes:
+    flow = analysis.attention_flow(computed.attentions, max_tokens=max_tokens, residual=ROLLOUT_RESIDUAL)
+    header = computed.header
+    return _json(
+        {"model": header["model"], "tokens": header["tokens"], "n": header["n"], "flow": _rounded(flow)}
+    )
+
+
+def _pairs(view_a: Computed, view_b: Computed) -> list[tuple[int, int]]:
+    pairs = analysis.align_tokens(view_a.header["tokens"], view_b.header["tokens"], include_replaced=True)
+    if not pairs:
+        raise InvalidInputError(
+            "a and b share no aligned token to compare; with two tokenizers, compare words (words: true)"
+        )
+    return pairs
+
+
+def _encode_compare(view_a: Computed, view_b: Computed) -> bytes:
+    pairs = _pairs(view_a, view_b)
+    # One layer at a time: the restricted maps of a 512-token input are ~75 MB per copy for all layers.
+    scores, kept_a, kept_b = [], [], []
+    for layer in range(view_a.header["layers"]):
+        result = analysis.compare_aligned(
+            view_a.attentions[layer : layer + 1], view_b.attentions[layer : layer + 1], pairs
+        )
+        scores.append(result["js"][0])
+        kept_a.append(result["kept_a"][0])
+        kept_b.append(result["kept_b"][0])
+    tokens_a = view_a.header["tokens"]
+    body = {
+        "a": {"model": view_a.header["model"], "tokens": tokens_a},
+        "b": {"model": view_b.header["model"], "tokens": view_b.header["tokens"]},
+        "pairs": [list(pair) for pair in pairs],
+        "tokens": [tokens_a[i] for i, _ in pairs],
+        "layers": view_a.header["layers"],
+        "heads": view_a.header["heads"],
+        "score": torch.stack(scores).tolist(),
+        "kept_a": torch.stack(kept_a).tolist(),
+        "kept_b": torch.stack(kept_b).tolist(),
+    }
+    return _json(body)
+
+
+def _compare_one_head(view_a: Computed, view_b: Computed, layer: int, head: int) -> dict[str, Any]:
+    pairs = _pairs(view_a, view_b)
+    one = (slice(layer, layer + 1), slice(head, head + 1))
+    result = analysis.compare_aligned(view_a.attentions[one], view_b.attentions[one], pairs)
+    tokens_a = view_a.header["tokens"]
+    return {
+        "tokens": [tokens_a[i] for i, _ in pairs],
+        "layer": layer,
+        "head": head,
+        # float32 -> Python float is exact: full precision, as /api/attention/head.
+        "a": result["a"][0, 0].tolist(),
+        "b": result["b"][0, 0].tolist(),
+        "diff": result["difference"][0, 0].tolist(),
+    }
 
 
 @dataclass(eq=False)

@@ -97,6 +97,7 @@ __all__ = [
     "ROW_SUM_TOLERANCE",
     "SIMILARITY_STATS",
     "SPECIAL_TOKENS",
+    "STAT_DESCRIPTIONS",
     "WordGroups",
     "align_tokens",
     "attention_flow",
@@ -147,6 +148,22 @@ SIMILARITY_STATS = (
     "first",
     "max",
 )
+
+# One line per head_stats key, for a reader of the numbers (the API serves these next to them).
+STAT_DESCRIPTIONS = {
+    "entropy": "mean row entropy in nats: 0 = each token looks at one token, ln n = uniform",
+    "entropy_norm": "mean row entropy over its maximum (ln of the keys the row may see): 1 = spread evenly",
+    "distance": "mean distance in tokens between a token and what it looks at",
+    "self": "mean weight a token puts on itself",
+    "previous": "mean weight a token puts on the token before it",
+    "next": "mean weight a token puts on the token after it",
+    "local": f"mean weight within {LOCAL_WINDOW} tokens either side",
+    "forward": "mean weight on later tokens (0 for causal models)",
+    "special": "mean weight on special tokens ([CLS], [SEP], <s>, </s>, <|endoftext|>, ...)",
+    "punctuation": "mean weight on punctuation tokens",
+    "first": "mean weight on the first position (the attention sink of models without [CLS])",
+    "max": "mean of each row's largest weight: 1 = every token looks at exactly one token",
+}
 
 FLOW_MAX_TOKENS = 14  # ~2 s at 6 layers on a loaded shared core (benchmarks/analysis.py); cost ~ L·n⁴
 FLOW_CAPACITY_SCALE = 10**9
@@ -669,7 +686,8 @@ def compare_aligned(a: Tensor, b: Tensor, pairs: Sequence[tuple[int, int]]) -> d
 
     ``pairs`` come from ``align_tokens``. Both maps are restricted to the aligned tokens and their
     rows renormalised (module docstring), then compared as by ``compare`` ([L, H, m, m] difference).
-    Also returns ``kept_a`` / ``kept_b`` [L, H]: the mean weight the aligned rows had on aligned keys.
+    Also returns those restricted maps as ``a`` / ``b`` [L, H, m, m] (difference = a - b), and
+    ``kept_a`` / ``kept_b`` [L, H]: the mean weight the aligned rows had on aligned keys.
     """
     layers_a, heads_a, n_a = _check_attention(a, name="a")
     layers_b, heads_b, n_b = _check_attention(b, name="b")
@@ -685,6 +703,8 @@ def compare_aligned(a: Tensor, b: Tensor, pairs: Sequence[tuple[int, int]]) -> d
     restricted_a, mass_a = _restrict(a, torch.tensor(index_a, dtype=torch.long))
     restricted_b, mass_b = _restrict(b, torch.tensor(index_b, dtype=torch.long))
     result = compare(restricted_a, restricted_b)
+    result["a"] = restricted_a
+    result["b"] = restricted_b
     result["kept_a"] = mass_a.mean(-1)
     result["kept_b"] = mass_b.mean(-1)
     return result
