@@ -1,0 +1,331 @@
+"""The insight API (docs/design.md, "Insight API"): every answer equals mha.analysis run on mha's result."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from app import compact
+from app.main import create_app
+from mha import analysis
+
+TEXT = "Headscope shows what every head looks at, word by word."
+PAIR = "It is a fine tool."
+SHORT = "Headscope reads text."  # 7 tokens: flow stays cheap
+ATOL = 1e-6
+
+
+def tensor(values: Any) -> torch.Tensor:
+    return torch.as_tensor(values, dtype=torch.float64)
+
+
+def close(got: Any, expected: torch.Tensor, *, atol: float = ATOL) -> None:
+    torch.testing.assert_close(tensor(got), expected.double(), atol=atol, rtol=0)
+
+
+def word_view(result: Any, text: str, pair: str | None) -> tuple[list[str], list[list[int]], torch.Tensor]:
+    """The word-level labels, groups and map, computed with mha.analysis directly."""
+    groups = analysis.word_groups_from(result.word_ids, result.segments, result.special).groups
+    labels = analysis.word_labels(
+        result.tokens, groups, offsets=result.offsets, segments=result.segments, texts=(text, pair)
+    )
+    return labels, groups, analysis.merge_to_words(result.attentions, groups)
+
+
+def post(client: TestClient, path: str, body: dict[str, Any], status: int = 200) -> Any:
+    response = client.post(path, json=body)
+    assert response.status_code == status, response.text[:500]
+    return response.json()
+
+
+# -- /api/analysis ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pair", [None, PAIR])
+def test_analysis_equals_mha(client: TestClient, minilm, pair: str | None) -> None:  # type: ignore[no-untyped-def]
+    body = post(client, "/api/analysis", {"text": TEXT, "text_pair": pair})
+    result = minilm.attend(TEXT, pair)
+    stats = analysis.head_stats(result.attentions, result.tokens, special=result.special, causal=False)
+    assert body["tokens"] == result.tokens
+    assert (body["model"], body["n"], body["layers"], body["heads"], body["words"]) == (
+        "all-MiniLM-L6-v2",
+        len(result.tokens),
+        6,
+        12,
+        False,
+    )
+    assert set(body["stats"]) == set(stats) == set(body["stat_descriptions"])
+    for name, value in stats.items():
+        close(body["stats"][name], value)
+    assert all(body["stat_descriptions"][name] for name in stats)
+    assert body["labels"] == analysis.head_labels(stats)
+    assert body["thresholds"] == {"pointer": 0.5, "broad": 0.8, "local": 0.6}
+    for layer in range(6):
+        for head in range(12):
+            expected = analysis.similar_heads(stats, layer, head, k=5)
+            got = body["similar"][layer][head]
+            assert [(g[0], g[1]) for g in got] == [(e[0], e[1]) for e in expected]
+            close([g[2] for g in got], torch.tensor([e[2] for e in expected]))
+    # Cheap: no n x n payload in the answer.
+    assert len(client.post("/api/analysis", json={"text": TEXT}).content) < 40_000
+
+
+def test_analysis_of_words_equals_mha_on_the_merged_map(client: TestClient, minilm) -> None:  # type: ignore[no-untyped-def]
+    body = post(client, "/api/analysis", {"text": TEXT, "text_pair": PAIR, "words": True})
+    result = minilm.attend(TEXT, PAIR)
+    labels, groups, merged = word_view(result, TEXT, PAIR)
+    special = [result.special[group[0]] for group in groups]
+    stats = analysis.head_stats(merged, labels, special=special, causal=False)
+    assert body["words"] is True
+    assert body["tokens"] == labels
+    assert "Headscope" in body["tokens"] and "##cope" not in body["tokens"]
+    assert body["n"] == len(groups) < len(result.tokens)
+    for name, value in stats.items():
+        close(body["stats"][name], value)
+    assert body["labels"] == analysis.head_labels(stats)
+
+
+# -- words on the attention routes -------------------------------------------------------------------
+
+
+def test_attention_in_words(client: TestClient, minilm) -> None:  # type: ignore[no-untyped-def]
+    body = post(client, "/api/attention", {"text": TEXT, "text_pair": PAIR, "words": True})
+    result = minilm.attend(TEXT, PAIR)
+    labels, groups, merged = word_view(result, TEXT, PAIR)
+    assert body["tokens"] == labels
+    assert body["tokens"][:3] == ["[CLS]", "Headscope", "shows"]
+    assert "heads" not in body["tokens"] and "##cope" not in body["tokens"]
+    assert body["segments"] == [result.segments[g[0]] for g in groups]
+    assert 1 in body["segments"] and body["segments"][-1] == 1
+    assert body["special"] == [result.special[g[0]] for g in groups]
+    assert body["n"] == len(labels)
+    got = tensor(body["attention"])
+    close(got, merged)
+    rows = got.sum(-1)
+    close(rows, torch.ones_like(rows), atol=body["n"] * 5e-7 + 1e-6)  # 6-decimal rounding per value
+
+    head = post(
+        client, "/api/attention/head", {"text": TEXT, "text_pair": PAIR, "words": True, "layer": 2, "head": 5}
+    )
+    assert head["tokens"] == labels
+    close(head["attention"], merged[2, 5], atol=1e-7)
+
+
+def test_compact_in_words(client: TestClient, minilm) -> None:  # type: ignore[no-untyped-def]
+    response = client.post("/api/attention/compact?scheme=abs-uint8", json={"text": TEXT, "words": True})
+    assert response.status_code == 200
+    header, values = compact.decode(response.content)  # the client has undone the gzip
+    labels, _, merged = word_view(minilm.attend(TEXT), TEXT, None)
+    assert header["tokens"] == labels and header["n"] == len(labels)
+    assert np.abs(values - merged.numpy()).max() <= compact.MAX_ABS_ERROR + 1e-6
+
+
+def test_words_are_cached_apart_from_tokens(client: TestClient) -> None:
+    text = "Tokenization splits unbelievable words."
+    words = post(client, "/api/attention", {"text": text, "words": True})
+    tokens = post(client, "/api/attention", {"text": text})
+    assert "Tokenization" in words["tokens"]
+    assert "##ization" in tokens["tokens"] and tokens["n"] > words["n"]
+    service = client.app.state.service  # type: ignore[attr-defined]
+    name = "all-MiniLM-L6-v2"
+    assert service.cache.get(("result", name, text, None)).header["n"] == tokens["n"]
+    assert service.cache.get(("words", name, text, None)).header["n"] == words["n"]
+    # Every answer kind is cached under its own (kind, ..., words) key of the same LRU.
+    assert service.cache.get(("json", name, text, None, True)) is not None
+    assert service.cache.get(("json", name, text, None, False)) is not None
+
+
+# -- /api/rollout -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("words", [False, True])
+def test_rollout_equals_mha(client: TestClient, minilm, words: bool) -> None:  # type: ignore[no-untyped-def]
+    body = post(client, "/api/rollout", {"text": TEXT, "words": words})
+    result = minilm.attend(TEXT)
+    attentions = word_view(result, TEXT, None)[2] if words else result.attentions
+    per_layer = analysis.rollout_per_layer(attentions, residual=0.5)
+    assert (body["layers"], body["residual"], body["n"]) == (6, 0.5, attentions.shape[-1])
+    assert ("Headscope" in body["tokens"]) is words
+    close(body["per_layer"], per_layer)
+    close(body["rollout"], analysis.rollout(attentions))
+    assert body["rollout"] == body["per_layer"][-1]
+
+
+@pytest.mark.parametrize("scheme", ["row-max-uint8", "abs-uint8"])
+def test_rollout_compact_decodes_within_its_bound(client: TestClient, minilm, scheme: str) -> None:  # type: ignore[no-untyped-def]
+    response = client.post(
+        f"/api/rollout/compact?scheme={scheme}", json={"text": TEXT}, headers={"Accept-Encoding": "identity"}
+    )
+    assert response.status_code == 200
+    assert response.headers["content-type"] == compact.MEDIA_TYPE
+    assert "content-encoding" not in response.headers
+    header, values = compact.decode(response.content)
+    result = minilm.attend(TEXT)
+    assert (header["layers"], header["heads"], header["n"]) == (6, 1, len(result.tokens))
+    assert header["tokens"] == result.tokens and header["residual"] == 0.5
+    assert header["quantization"]["scheme"] == scheme
+    expected = analysis.rollout_per_layer(result.attentions).unsqueeze(1).numpy()
+    assert np.abs(values - expected).max() <= compact.MAX_ABS_ERROR + 1e-6
+    gzipped = client.post(f"/api/rollout/compact?scheme={scheme}", json={"text": TEXT})
+    assert gzipped.headers["content-encoding"] == "gzip"
+    assert gzipped.content == response.content  # the test client undoes the gzip
+
+
+# -- /api/flow --------------------------------------------------------------------------------------
+
+
+def test_flow_equals_mha(client: TestClient, minilm) -> None:  # type: ignore[no-untyped-def]
+    body = post(client, "/api/flow", {"text": SHORT})
+    result = minilm.attend(SHORT)
+    assert body["tokens"] == result.tokens and body["n"] == len(result.tokens) <= analysis.FLOW_MAX_TOKENS
+    close(body["flow"], analysis.attention_flow(result.attentions))
+
+
+def test_flow_over_the_limit_is_422_naming_it(client: TestClient) -> None:
+    long_text = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
+    body = post(client, "/api/flow", {"text": long_text}, status=422)
+    limit = analysis.FLOW_MAX_TOKENS
+    assert f"limited to {limit} tokens" in body["detail"] and "has 16" in body["detail"]
+
+
+def test_flow_limit_is_a_setting(make_settings) -> None:  # type: ignore[no-untyped-def]
+    with TestClient(create_app(make_settings(flow_max_tokens=4))) as c:
+        assert (
+            "limited to 4 words" in post(c, "/api/flow", {"text": SHORT, "words": True}, status=422)["detail"]
+        )
+
+
+# -- /api/compare -----------------------------------------------------------------------------------
+
+
+def test_compare_of_identical_inputs_scores_zero(client: TestClient) -> None:
+    body = post(client, "/api/compare", {"a": {"text": TEXT}, "b": {"text": TEXT}})
+    n = len(body["a"]["tokens"])
+    assert body["pairs"] == [[i, i] for i in range(n)]
+    assert body["tokens"] == body["a"]["tokens"] == body["b"]["tokens"]
+    assert (body["layers"], body["heads"]) == (6, 12)
+    assert np.abs(np.array(body["score"])).max() <= ATOL
+    assert np.abs(np.array(body["kept_a"]) - 1).max() <= 1e-5
+
+
+def test_compare_one_word_changed(client: TestClient, minilm) -> None:  # type: ignore[no-untyped-def]
+    a, b = "The cat sat on the mat.", "The dog sat on the mat."
+    body = post(client, "/api/compare", {"a": {"text": a}, "b": {"text": b}})
+    result_a, result_b = minilm.attend(a), minilm.attend(b)
+    # The swapped word is paired position by position with the rest; its label comes from a.
+    assert body["pairs"] == [[i, i] for i in range(len(result_a.tokens))]
+    assert body["tokens"] == result_a.tokens and "cat" in body["tokens"]
+    assert body["b"]["tokens"] == result_b.tokens
+    pairs = [tuple(p) for p in body["pairs"]]
+    expected = analysis.compare_aligned(result_a.attentions, result_b.attentions, pairs)
+    close(body["score"], expected["js"])
+    close(body["kept_a"], expected["kept_a"])
+    scores = np.array(body["score"])
+    assert scores.min() > 0 and np.median(scores) > 1e-3  # every head sees the change, most clearly
+    assert np.array(body["score"]).max() <= math.log(2)
+
+
+def test_compare_inserted_word_is_left_out_of_the_pairs(client: TestClient, minilm) -> None:  # type: ignore[no-untyped-def]
+    a, b = "The cat sat on the mat.", "The big cat sat on the mat."
+    body = post(client, "/api/compare", {"a": {"text": a}, "b": {"text": b}})
+    assert body["b"]["tokens"][2] == "big"
+    assert body["pairs"] == [[0, 0], [1, 1]] + [[i, i + 1] for i in range(2, 9)]
+    assert "big" not in body["tokens"]
+    expected = analysis.compare_aligned(
+        minilm.attend(a).attentions, minilm.attend(b).attentions, [tuple(p) for p in body["pairs"]]
+    )
+    close(body["score"], expected["js"])
+    close(body["kept_b"], expected["kept_b"])
+    assert np.array(body["kept_b"]).max() < 1  # b's weight on "big" was dropped
+
+
+def test_compare_words(client: TestClient) -> None:
+    body = post(client, "/api/compare", {"a": {"text": TEXT}, "b": {"text": TEXT.lower()}, "words": True})
+    assert body["tokens"][1] == "Headscope" and body["b"]["tokens"][1] == "headscope"
+    assert len(body["pairs"]) == len(body["a"]["tokens"])  # uncased model: same words, same maps
+    assert np.abs(np.array(body["score"])).max() <= ATOL
+
+
+def test_compare_head_equals_mha(client: TestClient, minilm) -> None:  # type: ignore[no-untyped-def]
+    a, b = "The cat sat on the mat.", "The big cat sat on the mat."
+    body = post(client, "/api/compare/head", {"a": {"text": a}, "b": {"text": b}, "layer": 3, "head": 7})
+    pairs = analysis.align_tokens(minilm.attend(a).tokens, minilm.attend(b).tokens, include_replaced=True)
+    expected = analysis.compare_aligned(minilm.attend(a).attentions, minilm.attend(b).attentions, pairs)
+    assert (body["layer"], body["head"], len(body["tokens"])) == (3, 7, len(pairs))
+    close(body["a"], expected["a"][3, 7])
+    close(body["b"], expected["b"][3, 7])
+    close(body["diff"], expected["difference"][3, 7])
+    close(tensor(body["a"]).sum(-1), torch.ones(len(pairs)))
+
+
+def test_compare_models_of_different_shapes_is_422(client: TestClient) -> None:
+    body = {"a": {"text": TEXT}, "b": {"text": TEXT, "model": "random"}}
+    detail = post(client, "/api/compare", body, status=422)["detail"]
+    assert "6 layers x 12 heads" in detail and "4 layers x 8 heads" in detail
+    detail = post(client, "/api/compare/head", {**body, "layer": 0, "head": 0}, status=422)["detail"]
+    assert "4 layers x 8 heads" in detail
+
+
+def test_compare_head_out_of_range_is_422(client: TestClient) -> None:
+    body = {"a": {"text": TEXT}, "b": {"text": TEXT}, "layer": 6, "head": 0}
+    assert "layer 6 is out of range" in post(client, "/api/compare/head", body, status=422)["detail"]
+
+
+# -- errors and the contract -------------------------------------------------------------------------
+
+ROUTES = ["/api/analysis", "/api/rollout", "/api/rollout/compact", "/api/flow"]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_unknown_model_is_404(client: TestClient, route: str) -> None:
+    detail = post(client, route, {"text": SHORT, "model": "nope"}, status=404)["detail"]
+    assert "'nope'" in detail and "all-MiniLM-L6-v2" in detail
+
+
+@pytest.mark.parametrize("route", ["/api/compare", "/api/compare/head"])
+def test_compare_unknown_model_is_404_and_bad_body_422(client: TestClient, route: str) -> None:
+    extra = {"layer": 0, "head": 0} if route.endswith("head") else {}
+    body = {"a": {"text": SHORT}, "b": {"text": SHORT, "model": "nope"}, **extra}
+    assert "'nope'" in post(client, route, body, status=404)["detail"]
+    detail = post(client, route, {"a": {"text": " "}, "b": {"text": SHORT}, **extra}, status=422)["detail"]
+    assert detail.startswith("a.text: text is blank")
+
+
+def test_openapi_documents_every_insight_route(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    for path in [*ROUTES, "/api/compare", "/api/compare/head"]:
+        operation = spec["paths"][path]["post"]
+        assert len(operation["description"]) > 80, path
+        assert {"200", "404", "422"} <= set(operation["responses"]), path
+        ok = operation["responses"]["200"]["content"]
+        schema = next(iter(ok.values()))["schema"]
+        assert "$ref" in schema or schema.get("format") == "binary", path
+    for path in ["/api/attention", "/api/attention/head", "/api/attention/compact", "/api/analysis"]:
+        ref = spec["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        assert "words" in spec["components"]["schemas"][ref.rsplit("/", 1)[1]]["properties"], path
+
+
+# -- a causal, byte-level model --------------------------------------------------------------------------
+
+
+def test_gpt2_analysis_rollout_and_words(tiny_checkpoints: dict[str, Path], make_settings) -> None:  # type: ignore[no-untyped-def]
+    settings = make_settings(models={"gpt2": tiny_checkpoints["gpt2"]}, default_model="gpt2")
+    text = "The cat sat on the mat."
+    with TestClient(create_app(settings)) as c:
+        stats = post(c, "/api/analysis", {"text": text})["stats"]
+        assert np.array(stats["forward"]).max() == 0  # causal: no weight on later tokens
+        rollout = tensor(post(c, "/api/rollout", {"text": text})["rollout"])
+        assert torch.equal(rollout.triu(1), torch.zeros_like(rollout))
+        words = post(c, "/api/attention", {"text": text, "words": True})
+        assert words["tokens"] == ["The", "cat", "sat", "on", "the", "mat", "."]
+        assert words["causal"] is True
+        merged = tensor(words["attention"])
+        assert torch.equal(merged.triu(1), torch.zeros_like(merged))
+        _, values = compact.decode(c.post("/api/rollout/compact", json={"text": text}).content)
+        assert np.triu(values, 1).max() == 0  # quantized, a 0 stays exactly 0
