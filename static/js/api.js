@@ -47,8 +47,14 @@ async function request(url, options) {
   return response;
 }
 
-function body({ text, pair, model }) {
-  return JSON.stringify({ text, text_pair: pair || null, model: model || null });
+// One input as the API names its fields; `words` (merge word pieces) is accepted by every endpoint.
+function input({ text, pair, model }) {
+  return { text, text_pair: pair || null, model: model || null };
+}
+
+// `words` is sent only when set: false is the API's default, so word-less bodies stay as they were.
+function body(query) {
+  return JSON.stringify(query.words ? { ...input(query), words: true } : input(query));
 }
 
 const JSON_HEADERS = { "Content-Type": "application/json" };
@@ -71,13 +77,11 @@ export async function fetchCompact(query, { signal } = {}) {
 
 /** POST /api/attention/head: one head at full precision. */
 export async function fetchHead(query, layer, head, { signal } = {}) {
-  const payload = JSON.parse(body(query));
-  const response = await request("/api/attention/head", {
-    method: "POST",
-    headers: JSON_HEADERS,
-    body: JSON.stringify({ ...payload, layer, head }),
-    signal,
-  });
+  return postJson("/api/attention/head", { ...JSON.parse(body(query)), layer, head }, { signal });
+}
+
+async function postJson(url, payload, { signal } = {}) {
+  const response = await request(url, { method: "POST", headers: JSON_HEADERS, body: JSON.stringify(payload), signal });
   return response.json();
 }
 
@@ -85,4 +89,36 @@ export async function fetchHead(query, layer, head, { signal } = {}) {
 export async function fetchFullBlob(query) {
   const response = await request("/api/attention", { method: "POST", headers: JSON_HEADERS, body: body(query) });
   return response.blob();
+}
+
+// Insight API (docs/design.md, "Insight API"): statistics, rollout, flow, comparison.
+
+/** POST /api/analysis: per-head statistics, labels and similar heads (no n*n payload). */
+export async function fetchAnalysis(query, { signal } = {}) {
+  return postJson("/api/analysis", JSON.parse(body(query)), { signal });
+}
+
+/** POST /api/rollout/compact, decoded: layers = L cumulative rollouts, heads = 1. */
+export async function fetchRollout(query, { signal } = {}) {
+  const response = await request("/api/rollout/compact", { method: "POST", headers: JSON_HEADERS, body: body(query), signal });
+  return decodeCompact(await response.arrayBuffer());
+}
+
+/** POST /api/flow: attention flow, refused (422, the limit in its detail) for long inputs. */
+export async function fetchFlow(query, { signal } = {}) {
+  return postJson("/api/flow", JSON.parse(body(query)), { signal });
+}
+
+function compareBody(a, b, words) {
+  return words ? { a: input(a), b: input(b), words: true } : { a: input(a), b: input(b) };
+}
+
+/** POST /api/compare: per-head change scores of B against A on the aligned tokens. */
+export async function fetchCompare(a, b, words, { signal } = {}) {
+  return postJson("/api/compare", compareBody(a, b, words), { signal });
+}
+
+/** POST /api/compare/head: one head's aligned A, B and A - B maps. */
+export async function fetchCompareHead(a, b, words, layer, head, { signal } = {}) {
+  return postJson("/api/compare/head", { ...compareBody(a, b, words), layer, head }, { signal });
 }

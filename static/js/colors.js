@@ -41,3 +41,39 @@ export const LUT = (() => {
   }
   return lut;
 })();
+
+// Thumbnail frames coloured by a head statistic: a sequential scale distinct from the attention blues
+// (viridis stops), so a frame never reads as an attention value.
+export const STAT_STOPS = Object.freeze([
+  [0.0, "#440154"],
+  [0.25, "#3b528b"],
+  [0.5, "#21918c"],
+  [0.75, "#5ec962"],
+  [1.0, "#fde725"],
+]);
+
+/** CSS colour for t in [0, 1] on STAT_STOPS (clamped). */
+export function statColor(t) {
+  const x = Math.min(1, Math.max(0, Number.isFinite(t) ? t : 0));
+  let s = 1;
+  while (s < STAT_STOPS.length - 1 && STAT_STOPS[s][0] < x) s++;
+  const [t0, h0] = STAT_STOPS[s - 1];
+  const [t1, h1] = STAT_STOPS[s];
+  const f = t1 > t0 ? (x - t0) / (t1 - t0) : 0;
+  const c0 = hexToRgb(h0);
+  const c1 = hexToRgb(h1);
+  const rgb = c0.map((c, i) => Math.round(c + f * (c1[i] - c)));
+  return `rgb(${rgb.join(", ")})`;
+}
+
+/** CSS linear-gradient of STAT_STOPS, for the legend. */
+export const STAT_GRADIENT = `linear-gradient(to right, ${STAT_STOPS.map(([t, hex]) => `${hex} ${t * 100}%`).join(", ")})`;
+
+// A - B: red where A attends more, blue where B does, white at 0 (Plotly centres it with zmid: 0).
+export const DIVERGING = Object.freeze([
+  [0.0, "#2166ac"],
+  [0.25, "#92c5de"],
+  [0.5, "#f7f7f7"],
+  [0.75, "#f4a582"],
+  [1.0, "#b2182b"],
+]);

@@ -8,6 +8,18 @@ import { AGGREGATES, isAggregate } from "./aggregates.js";
 
 const THUMB_PX = 64; // canvas backing size; CSS scales it, pixelated
 const SLICE_MS = 12; // budget per background slice, well under a frame
+// Short badge text per head label (mha.analysis.LABELS); the full label is in the title.
+const BADGES = Object.freeze({
+  "previous-token": "prev",
+  "next-token": "next",
+  self: "self",
+  "special-sink": "spec",
+  "first-token-sink": "1st",
+  punctuation: "punc",
+  broad: "broad",
+  local: "local",
+  mixed: "",
+});
 
 /**
  * Paint `matrix` (n*n, query rows) into an S x S ImageData. When n > S each pixel shows the max of its
@@ -150,6 +162,42 @@ export class Grid {
       };
       setTimeout(slice, 0);
     });
+  }
+
+  /**
+   * Label and colour the head thumbnails (not the aggregates): `labels` L x H strings shown in the title
+   * and as a badge; `values` L x H numbers coloured by `color(value)` on the frame, with `describe(value)`
+   * in the title. Either may be null (clears it). Survives until the next render.
+   */
+  decorate({ labels = null, values = null, color = null, describe = String, statName = "" } = {}) {
+    for (const thumb of this.container.querySelectorAll(".thumb:not(.thumb-agg)")) {
+      const layer = Number(thumb.dataset.layer);
+      const head = Number(thumb.dataset.head);
+      const label = labels?.[layer]?.[head] ?? "";
+      const value = values?.[layer]?.[head];
+      const parts = [`layer ${layer}, head ${head}`];
+      if (label) parts.push(label);
+      if (values && value !== undefined) parts.push(`${statName} ${describe(value)}`);
+      const title = parts.join(" · ");
+      thumb.setAttribute("title", title);
+      thumb.setAttribute("aria-label", title);
+      thumb.dataset.label = label;
+      let badge = thumb.querySelector(".badge");
+      const short = label ? (BADGES[label] ?? label.slice(0, 5)) : "";
+      if (short) {
+        badge ??= thumb.appendChild(el("span", { className: "badge", attrs: { "aria-hidden": "true" } }));
+        badge.textContent = short;
+      } else badge?.remove();
+      if (values && value !== undefined && color) {
+        thumb.style.setProperty("--frame", color(value));
+        thumb.classList.add("colored");
+        thumb.dataset.stat = String(value);
+      } else {
+        thumb.style.removeProperty("--frame");
+        thumb.classList.remove("colored");
+        delete thumb.dataset.stat;
+      }
+    }
   }
 
   /** Highlight the selected thumbnail (head is an index or an aggregate key). */

@@ -31,9 +31,9 @@ function shorten(token) {
 }
 
 /** Side of the square plot area in px: fits `roomPx` (at most MAX_FIT_PX), then grows (and scrolls) with n. */
-export function plotSize(n, roomPx = MAX_FIT_PX) {
-  const fit = Math.min(MAX_FIT_PX, Math.max(MIN_PLOT_PX, roomPx), n * MAX_CELL_PX);
-  return Math.max(fit, MIN_PLOT_PX, n * MIN_CELL_PX);
+export function plotSize(n, roomPx = MAX_FIT_PX, minPx = MIN_PLOT_PX) {
+  const fit = Math.min(MAX_FIT_PX, Math.max(minPx, roomPx), n * MAX_CELL_PX);
+  return Math.max(fit, minPx, n * MIN_CELL_PX);
 }
 
 /** Tick positions in [lo, hi]: labels of `cellPx`-wide cells must not overlap, at most MAX_LABELS. */
@@ -70,9 +70,12 @@ function maskPolygon(n) {
 
 /**
  * Build the figure. `values` is n*n row-major (Float32Array or number[]) or an array of n rows.
+ * `scale` overrides the attention colour scale for other matrices (rollout, flow, A - B):
+ * {colorscale, zmin, zmax, title, signed} (a diverging scale gets zmin = -zmax, so 0 is its centre).
+ * `minPx` lets side-by-side figures be smaller.
  * Returns {data, layout, labels, size}.
  */
-export function buildFigure({ tokens, values, causal, boundary, title, exact, widthPx = 900 }) {
+export function buildFigure({ tokens, values, causal, boundary, title, exact, widthPx = 900, scale, minPx }) {
   const n = tokens.length;
   const rows = Array.isArray(values) && Array.isArray(values[0]);
   const labels = tokens.map(plotlyText);
@@ -93,7 +96,7 @@ export function buildFigure({ tokens, values, causal, boundary, title, exact, wi
   }
   // The widest of all labels bounds the margin, so the plot can be sized to the room left beside it.
   const roomPx = widthPx - (widestLabel(tokens.map(shorten), 12) + 10 + AXIS_TITLE_PX + COLORBAR_PX);
-  const size = plotSize(n, roomPx);
+  const size = plotSize(n, roomPx, minPx);
   const cellPx = size / Math.max(n, 1);
   const ticks = thinTicks(0, n - 1, cellPx);
   const shown = ticks.map((i) => shorten(tokens[i]));
@@ -125,16 +128,16 @@ export function buildFigure({ tokens, values, causal, boundary, title, exact, wi
     dx: 1,
     y0: 0,
     dy: 1,
-    zmin: 0,
-    zmax: 1,
-    colorscale: COLORSCALE,
+    zmin: scale?.zmin ?? 0,
+    zmax: scale?.zmax ?? 1,
+    colorscale: scale?.colorscale ?? COLORSCALE,
     customdata,
-    hovertemplate: "%{customdata}: %{z:.3f}<extra></extra>",
+    hovertemplate: `%{customdata}: %{z:${scale?.signed ? "+" : ""}.3f}<extra></extra>`,
     hoverongaps: false,
     xgap: 0,
     ygap: 0,
     colorbar: {
-      title: { text: exact ? "attention" : "attention (8-bit)", side: "right" },
+      title: { text: scale?.title ?? (exact ? "attention" : "attention (8-bit)"), side: "right" },
       thickness: 14,
       len: Math.min(1, 420 / size),
       y: 1,

@@ -1,12 +1,16 @@
 // Wires the page: form -> API -> decoded attention -> grid + detail, with the view state in the URL.
 // document.body.dataset.state goes "loading" -> "ready" (every thumbnail and the detail drawn) or
-// "error"; tests and benchmarks/browser.py wait on it.
+// "error"; tests and benchmarks/browser.py wait on it. After "ready" the insight views (statistics,
+// rollout, compare) load into #analysis; document.body.dataset.insight goes "loading" -> "ready".
 
 import { $, $all, el } from "./dom.js";
-import { ApiError, fetchCompact, fetchFullBlob, fetchHead, fetchModels } from "./api.js";
+import { ApiError, fetchAnalysis, fetchCompact, fetchFullBlob, fetchHead, fetchModels } from "./api.js";
 import { AGGREGATES, isAggregate } from "./aggregates.js";
+import { CompareView, queryB } from "./compare.js";
 import { Grid } from "./grid.js";
 import { exportImage, renderHeatmap } from "./heatmap.js";
+import { CHANGE, StatsTable, colorScaleFor, fillColorBy, formatStat, renderLegend, renderSimilar, statTable } from "./insight.js";
+import { RolloutView } from "./rollout.js";
 import { renderTokenView } from "./tokens.js";
 import { readState, writeState } from "./state.js";
 
@@ -19,7 +23,10 @@ const page = {
   models: new Map(),
   defaultModel: "",
   attention: null, // decoded result of the last successful run
-  query: null, // {text, pair, model} of that run
+  query: null, // {text, pair, model, words} of that run
+  queryB: null, // B's query in compare mode, else null
+  analysis: null, // POST /api/analysis answer for the current run
+  comparison: null, // POST /api/compare answer for the current run (compare mode)
   exact: new Map(), // "layer:head" -> number[][] full-precision rows for the current run
   controller: null,
   exactTimer: 0,
@@ -27,6 +34,28 @@ const page = {
 };
 
 const grid = new Grid($("grid"), { onSelect: (layer, head) => select(layer, head) });
+const statsTable = new StatsTable($("statsTable"), { onOpen: (layer, head) => openHead(layer, head) });
+const rolloutView = new RolloutView({
+  plot: $("rollout"),
+  slider: $("rolloutLayer"),
+  sliderValue: $("rolloutLayerValue"),
+  caption: $("rolloutCaption"),
+  flowButton: $("flowRun"),
+  flowMessage: $("flowMessage"),
+  flowPlot: $("flow"),
+});
+const compareView = new CompareView(
+  {
+    panel: $("comparePanel"),
+    summary: $("compareSummary"),
+    ranking: $("compareRanking"),
+    a: $("compareA"),
+    b: $("compareB"),
+    diff: $("compareDiff"),
+    headCaption: $("compareHeadCaption"),
+  },
+  { onOpen: (layer, head) => openHead(layer, head) },
+);
 
 function readInitialState() {
   try {
@@ -78,10 +107,11 @@ function fillModels(info) {
     return option;
   });
   select.replaceChildren(...options);
+  $("modelB").replaceChildren(...options.map((option) => option.cloneNode(true)));
 }
 
 function currentQuery() {
-  return { text: $("text").value, pair: $("textPair").value, model: $("model").value };
+  return { text: $("text").value, pair: $("textPair").value, model: $("model").value, words: $("words").checked };
 }
 
 function selectionLabel(layer, head) {
@@ -108,6 +138,7 @@ async function run() {
   showError("");
   setBusy("Running the model…");
   document.body.dataset.state = "loading";
+  document.body.dataset.insight = "idle"; // the insight views follow this run once it is drawn
   performance.mark("headscope-run");
   try {
     const attention = await fetchCompact(query, { signal: controller.signal });
@@ -116,7 +147,13 @@ async function run() {
     learnModel(attention);
     page.query = query;
     page.exact = new Map();
-    Object.assign(page.state, { text: query.text, pair: query.pair, model: query.model });
+    page.analysis = null;
+    page.comparison = null;
+    const compare = $("compare").checked;
+    const b = { btext: $("textB").value, bmodel: $("modelB").value };
+    page.queryB = compare ? queryB(query, b) : null;
+    Object.assign(page.state, { text: query.text, pair: query.pair, model: query.model, words: query.words, compare });
+    Object.assign(page.state, compare ? { ...b, bmodel: b.bmodel === query.model ? "" : b.bmodel } : { btext: "", bmodel: "" });
     clampSelection(attention);
     writeState(page.state);
     setBusy("Drawing…");
@@ -131,6 +168,7 @@ async function run() {
     $("status").textContent = `${attention.n} tokens · ${attention.layers} layers × ${attention.heads} heads`;
     performance.mark("headscope-ready");
     document.body.dataset.state = "ready";
+    loadInsights(runId);
   } catch (error) {
     if (error.name === "AbortError" || runId !== page.runId) return;
     setBusy("");
@@ -229,6 +267,86 @@ function select(layer, head) {
   grid.select(page.state.layer, page.state.head);
   writeState(page.state);
   drawDetail();
+  showInsightSelection();
+}
+
+/** Open a head from an insight view (table row, similar head, ranking): select it and show the detail. */
+function openHead(layer, head) {
+  select(layer, head);
+  $("headDetail").scrollIntoView({ block: "nearest" });
+}
+
+// The insight views of the current run: statistics + similar heads, rollout, and compare when asked for.
+// They load after the grid and detail are drawn, so they never delay the first picture.
+async function loadInsights(runId) {
+  const query = page.query;
+  const body = document.body;
+  body.dataset.insight = "loading";
+  $("analysis").hidden = false;
+  const status = $("insightStatus");
+  status.textContent = "Computing head statistics and rollout…";
+  status.classList.add("busy");
+  if (!page.queryB) compareView.clear();
+  const problems = [];
+  const note = (what) => (error) => {
+    if (runId === page.runId) problems.push(`${what}: ${error.message}`);
+  };
+  // B is the person's own input: a comparison that cannot be made (other shapes, blank) goes to the alert.
+  const comparing = page.queryB
+    ? compareView.load(query, page.queryB).catch((error) => {
+        if (runId === page.runId) showError(`Could not compare A and B: ${error.message}`);
+        return null;
+      })
+    : null;
+  const stats = Promise.all([fetchAnalysis(query), comparing]).then(([analysis, comparison]) => {
+    if (runId !== page.runId) return null;
+    page.analysis = analysis;
+    page.comparison = comparison;
+    if (comparison && !page.state.color) page.state.color = CHANGE; // compare mode: colour by change
+    renderStats();
+    showInsightSelection({ withCompare: false });
+    return comparison ? compareView.show(page.state.layer, page.state.head, { delay: 0, causal: page.attention.causal }) : null;
+  });
+  await Promise.all([stats.catch(note("statistics")), rolloutView.load(query).catch(note("rollout"))]);
+  if (runId !== page.runId) return;
+  status.classList.remove("busy");
+  status.textContent = problems.length ? `Unavailable: ${problems.join("; ")}` : "";
+  body.dataset.insight = problems.length ? "error" : "ready";
+}
+
+/** Statistics table, colour-by select, legend and thumbnail frames for the loaded analysis. */
+function renderStats() {
+  const { analysis, comparison } = page;
+  if (!analysis) return;
+  statsTable.render(analysis, comparison);
+  page.state.color = fillColorBy($("colorBy"), analysis, comparison, page.state.color);
+  writeState(page.state);
+  colorGrid();
+}
+
+function colorGrid() {
+  const { analysis, comparison } = page;
+  if (!analysis) return;
+  const key = page.state.color;
+  const values = key ? statTable(analysis, comparison)[key] : null;
+  const scale = values ? colorScaleFor(values) : null;
+  grid.decorate({
+    labels: analysis.labels,
+    values,
+    color: scale?.color,
+    describe: (v) => formatStat(key, v),
+    statName: key,
+  });
+  renderLegend($("colorLegend"), analysis, comparison, key);
+}
+
+/** The insight views that follow the selected head: table row, similar heads, compare maps. */
+function showInsightSelection({ withCompare = true } = {}) {
+  const { layer, head } = page.state;
+  if (!page.analysis) return;
+  statsTable.select(layer, head);
+  renderSimilar($("similar"), page.analysis, layer, isAggregate(head) ? -1 : head, openHead);
+  if (page.comparison && withCompare) compareView.show(layer, head, { causal: page.attention.causal });
 }
 
 function setView(view) {
@@ -305,12 +423,35 @@ async function init() {
   $("text").value = s.text;
   $("textPair").value = s.pair;
   $("model").value = page.models.has(s.model) ? s.model : page.defaultModel;
+  $("words").checked = s.words;
+  $("compare").checked = s.compare;
+  $("compareInputs").hidden = !s.compare;
+  $("textB").value = s.btext;
+  $("modelB").value = page.models.has(s.bmodel) ? s.bmodel : $("model").value;
 
   $("form").addEventListener("submit", (event) => {
     event.preventDefault();
     run();
   });
-  for (const name of ["text", "textPair"]) {
+  $("words").addEventListener("change", () => {
+    page.state.words = $("words").checked;
+    writeState(page.state);
+    if (page.attention) run(); // every view switches: the same input again, merged to words
+  });
+  $("compare").addEventListener("change", () => {
+    $("compareInputs").hidden = !$("compare").checked;
+    if ($("compare").checked) $("textB").focus();
+  });
+  $("model").addEventListener("change", () => {
+    // B follows A's model until someone picks another one for B.
+    if (!page.state.bmodel) $("modelB").value = $("model").value;
+  });
+  $("colorBy").addEventListener("change", () => {
+    page.state.color = $("colorBy").value;
+    writeState(page.state);
+    colorGrid();
+  });
+  for (const name of ["text", "textPair", "textB"]) {
     $(name).addEventListener("keydown", (event) => {
       if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
         event.preventDefault();

@@ -12,7 +12,15 @@ export const DEFAULT_STATE = Object.freeze({
   layer: 0,
   head: 0,
   view: "heatmap",
+  words: false, // word-level attention (the API's `words: true`) in every view
+  color: "", // statistic the grid's thumbnail frames are coloured by ("" = none)
+  compare: false, // compare mode: a second input B next to A
+  btext: "", // B's sentence; blank = A's sentence (to compare two models on one input)
+  bmodel: "", // B's model; blank = A's model
 });
+
+// A statistic's name as the API spells it (or "change"); anything else in a URL is ignored.
+const COLOR_NAME = /^[a-z_]{1,32}$/;
 
 function parseIndex(value, fallback) {
   if (value === null || !/^\d{1,4}$/.test(value)) return fallback;
@@ -31,6 +39,11 @@ export function readState(search = window.location.search) {
     layer: parseIndex(params.get("layer"), DEFAULT_STATE.layer),
     head: isAggregate(head) ? head : parseIndex(head, DEFAULT_STATE.head),
     view: VIEWS.includes(view) ? view : DEFAULT_STATE.view,
+    words: params.get("words") === "1",
+    color: COLOR_NAME.test(params.get("color") ?? "") ? params.get("color") : DEFAULT_STATE.color,
+    compare: params.get("compare") === "1",
+    btext: params.get("btext") ?? DEFAULT_STATE.btext,
+    bmodel: params.get("bmodel") ?? DEFAULT_STATE.bmodel,
   };
 }
 
@@ -43,6 +56,13 @@ export function encodeState(state) {
   params.set("layer", String(state.layer));
   params.set("head", String(state.head));
   params.set("view", state.view);
+  if (state.words) params.set("words", "1");
+  if (state.color) params.set("color", state.color);
+  if (state.compare) {
+    params.set("compare", "1");
+    if (state.btext) params.set("btext", state.btext);
+    if (state.bmodel) params.set("bmodel", state.bmodel);
+  }
   return params.toString();
 }
 

@@ -1,0 +1,205 @@
+// Head statistics from POST /api/analysis: a sortable table of every head, the grid's colour-by select
+// with its legend, and "heads like this one". Pure DOM over the API's answer; numbers and labels go in
+// through textContent.
+
+import { el } from "./dom.js";
+import { STAT_GRADIENT, statColor } from "./colors.js";
+
+// Change score of compare mode, shown as one more statistic (docs/design.md: mean JS divergence, nats).
+export const CHANGE = "change";
+const CHANGE_DESCRIPTION = "Mean Jensen–Shannon divergence between A's and B's rows on the aligned tokens (nats, 0..ln 2).";
+
+/** A statistic's value as the table and titles show it: tokens with 2 decimals, the rest with 3. */
+export function formatStat(key, value) {
+  if (!Number.isFinite(value)) return "–";
+  return value.toFixed(key === "distance" ? 2 : 3);
+}
+
+/** {key: L x H} of the analysis' statistics, plus the change score when a comparison is loaded. */
+export function statTable(analysis, compare) {
+  const stats = { ...analysis.stats };
+  if (compare) stats[CHANGE] = compare.score;
+  return stats;
+}
+
+function describeStat(analysis, key) {
+  if (key === CHANGE) return CHANGE_DESCRIPTION;
+  return analysis.stat_descriptions?.[key] ?? key;
+}
+
+/** Min and max of an L x H table. */
+function extent(values) {
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (const row of values) {
+    for (const v of row) {
+      if (!Number.isFinite(v)) continue;
+      lo = Math.min(lo, v);
+      hi = Math.max(hi, v);
+    }
+  }
+  return lo <= hi ? [lo, hi] : [0, 0];
+}
+
+/** (value) -> CSS colour over the table's own range, so the frames use the whole scale. */
+export function colorScaleFor(values) {
+  const [lo, hi] = extent(values);
+  return { lo, hi, color: (v) => statColor(hi > lo ? (v - lo) / (hi - lo) : 0.5) };
+}
+
+/** Fill the colour-by select with the statistics (keeps `chosen` when it is still offered). */
+export function fillColorBy(select, analysis, compare, chosen) {
+  const keys = Object.keys(statTable(analysis, compare));
+  const options = [el("option", { text: "nothing", attrs: { value: "" } })];
+  for (const key of keys) {
+    options.push(el("option", { text: key, attrs: { value: key, title: describeStat(analysis, key) } }));
+  }
+  select.replaceChildren(...options);
+  select.value = keys.includes(chosen) ? chosen : "";
+  return select.value;
+}
+
+/** Legend of the frame colours: min, the gradient, max, and what the statistic means. */
+export function renderLegend(container, analysis, compare, key) {
+  if (!key) {
+    container.hidden = true;
+    container.replaceChildren();
+    return;
+  }
+  const { lo, hi } = colorScaleFor(statTable(analysis, compare)[key]);
+  const bar = el("span", { className: "legend-bar", attrs: { "aria-hidden": "true" } });
+  bar.style.backgroundImage = STAT_GRADIENT;
+  container.replaceChildren(
+    el("span", { className: "legend-name", text: key }),
+    el("span", { className: "legend-min", text: formatStat(key, lo) }),
+    bar,
+    el("span", { className: "legend-max", text: formatStat(key, hi) }),
+    el("span", { className: "legend-help", text: describeStat(analysis, key) }),
+  );
+  container.hidden = false;
+}
+
+/**
+ * The sortable table: one row per head. `sort` = {key, descending}; clicking a column header sorts by
+ * it (again: reverses), clicking a row (or Enter on it) calls onOpen(layer, head).
+ */
+export class StatsTable {
+  constructor(table, { onOpen }) {
+    this.table = table;
+    this.onOpen = onOpen;
+    this.sort = { key: "layer", descending: false };
+    this.rows = [];
+    this.stats = {};
+    table.addEventListener("click", (event) => {
+      const sortButton = event.target.closest("th button[data-key]");
+      if (sortButton) return this.sortBy(sortButton.dataset.key);
+      const row = event.target.closest("tbody tr");
+      if (row) this.onOpen(Number(row.dataset.layer), Number(row.dataset.head));
+    });
+    table.addEventListener("keydown", (event) => {
+      const row = event.target.closest?.("tbody tr");
+      if (!row || (event.key !== "Enter" && event.key !== " ")) return;
+      event.preventDefault();
+      this.onOpen(Number(row.dataset.layer), Number(row.dataset.head));
+    });
+  }
+
+  /** Build the table for an analysis (and a comparison, which adds the change column). */
+  render(analysis, compare) {
+    this.stats = statTable(analysis, compare);
+    const keys = Object.keys(this.stats);
+    const columns = [
+      ["layer", "Layer index (0 = nearest the input)."],
+      ["head", "Head index within the layer."],
+      ["label", `What the head mostly does (thresholds: ${JSON.stringify(analysis.thresholds ?? {})}).`],
+      ...keys.map((key) => [key, describeStat(analysis, key)]),
+    ];
+    const header = el(
+      "tr",
+      {},
+      columns.map(([key, help]) =>
+        el("th", { attrs: { scope: "col", "aria-sort": "none" }, data: { key } }, [
+          el("button", { className: "sort", text: key, attrs: { type: "button", title: help }, data: { key } }),
+        ]),
+      ),
+    );
+    this.table.tHead.replaceChildren(header);
+    this.rows = [];
+    for (let l = 0; l < analysis.layers; l++) {
+      for (let h = 0; h < analysis.heads; h++) {
+        const label = analysis.labels?.[l]?.[h] ?? "";
+        const cells = [el("td", { text: String(l) }), el("td", { text: String(h) }), el("td", { text: label })];
+        for (const key of keys) cells.push(el("td", { className: "num", text: formatStat(key, this.stats[key][l][h]) }));
+        const row = el(
+          "tr",
+          { attrs: { tabindex: "0", title: `Open layer ${l}, head ${h}` }, data: { layer: l, head: h, label } },
+          cells,
+        );
+        this.rows.push({ row, layer: l, head: h, label });
+      }
+    }
+    if (!["layer", "head", "label", ...keys].includes(this.sort.key)) this.sort = { key: "layer", descending: false };
+    this.apply();
+  }
+
+  value(entry, key) {
+    if (key === "layer") return entry.layer;
+    if (key === "head") return entry.head;
+    if (key === "label") return entry.label;
+    return this.stats[key][entry.layer][entry.head];
+  }
+
+  /** Sort by `key`; the same key again reverses. Statistics start high-to-low (the notable heads first). */
+  sortBy(key) {
+    if (this.sort.key === key) this.sort = { key, descending: !this.sort.descending };
+    else this.sort = { key, descending: !["layer", "head", "label"].includes(key) };
+    this.apply();
+  }
+
+  apply() {
+    const { key, descending } = this.sort;
+    const sign = descending ? -1 : 1;
+    const sorted = [...this.rows].sort((a, b) => {
+      const va = this.value(a, key);
+      const vb = this.value(b, key);
+      const order = typeof va === "string" ? va.localeCompare(vb) : va - vb;
+      // Ties keep model order, so a sort is stable and readable.
+      return order * sign || a.layer - b.layer || a.head - b.head;
+    });
+    this.table.tBodies[0].replaceChildren(...sorted.map((entry) => entry.row));
+    for (const th of this.table.tHead.querySelectorAll("th")) {
+      const active = th.dataset.key === key;
+      th.setAttribute("aria-sort", active ? (descending ? "descending" : "ascending") : "none");
+    }
+  }
+
+  /** Mark the head shown in the detail view. */
+  select(layer, head) {
+    for (const { row, layer: l, head: h } of this.rows) {
+      const on = l === layer && h === head;
+      row.classList.toggle("selected", on);
+      row.setAttribute("aria-selected", String(on));
+    }
+  }
+}
+
+/** "Heads like this one": the API's nearest heads for (layer, head), as buttons that open them. */
+export function renderSimilar(container, analysis, layer, head, onOpen) {
+  const similar = analysis?.similar?.[layer]?.[head];
+  if (!similar) {
+    container.replaceChildren(el("span", { className: "hint", text: "Pick a single head to see its neighbours." }));
+    return;
+  }
+  const buttons = similar.map(([l, h, distance]) => {
+    const label = analysis.labels?.[l]?.[h] ?? "";
+    const button = el("button", {
+      className: "chip",
+      text: `L${l} H${h}${label ? ` ${label}` : ""}`,
+      attrs: { type: "button", title: `layer ${l}, head ${h}: distance ${distance.toFixed(2)} in statistic space` },
+      data: { layer: l, head: h },
+    });
+    button.addEventListener("click", () => onOpen(l, h));
+    return button;
+  });
+  container.replaceChildren(...buttons);
+}

@@ -1,0 +1,318 @@
+"""The insight views of the page (issue 6) in headless Chromium against the real app.
+
+Statistics table, grid colour-by and similar heads; the words toggle; rollout and flow; compare mode;
+markup staying literal. Fixtures (server, Chromium, the no-request-leaves-the-server check) are in
+conftest.py. Every expected number comes from the API itself, so the page is checked against the service.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+SENTENCE = "The cat sat on the mat because the cat was tired."
+OTHER = "The dog sat on the rug because the dog was hungry."
+QUANT_ERROR = 1 / 510 + 1e-6  # the compact transport's stated bound (docs/design.md)
+
+# One Plotly figure's heatmap: rows x columns, tick labels, colour range.
+FIGURE_JS = """(selector) => {
+  const gd = document.querySelector(selector);
+  const heatmap = gd.data.find((t) => t.type === 'heatmap');
+  return {
+    z: heatmap.z,
+    tickvals: gd.layout.xaxis.tickvals,
+    ticktext: gd.layout.xaxis.ticktext,
+    yticktext: gd.layout.yaxis.ticktext,
+    zmin: heatmap.zmin,
+    zmax: heatmap.zmax,
+    colorscale: heatmap.colorscale,
+  };
+}"""
+
+
+def post(base: str, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+    request = urllib.request.Request(
+        f"{base}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 (local test server)
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
+
+
+def api(base: str, path: str, body: dict[str, Any]) -> Any:
+    status, answer = post(base, path, body)
+    assert status == 200, answer
+    return answer
+
+
+def unescape(label: str) -> str:
+    return label.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def max_diff(a: list[list[float]], b: list[list[float]]) -> float:
+    return max(abs(x - y) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True))
+
+
+def wait_insight(page: Any) -> None:
+    page.wait_for_function("() => ['ready', 'error'].includes(document.body.dataset.insight)")
+    state = page.evaluate("document.body.dataset.insight")
+    assert state == "ready", page.locator("#insight-status").text_content()
+
+
+def rerun_with_words(session: Any) -> None:
+    """Tick #words (which re-runs the input) and wait for the new run's views."""
+    session.page.evaluate("document.body.dataset.state = 'idle'; document.body.dataset.insight = 'idle'")
+    session.page.check("#words")
+    session.wait_ready()
+    wait_insight(session.page)
+
+
+def selected(page: Any) -> list[str]:
+    return page.locator("#grid .thumb.selected").evaluate("t => [t.dataset.layer, t.dataset.head]")
+
+
+def table_order(page: Any) -> list[tuple[int, int]]:
+    rows = page.evaluate(
+        "[...document.querySelectorAll('#stats-table tbody tr')]"
+        ".map((r) => [r.dataset.layer, r.dataset.head])"
+    )
+    return [(int(layer), int(head)) for layer, head in rows]
+
+
+def test_stats_table_sorts_opens_heads_colours_the_grid_and_finds_similar_heads(session: Any) -> None:
+    page = session.open()
+    session.run(SENTENCE)
+    wait_insight(page)
+    analysis = api(session.base, "/api/analysis", {"text": SENTENCE})
+    L, H = analysis["layers"], analysis["heads"]
+
+    # One row per head, every statistic of the API a column.
+    assert len(table_order(page)) == L * H
+    columns = page.evaluate("[...document.querySelectorAll('#stats-table th')].map((th) => th.dataset.key)")
+    assert columns[:3] == ["layer", "head", "label"] and set(columns[3:]) == set(analysis["stats"])
+
+    # Sort by "previous": high to low first, then reversed; the order is the API's values'.
+    previous = analysis["stats"]["previous"]
+    page.click("#stats-table th button[data-key=previous]")
+    values = [previous[layer][head] for layer, head in table_order(page)]
+    assert values == sorted(values, reverse=True) and values[0] > values[-1]
+    assert page.get_attribute("#stats-table th[data-key=previous]", "aria-sort") == "descending"
+    page.click("#stats-table th button[data-key=previous]")
+    values = [previous[layer][head] for layer, head in table_order(page)]
+    assert values == sorted(values)
+    # Labels show as text in the table and in the thumbnails' titles.
+    layer, head = table_order(page)[-1]  # the most previous-token head
+    label = analysis["labels"][layer][head]
+    row = page.locator(f'#stats-table tbody tr[data-layer="{layer}"][data-head="{head}"]')
+    assert row.locator("td").nth(2).text_content() == label
+    thumb = page.locator(f'#grid .thumb[data-layer="{layer}"][data-head="{head}"]')
+    assert label in (thumb.get_attribute("title") or "")
+
+    # Clicking a row opens that head; Enter on a focused row does too.
+    row.click()
+    assert selected(page) == [str(layer), str(head)]
+    assert f"layer {layer}, head {head}" in page.locator("#detail-title").text_content()
+    assert row.get_attribute("aria-selected") == "true"
+    other = page.locator('#stats-table tbody tr[data-layer="0"][data-head="1"]')
+    other.focus()
+    page.keyboard.press("Enter")
+    assert selected(page) == ["0", "1"]
+
+    # "Heads like this one": the API's five nearest heads, clickable.
+    chips = page.locator("#similar button.chip")
+    expected = [[s[0], s[1]] for s in analysis["similar"][0][1]]
+    shown = chips.evaluate_all("(cs) => cs.map((c) => [Number(c.dataset.layer), Number(c.dataset.head)])")
+    assert shown == expected
+    assert len(expected) == 5
+    chips.first.click()
+    assert selected(page) == [str(v) for v in expected[0]]
+
+    # Colour the grid by a statistic: frames take colours from the statistic, with a legend.
+    frame_js = (
+        "[...document.querySelectorAll('#grid .thumb:not(.thumb-agg)')]"
+        ".map((t) => [t.dataset.layer, t.dataset.head, getComputedStyle(t).borderTopColor])"
+    )
+    before = {(int(layer), int(head)): colour for layer, head, colour in page.evaluate(frame_js)}
+    page.select_option("#color-by", "previous")
+    after = {(int(layer), int(head)): colour for layer, head, colour in page.evaluate(frame_js)}
+    assert page.locator("#grid .thumb.colored").count() == L * H
+    low = min(before, key=lambda k: previous[k[0]][k[1]])
+    high = max(before, key=lambda k: previous[k[0]][k[1]])
+    assert after[low] != after[high] and after[high] != before[high]
+    assert len(set(after.values())) > 5
+    legend = page.locator("#color-legend")
+    assert legend.is_visible() and "previous" in legend.text_content()
+    assert parse_qs(urlparse(page.url).query)["color"] == ["previous"]
+    page.select_option("#color-by", "")
+    assert page.locator("#grid .thumb.colored").count() == 0
+
+
+def test_words_toggle_shows_whole_words_in_every_view(session: Any) -> None:
+    page = session.open()
+    text = "Headscope shows attention."
+    session.run(text)
+    pieces = api(session.base, "/api/attention/head", {"text": text, "layer": 0, "head": 0})["tokens"]
+    assert "##cope" in pieces  # the word is split into pieces by the tokenizer
+    words = api(session.base, "/api/attention/head", {"text": text, "layer": 0, "head": 0, "words": True})
+    assert "Headscope" in words["tokens"]
+
+    rerun_with_words(session)  # toggling re-runs the same input merged to words
+    figure = page.evaluate(FIGURE_JS, "#head-detail")
+    assert [unescape(t) for t in figure["ticktext"]] == words["tokens"]
+    assert "##cope" not in figure["ticktext"]
+    page.wait_for_selector("#head-detail[data-exact=true]")
+    assert max_diff(page.evaluate(FIGURE_JS, "#head-detail")["z"], words["attention"]) <= 1e-6
+    assert parse_qs(urlparse(page.url).query)["words"] == ["1"]
+    # The insight views follow: rollout axes and the statistics are per word too.
+    rollout = page.evaluate(FIGURE_JS, "#rollout")
+    assert [unescape(t) for t in rollout["ticktext"]] == words["tokens"]
+    page.click("#tab-tokens")
+    shown = page.evaluate("[...document.querySelectorAll('#token-view text.left')].map((t) => t.textContent)")
+    assert shown == words["tokens"]
+
+    page.reload()  # words=1 in the URL comes back
+    session.wait_ready()
+    assert page.is_checked("#words")
+
+
+def test_rollout_heatmap_and_layer_slider_match_the_api(session: Any) -> None:
+    page = session.open()
+    session.run(SENTENCE)
+    wait_insight(page)
+    reference = api(session.base, "/api/rollout", {"text": SENTENCE})
+    n, tokens, L = reference["n"], reference["tokens"], reference["layers"]
+
+    figure = page.evaluate(FIGURE_JS, "#rollout")
+    assert len(figure["z"]) == n and all(len(row) == n for row in figure["z"])
+    assert [unescape(t) for t in figure["ticktext"]] == tokens
+    assert [unescape(t) for t in figure["yticktext"]] == tokens
+    assert max_diff(figure["z"], reference["rollout"]) <= QUANT_ERROR
+    assert page.get_attribute("#rollout", "data-layer") == str(L - 1)
+    assert "final" in page.locator("#rollout-layer-value").text_content()
+
+    # The slider shows the cumulative rollout after an earlier layer (keyboard: Home = layer 0).
+    page.focus("#rollout-layer")
+    page.keyboard.press("Home")
+    page.wait_for_selector("#rollout[data-layer='0']")
+    z0 = page.evaluate(FIGURE_JS, "#rollout")["z"]
+    assert max_diff(z0, reference["per_layer"][0]) <= QUANT_ERROR
+    assert max_diff(reference["per_layer"][0], reference["rollout"]) > 0.05  # a different picture
+
+
+def test_flow_draws_for_short_inputs_and_explains_the_limit_for_long_ones(session: Any) -> None:
+    page = session.open()
+    short = "The cat sat."
+    session.run(short)
+    wait_insight(page)
+    reference = api(session.base, "/api/flow", {"text": short})
+    page.click("#flow-run")
+    page.wait_for_selector("#flow-message[data-state=ready]")
+    figure = page.evaluate(FIGURE_JS, "#flow")
+    assert [unescape(t) for t in figure["ticktext"]] == reference["tokens"]
+    assert max_diff(figure["z"], reference["flow"]) <= 1e-6
+
+    long = " ".join(["the cat sat on the mat"] * 6)
+    status, refusal = post(session.base, "/api/flow", {"text": long})
+    assert status == 422
+    session.run(long)
+    wait_insight(page)
+    page.click("#flow-run")
+    page.wait_for_selector("#flow-message[data-state=limit]")
+    assert page.locator("#flow-message").text_content() == refusal["detail"]
+    assert not page.locator("#error").is_visible()  # a limit, said in words, not an error banner
+    assert not page.locator("#flow").is_visible()
+
+
+def test_compare_two_sentences_scores_heads_and_draws_a_b_and_diff(session: Any) -> None:
+    page = session.open()
+    page.fill("#text", SENTENCE)
+    page.check("#compare")
+    page.fill("#text-b", OTHER)
+    session.run(SENTENCE)
+    wait_insight(page)
+    body = {"a": {"text": SENTENCE}, "b": {"text": OTHER}}
+    reference = api(session.base, "/api/compare", body)
+    L, H = reference["layers"], reference["heads"]
+    score = reference["score"]
+
+    # Heads ranked by change, largest first, with the API's scores; the grid is coloured by change.
+    ranked = page.locator("#compare-ranking button.chip").evaluate_all(
+        "(cs) => cs.map((c) => [Number(c.dataset.layer), Number(c.dataset.head), Number(c.dataset.score)])"
+    )
+    assert len(ranked) == 10
+    assert [s for _, _, s in ranked] == sorted((s for row in score for s in row), reverse=True)[:10]
+    assert all(abs(score[layer][head] - s) < 1e-9 for layer, head, s in ranked)
+    assert page.locator("#grid .thumb.colored").count() == L * H
+    assert page.input_value("#color-by") == "change"
+    assert page.locator("#stats-table th[data-key=change]").count() == 1
+
+    # The selected head's A, B and A - B on the aligned tokens; A - B centred on 0.
+    page.wait_for_selector("#compare-panel[data-state=ready]")
+    head = api(session.base, "/api/compare/head", {**body, "layer": 0, "head": 0})
+    m = len(head["tokens"])
+    figures = {name: page.evaluate(FIGURE_JS, f"#compare-{name}") for name in ("a", "b", "diff")}
+    for name in ("a", "b", "diff"):
+        assert len(figures[name]["z"]) == m and all(len(row) == m for row in figures[name]["z"])
+        assert [unescape(t) for t in figures[name]["ticktext"]] == head["tokens"]
+        assert max_diff(figures[name]["z"], head[name]) <= 1e-6
+    assert figures["diff"]["zmin"] == -figures["diff"]["zmax"] and figures["diff"]["zmax"] > 0
+    assert figures["a"]["zmin"] == 0
+
+    # Picking a head from the ranking opens it everywhere, A/B/diff included.
+    top_layer, top_head, _ = ranked[0]
+    page.click("#compare-ranking button.chip >> nth=0")
+    page.wait_for_selector(
+        f"#compare-panel[data-head='{top_head}'][data-layer='{top_layer}'][data-state=ready]"
+    )
+    assert selected(page) == [str(top_layer), str(top_head)]
+
+    # The state is in the URL: reload brings compare mode back.
+    params = parse_qs(urlparse(page.url).query)
+    assert params["compare"] == ["1"] and params["btext"] == [OTHER]
+    page.reload()
+    session.wait_ready()
+    wait_insight(page)
+    assert page.is_checked("#compare") and page.input_value("#text-b") == OTHER
+    assert page.locator("#compare-ranking button.chip").count() == 10
+
+    # Another model of another shape cannot be compared: the API's reason, in the alert.
+    page.fill("#text-b", "")
+    page.select_option("#model-b", "random")
+    session.run(SENTENCE)
+    page.wait_for_function("() => !document.querySelector('#error').hidden")
+    assert "6" in page.locator("#error").text_content() and "4" in page.locator("#error").text_content()
+
+
+def test_markup_stays_literal_in_every_insight_view(session: Any) -> None:
+    page = session.open()
+    payload = "<img src=x onerror=alert(1)> <b>bold</b>"
+    page.check("#compare")  # B blank: the same input again
+    session.run(payload)
+    wait_insight(page)
+    page.wait_for_selector("#compare-panel[data-state=ready]")
+    tokens = api(session.base, "/api/rollout", {"text": payload})["tokens"]
+    assert "<" in tokens
+    shown = []
+    for selector in ("#rollout", "#compare-a", "#compare-diff"):
+        figure = page.evaluate(FIGURE_JS, selector)
+        # Side-by-side figures thin their labels; each label drawn is its token, as text.
+        drawn = page.evaluate(
+            f"[...document.querySelectorAll('{selector} .xtick text')].map((t) => t.textContent)"
+        )
+        assert drawn == [tokens[i] for i in figure["tickvals"]]
+        shown += drawn
+    assert "<" in shown and ">" in shown
+    page.click("#flow-run")
+    page.wait_for_selector("#flow-message:is([data-state=ready], [data-state=limit])")
+    rerun_with_words(session)
+    assert session.dialogs == []
+    assert page.evaluate("document.querySelectorAll('main img, main b').length") == 0
