@@ -14,7 +14,7 @@ export function lineThreshold(n) {
 }
 
 /** Draw into `container`; `values` is n*n row-major. Returns the number of lines drawn. */
-export function renderTokenView(container, { tokens, values, segments, special, causal }) {
+export function renderTokenView(container, { tokens, values, segments, special, causal, exact = false }) {
   const n = tokens.length;
   const width = 2 * TEXT_PX + COL_GAP_PX;
   const height = n * ROW_PX + 10;
@@ -85,5 +85,6 @@ export function renderTokenView(container, { tokens, values, segments, special, 
   container.replaceChildren(root);
   container.dataset.lines = String(drawn);
   container.dataset.threshold = String(threshold);
+  container.dataset.exact = String(exact); // the redraw with exact values resets any hover
   return drawn;
 }

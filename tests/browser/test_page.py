@@ -265,6 +265,8 @@ def test_url_round_trips_the_view(session: Any) -> None:
     assert page.locator("#token-view").is_visible() and not page.locator("#detail-scroll").is_visible()
 
     # Token view: hovering a query token isolates its own lines.
+    # Exact values arrive a moment later and redraw the lines; hover after that redraw.
+    page.wait_for_selector("#token-view[data-exact=true]")
     lines = int(page.locator("#token-view").get_attribute("data-lines") or 0)
     assert lines > 0
     page.hover("#token-view text.left[data-i='1']")
