@@ -8,10 +8,15 @@ grid (72 heads + 6 layer means, not only the visible ones) and the detail heatma
   cold: a text the server has not seen (includes the model's forward pass on this CPU)
   warm: the same text again (the server answers from its cache: network + decode + drawing only)
 
+The insight views (statistics table, grid colours, rollout heatmap) load after "ready" and never delay
+it; "insight" is click -> document.body.dataset.insight === "ready" (all of them drawn). Each run waits
+for it, so one run's insight requests never load the server during the next run's timing.
+
 Bytes per value = transferSize of the compact fetch (PerformanceResourceTiming, gzip on the wire,
 headers included) / (L * H * n * n). The reference is bertviz's published figure for its model view.
 
     .venv/bin/python benchmarks/browser.py [--repeats 3] [--screenshot docs/screenshot.png]
+        [--insight-screenshot docs/screenshot-insight.png]
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("HEADSCOPE_CHROMIUM", "/usr/bin/chromium")
@@ -69,6 +75,7 @@ READ_TIMINGS = """() => {
   return {
     click: window.__clickAt, run: mark('headscope-run'), decoded: mark('headscope-decoded'),
     grid: mark('headscope-grid'), detail: mark('headscope-detail'), ready: mark('headscope-ready'),
+    insight: mark('headscope-insight'),
     transfer: f ? f.transferSize : null, decoded_bytes: f ? f.decodedBodySize : null,
     fetch_ms: f ? f.responseEnd - f.startTime : null,
     n: Number(gd.dataset.n), thumbs: document.querySelectorAll('#grid .thumb[data-drawn=true]').length,
@@ -115,6 +122,10 @@ def measure(page: Any, text: str) -> dict[str, Any]:
     page.wait_for_function("() => ['ready', 'error'].includes(document.body.dataset.state)", timeout=120_000)
     if page.evaluate("document.body.dataset.state") != "ready":
         raise SystemExit(f"page error: {page.locator('[role=alert]').text_content()}")
+    insight = "() => ['ready', 'error'].includes(document.body.dataset.insight)"
+    page.wait_for_function(insight, timeout=120_000)
+    if page.evaluate("document.body.dataset.insight") != "ready":
+        raise SystemExit(f"insight error: {page.locator('#insight-status').text_content()}")
     t = page.evaluate(READ_TIMINGS)
     return {
         "total_ms": t["ready"] - t["click"],
@@ -122,6 +133,7 @@ def measure(page: Any, text: str) -> dict[str, Any]:
         "draw_ms": t["ready"] - t["decoded"],
         "grid_ms": t["grid"] - t["decoded"],
         "detail_ms": t["detail"] - t["decoded"],
+        "insight_ms": t["insight"] - t["click"],
         "n": t["n"],
         "thumbs": t["thumbs"],
         "transfer": t["transfer"],
@@ -136,6 +148,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs per size and mode (median printed)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[128, 512], help="target token counts")
     parser.add_argument("--screenshot", type=Path, help="also save a screenshot of a short sentence here")
+    parser.add_argument(
+        "--insight-screenshot", type=Path, help="also save the insight views (compare mode) here"
+    )
     args = parser.parse_args()
 
     from playwright.sync_api import sync_playwright
@@ -162,6 +177,8 @@ def main() -> None:
                 rows.append((size, cold, warm))
             if args.screenshot:
                 save_screenshot(browser, base, args.screenshot)
+            if args.insight_screenshot:
+                save_insight_screenshot(browser, base, args.insight_screenshot)
             browser.close()
     finally:
         server.terminate()
@@ -181,15 +198,38 @@ def save_screenshot(browser: Any, base: str, path: Path) -> None:
     print(f"screenshot: {path}")
 
 
+def save_insight_screenshot(browser: Any, base: str, path: Path) -> None:
+    page = browser.new_page(viewport={"width": 1440, "height": 1100}, device_scale_factor=1)
+    # Compare mode: "tired" vs "wide" changes what "it" refers to; the grid is coloured by change.
+    query = urlencode(
+        {
+            "text": "The animal didn't cross the street because it was too tired.",
+            "layer": 3,
+            "head": 1,
+            "compare": 1,
+            "btext": "The animal didn't cross the street because it was too wide.",
+        }
+    )
+    page.goto(f"{base}/?{query}")
+    page.wait_for_function("() => document.body.dataset.insight === 'ready'", timeout=120_000)
+    page.wait_for_selector("#compare-panel[data-state=ready]", timeout=30_000)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    page.locator("#analysis").scroll_into_view_if_needed()
+    page.screenshot(path=str(path), full_page=False)
+    page.close()
+    print(f"screenshot: {path}")
+
+
 def report(rows: list[tuple[int, list[dict[str, Any]], list[dict[str, Any]]]]) -> None:
     def med(runs: list[dict[str, Any]], key: str) -> float:
         return statistics.median(r[key] for r in runs)
 
     load = os.getloadavg()[0]
     print(f"\nheadscope page in headless Chromium, all-MiniLM-L6-v2 (6 x 12), load average {load:.1f}")
-    print("time = click on Run -> every thumbnail (72 heads + 6 means) and the detail heatmap drawn\n")
+    print("time = click on Run -> every thumbnail (72 heads + 6 means) and the detail heatmap drawn")
+    print("insight = click on Run -> statistics table, grid colours and rollout heatmap drawn\n")
     columns = [("tokens", 6), ("mode", 5), ("total", 9), ("fetch", 9)]
-    columns += [("draw", 8), ("grid", 8), ("detail", 8)]
+    columns += [("draw", 8), ("grid", 8), ("detail", 8), ("insight", 9)]
     header = " ".join(f"{name:>{width}}" for name, width in columns) + f" {'goal':>6}"
     print(header)
     print("-" * len(header))
@@ -202,6 +242,7 @@ def report(rows: list[tuple[int, list[dict[str, Any]], list[dict[str, Any]]]]) -
             parts = [f"{n:>6}", f"{mode:>5}", f"{total:>7.0f}ms"]
             parts += [f"{med(runs, key):>{w}.0f}ms" for key, w in (("fetch_ms", 7), ("draw_ms", 6))]
             parts += [f"{med(runs, key):>6.0f}ms" for key in ("grid_ms", "detail_ms")]
+            parts += [f"{med(runs, 'insight_ms'):>7.0f}ms"]
             goal_text = "" if goal is None else f"<{goal:g}s"
             print(" ".join(parts), f"{goal_text:>6}", verdict)
     print("\nbytes downloaded per attention value (compact fetch, gzip, headers included)\n")

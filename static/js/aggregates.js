@@ -1,7 +1,7 @@
 // Per-layer aggregate "heads" shown as an extra column of the model view and selectable like a head.
 // Each entry computes an n*n matrix from the decoded attention on the client. Whole-model aggregates
-// that need the server (attention rollout, head statistics) belong to the analysis API of a later
-// issue: they will render into the #analysis section (templates/_partials.html), not be faked here.
+// that need the server (attention rollout and flow, head statistics, compare) come from the insight API
+// and render into the #analysis section (rollout.js, insight.js, compare.js), not here.
 
 export const AGGREGATES = Object.freeze({
   mean: Object.freeze({

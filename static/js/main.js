@@ -311,6 +311,7 @@ async function loadInsights(runId) {
   if (runId !== page.runId) return;
   status.classList.remove("busy");
   status.textContent = problems.length ? `Unavailable: ${problems.join("; ")}` : "";
+  performance.mark("headscope-insight"); // benchmarks/browser.py: click -> every insight view drawn
   body.dataset.insight = problems.length ? "error" : "ready";
 }
 
