@@ -150,7 +150,7 @@ class AnalysisResponse(BaseModel):
         description="pointer: a pointer label needs its statistic above this; broad: entropy_norm at least "
         "this; local: weight within 2 tokens at least this."
     )
-    similar: list[list[list[tuple[int, int, float]]]] = Field(
+    similar: list[list[list[list[float]]]] = Field(
         description="[layer][head] -> its most similar heads (up to 5) as [layer, head, distance], nearest "
         "first: Euclidean distance between z-scored statistics (mha.analysis.similar_heads)."
     )
@@ -202,7 +202,7 @@ class CompareSide(BaseModel):
 class CompareResponse(BaseModel):
     a: CompareSide
     b: CompareSide
-    pairs: list[tuple[int, int]] = Field(
+    pairs: list[list[int]] = Field(
         description="Aligned (index in a, index in b), in order: equal tokens (difflib on the tokens as "
         "spelled, or the words), and a replaced run of equal length position by position."
     )
