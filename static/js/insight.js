@@ -88,6 +88,7 @@ export class StatsTable {
     this.table = table;
     this.onOpen = onOpen;
     this.sort = { key: "layer", descending: false };
+    this.sorted = false; // true once a person picked a sort: later renders keep it
     this.rows = [];
     this.stats = {};
     table.addEventListener("click", (event) => {
@@ -151,6 +152,7 @@ export class StatsTable {
 
   /** Sort by `key`; the same key again reverses. Statistics start high-to-low (the notable heads first). */
   sortBy(key) {
+    this.sorted = true;
     if (this.sort.key === key) this.sort = { key, descending: !this.sort.descending };
     else this.sort = { key, descending: !["layer", "head", "label"].includes(key) };
     this.apply();

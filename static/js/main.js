@@ -319,6 +319,8 @@ async function loadInsights(runId) {
 function renderStats() {
   const { analysis, comparison } = page;
   if (!analysis) return;
+  // Compare mode lists the heads that change most first, unless someone already picked a sort.
+  if (comparison && !statsTable.sorted) statsTable.sort = { key: CHANGE, descending: true };
   statsTable.render(analysis, comparison);
   page.state.color = fillColorBy($("colorBy"), analysis, comparison, page.state.color);
   writeState(page.state);

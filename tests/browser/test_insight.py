@@ -254,6 +254,8 @@ def test_compare_two_sentences_scores_heads_and_draws_a_b_and_diff(session: Any)
     assert page.locator("#grid .thumb.colored").count() == L * H
     assert page.input_value("#color-by") == "change"
     assert page.locator("#stats-table th[data-key=change]").count() == 1
+    assert page.get_attribute("#stats-table th[data-key=change]", "aria-sort") == "descending"
+    assert table_order(page)[:10] == [(layer, head) for layer, head, _ in ranked]
 
     # The selected head's A, B and A - B on the aligned tokens; A - B centred on 0.
     page.wait_for_selector("#compare-panel[data-state=ready]")
@@ -289,7 +291,12 @@ def test_compare_two_sentences_scores_heads_and_draws_a_b_and_diff(session: Any)
     page.select_option("#model-b", "random")
     session.run(SENTENCE)
     page.wait_for_function("() => !document.querySelector('#error').hidden")
-    assert "6" in page.locator("#error").text_content() and "4" in page.locator("#error").text_content()
+    status, refusal = post(
+        session.base, "/api/compare", {"a": {"text": SENTENCE}, "b": {"text": SENTENCE, "model": "random"}}
+    )
+    assert status == 422 and "4 layers x 8 heads" in refusal["detail"]
+    assert page.locator("#error").text_content() == f"Could not compare A and B: {refusal['detail']}"
+    assert page.locator("#compare-panel").is_hidden()
 
 
 def test_markup_stays_literal_in_every_insight_view(session: Any) -> None:
