@@ -6,7 +6,7 @@
 import { el } from "./dom.js";
 import { fetchCompare, fetchCompareHead } from "./api.js";
 import { DIVERGING } from "./colors.js";
-import { renderHeatmap } from "./heatmap.js";
+import { clearHeatmap, renderHeatmap } from "./heatmap.js";
 
 const RANKED = 10; // heads listed by change; the table's change column sorts all of them
 const SIDE_MIN_PX = 220; // three figures side by side
@@ -42,10 +42,7 @@ export class CompareView {
     clearTimeout(this.timer);
     this.result = null;
     const { panel, summary, ranking, a, b, diff, headCaption } = this.els;
-    for (const gd of [a, b, diff]) {
-      if (gd.data) window.Plotly.purge(gd);
-      gd.replaceChildren();
-    }
+    for (const gd of [a, b, diff]) clearHeatmap(gd);
     summary.textContent = "";
     headCaption.textContent = "";
     ranking.replaceChildren();

@@ -257,6 +257,14 @@ function bindTickThinning(gd, tokens, size) {
   return updateTicks(gd);
 }
 
+/** Remove a figure and its listeners, so the element can take a fresh one (another run, other tokens). */
+export function clearHeatmap(gd) {
+  if (gd.data) window.Plotly.purge(gd);
+  delete gd._headscopeThinning; // purge dropped the relayout listener; the next draw binds it again
+  delete gd._headscopeTokens;
+  gd.replaceChildren();
+}
+
 /** Download the current figure as PNG or SVG at its drawn size. */
 export function exportImage(gd, format, filename) {
   return window.Plotly.downloadImage(gd, {

@@ -445,9 +445,13 @@ async function init() {
     $("compareInputs").hidden = !$("compare").checked;
     if ($("compare").checked) $("textB").focus();
   });
+  // B follows A's model until someone picks one for B.
+  let modelBChosen = Boolean(s.bmodel);
+  $("modelB").addEventListener("change", () => {
+    modelBChosen = true;
+  });
   $("model").addEventListener("change", () => {
-    // B follows A's model until someone picks another one for B.
-    if (!page.state.bmodel) $("modelB").value = $("model").value;
+    if (!modelBChosen) $("modelB").value = $("model").value;
   });
   $("colorBy").addEventListener("change", () => {
     page.state.color = $("colorBy").value;

@@ -4,7 +4,7 @@
 // as a note in words, not as an error.
 
 import { ApiError, fetchFlow, fetchRollout } from "./api.js";
-import { renderHeatmap } from "./heatmap.js";
+import { clearHeatmap, renderHeatmap } from "./heatmap.js";
 
 const SIDE_MIN_PX = 280; // side-by-side with the statistics table: smaller than the detail's minimum
 
@@ -23,9 +23,8 @@ export class RolloutView {
     this.generation++;
     this.rollout = null;
     const { flowPlot, flowMessage, plot } = this.els;
-    for (const gd of [plot, flowPlot]) if (gd.data) window.Plotly.purge(gd);
-    plot.replaceChildren();
-    flowPlot.replaceChildren();
+    clearHeatmap(plot);
+    clearHeatmap(flowPlot);
     flowPlot.hidden = true;
     flowMessage.textContent = "";
     delete plot.dataset.layer;
