@@ -321,7 +321,9 @@ class AttentionService:
         started = time.perf_counter()
         try:
             with torch.inference_mode():
-                results = model.attend_batch([(j.text, j.pair) for j in group], max_tokens=limit)
+                results = model.attend_batch(
+                    [(j.text, j.pair) for j in group], max_tokens=limit, hidden_state=False
+                )
         except Exception as exc:
             if len(group) > 1:  # one bad input must not fail its batch-mates: run each alone
                 for job in group:

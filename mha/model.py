@@ -6,6 +6,7 @@ Shape legend: B batch, T tokens, E embed dim, H heads, L layers, F feed-forward 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -65,7 +66,7 @@ class TransformerConfig:
 
 @dataclass
 class TransformerOutput:
-    hidden_state: torch.Tensor  # (B, T, E), the last layer's output
+    hidden_state: torch.Tensor | None  # (B, T, E), the last layer's output; None when not asked for
     attentions: torch.Tensor | None  # (L, B, H, T, T), every layer's attention weights
 
 
@@ -145,6 +146,14 @@ class Block(nn.Module):
             x = self.ffn_norm(x + self.dropout(self.ffn(x)))
         return x, weights
 
+    def attention_weights(
+        self, x: torch.Tensor, keep: torch.Tensor | None, *, weights_out: torch.Tensor | None
+    ) -> torch.Tensor:
+        """This layer's attention weights alone: no value path, no feed-forward."""
+        return self.attn.attention_weights(
+            self.attn_norm(x) if self.pre_norm else x, mask=keep, weights_out=weights_out
+        )
+
 
 class Transformer(nn.Module):
     """Embeddings, L blocks and (decoder only) a final LayerNorm -> hidden states and all attentions."""
@@ -176,8 +185,15 @@ class Transformer(nn.Module):
         segment_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         need_weights: bool = True,
+        need_hidden: bool = True,
     ) -> TransformerOutput:
-        """input_ids (B, T); attention_mask (B, T) 1 for real tokens, 0 for padding; segment_ids (B, T)."""
+        """input_ids (B, T); attention_mask (B, T) 1 for real tokens, 0 for padding; segment_ids (B, T).
+
+        need_hidden=False (with need_weights) returns every attention but no hidden state, and skips the
+        work no attention depends on: the last layer's value path, out_proj and feed-forward.
+        """
+        if not (need_weights or need_hidden):
+            raise ValueError("need_weights and need_hidden are both False: nothing to compute")
         cfg = self.config
         if input_ids.ndim != 2:
             raise ValueError(f"input_ids must have shape (B, T), got {tuple(input_ids.shape)}")
@@ -201,13 +217,18 @@ class Transformer(nn.Module):
             # Every layer's softmax writes straight into its slice: no stack copy at the end.
             buffer = empty_buffer(cfg.num_layers, batch, cfg.num_heads, length, length, like=x)
         layer_weights: list[torch.Tensor] = []
-        for i, layer in enumerate(self.layers):
-            x, weights = layer(
-                x, keep, need_weights=need_weights, weights_out=None if buffer is None else buffer[i]
-            )
+        last = len(self.layers) - 1
+        for i, layer in enumerate(cast("list[Block]", self.layers)):  # a ModuleList types as Module
+            out = None if buffer is None else buffer[i]
+            if i == last and not need_hidden:
+                layer_weights.append(layer.attention_weights(x, keep, weights_out=out))
+                break
+            x, weights = layer(x, keep, need_weights=need_weights, weights_out=out)
             if weights is not None:
                 layer_weights.append(weights)
         attentions = buffer if buffer is not None else torch.stack(layer_weights) if layer_weights else None
+        if not need_hidden:
+            return TransformerOutput(hidden_state=None, attentions=attentions)
         if self.final_norm is not None:
             x = self.final_norm(x)
         return TransformerOutput(hidden_state=x, attentions=attentions)

@@ -165,6 +165,34 @@ class MultiHeadAttention(nn.Module):
         out = out.transpose(1, 2).reshape(batch, tgt_len, self.embed_dim)  # (B, T, E)
         return self.out_proj(out), weights
 
+    def attention_weights(
+        self,
+        x: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        causal: bool = False,
+        weights_out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Self-attention weights (B, H, T, T) alone, for a layer whose output nobody reads (a model's
+        last layer when only attention is asked). In inference on one sequence it skips the value
+        projection, the weighted sum and out_proj; otherwise it is `forward`'s weights."""
+        batch, length = x.shape[0], x.shape[1]
+        if self.fused and batch == 1 and not self.training and not torch.is_grad_enabled():
+            keep = build_keep_mask(
+                mask=mask,
+                valid_lens=None,
+                causal=causal,
+                batch=batch,
+                heads=self.num_heads,
+                tgt_len=length,
+                src_len=length,
+                device=x.device,
+            )
+            return self._single_weights(x, keep, weights_out, with_values=False)[1].unsqueeze(0)
+        weights = self(x, mask=mask, causal=causal, need_weights=True, weights_out=weights_out)[1]
+        assert weights is not None  # need_weights=True always gives weights
+        return weights
+
     def _single_self_attention(
         self, x: torch.Tensor, keep: torch.Tensor | None, weights_out: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -174,11 +202,30 @@ class MultiHeadAttention(nn.Module):
         attention matmuls read them in place (BLAS takes the transposed views as they are) and the
         output comes back as (E, T), whose transpose out_proj reads in place too.
         """
+        v_t, weights = self._single_weights(x, keep, weights_out, with_values=True)
+        assert v_t is not None  # with_values=True projects v: an invariant, not user input
+        length = x.shape[1]
+        out_t = torch.bmm(v_t, weights.transpose(1, 2))  # (H, D, T) = v^T w^T
+        out = self.out_proj(out_t.view(self.embed_dim, length).t())  # (T, E)
+        return out.unsqueeze(0), weights.unsqueeze(0)  # (1, T, E), (1, H, T, T)
+
+    def _single_weights(
+        self,
+        x: torch.Tensor,
+        keep: torch.Tensor | None,
+        weights_out: torch.Tensor | None,
+        *,
+        with_values: bool,
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """(v^T (H, D, T) or None, weights (H, T, T)) for one sequence; without values only q and k are
+        projected (the leading 2E rows of the fused weight, a contiguous view)."""
         length, heads, head_dim = x.shape[1], self.num_heads, self.head_dim
-        w, b = self.in_proj.weight, self.in_proj.bias
+        parts = 3 if with_values else 2
+        w = self.in_proj.weight[: parts * self.embed_dim]
+        b = self.in_proj.bias[: parts * self.embed_dim] if self.in_proj.bias is not None else None
         x_t = x[0].t()  # (E, T) view
-        qkv_t = torch.addmm(b.unsqueeze(1), w, x_t) if b is not None else w @ x_t  # (3E, T)
-        q_t, k_t, v_t = qkv_t.view(3, heads, head_dim, length).unbind(0)  # each (H, D, T)
+        qkv_t = torch.addmm(b.unsqueeze(1), w, x_t) if b is not None else w @ x_t  # (parts·E, T)
+        q_t, k_t, *v_t = qkv_t.view(parts, heads, head_dim, length).unbind(0)  # each (H, D, T)
         scores = x.new_empty(heads, length, length) if weights_out is None else weights_out[0]  # (H, T, T)
         # The 1/sqrt(D) scale rides on the matmul (BLAS alpha) instead of a pass of its own.
         torch.baddbmm(scores, q_t.transpose(1, 2), k_t, beta=0.0, alpha=head_dim**-0.5, out=scores)
@@ -189,6 +236,4 @@ class MultiHeadAttention(nn.Module):
         weights = torch.softmax(scores, dim=-1, out=scores)  # in place, (H, T, T)
         if empty is not None and bool(empty.any()):
             weights.masked_fill_(empty, 0.0)
-        out_t = torch.bmm(v_t, weights.transpose(1, 2))  # (H, D, T) = v^T w^T
-        out = self.out_proj(out_t.view(self.embed_dim, length).t())  # (T, E)
-        return out.unsqueeze(0), weights.unsqueeze(0)  # (1, T, E), (1, H, T, T)
+        return (v_t[0] if v_t else None), weights

@@ -65,7 +65,7 @@ class AttentionResult:
     offsets: list[tuple[int, int]]  # character spans into the segment's own text; (0, 0) for specials
     word_ids: list[int | None]
     truncated: bool
-    hidden_state: torch.Tensor  # float32, CPU, [n, E]: the last layer's output
+    hidden_state: torch.Tensor | None  # float32, CPU, [n, E]: the last layer's output (None if not asked)
 
     @property
     def n(self) -> int:
@@ -302,13 +302,26 @@ class AttentionModel:
 
     # --- attention ----------------------------------------------------------------------------------------
     def attend(
-        self, text: str, text_pair: str | None = None, *, max_tokens: int | None = None
+        self,
+        text: str,
+        text_pair: str | None = None,
+        *,
+        max_tokens: int | None = None,
+        hidden_state: bool = True,
     ) -> AttentionResult:
-        """Every layer's and head's attention for one text (or pair); attentions [L, H, n, n]."""
-        return self.attend_batch([(text, text_pair)], max_tokens=max_tokens)[0]
+        """Every layer's and head's attention for one text (or pair); attentions [L, H, n, n].
+
+        hidden_state=False leaves `result.hidden_state` None and skips the work no attention depends on
+        (the last layer's value path, output projection and feed-forward): what the service does.
+        """
+        return self.attend_batch([(text, text_pair)], max_tokens=max_tokens, hidden_state=hidden_state)[0]
 
     def attend_batch(
-        self, items: Sequence[tuple[str, str | None] | str], *, max_tokens: int | None = None
+        self,
+        items: Sequence[tuple[str, str | None] | str],
+        *,
+        max_tokens: int | None = None,
+        hidden_state: bool = True,
     ) -> list[AttentionResult]:
         """Several texts (or (text, pair) tuples) in one padded forward; one AttentionResult each."""
         if not items:
@@ -332,13 +345,14 @@ class AttentionModel:
                 ids.to(self.device),
                 attention_mask=mask.to(self.device) if min(lengths) < width else None,
                 segment_ids=segments.to(self.device) if self._segment_embeddings else None,
+                need_hidden=hidden_state,
             )
             attentions = out.attentions
             if attentions is None:  # need_weights is on: the network always returns them
                 raise RuntimeError("the network returned no attention weights")
             # One transfer and one cast for the whole batch; a no-op for float32 on the CPU.
             attentions = attentions.to(device="cpu", dtype=torch.float32)
-            hidden = out.hidden_state.to(device="cpu", dtype=torch.float32)
+            hidden = None if out.hidden_state is None else out.hidden_state.to("cpu", torch.float32)
         results = []
         for row, (e, n) in enumerate(zip(encoded, lengths, strict=True)):
             a = attentions[:, row, :, :n, :n]  # (L, H, n, n)
@@ -353,7 +367,7 @@ class AttentionModel:
                     offsets=e.offsets,
                     word_ids=e.word_ids,
                     truncated=e.truncated,
-                    hidden_state=hidden[row, :n].contiguous(),
+                    hidden_state=None if hidden is None else hidden[row, :n].contiguous(),
                 )
             )
         return results

@@ -112,3 +112,15 @@ def test_near_max_length(pair: Pair) -> None:
     shorter = pair.ours.attend(long_text, max_tokens=limit - 3)
     assert shorter.truncated and shorter.n == limit - 3
     pair.check([shorter])
+
+
+def test_attention_only_skips_the_last_layer_but_not_its_attention(pair: Pair) -> None:
+    # hidden_state=False (the service's call) drops the last layer's value path and feed-forward; every
+    # attention, the last layer's included, must still equal transformers', single and padded alike.
+    single = pair.ours.attend(SENTENCE, PAIR, hidden_state=False)
+    batch = pair.ours.attend_batch([("Hi.", None), (UNICODE, None)], hidden_state=False)
+    assert single.hidden_state is None and all(r.hidden_state is None for r in batch)
+    for results in ([single], batch):
+        attentions, _ = pair.reference(results)
+        for row, r in enumerate(results):
+            torch.testing.assert_close(r.attentions, attentions[:, row, :, : r.n, : r.n], atol=1e-5, rtol=0)

@@ -288,3 +288,22 @@ def test_single_sequence_inference_path_matches_torch(masking: str, monkeypatch:
     assert weights is not None and weights.shape == (1, 8, 9, 9)
     torch.testing.assert_close(weights, expected_weights, **TOL)
     torch.testing.assert_close(out, expected_out, **TOL)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_attention_weights_alone_match_torch(batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The weights-only call (a model's last layer when only attention is asked) projects q and k alone
+    on one sequence, and falls back to the full forward on a batch: the same weights either way."""
+    projected: list[int] = []
+    addmm = torch.addmm
+    monkeypatch.setattr(torch, "addmm", lambda *a, **k: projected.append(a[1].shape[0]) or addmm(*a, **k))
+    ours, ref = pair_of_modules(64, 8)
+    x = torch.randn(batch, 9, 64, dtype=torch.float64)
+    keep = _keep(9, 9, seed=7)
+    with torch.no_grad():
+        weights = ours.attention_weights(x, mask=keep)
+        _, expected = reference(ref, x, x, x, attn_mask=~keep)
+    assert weights.shape == (batch, 8, 9, 9)
+    torch.testing.assert_close(weights, expected, **TOL)
+    if batch == 1:
+        assert projected == [128], "q and k only: the leading 2E rows of the fused projection"
