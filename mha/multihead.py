@@ -117,31 +117,6 @@ class MultiHeadAttention(nn.Module):
         src_len = key.shape[1]
         heads, head_dim = self.num_heads, self.head_dim
 
-        if (
-            self_attention
-            and self.fused
-            and batch == 1
-            and need_weights
-            and not (self.training and self.dropout > 0)
-            and not (torch.is_grad_enabled() and query.requires_grad | self.in_proj.weight.requires_grad)
-        ):
-            keep = build_keep_mask(
-                mask=mask,
-                valid_lens=valid_lens,
-                causal=causal,
-                batch=batch,
-                heads=heads,
-                tgt_len=tgt_len,
-                src_len=src_len,
-                device=query.device,
-            )
-            return self._single_self_attention(query, keep, weights_out)
-
-        q, k, v = self._project(query, key, value, self_attention)
-        q = q.view(batch, tgt_len, heads, head_dim).transpose(1, 2)  # (B, H, T, D)
-        k = k.view(batch, src_len, heads, head_dim).transpose(1, 2)  # (B, H, S, D)
-        v = v.view(batch, src_len, heads, head_dim).transpose(1, 2)  # (B, H, S, D)
-
         keep = build_keep_mask(
             mask=mask,
             valid_lens=valid_lens,
@@ -152,6 +127,21 @@ class MultiHeadAttention(nn.Module):
             src_len=src_len,
             device=query.device,
         )
+        if (
+            self_attention
+            and self.fused
+            and batch == 1
+            and need_weights
+            and not (self.training and self.dropout > 0)
+            and not (torch.is_grad_enabled() and query.requires_grad | self.in_proj.weight.requires_grad)
+        ):
+            return self._single_self_attention(query, keep, weights_out)
+
+        q, k, v = self._project(query, key, value, self_attention)
+        q = q.view(batch, tgt_len, heads, head_dim).transpose(1, 2)  # (B, H, T, D)
+        k = k.view(batch, src_len, heads, head_dim).transpose(1, 2)  # (B, H, S, D)
+        v = v.view(batch, src_len, heads, head_dim).transpose(1, 2)  # (B, H, S, D)
+
         out, weights = scaled_dot_product_attention(
             q,
             k,
