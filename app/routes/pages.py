@@ -43,6 +43,15 @@ def index(request: Request, service: ServiceDep, settings: SettingsDep) -> HTMLR
     return templates.TemplateResponse(request, "index.html", context)
 
 
+@router.get("/docs", response_class=HTMLResponse)
+def docs(request: Request) -> HTMLResponse:
+    """The API explorer: Swagger UI served by us (FastAPI's default loads it from a CDN), so it works
+    offline and under the same Content-Security-Policy as the page."""
+    root = request.scope.get("root_path", "")
+    context = {"static_prefix": f"{root}/static", "openapi_url": f"{root}{request.app.openapi_url}"}
+    return templates.TemplateResponse(request, "docs.html", context)
+
+
 @lru_cache(maxsize=1)
 def _plotly_gzip() -> tuple[bytes, str]:
     # 4.8 MB of JavaScript is ~1.4 MB gzipped: compress once per process, not per request.

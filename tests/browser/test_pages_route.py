@@ -85,3 +85,16 @@ def test_plotly_is_served_locally_gzipped_and_cached(client: TestClient) -> None
     plain = client.get(url.group(1), headers={"Accept-Encoding": "identity"})
     assert plain.status_code == 200 and "content-encoding" not in plain.headers
     assert len(gzip.compress(plain.content, 1)) < len(plain.content)
+
+
+def test_docs_page_is_ours_with_local_assets_and_the_strict_csp(client: TestClient) -> None:
+    response = client.get("/docs")
+    assert response.status_code == 200
+    assert "script-src 'self';" in response.headers["content-security-policy"]
+    parser = Scripts()
+    parser.feed(response.text)
+    sources = [attrs.get("src") for attrs, _ in parser.found]
+    assert sources == ["/static/vendor/swagger-ui/swagger-ui-bundle.js", "/static/js/docs.js"]
+    assert all(text.strip() == "" for _, text in parser.found), "no inline script"
+    assert client.get("/static/vendor/swagger-ui/swagger-ui-bundle.js").status_code == 200
+    assert client.get("/redoc").status_code == 404  # FastAPI's CDN-loaded pages are off
