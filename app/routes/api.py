@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
@@ -54,6 +55,21 @@ Any single head is available at full precision from `POST /api/attention/head`.{
 """
 
 
+Scheme = Annotated[
+    Literal["row-max-uint8", "abs-uint8"],
+    Query(description="row-max-uint8: scale = row maximum (contrast); abs-uint8: scale = 1 (fewer bytes)."),
+]
+
+
+async def compact_response(request: Request, encode: Callable[[bool], Awaitable[bytes]]) -> Response:
+    """An HSA1 answer, gzipped when the client accepts it (the service caches both forms)."""
+    gzipped = compact.accepts_gzip(request.headers.get("accept-encoding"))
+    headers = {"Vary": "Accept-Encoding"}
+    if gzipped:
+        headers["Content-Encoding"] = "gzip"
+    return Response(await encode(gzipped), media_type=compact.MEDIA_TYPE, headers=headers)
+
+
 @router.get("/health", response_model=Health, responses={503: {"model": Health}})
 def health(service: ServiceDep) -> Response:
     ready, body = service.health()
@@ -99,16 +115,8 @@ async def attention_compact(
     body: AttentionRequest,
     request: Request,
     service: ServiceDep,
-    scheme: Annotated[
-        Literal["row-max-uint8", "abs-uint8"],
-        Query(
-            description="row-max-uint8: scale = row maximum (contrast); abs-uint8: scale = 1 (fewer bytes)."
-        ),
-    ] = "row-max-uint8",
+    scheme: Scheme = "row-max-uint8",
 ) -> Response:
-    gzipped = compact.accepts_gzip(request.headers.get("accept-encoding"))
-    content = await service.attention_compact(body, gzipped=gzipped, scheme=scheme)
-    headers = {"Vary": "Accept-Encoding"}
-    if gzipped:
-        headers["Content-Encoding"] = "gzip"
-    return Response(content, media_type=compact.MEDIA_TYPE, headers=headers)
+    return await compact_response(
+        request, lambda gzipped: service.attention_compact(body, gzipped=gzipped, scheme=scheme)
+    )

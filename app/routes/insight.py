@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Request, Response
 
 from app import compact
 from app.deps import ServiceDep
-from app.routes.api import ERRORS, TRUNCATION
+from app.routes.api import ERRORS, TRUNCATION, Scheme, compact_response
 from app.schemas import (
     AnalysisResponse,
     AttentionRequest,
@@ -23,11 +23,6 @@ from app.schemas import (
 router = APIRouter(prefix="/api", tags=["insight"])
 
 WORDS = " With `words: true` the attention is merged to words first and `tokens` are the words."
-
-Scheme = Annotated[
-    Literal["row-max-uint8", "abs-uint8"],
-    Query(description="row-max-uint8: scale = row maximum (contrast); abs-uint8: scale = 1 (fewer bytes)."),
-]
 
 
 def _json(body: bytes) -> Response:
@@ -78,12 +73,9 @@ async def rollout(body: AttentionRequest, service: ServiceDep) -> Response:
 async def rollout_compact(
     body: AttentionRequest, request: Request, service: ServiceDep, scheme: Scheme = "row-max-uint8"
 ) -> Response:
-    gzipped = compact.accepts_gzip(request.headers.get("accept-encoding"))
-    content = await service.rollout_compact(body, gzipped=gzipped, scheme=scheme)
-    headers = {"Vary": "Accept-Encoding"}
-    if gzipped:
-        headers["Content-Encoding"] = "gzip"
-    return Response(content, media_type=compact.MEDIA_TYPE, headers=headers)
+    return await compact_response(
+        request, lambda gzipped: service.rollout_compact(body, gzipped=gzipped, scheme=scheme)
+    )
 
 
 @router.post(
