@@ -1,0 +1,38 @@
+"""Every numeric tolerance the suite uses, each derived from the arithmetic it covers.
+
+Float32 results depend on the order of each sum, and that order depends on the CPU's GEMM kernel (AVX2 or
+AVX-512, AMD or Intel), the batch shape and the padding. So two float32 computations of the same thing are
+compared with a bound that follows from float32 rounding, never with one fitted to the noise of one machine.
+What the tests are for, a swapped answer, a wrong mask or a wrong weight, moves attention by ~1e-1.
+
+u is float32's unit roundoff, 2**-24 ≈ 6.0e-8 (half of torch.finfo(torch.float32).eps).
+"""
+
+from __future__ import annotations
+
+U32 = 2.0**-24  # float32 unit roundoff: one rounding moves a value in [0, 1] by at most this
+
+# JSON answers round to 6 decimals: half a unit in the last place.
+ROUND6 = 5e-7
+
+# Two float32 forward passes of the same network that differ only in summation order (another CPU kernel,
+# another batch shape or padding, transformers' eager code against ours). Each logit is a chain of dot
+# products over k <= 1,536 terms (MiniLM's feed-forward width); reordering one such sum moves it by about
+# sqrt(k)·u relative (Higham & Mary's probabilistic bound; k·u = 9e-5 is the never-reached worst case), so
+# a few layers move a logit of size ~10 by ~1e-5 at the very most and a softmax weight (slope <= 1/2) by
+# less. 1e-5 is that bound and still four orders of magnitude below a wrong answer.
+FORWARD = 1e-5
+
+# The same forward, rounded to 6 decimals on one side (the service's JSON against mha directly).
+FORWARD_JSON = FORWARD + ROUND6
+
+
+def row_sum(n: int) -> float:
+    """|sum of a float32 softmax row - 1| over n keys: each weight carries one division's rounding (u) and
+    the n-term sum adds n·u at worst, so 2·n·u."""
+    return 2 * n * U32
+
+
+def rounded_row_sum(n: int) -> float:
+    """The same for a row of 6-decimal values: each carries up to ROUND6, so n·ROUND6 on top."""
+    return row_sum(n) + n * ROUND6
