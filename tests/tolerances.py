@@ -12,8 +12,9 @@ from __future__ import annotations
 
 U32 = 2.0**-24  # float32 unit roundoff: one rounding moves a value in [0, 1] by at most this
 
-# JSON answers round to 6 decimals: half a unit in the last place.
-ROUND6 = 5e-7
+# JSON answers round to 6 decimals: half a unit in the last place, plus float64's own rounding of the
+# decimal (1e-16 at most).
+ROUND6 = 5e-7 + 1e-15
 
 # Two float32 forward passes of the same network that differ only in summation order (another CPU kernel,
 # another batch shape or padding, transformers' eager code against ours). Each logit is a chain of dot
@@ -25,6 +26,13 @@ FORWARD = 1e-5
 
 # The same forward, rounded to 6 decimals on one side (the service's JSON against mha directly).
 FORWARD_JSON = FORWARD + ROUND6
+
+
+def float32_sum(terms: int, magnitude: float = 1.0) -> float:
+    """A float32 sum of `terms` values whose absolute values add up to at most `magnitude`, against the same
+    sum in another order or in float64: each addition rounds by at most u of the running total (Higham's
+    gamma_k), so terms·u·magnitude at worst."""
+    return terms * U32 * magnitude
 
 
 def row_sum(n: int) -> float:
