@@ -19,8 +19,11 @@ over the query rows i of one head, so each comes back as a Tensor [L, H]:
 - ``next``         mean over i = 0..n-2 of a_i,i+1. Row n-1 is left out likewise; 0 when n = 1.
 - ``local``        mean_i sum over |i - j| <= LOCAL_WINDOW of a_ij.
 - ``forward``      mean_i sum over j > i of a_ij (weight on later tokens; 0 for causal models).
-- ``special``      mean_i sum over special j of a_ij. Special = the ``special`` mask when given (the
-                   tokenizer's), else a token spelled as one of ``SPECIAL_TOKENS``.
+- ``special``      mean_i sum over special j of a_ij. Special = the ``special`` mask when given, else a
+                   token spelled as one of ``SPECIAL_TOKENS``. The two agree on every supported tokenizer:
+                   mha marks a token special when its id is one of the tokenizer's special ids (typed in
+                   the text or added by the template, [UNK] included), and SPECIAL_TOKENS spells exactly
+                   those ids of BERT, RoBERTa, DistilBERT and GPT-2.
 - ``punctuation``  mean_i sum over punctuation j of a_ij. Punctuation = a non-special token that, after
                    stripping one leading subword marker (``##``, ``Ġ``, ``▁``), is non-empty and made only
                    of Unicode punctuation (categories P*).
@@ -116,7 +119,11 @@ __all__ = [
 ]
 
 ROW_SUM_TOLERANCE = 1e-3  # catches wrong axes / logits, not float rounding (6-decimal JSON at n=512: 3e-4)
-SPECIAL_TOKENS = frozenset({"[CLS]", "[SEP]", "[PAD]", "[MASK]", "<s>", "</s>", "<pad>", "<|endoftext|>"})
+# The special tokens of every supported tokenizer (WordPiece, RoBERTa's BPE, GPT-2's): what the tokenizer's
+# special ids spell, so the spelled rule equals the id rule mha's `special` mask follows.
+SPECIAL_TOKENS = frozenset(
+    {"[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]", "<s>", "</s>", "<pad>", "<mask>", "<unk>", "<|endoftext|>"}
+)
 SUBWORD_MARKERS = ("##", "Ġ", "▁")  # WordPiece continuation, GPT-2 byte-level space, SentencePiece space
 
 LOCAL_WINDOW = 2  # tokens either side counted by the "local" statistic
@@ -159,7 +166,7 @@ STAT_DESCRIPTIONS = {
     "next": "mean weight a token puts on the token after it",
     "local": f"mean weight within {LOCAL_WINDOW} tokens either side",
     "forward": "mean weight on later tokens (0 for causal models)",
-    "special": "mean weight on special tokens ([CLS], [SEP], <s>, </s>, <|endoftext|>, ...)",
+    "special": "mean weight on special tokens ([CLS], [SEP], [UNK], <s>, </s>, <|endoftext|>, ...)",
     "punctuation": "mean weight on punctuation tokens",
     "first": "mean weight on the first position (the attention sink of models without [CLS])",
     "max": "mean of each row's largest weight: 1 = every token looks at exactly one token",
@@ -288,8 +295,9 @@ def head_stats(
     """Per-head statistics of ``attentions`` [L, H, n, n], each a Tensor [L, H].
 
     Definitions (entropy, entropy_norm, distance, self, previous, next, local, forward, special,
-    punctuation, first, max) are in the module docstring. ``special`` is the tokenizer's special-token
-    mask; without it tokens spelled as one of ``SPECIAL_TOKENS`` count as special. ``causal`` only
+    punctuation, first, max) are in the module docstring. ``special`` is the special-token mask
+    (``AttentionResult.special``); without it tokens spelled as one of ``SPECIAL_TOKENS`` count as special,
+    which gives the same mask for every supported tokenizer. ``causal`` only
     changes ``entropy_norm``; None infers it (no weight above the diagonal).
     Vectorized over all heads: at L=6, H=12, n=512 it takes tens of milliseconds on one core.
     """
