@@ -51,7 +51,10 @@ The per-layer rollout is R_l = Ã_l ··· Ã_1 for l = 1..L, so R_L = R. Comput
 Attention flow, ``attention_flow``: the layered graph has nodes (l, t) for l = 0..L and t = 0..n-1 and
 an edge (l, i) -> (l-1, j) of capacity Ã_l[i, j] (the same matrices as rollout). Entry [i, j] is the
 max-flow value from (L, i) to (0, j), each pair solved as its own problem with networkx
-(shortest augmenting path), so an entry lies in [0, 1] but rows do not sum to 1. Cost: n² max-flow
+(shortest augmenting path), so an entry lies in [0, 1] but rows do not sum to 1 (the raw form).
+``normalize=True`` gives the paper's published form (``compute_flows`` in its code): each row divided
+by its sum, a distribution over input tokens like a rollout row. Zero capacities (a causal row never
+attends forward; a weight can round to 0) are edges that carry nothing. Cost: n² max-flow
 problems (one per requested query row times n) over a graph of (L+1)·n nodes and L·n² edges, about
 L·n⁴ work in pure Python; measured for L = 6 on a shared, loaded core at ~1 s for n = 12 and ~3 s
 for n = 16 (benchmarks/analysis.py), hence ``FLOW_MAX_TOKENS`` = 14 (longer inputs raise ValueError).
@@ -465,12 +468,21 @@ def attention_flow(
     residual: float = 0.5,
     head_reduce: HeadReduce = "mean",
     queries: Sequence[int] | None = None,
+    normalize: bool = False,
 ) -> Tensor:
     """Attention flow (Abnar & Zuidema 2020): max-flow from output token i to input token j.
 
-    Returns [q, n] for the rows ``queries`` (all n rows by default, giving [n, n]). Cost is q·n
-    max-flow problems over (L+1)·n nodes and L·n² edges (module docstring); inputs longer than
-    ``max_tokens`` are refused. Asking for few ``queries`` (say the [CLS] row) makes a larger
+    Returns [q, n] for the rows ``queries`` (all n rows by default, giving [n, n]), in one of two forms:
+
+    - ``normalize=False`` (raw): entry [i, j] is the max-flow value from (L, i) to (0, j) in the layered
+      graph of the module docstring, each pair its own problem. It lies in [0, 1], but a row does not
+      sum to 1: the same capacity near the top carries the flow to several inputs j.
+    - ``normalize=True``: each raw row divided by its sum, as the paper's ``compute_flows`` does, so row i
+      is a distribution over the input tokens, comparable with rollout's rows. A row with no flow at all
+      (possible only with ``residual=0``) stays 0.
+
+    Cost is q·n max-flow problems over (L+1)·n nodes and L·n² edges (module docstring); inputs longer
+    than ``max_tokens`` are refused. Asking for few ``queries`` (say the [CLS] row) makes a larger
     ``max_tokens`` affordable.
     """
     layers, _, n = _check_attention(attentions)
@@ -485,7 +497,18 @@ def attention_flow(
         raise ValueError(f"queries {outside} are outside 0..{n - 1}")
     layer_maps = _layer_matrices(attentions, residual=residual, head_reduce=head_reduce)
     if layers == 1:  # one edge from (1, i) to (0, j): the flow is its capacity
-        return layer_maps[0][rows].to(attentions.dtype)
+        flow = layer_maps[0][rows]
+    else:
+        flow = _max_flows(layer_maps, rows)
+    if normalize:
+        totals = flow.sum(-1, keepdim=True)
+        flow = flow / torch.where(totals > 0, totals, torch.ones_like(totals))
+    return flow.to(attentions.dtype)
+
+
+def _max_flows(layer_maps: Tensor, rows: list[int]) -> Tensor:
+    """Raw flow values [q, n] in float64 for L >= 2 layer matrices Ã_l [L, n, n]."""
+    layers, n, _ = layer_maps.shape
     capacity = (
         (layer_maps * FLOW_CAPACITY_SCALE).round().long().tolist()
     )  # [l - 1][i][j]: (l, i) -> (l - 1, j)
@@ -496,13 +519,18 @@ def attention_flow(
     # value. Between problems only those 2n capacities change; they are set in the residual network
     # (networkx's documented R[u][v]["capacity"]), which every solve resets and reuses.
     graph = nx.DiGraph()
+    # The 2n changing edges are built at the largest capacity an edge can have: networkx leaves a
+    # zero-capacity edge out of the residual network (a causal row never attends forward; a weight can
+    # round to 0), so one built at 0 could not be given a capacity later. Its stand-in for infinity,
+    # 3 x the total capacity, stays above any single path's flow (at most FLOW_CAPACITY_SCALE).
     for k in range(n):
-        graph.add_edge("source", (layers - 1, k), capacity=capacity[layers - 1][0][k])
-        graph.add_edge((1, k), "sink", capacity=capacity[0][k][0])
+        graph.add_edge("source", (layers - 1, k), capacity=FLOW_CAPACITY_SCALE)
+        graph.add_edge((1, k), "sink", capacity=FLOW_CAPACITY_SCALE)
     for layer in range(2, layers):
         for i in range(n):
             for j in range(n):
-                graph.add_edge((layer, i), (layer - 1, j), capacity=capacity[layer - 1][i][j])
+                if capacity[layer - 1][i][j]:  # a zero edge carries nothing and never changes
+                    graph.add_edge((layer, i), (layer - 1, j), capacity=capacity[layer - 1][i][j])
     residual_network = build_residual_network(graph, "capacity")
     out_edges = residual_network.succ["source"]
     in_edges = residual_network.pred["sink"]
@@ -517,7 +545,7 @@ def attention_flow(
                 graph, "source", "sink", flow_func=shortest_augmenting_path, residual=residual_network
             )
             flow[out_row, sink_token] = value / FLOW_CAPACITY_SCALE
-    return flow.to(attentions.dtype)
+    return flow
 
 
 # ------------------------------------------------------------------------------------------ words
