@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from tolerances import FORWARD, row_sum
 
 from mha import (
     CheckpointMismatchError,
@@ -40,12 +41,12 @@ def test_random_model_is_seeded_and_causal_when_asked() -> None:
     ra, rb, rc = (m.attend("The cat sat on the mat.") for m in (a, b, c))
     assert ra.attentions.shape == (2, 4, ra.n, ra.n) and ra.tokens[0] == "[CLS]"
     torch.testing.assert_close(ra.attentions, rb.attentions, atol=0, rtol=0)
-    assert not torch.allclose(ra.attentions, rc.attentions)
+    assert (ra.attentions - rc.attentions).abs().max() > FORWARD  # another model, not rounding
     assert a.info.family == "random" and not a.info.pretrained and not a.info.causal
     decoder = random_model(layers=1, heads=2, embed_dim=16, causal=True)
     r = decoder.attend("The cat sat.")
     assert decoder.info.causal and not r.attentions.triu(1).any()
-    torch.testing.assert_close(r.attentions.sum(-1), torch.ones(1, 2, r.n))
+    torch.testing.assert_close(r.attentions.sum(-1), torch.ones(1, 2, r.n), atol=row_sum(r.n), rtol=0)
     with pytest.raises(ValueError, match=r"embed_dim \(30\) is not divisible by num_heads \(4\)"):
         random_model(layers=1, heads=4, embed_dim=30)
 
@@ -102,7 +103,8 @@ def test_batch_accepts_plain_strings_and_pairs(bert) -> None:
     alone = [bert.attend("one two three four"), bert.attend("a", "b")]
     for got, want in zip(batch, alone, strict=True):
         assert got.tokens == want.tokens
-        torch.testing.assert_close(got.attentions, want.attentions, atol=1e-6, rtol=0)
+        # Padding to the batch's width changes the summation order only.
+        torch.testing.assert_close(got.attentions, want.attentions, atol=FORWARD, rtol=0)
 
 
 def test_gpt2_pairs_are_joined_and_truncated_longest_first(tiny_checkpoints: dict[str, Path]) -> None:
