@@ -4,9 +4,12 @@ Pure PyTorch; never imports the web app.
 """
 
 from mha.errors import (
+    CheckpointError,
     CheckpointMismatchError,
     CheckpointNotFoundError,
     EmptyInputError,
+    InputError,
+    TokenizerNotFoundError,
     UnsupportedCheckpointError,
 )
 from mha.model import Transformer, TransformerConfig
@@ -16,6 +19,7 @@ from mha.pretrained import (
     AttentionModel,
     AttentionResult,
     ModelInfo,
+    check_checkpoint,
     load_pretrained,
     random_model,
 )
@@ -24,14 +28,18 @@ __all__ = [
     "DEFAULT_MODEL_NAME",
     "AttentionModel",
     "AttentionResult",
+    "CheckpointError",
     "CheckpointMismatchError",
     "CheckpointNotFoundError",
     "EmptyInputError",
+    "InputError",
     "ModelInfo",
     "MultiHeadAttention",
+    "TokenizerNotFoundError",
     "Transformer",
     "TransformerConfig",
     "UnsupportedCheckpointError",
+    "check_checkpoint",
     "load_pretrained",
     "random_model",
 ]

