@@ -37,8 +37,8 @@ def float32_sum(terms: int, magnitude: float = 1.0) -> float:
 
 def row_sum(n: int) -> float:
     """|sum of a float32 softmax row - 1| over n keys: each weight carries one division's rounding (u) and
-    the n-term sum adds n·u at worst, so 2·n·u."""
-    return 2 * n * U32
+    the n-term sum adds float32_sum(n) at worst, so 2·n·u."""
+    return n * U32 + float32_sum(n)
 
 
 def rounded_row_sum(n: int) -> float:
