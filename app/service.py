@@ -329,8 +329,11 @@ class AttentionService:
                 for job in group:
                     self._forward(name, model, [job])
                 return
+            # Every input mha refuses is the client's to fix (422); only the empty case needs a hint.
             if isinstance(exc, mha.EmptyInputError):
                 exc = InvalidInputError(f"{exc}; give text the tokenizer turns into at least one token")
+            elif isinstance(exc, mha.InputError):
+                exc = InvalidInputError(str(exc))
             group[0].future.set_exception(exc)
             return
         # Never log the texts: only sizes and cost.

@@ -160,3 +160,16 @@ def test_a_broken_default_model_leaves_the_service_up(make_settings, tmp_path: P
         assert client.post("/api/attention", json={"text": TEXT}).status_code == 503
         ok = client.post("/api/attention", json={"text": TEXT, "model": "all-MiniLM-L6-v2"})
         assert ok.status_code == 200
+
+
+def test_input_the_model_cannot_read_is_422_not_500(tmp_path: Path, make_settings) -> None:  # type: ignore[no-untyped-def]
+    from checkpoints import build_checkpoint
+
+    # A BERT with one token type cannot read a pair: mha refuses it with an InputError, a client's mistake.
+    single = build_checkpoint("bert", tmp_path / "bert-one-type", type_vocab_size=1)
+    with TestClient(create_app(make_settings(models={"one-type": single}))) as client:
+        body = {"text": TEXT, "text_pair": "A second sentence.", "model": "one-type"}
+        response = client.post("/api/attention", json=body)
+        assert response.status_code == 422, response.text
+        assert "cannot read a pair" in response.json()["detail"]
+        assert client.post("/api/attention", json={"text": TEXT, "model": "one-type"}).status_code == 200
