@@ -10,6 +10,7 @@ schemathesis CLI reads too.
 
 from __future__ import annotations
 
+import atexit
 import re
 import shutil
 import tempfile
@@ -30,9 +31,10 @@ from app.schemas import MAX_TEXT_CHARS, NOT_BLANK
 from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-# The registry loads a checkpoint on first use, so the directories are named now (schemathesis reads the
-# schema at collection) and filled by the fixture below, before the app starts.
+# Built at import, as the app is: schemathesis reads the schema, and so starts the app, at collection.
 CHECKPOINTS = Path(tempfile.mkdtemp(prefix="headscope-fuzz-"))
+atexit.register(shutil.rmtree, CHECKPOINTS, ignore_errors=True)
+build_tiny_checkpoints(CHECKPOINTS)
 FLOW_MAX_TOKENS = 6
 
 # max_tokens caps the cost of each example; flow_max_tokens keeps an attention-flow example to
@@ -65,12 +67,8 @@ answered: defaultdict[str, set[str]] = defaultdict(set)
 
 @pytest.fixture(scope="module", autouse=True)
 def _lifespan() -> Iterator[None]:
-    build_tiny_checkpoints(CHECKPOINTS)
-    try:
-        with TestClient(app):  # the default model is loaded before the first example, as in production
-            yield
-    finally:
-        shutil.rmtree(CHECKPOINTS, ignore_errors=True)
+    with TestClient(app):  # the default model is loaded before the first example, as in production
+        yield
 
 
 # derandomize: the same examples on every run, so that the family coverage checked last cannot flake.
