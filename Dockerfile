@@ -75,4 +75,7 @@ EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/api/health', timeout=4).status == 200 else 1)"]
 
-CMD ["uvicorn", "app.main:app", "--host", "0.0.0.0", "--port", "8000"]
+# `headscope serve`, not bare uvicorn: it adds the request-head timeout and the connection limit
+# (HEADSCOPE_HEADER_TIMEOUT, HEADSCOPE_MAX_CONNECTIONS), and serves the Host names localhost, 127.0.0.1
+# (the health probe) and the bind address; others need HEADSCOPE_ALLOWED_HOSTS.
+CMD ["headscope", "serve", "--host", "0.0.0.0", "--port", "8000"]

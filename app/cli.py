@@ -23,7 +23,17 @@ def main(argv: list[str] | None = None) -> None:
         os.environ["HEADSCOPE_DEVICE"] = args.device
     import uvicorn
 
-    uvicorn.run("app.main:app", host=args.host, port=args.port, log_level=args.log_level)
+    from app.main import create_app
+    from app.server import uvicorn_config
+    from app.settings import Settings
+
+    settings = Settings()
+    if args.host:  # the address the server binds is a name its users may type: serve it too
+        settings = Settings(allowed_hosts=[*settings.allowed_hosts, args.host])
+    app = create_app(settings)
+    uvicorn.Server(
+        uvicorn_config(app, settings, host=args.host, port=args.port, log_level=args.log_level)
+    ).run()
 
 
 if __name__ == "__main__":

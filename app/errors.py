@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -71,17 +73,40 @@ def describe_validation(exc: RequestValidationError, content_type: str | None) -
             )
         elif error.get("type") == "model_attributes_type" and "json" not in (content_type or ""):
             message = "send a JSON object with Content-Type: application/json"
+        elif str(error.get("type", "")).endswith("_type") and "input" in error:
+            # Which JSON type came instead ("got a string"): says what is wrong without echoing the value.
+            message = f"{message}, got {_json_type(error['input'])}"
         problems.append(f"{where}: {message}")
     return "; ".join(problems)
+
+
+def _json_type(value: Any) -> str:
+    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a number"), (str, "a string")):
+        if isinstance(value, kind):
+            return name
+    return {list: "an array", dict: "an object", type(None): "null"}.get(type(value), type(value).__name__)
 
 
 def _http_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     detail = exc.detail
     if exc.status_code == 400 and detail == "There was an error parsing the body":
-        # FastAPI answers 400 when the body is not valid UTF-8; to a client it is bad JSON like any other.
-        return JSONResponse({"detail": "request body is not valid UTF-8 JSON"}, status_code=422)
+        # FastAPI answers 400 for any error of json.loads other than a syntax error; to a client it is
+        # a body we cannot read, like malformed JSON, so 422 saying which.
+        return JSONResponse({"detail": _unreadable_body(exc.__cause__)}, status_code=422)
     return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=exc.headers)
+
+
+def _unreadable_body(cause: BaseException | None) -> str:
+    """Why json.loads refused a body that is not simply malformed (FastAPI keeps it as the cause)."""
+    if isinstance(cause, RecursionError):
+        return "request body is nested too deeply to read (a valid request nests objects 2 levels deep)"
+    if isinstance(cause, UnicodeDecodeError):
+        return "request body is not valid UTF-8 JSON"
+    if isinstance(cause, ValueError) and "integer string conversion" in str(cause):
+        limit = sys.get_int_max_str_digits()
+        return f"request body has a number too long to read: an integer may have at most {limit} digits"
+    return "request body is not valid UTF-8 JSON"
 
 
 def install_handlers(app: FastAPI) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import re
+from collections.abc import Iterable
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -11,11 +13,22 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 MAX_TEXT_CHARS = 20_000
 MAX_MODEL_NAME_CHARS = 100
 
+# "Not blank" as a JSON-schema pattern: one character that is not whitespace, spelled out as the set
+# Python's str.isspace() knows (mha's notion of blank), so that JSON Schema's (ECMA-262) and
+# Python's regex dialects, which disagree on `\s`, read it the same.
+NOT_BLANK = r"[^\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+_NOT_BLANK = re.compile(NOT_BLANK)
+
 
 def _not_blank(value: str) -> str:
-    if not value.strip():
+    if not _NOT_BLANK.search(value):
         raise ValueError("text is blank: give at least one non-space character")
     return value
+
+
+def _blank_is_none(value: str | None) -> str | None:
+    # An empty second box of a form means "no pair"; a pair of only spaces has no tokens to pair with.
+    return value if value is not None and _NOT_BLANK.search(value) else None
 
 
 Text = Annotated[
@@ -23,12 +36,25 @@ Text = Annotated[
     Field(
         min_length=1,
         max_length=MAX_TEXT_CHARS,
-        # Documents "non-blank" in the schema; the validator gives the readable message.
-        json_schema_extra={"pattern": r"\S"},
+        # The schema's copy of the rule; the validator applies it with a readable message.
+        json_schema_extra={"pattern": NOT_BLANK},
         examples=["The cat sat on the mat because it was tired."],
     ),
     AfterValidator(_not_blank),
 ]
+
+TextPair = Annotated[
+    str | None,
+    Field(
+        max_length=MAX_TEXT_CHARS,
+        description='Optional second segment (sentence pairs). null, "" or only whitespace: no pair.',
+    ),
+    AfterValidator(_blank_is_none),
+]
+
+# Marks the `model` fields: create_app() replaces the mark with an enum of the names it serves, so the
+# schema lists exactly what GET /api/models does (and schema-driven clients and fuzzers use real names).
+MODEL_NAME_MARK = "x-registered-model-name"
 
 ModelName = Annotated[
     str | None,
@@ -37,8 +63,22 @@ ModelName = Annotated[
         max_length=MAX_MODEL_NAME_CHARS,
         description="A registered model name (see GET /api/models); null for the default. Never a path.",
         examples=[None],
+        json_schema_extra={MODEL_NAME_MARK: True},
     ),
 ]
+
+# The schema says boolean and integer, so the server takes exactly those: no "yes", 1, "2" or 2.0.
+StrictBool = Annotated[bool, Field(strict=True)]
+Index = Annotated[int, Field(strict=True, ge=0)]
+
+
+def enumerate_model_names(openapi: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    """Turn each marked `model` property of an OpenAPI document into an enum of `names` (or null)."""
+    for component in openapi.get("components", {}).get("schemas", {}).values():
+        for field in component.get("properties", {}).values():
+            if field.pop(MODEL_NAME_MARK, False):
+                field["anyOf"] = [{"type": "string", "enum": list(names)}, {"type": "null"}]
+    return openapi
 
 
 WORDS_DESCRIPTION = (
@@ -54,21 +94,17 @@ class InputText(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     text: Text
-    text_pair: Annotated[
-        str | None,
-        Field(max_length=MAX_TEXT_CHARS, description="Optional second segment (sentence pairs)."),
-        AfterValidator(lambda v: v if v is None else _not_blank(v)),
-    ] = None
+    text_pair: TextPair = None
     model: ModelName = None
 
 
 class AttentionRequest(InputText):
-    words: bool = Field(default=False, description=WORDS_DESCRIPTION)
+    words: StrictBool = Field(default=False, description=WORDS_DESCRIPTION)
 
 
 class HeadRequest(AttentionRequest):
-    layer: Annotated[int, Field(ge=0, description="0-based layer index, below the model's `layers`.")]
-    head: Annotated[int, Field(ge=0, description="0-based head index, below the model's `heads`.")]
+    layer: Index = Field(description="0-based layer index, below the model's `layers`.")
+    head: Index = Field(description="0-based head index, below the model's `heads`.")
 
 
 class Health(BaseModel):
@@ -186,12 +222,12 @@ class CompareRequest(BaseModel):
 
     a: InputText
     b: InputText
-    words: bool = Field(default=False, description=WORDS_DESCRIPTION)
+    words: StrictBool = Field(default=False, description=WORDS_DESCRIPTION)
 
 
 class CompareHeadRequest(CompareRequest):
-    layer: Annotated[int, Field(ge=0, description="0-based layer index, below the models' `layers`.")]
-    head: Annotated[int, Field(ge=0, description="0-based head index, below the models' `heads`.")]
+    layer: Index = Field(description="0-based layer index, below the models' `layers`.")
+    head: Index = Field(description="0-based head index, below the models' `heads`.")
 
 
 class CompareSide(BaseModel):

@@ -6,11 +6,14 @@ Examples::
     HEADSCOPE_MODELS='{"gpt2": "/models/gpt2"}'    # operator allowlist: name -> checkpoint directory
     HEADSCOPE_MODELS_DIR=/models                    # every subfolder with a config.json is registered
     HEADSCOPE_CORS_ORIGINS='["https://example.org"]'
+    HEADSCOPE_ALLOWED_HOSTS='["headscope.example.org"]'  # names the server answers to besides localhost
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -19,6 +22,8 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+# A DNS name as a Host header carries it (IDNs arrive as punycode), optionally "*." for its subdomains.
+HOST_NAME = re.compile(r"(\*\.)?[a-z0-9_-]+(\.[a-z0-9_-]+)*")
 
 
 class Settings(BaseSettings):
@@ -45,6 +50,17 @@ class Settings(BaseSettings):
     # None: mha.analysis.FLOW_MAX_TOKENS.
     flow_max_tokens: int | None = Field(default=None, ge=1)
 
+    # -- HTTP: who may call, and how long a client may take ------------------------------------------
+    # Host names served besides localhost and loopback addresses (and the address `headscope serve` binds);
+    # any other Host header gets 400, so a DNS-rebinding page cannot read the API. "*" allows all,
+    # "*.example.org" its subdomains.
+    allowed_hosts: list[str] = Field(default_factory=list)
+    # Seconds a client has to send a request's head (`headscope serve` only: uvicorn has no such timeout).
+    header_timeout: float = Field(default=10.0, gt=0)
+    body_timeout: float = Field(default=30.0, gt=0)  # seconds to send the whole body, else 408
+    # Open connections (or requests in flight) beyond which new requests get 503 (`headscope serve` only).
+    max_connections: int = Field(default=128, ge=1)
+
     @field_validator("log_level")
     @classmethod
     def _known_level(cls, value: str) -> str:
@@ -52,6 +68,41 @@ class Settings(BaseSettings):
         if level not in {"CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"}:
             raise ValueError(f"log_level {value!r} is not one of critical, error, warning, info, debug")
         return level
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, hosts: list[str]) -> list[str]:
+        return [_allowed_host(host) for host in hosts]
+
+
+def normalize_host(name: str) -> str:
+    """A host name as compared: lower case, no trailing dot, an IP address in its canonical form
+    ("[::1]" and "0:0::1" both become "::1")."""
+    name = name.strip().lower().rstrip(".")
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        return name
+
+
+def _allowed_host(entry: str) -> str:
+    host = normalize_host(entry)
+    if host != "*" and not _is_ip(host) and not HOST_NAME.fullmatch(host):
+        raise ValueError(
+            f"allowed_hosts entry {entry!r} is not a host name (ASCII, no port), an IP address, '*' or "
+            "'*.domain'"
+        )
+    return host
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def _default_threads(max_concurrency: int) -> int:

@@ -145,18 +145,34 @@ def test_base_is_slim_python_311(dockerfile: list[tuple[str, str]]) -> None:
     assert args_of(dockerfile, "FROM") == ["python:3.11-slim"]
 
 
-def test_cmd_starts_uvicorn_on_an_app_object_that_exists(dockerfile: list[tuple[str, str]]) -> None:
+def test_cmd_runs_headscope_serve_on_all_interfaces_and_builds_the_app(
+    dockerfile: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     (cmd,) = args_of(dockerfile, "CMD")
     argv = exec_form(cmd)
-    assert argv[0] == "uvicorn"
-    module_name, _, attribute = argv[1].partition(":")
-    assert (module_name, attribute) == ("app.main", "app")
+    # `headscope serve` (not bare uvicorn) applies the header timeout and the connection limit.
+    assert argv[:2] == ["headscope", "serve"]
     assert argv[argv.index("--host") + 1] == "0.0.0.0"
     assert argv[argv.index("--port") + 1] == "8000"
-    application = getattr(importlib.import_module(module_name), attribute)
-    assert isinstance(application, FastAPI)
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module_name, _, attribute = scripts["headscope"].partition(":")
+    main = getattr(importlib.import_module(module_name), attribute)
+    served: list[Any] = []
+
+    class Recorder:  # stands in for uvicorn.Server: records what would be served
+        def __init__(self, config: Any) -> None:
+            served.append(config)
+
+        def run(self) -> None:
+            pass
+
+    monkeypatch.setattr("uvicorn.Server", Recorder)
+    main(argv[1:])
+    (config,) = served
+    assert (config.host, config.port) == ("0.0.0.0", 8000)
+    assert isinstance(config.app, FastAPI)
     # The path the health probe hits is a route of that very app.
-    assert "get" in application.openapi()["paths"]["/api/health"]
+    assert "get" in config.app.openapi()["paths"]["/api/health"]
 
 
 def test_every_copy_source_exists_and_reaches_the_build_context(dockerfile: list[tuple[str, str]]) -> None:

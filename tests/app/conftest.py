@@ -13,7 +13,14 @@ from app.settings import Settings
 
 def make_settings(**overrides: object) -> Settings:
     # Explicit values, not the environment, so a developer's HEADSCOPE_* variables cannot change a test.
-    values: dict[str, object] = {"device": "cpu", "threads": 1, "log_level": "warning", "models": {}}
+    # "testserver" is the Host header of Starlette's TestClient.
+    values: dict[str, object] = {
+        "device": "cpu",
+        "threads": 1,
+        "log_level": "warning",
+        "models": {},
+        "allowed_hosts": ["testserver"],
+    }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]
 

@@ -8,6 +8,7 @@ import struct
 
 import numpy as np
 import pytest
+import tolerances
 import torch
 from fastapi.testclient import TestClient
 
@@ -104,7 +105,8 @@ def test_json_attention_equals_mha(client: TestClient, minilm, pair: str | None)
     assert (body["layers"], body["heads"], body["n"]) == (6, 12, len(expected.tokens))
     assert body["truncated"] is False and body["causal"] is False
     got = torch.tensor(body["attention"], dtype=torch.float64)
-    torch.testing.assert_close(got, expected.attentions.double(), atol=1e-6, rtol=0)
+    # The service's forward and mha's are two float32 passes, and the JSON is rounded to 6 decimals.
+    torch.testing.assert_close(got, expected.attentions.double(), atol=tolerances.FORWARD_JSON, rtol=0)
     if pair is not None:
         assert 1 in body["segments"]
     # "to 6 decimals": no value carries more digits than that
@@ -146,12 +148,13 @@ def test_compact_decodes_within_its_stated_error(client: TestClient, minilm) -> 
     assert bound == pytest.approx(1 / 510)
     ref = expected.attentions.double().numpy()
     err = np.abs(values - ref)
-    # per row: within scale/510 (plus float32 rounding of the scale), and so within the stated bound
+    # per row: within scale/510 of the service's own forward, which is within FORWARD of mha's (two float32
+    # passes), and so within the stated bound
     scales = ref.max(axis=-1, keepdims=True)
-    assert (err <= scales / 510 + 1e-6).all()
-    assert err.max() <= bound + 1e-6
-    # the row maximum is carried exactly
-    np.testing.assert_allclose(values.max(axis=-1), ref.max(axis=-1), rtol=1e-6)
+    assert (err <= scales / 510 + tolerances.FORWARD).all()
+    assert err.max() <= bound + tolerances.FORWARD
+    # the row maximum is carried exactly: only the two forward passes differ
+    np.testing.assert_allclose(values.max(axis=-1), ref.max(axis=-1), atol=tolerances.FORWARD, rtol=0)
 
 
 def test_compact_is_small_on_the_wire(client: TestClient) -> None:
@@ -173,7 +176,8 @@ def test_compact_abs_scheme_is_within_the_same_bound(client: TestClient, minilm)
     r = client.post("/api/attention/compact?scheme=abs-uint8", json={"text": TEXT})
     header, values = decode_hsa1(r.content)
     err = np.abs(values - minilm.attend(TEXT).attentions.double().numpy())
-    assert err.max() <= header["quantization"]["max_abs_error"] + 1e-6
+    # the stated bound holds against the service's own forward; mha's is a second float32 pass
+    assert err.max() <= header["quantization"]["max_abs_error"] + tolerances.FORWARD
     assert client.post("/api/attention/compact?scheme=zip", json={"text": TEXT}).status_code == 422
 
 
@@ -197,8 +201,13 @@ def test_head_is_full_precision(client: TestClient, minilm) -> None:  # type: ig
     body = r.json()
     assert (body["layer"], body["head"], body["model"]) == (5, 11, "all-MiniLM-L6-v2")
     expected = minilm.attend(TEXT).attentions[5, 11]
+    values = [value for row in body["attention"] for value in row]
+    # full precision: every value is a float32 as such (not rounded to 6 decimals), and most carry more digits
+    assert all(float(np.float32(v)) == v for v in values)
+    assert sum(v != round(v, 6) for v in values) > len(values) // 2
     got = torch.tensor(body["attention"], dtype=torch.float32)
-    torch.testing.assert_close(got, expected, atol=1e-7, rtol=0)
+    # the service's forward and mha's are two float32 passes
+    torch.testing.assert_close(got, expected, atol=tolerances.FORWARD, rtol=0)
 
 
 @pytest.mark.parametrize(("layer", "head", "word"), [(6, 0, "layer 6"), (0, 12, "head 12")])
@@ -215,8 +224,10 @@ def test_head_out_of_range_is_422(client: TestClient, layer: int, head: int, wor
 def test_random_model_loads_on_first_use(client: TestClient) -> None:
     body = client.post("/api/attention", json={"text": TEXT, "model": "random"}).json()
     assert (body["model"], body["layers"], body["heads"]) == ("random", 4, 8)
-    rows = torch.tensor(body["attention"]).sum(-1)
-    torch.testing.assert_close(rows, torch.ones_like(rows), atol=1e-4, rtol=0)
+    rows = torch.tensor(body["attention"], dtype=torch.float64).sum(-1)
+    # rows of 6-decimal values, summed in float64
+    bound = tolerances.rounded_row_sum(body["n"])
+    torch.testing.assert_close(rows, torch.ones_like(rows), atol=bound, rtol=0)
     entry = next(m for m in client.get("/api/models").json()["models"] if m["name"] == "random")
     assert entry["loaded"] is True and entry["pretrained"] is False and entry["family"] == "random"
 
@@ -233,7 +244,6 @@ def test_random_model_loads_on_first_use(client: TestClient) -> None:
         ({}, "text: Field required"),
         ({"text": 42}, "text"),
         ({"text": ["a"]}, "text"),
-        ({"text": "ok", "text_pair": "  "}, "text_pair"),
         ({"text": "ok", "model": 3}, "model"),
         ({"text": "ok", "extra": 1}, "extra"),
         ({"text": "x" * 20_001}, "text"),

@@ -27,9 +27,35 @@ def test_settings_read_the_headscope_environment(monkeypatch: pytest.MonkeyPatch
     assert Settings(_env_prefix="NOPE_").cors_origins == []  # CORS closed unless configured
 
 
+def test_http_settings_read_the_environment_with_safe_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    defaults = Settings(_env_prefix="NOPE_")
+    assert defaults.allowed_hosts == []  # local names and loopback only
+    assert (defaults.header_timeout, defaults.body_timeout, defaults.max_connections) == (10.0, 30.0, 128)
+    monkeypatch.setenv("HEADSCOPE_ALLOWED_HOSTS", '["Headscope.Example.org", "[::1]", "*.lab.example", "*"]')
+    monkeypatch.setenv("HEADSCOPE_HEADER_TIMEOUT", "2.5")
+    monkeypatch.setenv("HEADSCOPE_BODY_TIMEOUT", "4")
+    monkeypatch.setenv("HEADSCOPE_MAX_CONNECTIONS", "16")
+    s = Settings()
+    assert s.allowed_hosts == ["headscope.example.org", "::1", "*.lab.example", "*"]
+    assert (s.header_timeout, s.body_timeout, s.max_connections) == (2.5, 4.0, 16)
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("dtype", "float64"), ("max_tokens", 1), ("max_concurrency", 0), ("log_level", "loud"), ("threads", 0)],
+    [
+        ("dtype", "float64"),
+        ("max_tokens", 1),
+        ("max_concurrency", 0),
+        ("log_level", "loud"),
+        ("threads", 0),
+        ("allowed_hosts", ["example.org:8000"]),
+        ("allowed_hosts", ["a b"]),
+        ("allowed_hosts", ["x.*.example"]),
+        ("allowed_hosts", ["https://example.org"]),
+        ("header_timeout", 0),
+        ("body_timeout", -1),
+        ("max_connections", 0),
+    ],
 )
 def test_bad_settings_fail_at_startup_naming_the_value(field: str, value: object) -> None:
     with pytest.raises(ValidationError, match=field):

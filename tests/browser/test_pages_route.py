@@ -44,7 +44,7 @@ class Scripts(HTMLParser):
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
-    settings = Settings(device="cpu", threads=1, log_level="warning", models={})  # type: ignore[call-arg]
+    settings = Settings(device="cpu", threads=1, log_level="warning", models={}, allowed_hosts=["testserver"])
     with TestClient(create_app(settings)) as test_client:
         yield test_client
 
