@@ -1,7 +1,8 @@
 // Wires the page: form -> API -> decoded attention -> grid + detail, with the view state in the URL.
 // document.body.dataset.state goes "loading" -> "ready" (every thumbnail and the detail drawn) or
 // "error"; tests and benchmarks/browser.py wait on it. After "ready" the insight views (statistics,
-// rollout, compare) load into #analysis; document.body.dataset.insight goes "loading" -> "ready".
+// compare) load into #analysis; document.body.dataset.insight goes "loading" -> "ready". The rollout,
+// further down, loads when its panel comes on screen (#rollout's data-state: idle -> loading -> ready).
 
 import { $, $all, el } from "./dom.js";
 import { ApiError, fetchAnalysis, fetchCompact, fetchFullBlob, fetchHead, fetchModels } from "./api.js";
@@ -15,8 +16,9 @@ import { renderTokenView } from "./tokens.js";
 import { readState, writeState } from "./state.js";
 
 const EXACT_DELAY_MS = 350; // wait for arrow-key bursts to settle before asking for exact values
-// Exact values come as JSON (~20 bytes a value): fetched by themselves up to this n, on request above it.
-const AUTO_EXACT_MAX_N = 160;
+// The exact head is binary float32, ~3.6 bytes a value after gzip: fetched by itself up to this n (~240 KB),
+// on request above it (~0.9 MB at 512 tokens, for every head a person settles on).
+const AUTO_EXACT_MAX_N = 256;
 
 const page = {
   state: readState(),
@@ -27,9 +29,10 @@ const page = {
   queryB: null, // B's query in compare mode, else null
   analysis: null, // POST /api/analysis answer for the current run
   comparison: null, // POST /api/compare answer for the current run (compare mode)
-  exact: new Map(), // "layer:head" -> number[][] full-precision rows for the current run
+  exact: new Map(), // "layer:head" -> Float32Array n*n, the model's values, for the current run
   controller: null,
   exactTimer: 0,
+  exactController: null, // the exact head in flight; a newer selection aborts it
   runId: 0,
 };
 
@@ -40,6 +43,7 @@ const rolloutView = new RolloutView({
   slider: $("rolloutLayer"),
   sliderValue: $("rolloutLayerValue"),
   caption: $("rolloutCaption"),
+  panel: $("rolloutPanel"),
   flowButton: $("flowRun"),
   flowMessage: $("flowMessage"),
   flowPlot: $("flow"),
@@ -132,6 +136,7 @@ async function run() {
     return;
   }
   page.controller?.abort();
+  cancelExact();
   const controller = new AbortController();
   page.controller = controller;
   const runId = ++page.runId;
@@ -238,20 +243,31 @@ async function drawDetail({ keepZoom = true } = {}) {
   const wantsExact = !exact && !isAggregate(head);
   $("exact").hidden = !(wantsExact && attention.n > AUTO_EXACT_MAX_N);
   if (wantsExact && attention.n <= AUTO_EXACT_MAX_N) scheduleExact(layer, head);
+  else if (!wantsExact) cancelExact();
 }
 
-// Full precision for the head a person settled on (POST /api/attention/head), then redraw.
-function scheduleExact(layer, head, delay = EXACT_DELAY_MS) {
+function cancelExact() {
   clearTimeout(page.exactTimer);
+  page.exactController?.abort();
+  page.exactController = null;
+}
+
+// Full precision for the head a person settled on (POST /api/attention/head/compact, binary float32), then
+// redraw. A newer selection cancels the wait and the fetch.
+function scheduleExact(layer, head, delay = EXACT_DELAY_MS) {
+  cancelExact();
   const runId = page.runId;
   const query = page.query;
+  const controller = new AbortController();
+  page.exactController = controller;
   page.exactTimer = setTimeout(async () => {
     try {
-      const result = await fetchHead(query, layer, head);
+      const exact = await fetchHead(query, layer, head, { signal: controller.signal });
       if (runId !== page.runId) return;
-      page.exact.set(`${layer}:${head}`, result.attention);
+      page.exact.set(`${layer}:${head}`, exact.headInto(0, 0));
       if (page.state.layer === layer && page.state.head === head) await drawDetail();
     } catch (error) {
+      if (error.name === "AbortError") return;
       // The quantized view stays usable; say why exact values are missing.
       if (runId === page.runId) $("detailCaption").textContent += ` Exact values unavailable: ${error.message}`;
     }
@@ -284,7 +300,7 @@ async function loadInsights(runId) {
   body.dataset.insight = "loading";
   $("analysis").hidden = false;
   const status = $("insightStatus");
-  status.textContent = "Computing head statistics and rollout…";
+  status.textContent = "Computing head statistics…";
   status.classList.add("busy");
   if (!page.queryB) compareView.clear();
   const problems = [];
@@ -307,11 +323,13 @@ async function loadInsights(runId) {
     showInsightSelection({ withCompare: false });
     return comparison ? compareView.show(page.state.layer, page.state.head, { delay: 0, causal: page.attention.causal }) : null;
   });
-  await Promise.all([stats.catch(note("statistics")), rolloutView.load(query).catch(note("rollout"))]);
+  // Below the statistics: fetched when its panel is on screen, so the first view moves only what it shows.
+  rolloutView.watch(query, { causal: page.attention.causal, boundary: page.attention.boundary });
+  await stats.catch(note("statistics"));
   if (runId !== page.runId) return;
   status.classList.remove("busy");
   status.textContent = problems.length ? `Unavailable: ${problems.join("; ")}` : "";
-  performance.mark("headscope-insight"); // benchmarks/browser.py: click -> every insight view drawn
+  performance.mark("headscope-insight"); // benchmarks/browser.py: click -> statistics (and compare) drawn
   body.dataset.insight = problems.length ? "error" : "ready";
 }
 
