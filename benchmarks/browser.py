@@ -8,9 +8,10 @@ grid (72 heads + 6 layer means, not only the visible ones) and the detail heatma
   cold: a text the server has not seen (includes the model's forward pass on this CPU)
   warm: the same text again (the server answers from its cache: network + decode + drawing only)
 
-The insight views (statistics table, grid colours, rollout heatmap) load after "ready" and never delay
-it; "insight" is click -> document.body.dataset.insight === "ready" (all of them drawn). Each run waits
-for it, so one run's insight requests never load the server during the next run's timing.
+The insight views (statistics table, grid colours) load after "ready" and never delay it; "insight" is
+click -> document.body.dataset.insight === "ready" (all of them drawn). The rollout, below them and off
+screen at this size, loads when scrolled to: each run scrolls to it after the first view is counted and
+waits for it, so one run's requests never load the server during the next run's timing.
 
 Bytes per value = bytes on the wire of EVERY API answer the click triggers (PerformanceResourceTiming
 transferSize: gzip included, headers included; the compact attention, the detail's exact head, the
@@ -63,6 +64,7 @@ WORDS = (
 
 # Installed before the click: the click event's timestamp shares performance.now()'s time origin.
 CLICK_PROBE = """() => {
+  window.scrollTo(0, 0);
   window.__clickAt = null;
   document.querySelector('#run').addEventListener('click', (e) => { window.__clickAt = e.timeStamp; },
                                                   {capture: true, once: true});
@@ -88,6 +90,7 @@ READ_TIMINGS = """() => {
 # settled = it arrived, or the page offers it on request instead.
 EXACT_SETTLED = """() => document.querySelector('#head-detail').dataset.exact === 'true'
   || !document.querySelector('#exact').hidden"""
+ROLLOUT_SETTLED = "() => ['ready', 'error'].includes(document.querySelector('#rollout').dataset.state)"
 
 
 def free_port() -> int:
@@ -138,6 +141,10 @@ def measure(page: Any, text: str) -> dict[str, Any]:
     answers: dict[str, int] = {}
     for entry in t["api"]:
         answers[entry["path"]] = answers.get(entry["path"], 0) + entry["transfer"]
+    # Then what scrolling down loads (the rollout), apart from the first view.
+    page.locator("#rollout-panel").scroll_into_view_if_needed()
+    page.wait_for_function(ROLLOUT_SETTLED, timeout=120_000)
+    later = page.evaluate(READ_TIMINGS)["api"][len(t["api"]) :]
     return {
         "total_ms": t["ready"] - t["click"],
         "fetch_ms": t["decoded"] - t["click"],
@@ -148,6 +155,7 @@ def measure(page: Any, text: str) -> dict[str, Any]:
         "n": t["n"],
         "thumbs": t["thumbs"],
         "answers": answers,
+        "on_scroll": {entry["path"]: entry["transfer"] for entry in later},
         "transfer": sum(answers.values()),
         "raw": sum(entry["raw"] for entry in t["api"]),
     }
@@ -227,6 +235,7 @@ def save_insight_screenshot(browser: Any, base: str, path: Path) -> None:
     page.wait_for_selector("#compare-panel[data-state=ready]", timeout=30_000)
     path.parent.mkdir(parents=True, exist_ok=True)
     page.locator("#analysis").scroll_into_view_if_needed()
+    page.wait_for_selector("#rollout[data-state=ready]", timeout=30_000)  # it loads once on screen
     page.screenshot(path=str(path), full_page=False)
     page.close()
     print(f"screenshot: {path}")
@@ -239,7 +248,7 @@ def report(rows: list[tuple[int, list[dict[str, Any]], list[dict[str, Any]]]]) -
     load = os.getloadavg()[0]
     print(f"\nheadscope page in headless Chromium, all-MiniLM-L6-v2 (6 x 12), load average {load:.1f}")
     print("time = click on Run -> every thumbnail (72 heads + 6 means) and the detail heatmap drawn")
-    print("insight = click on Run -> statistics table, grid colours and rollout heatmap drawn\n")
+    print("insight = click on Run -> statistics table and grid colours drawn (the rollout loads on scroll)\n")
     columns = [("tokens", 6), ("mode", 5), ("total", 9), ("fetch", 9)]
     columns += [("draw", 8), ("grid", 8), ("detail", 8), ("insight", 9)]
     header = " ".join(f"{name:>{width}}" for name, width in columns) + f" {'goal':>6}"
@@ -277,6 +286,8 @@ def report(rows: list[tuple[int, list[dict[str, Any]], list[dict[str, Any]]]]) -
         )
         for path, size in sorted(run["answers"].items(), key=lambda item: -item[1]):
             print(f"{path:>28} {'':>6} {'':>10} {size:>12,} {size / values:>12.3f}")
+        for path, size in run["on_scroll"].items():
+            print(f"{'(on scroll) ' + path:>28} {'':>6} {'':>10} {size:>12,} {size / values:>12.3f}")
     last = rows[-1][1][-1]
     print(f"\n(the same answers uncompressed at {last['n']} tokens: {last['raw']:,} bytes)")
 
