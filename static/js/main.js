@@ -13,7 +13,8 @@ import { exportImage, renderHeatmap } from "./heatmap.js";
 import { CHANGE, StatsTable, colorScaleFor, fillColorBy, formatStat, renderLegend, renderSimilar, statTable } from "./insight.js";
 import { RolloutView } from "./rollout.js";
 import { renderTokenView } from "./tokens.js";
-import { readState, writeState } from "./state.js";
+import { clampSelection as clampToModel, moveSelection, readState, writeState } from "./state.js";
+import { exportName as exportFileName, modelLabel, selectionLabel } from "./labels.js";
 
 const EXACT_DELAY_MS = 350; // wait for arrow-key bursts to settle before asking for exact values
 // The exact head is binary float32, ~3.6 bytes a value after gzip: fetched by itself up to this n (~240 KB),
@@ -82,12 +83,6 @@ function showError(message) {
   box.hidden = !message;
 }
 
-function modelLabel(m) {
-  // Lazily loaded models do not know their size until first use.
-  const size = m.layers == null ? "loads on first use" : `${m.layers} layers × ${m.heads} heads`;
-  return `${m.name} — ${size}${m.causal ? " (causal)" : ""}`;
-}
-
 // A run tells us the size of a model that was not loaded when the page was rendered.
 function learnModel(attention) {
   const known = page.models.get(attention.model);
@@ -118,14 +113,8 @@ function currentQuery() {
   return { text: $("text").value, pair: $("textPair").value, model: $("model").value, words: $("words").checked };
 }
 
-function selectionLabel(layer, head) {
-  return isAggregate(head) ? `layer ${layer}, ${AGGREGATES[head].title}` : `layer ${layer}, head ${head}`;
-}
-
 function clampSelection(attention) {
-  const s = page.state;
-  s.layer = Math.min(Math.max(0, s.layer), attention.layers - 1);
-  if (!isAggregate(s.head)) s.head = Math.min(Math.max(0, s.head), attention.heads - 1);
+  Object.assign(page.state, clampToModel(page.state, attention));
 }
 
 async function run() {
@@ -191,13 +180,6 @@ function detailValues(layer, head) {
   return { values: attention.headInto(layer, head), exact: false };
 }
 
-function rowMajor(values, n) {
-  if (!Array.isArray(values)) return values;
-  const flat = new Float32Array(n * n);
-  values.forEach((row, i) => flat.set(row, i * n));
-  return flat;
-}
-
 async function drawDetail({ keepZoom = true } = {}) {
   const attention = page.attention;
   if (!attention) return;
@@ -238,7 +220,7 @@ async function drawDetail({ keepZoom = true } = {}) {
   if (heatmapVisible) {
     await renderHeatmap($("headDetail"), spec);
   } else {
-    renderTokenView($("tokenView"), { ...spec, values: rowMajor(values, attention.n) });
+    renderTokenView($("tokenView"), spec);
   }
   const wantsExact = !exact && !isAggregate(head);
   $("exact").hidden = !(wantsExact && attention.n > AUTO_EXACT_MAX_N);
@@ -377,28 +359,20 @@ function setView(view) {
   else for (const tab of $all("tabs")) tab.setAttribute("aria-selected", String(tab.dataset.view === view));
 }
 
-// Left/right: neighbouring head (the aggregate columns come after the heads); up/down: layer.
+// Arrow keys move the selection (state.js: moveSelection); not while typing.
 function onArrow(event) {
   const attention = page.attention;
   if (!attention || event.altKey || event.ctrlKey || event.metaKey) return;
   if (event.target.closest("input, textarea, select")) return;
-  const columns = [...Array(attention.heads).keys(), ...Object.keys(AGGREGATES)];
-  const col = columns.indexOf(page.state.head);
-  let { layer } = page.state;
-  let next = col;
-  if (event.key === "ArrowLeft") next = Math.max(0, col - 1);
-  else if (event.key === "ArrowRight") next = Math.min(columns.length - 1, col + 1);
-  else if (event.key === "ArrowUp") layer = Math.max(0, layer - 1);
-  else if (event.key === "ArrowDown") layer = Math.min(attention.layers - 1, layer + 1);
-  else return;
+  const next = moveSelection(page.state, event.key, attention);
+  if (!next) return;
   event.preventDefault();
-  select(layer, columns[next]);
+  select(next.layer, next.head);
 }
 
 function exportName() {
   const { layer, head } = page.state;
-  const model = (page.attention?.model ?? "model").replace(/[^A-Za-z0-9._-]+/g, "_");
-  return `headscope-${model}-L${layer}-${isAggregate(head) ? head : `H${head}`}`;
+  return exportFileName(page.attention?.model, layer, head);
 }
 
 function download(blob, filename) {
