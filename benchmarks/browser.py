@@ -10,8 +10,9 @@ grid (72 heads + 6 layer means, not only the visible ones) and the detail heatma
 
 The insight views (statistics table, grid colours) load after "ready" and never delay it; "insight" is
 click -> document.body.dataset.insight === "ready" (all of them drawn). The rollout, below them and off
-screen at this size, loads when scrolled to: each run scrolls to it after the first view is counted and
-waits for it, so one run's requests never load the server during the next run's timing.
+screen at this size, loads when scrolled to, and above 256 tokens the exact head comes on request: each
+run asks for both after the first view is counted and waits for them (printed apart), so one run's
+requests never load the server during the next run's timing.
 
 Bytes per value = bytes on the wire of EVERY API answer the click triggers (PerformanceResourceTiming
 transferSize: gzip included, headers included; the compact attention, the detail's exact head, the
@@ -141,7 +142,11 @@ def measure(page: Any, text: str) -> dict[str, Any]:
     answers: dict[str, int] = {}
     for entry in t["api"]:
         answers[entry["path"]] = answers.get(entry["path"], 0) + entry["transfer"]
-    # Then what scrolling down loads (the rollout), apart from the first view.
+    # Then, apart from the first view: the exact head where the page offers it on request (long inputs),
+    # and what scrolling down loads (the rollout).
+    if page.is_visible("#exact"):
+        page.click("#exact")
+        page.wait_for_selector("#head-detail[data-exact=true]", timeout=120_000)
     page.locator("#rollout-panel").scroll_into_view_if_needed()
     page.wait_for_function(ROLLOUT_SETTLED, timeout=120_000)
     later = page.evaluate(READ_TIMINGS)["api"][len(t["api"]) :]
@@ -155,7 +160,7 @@ def measure(page: Any, text: str) -> dict[str, Any]:
         "n": t["n"],
         "thumbs": t["thumbs"],
         "answers": answers,
-        "on_scroll": {entry["path"]: entry["transfer"] for entry in later},
+        "later": {entry["path"]: entry["transfer"] for entry in later},
         "transfer": sum(answers.values()),
         "raw": sum(entry["raw"] for entry in t["api"]),
     }
@@ -286,8 +291,9 @@ def report(rows: list[tuple[int, list[dict[str, Any]], list[dict[str, Any]]]]) -
         )
         for path, size in sorted(run["answers"].items(), key=lambda item: -item[1]):
             print(f"{path:>28} {'':>6} {'':>10} {size:>12,} {size / values:>12.3f}")
-        for path, size in run["on_scroll"].items():
-            print(f"{'(on scroll) ' + path:>28} {'':>6} {'':>10} {size:>12,} {size / values:>12.3f}")
+        for path, size in run["later"].items():
+            when = "(on scroll) " if "rollout" in path else "(on request) "
+            print(f"{when + path:>28} {'':>6} {'':>10} {size:>12,} {size / values:>12.3f}")
     last = rows[-1][1][-1]
     print(f"\n(the same answers uncompressed at {last['n']} tokens: {last['raw']:,} bytes)")
 
