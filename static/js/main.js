@@ -17,8 +17,8 @@ import { clampSelection as clampToModel, moveSelection, readState, writeState } 
 import { exportName as exportFileName, modelLabel, selectionLabel } from "./labels.js";
 
 const EXACT_DELAY_MS = 350; // wait for arrow-key bursts to settle before asking for exact values
-// The exact head is binary float32, ~3.6 bytes a value after gzip: fetched by itself up to this n (~240 KB),
-// on request above it (~0.9 MB at 512 tokens, for every head a person settles on).
+// The exact head is binary float32, ~3.3 bytes a value after gzip: fetched by itself up to this n (~220 KB),
+// on request above it (~0.85 MB at 512 tokens, for every head a person settles on).
 const AUTO_EXACT_MAX_N = 256;
 
 const page = {
