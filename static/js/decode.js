@@ -9,8 +9,13 @@
 
 const MAGIC = "HSA1";
 const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
-const QUANTIZED = new Set(["row-max-uint8", "abs-uint8", "abs-uint8-key-major"]);
-const ORDERS = new Set(["query-major", "key-major"]);
+// Each scheme's storage order (app/compact.py); the header states it too, and the two must agree.
+const SCHEME_ORDER = Object.freeze({
+  "row-max-uint8": "query-major",
+  "abs-uint8": "query-major",
+  "abs-uint8-key-major": "key-major",
+  "float32-shuffled": "query-major",
+});
 
 export class CompactDecodeError extends Error {}
 
@@ -58,12 +63,13 @@ export function decodeCompact(buffer) {
     throw new CompactDecodeError(`header has ${header.tokens?.length} tokens for n=${n}`);
   }
   const scheme = header.quantization?.scheme ?? "row-max-uint8";
-  const order = header.quantization?.order ?? "query-major";
-  const exact = scheme === "float32-shuffled";
-  if (!exact && !QUANTIZED.has(scheme)) {
-    throw new CompactDecodeError(`unknown scheme ${JSON.stringify(scheme)}`);
+  if (!Object.hasOwn(SCHEME_ORDER, scheme)) throw new CompactDecodeError(`unknown scheme ${JSON.stringify(scheme)}`);
+  const order = SCHEME_ORDER[scheme];
+  const stated = header.quantization?.order ?? order;
+  if (stated !== order) {
+    throw new CompactDecodeError(`order ${JSON.stringify(stated)} does not match scheme ${JSON.stringify(scheme)}`);
   }
-  if (!ORDERS.has(order)) throw new CompactDecodeError(`unknown order ${JSON.stringify(order)}`);
+  const exact = scheme === "float32-shuffled";
   const offset = Math.ceil((8 + headerLength) / 4) * 4;
   const rows = L * H * n;
   const expected = exact ? offset + 4 * rows * n : offset + 4 * rows + rows * n;

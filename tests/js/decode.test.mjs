@@ -112,7 +112,9 @@ test("damaged buffers fail with the values that are wrong", () => {
     [good.slice(0, 6), /buffer of 6 bytes is too short/],
     [good.slice(0, 40), /header length \d+ exceeds buffer of 40 bytes/],
     [swap(good, '"abs-uint8"', '"abs-uint9"'), /unknown scheme "abs-uint9"/],
-    [swap(new Uint8Array(load("pair-abs-uint8-key-major.hsa1")), '"key-major"', '"key-minor"'), /unknown order "key-minor"/],
+    [swap(good, '"abs-uint8"', '"toString" '), /unknown scheme "toString"/],
+    [swap(new Uint8Array(load("pair-abs-uint8-key-major.hsa1")), '"key-major"', '"key-minor"'), /order "key-minor" does not match scheme "abs-uint8-key-major"/],
+    [swap(good, '"query-major"', '"key-major"  '), /order "key-major" does not match scheme "abs-uint8"/],
     [swap(good, '"n": 6', '"n": 7'), /header has 6 tokens for n=7/],
     [swap(good, '"n": 6', '"n":-1'), /header n=-1 is not a count/],
   ];
