@@ -12,7 +12,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: run test lint typecheck bench docker clean chromium
+.PHONY: run test jstest lint typecheck bench docker clean chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,8 +53,14 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
-test: $(VENV)/.installed-dev chromium lint typecheck
+test: $(VENV)/.installed-dev chromium lint typecheck jstest
 	$(BIN)/pytest -q
+
+# The page's pure JS (decoding, URL state, rankings, ...) under Node's own test runner: no browser, no npm.
+# The files are named by the shell: Node 18-20 search a directory argument, Node 22 reads it as a pattern.
+jstest:
+	@command -v node >/dev/null || { echo "the JS tests need Node.js 18 or later (Debian: apt-get install nodejs)"; exit 1; }
+	node --test tests/js/*.test.mjs
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/extract.py

@@ -1,12 +1,24 @@
-"""The compact binary transport of an attention tensor ("HSA1", docs/design.md).
+"""The compact binary transport of attention tensors ("HSA1", docs/design.md).
 
-Values are quantized to uint8 with a float32 scale per row: value = q / 255 * scale, so the absolute
-error of any value is at most ``scale / 510 <= 1 / 510``. Two schemes fill the same layout:
+One framing for every answer: magic, header length, a JSON header that names the scheme (with its storage
+order and its `max_abs_error`), zero padding to 4, then the payload the scheme defines. Two kinds:
 
-- ``row-max-uint8`` (the default): scale is the row's maximum, so that maximum is exact and a diffuse
-  row keeps 255 levels of contrast. About 0.45-0.65 bytes per value after gzip on MiniLM at ~100 tokens.
-- ``abs-uint8``: scale is 1 for every row (255 absolute levels). The same worst-case error, less
-  contrast inside diffuse rows, and about half the bytes on the wire (few distinct small bytes).
+Quantized (uint8 with a float32 scale per query row): value = q / 255 * scale, so the absolute error of any
+value is at most ``scale / 510 <= 1 / 510``. Payload: scales [L, H, n], then q [L, H, n, n].
+
+- ``row-max-uint8`` (the API's default): scale is the row's maximum, so that maximum is exact and a diffuse
+  row keeps 255 levels of contrast.
+- ``abs-uint8``: scale is 1 for every row (255 absolute levels). The same worst-case error, less contrast
+  inside diffuse rows, and about half the bytes on the wire (few distinct small bytes).
+- ``abs-uint8-key-major``: abs-uint8 with q stored key-major, [L, H, key, query]. A key's column is often
+  nearly constant (every query looks at [CLS] or [SEP] alike), which deflate finds as long runs: 7% fewer
+  bytes at 129 tokens and 18% at 512 than abs-uint8 (MiniLM). The page's transport.
+
+Exact: ``float32-shuffled``, the model's values as float32 little-endian [L, H, n, n] query-major, their
+bytes grouped by significance (byte 0 of every value, then byte 1, 2, 3: the shuffle filter of HDF5 and
+Blosc), ``max_abs_error`` 0. /api/attention/head/compact sends one head this way (layers = heads = 1). The
+low mantissa bytes of attention are noise that no compressor shrinks; grouped, the sign-and-exponent bytes
+form long runs: ~3.3 bytes a value after gzip against ~3.6 for plain float32 and ~21 for the JSON.
 """
 
 from __future__ import annotations
@@ -14,6 +26,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,25 +34,66 @@ import torch
 
 MAGIC = b"HSA1"
 MEDIA_TYPE = "application/vnd.headscope.attention"
-# Rounding to the nearest of 255 steps errs by at most half a step of the row's maximum.
+# Rounding to the nearest of 255 steps errs by at most half a step of the row's scale (<= 1).
 MAX_ABS_ERROR = 1 / 510
-SCHEMES = ("row-max-uint8", "abs-uint8")
-# Run-length deflate: attention bytes are mostly runs of small values, so Z_RLE is as fast as level 1 and
-# smaller than level 4 (MiniLM, abs-uint8: 0.263 vs 0.305 bytes/value at 117 tokens, 0.138 vs 0.162 at 443,
-# ~10 ms and ~100 ms). Compressed once per answer, then served from the cache.
-GZIP_LEVEL = 6
-GZIP_STRATEGY = zlib.Z_RLE
+ORDERS = ("query-major", "key-major")
+
+
+@dataclass(frozen=True)
+class _Scheme:
+    scale: str | None  # "row-max" or "one" for uint8 q with per-row scales; None: shuffled float32 values
+    order: str  # "query-major" ([query][key], rows contiguous) or "key-major" ([key][query])
+
+    @property
+    def max_abs_error(self) -> float:
+        return 0.0 if self.scale is None else MAX_ABS_ERROR
+
+
+_SCHEMES = {
+    "row-max-uint8": _Scheme("row-max", "query-major"),
+    "abs-uint8": _Scheme("one", "query-major"),
+    "abs-uint8-key-major": _Scheme("one", "key-major"),
+    "float32-shuffled": _Scheme(None, "query-major"),
+}
+SCHEMES = tuple(_SCHEMES)
+QUANTIZED_SCHEMES = tuple(name for name, spec in _SCHEMES.items() if spec.scale is not None)
+
+# Deflate settings (MiniLM, abs-uint8-key-major; 129 tokens = 1.2 MB raw, 257 = 4.8 MB, 512 = 19 MB):
+#   Z_FILTERED level 7: 0.229 bytes/value in ~0.13 s at 129 tokens, 0.154 in ~0.4 s at 257;
+#   Z_FILTERED level 6: 0.232 in ~0.09 s at 129, 0.157 in ~0.3 s at 257, 0.097 in ~0.9 s at 512;
+#   Z_RLE level 6:      0.250 in ~0.015 s at 129,                         0.103 in ~0.17 s at 512;
+#   levels 8 and 9 save another 3% for 3 to 6 times the time.
+# Filtering also finds the 4-byte period of abs-uint8's constant scales, which run-length matching (distance
+# 1 only) cannot. So filtered level 7 up to FILTERED_MAX_BYTES, where the bytes matter most (the page's first
+# view has a budget of 0.3 bytes a value, docs/design.md) and it costs a few tenths of a second at most; run-
+# length above, where filtering would add ~0.7 s to a 512-token answer for 6% fewer bytes. Each answer is
+# compressed once, then served from the cache.
+FILTERED_LEVEL = 7
+FILTERED_MAX_BYTES = 4 << 20
+RLE_LEVEL = 6
 GZIP_WBITS = 31  # 16 + 15: a gzip container, which browsers decode for Content-Encoding: gzip
 
 
-def quantize(attentions: torch.Tensor, *, scheme: str = "row-max-uint8") -> tuple[np.ndarray, np.ndarray]:
-    """[L, H, n, n] float attention -> (scales float32 [L, H, n], q uint8 [L, H, n, n])."""
+def _spec(scheme: str) -> _Scheme:
+    try:
+        return _SCHEMES[scheme]
+    except KeyError:
+        raise ValueError(f"scheme {scheme!r} is not one of {SCHEMES}") from None
+
+
+def _as_array(attentions: torch.Tensor) -> np.ndarray:
     if attentions.ndim != 4 or attentions.shape[-1] != attentions.shape[-2]:
         raise ValueError(f"attentions must have shape [L, H, n, n], got {tuple(attentions.shape)}")
-    if scheme not in SCHEMES:
-        raise ValueError(f"scheme {scheme!r} is not one of {SCHEMES}")
-    a = attentions.detach().to(device="cpu", dtype=torch.float32).numpy()
-    if scheme == "row-max-uint8":
+    return attentions.detach().to(device="cpu", dtype=torch.float32).numpy()
+
+
+def quantize(attentions: torch.Tensor, *, scheme: str = "row-max-uint8") -> tuple[np.ndarray, np.ndarray]:
+    """[L, H, n, n] float attention -> (scales float32 [L, H, n], q uint8 [L, H, n, n] query-major)."""
+    spec = _spec(scheme)
+    if spec.scale is None:
+        raise ValueError(f"scheme {scheme!r} is not quantized; one of {QUANTIZED_SCHEMES} is")
+    a = _as_array(attentions)
+    if spec.scale == "row-max":
         scales = a.max(axis=-1)  # [L, H, n]
     else:
         # Attention lies in [0, 1]: a scale of 1 keeps the same 1/510 bound with fewer distinct bytes.
@@ -52,35 +106,55 @@ def quantize(attentions: torch.Tensor, *, scheme: str = "row-max-uint8") -> tupl
 
 
 def encode(header: dict[str, Any], attentions: torch.Tensor, *, scheme: str = "row-max-uint8") -> bytes:
-    """The HSA1 buffer: magic, header length, JSON header, zero padding to 4, scales, quantized bytes."""
-    scales, q = quantize(attentions, scheme=scheme)
-    quantization = {"scheme": scheme, "max_abs_error": MAX_ABS_ERROR}
+    """The HSA1 buffer: magic, header length, JSON header, zero padding to 4, the scheme's payload."""
+    spec = _spec(scheme)
+    if spec.scale is None:
+        values = _as_array(attentions).astype("<f4", copy=False).reshape(-1)
+        payload = [values.view(np.uint8).reshape(-1, 4).T.tobytes()]  # 4 planes: byte k of every value
+    else:
+        scales, q = quantize(attentions, scheme=scheme)
+        if spec.order == "key-major":
+            q = np.ascontiguousarray(q.swapaxes(-1, -2))  # [L, H, key, query]
+        payload = [scales.tobytes(), q.tobytes()]
+    quantization = {"scheme": scheme, "order": spec.order, "max_abs_error": spec.max_abs_error}
     head = json.dumps({**header, "quantization": quantization}, ensure_ascii=False).encode("utf-8")
     prefix_len = 8 + len(head)
-    pad = -prefix_len % 4  # so the float32 scales start 4-aligned and a Float32Array can view them
-    return b"".join([MAGIC, struct.pack("<I", len(head)), head, b"\0" * pad, scales.tobytes(), q.tobytes()])
+    pad = -prefix_len % 4  # so the float32 payload starts 4-aligned and a Float32Array can view it
+    return b"".join([MAGIC, struct.pack("<I", len(head)), head, b"\0" * pad, *payload])
 
 
 def compress(data: bytes) -> bytes:
+    small = len(data) <= FILTERED_MAX_BYTES
+    level, strategy = (FILTERED_LEVEL, zlib.Z_FILTERED) if small else (RLE_LEVEL, zlib.Z_RLE)
     # zlib writes mtime 0 in the gzip header: identical answers give identical bytes (cacheable, comparable).
-    deflate = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, GZIP_WBITS, 9, GZIP_STRATEGY)
+    deflate = zlib.compressobj(level, zlib.DEFLATED, GZIP_WBITS, 9, strategy)
     return deflate.compress(data) + deflate.flush()
 
 
 def decode(buffer: bytes) -> tuple[dict[str, Any], np.ndarray]:
-    """Inverse of `encode` (for tests and Python clients): (header, float32 [L, H, n, n])."""
+    """Inverse of `encode` (for tests and Python clients): (header, float32 [L, H, n, n] query-major)."""
     if buffer[:4] != MAGIC:
         raise ValueError(f"not an HSA1 buffer: starts with {buffer[:4]!r}")
     (h,) = struct.unpack_from("<I", buffer, 4)
     header = json.loads(buffer[8 : 8 + h].decode("utf-8"))
     offset = 8 + h + (-(8 + h) % 4)
     L, H, n = header["layers"], header["heads"], header["n"]
-    scales = np.frombuffer(buffer, dtype="<f4", count=L * H * n, offset=offset).reshape(L, H, n)
-    offset += 4 * L * H * n
-    q = np.frombuffer(buffer, dtype=np.uint8, count=L * H * n * n, offset=offset).reshape(L, H, n, n)
-    if offset + q.size != len(buffer):
-        raise ValueError(f"HSA1 buffer has {len(buffer)} bytes, expected {offset + q.size}")
-    return header, q.astype(np.float32) / 255.0 * scales[..., None]
+    spec = _spec(header["quantization"]["scheme"])
+    if spec.scale is None:
+        expected = offset + 4 * L * H * n * n
+        planes = np.frombuffer(buffer, dtype=np.uint8, count=4 * L * H * n * n, offset=offset)
+        values = planes.reshape(4, -1).T.copy().view("<f4")
+    else:
+        expected = offset + 4 * L * H * n + L * H * n * n
+        scales = np.frombuffer(buffer, dtype="<f4", count=L * H * n, offset=offset).reshape(L, H, n)
+        q = np.frombuffer(buffer, dtype=np.uint8, count=L * H * n * n, offset=offset + 4 * L * H * n)
+        q = q.reshape(L, H, n, n)
+        if spec.order == "key-major":
+            q = q.swapaxes(-1, -2)
+        values = q.astype(np.float32) / 255.0 * scales[..., None]
+    if expected != len(buffer):
+        raise ValueError(f"HSA1 buffer has {len(buffer)} bytes, expected {expected}")
+    return header, values.reshape(L, H, n, n).astype(np.float32, copy=False)
 
 
 def accepts_gzip(accept_encoding: str | None) -> bool:

@@ -382,6 +382,28 @@ class AttentionService:
     def _encode_compact(computed: Computed, *, scheme: str) -> bytes:
         return compact.compress(compact.encode(computed.header, computed.attentions, scheme=scheme))
 
+    async def head_compact(self, request: HeadRequest, *, gzipped: bool) -> bytes:
+        """One head at full float32 precision as an HSA1 buffer (scheme float32-shuffled, layers = heads = 1),
+        gzipped once off the loop and cached as bytes like the compact attention."""
+        name = self.registry.resolve(request.model)
+        key = ("head.hsa1.gz", *_input_key(name, request), request.words, request.layer, request.head)
+        body: bytes | None = self.cache.get(key)
+        if body is None:
+            computed = await self._view(name, request.text, request.text_pair, words=request.words)
+            _check_head(name, computed, request.layer, request.head)
+            body = await to_thread.run_sync(
+                self._bounded, self._encode_head_compact, computed, request.layer, request.head
+            )
+            self.cache.put(key, body, size=len(body))
+        # Almost every client accepts gzip; the rare one that does not gets it undone, off the loop too.
+        return body if gzipped else await to_thread.run_sync(gzip.decompress, body)
+
+    @staticmethod
+    def _encode_head_compact(computed: Computed, layer: int, head: int) -> bytes:
+        header = {**computed.header, "layers": 1, "heads": 1, "layer": layer, "head": head}
+        one = computed.attentions[layer : layer + 1, head : head + 1]  # [1, 1, n, n]
+        return compact.compress(compact.encode(header, one, scheme="float32-shuffled"))
+
 
 def _input_key(name: str, request: InputText) -> tuple[str, str, str | None]:
     return (name, request.text, request.text_pair)
@@ -430,9 +452,12 @@ def _encode_analysis(computed: Computed, *, words: bool) -> bytes:
         computed.attentions, header["tokens"], special=header["special"], causal=header["causal"]
     )
     k = min(SIMILAR_HEADS, layers * heads - 1)
+    # Statistics and distances to 6 decimals, as every JSON answer: the full float repr doubled the bytes.
     similar = [
         [
-            [list(entry) for entry in analysis.similar_heads(stats, layer, head, k=k)] if k > 0 else []
+            [[ly, hd, round(float(d), 6)] for ly, hd, d in analysis.similar_heads(stats, layer, head, k=k)]
+            if k > 0
+            else []
             for head in range(heads)
         ]
         for layer in range(layers)
@@ -444,7 +469,7 @@ def _encode_analysis(computed: Computed, *, words: bool) -> bytes:
         "layers": layers,
         "heads": heads,
         "words": words,
-        "stats": {name: value.tolist() for name, value in stats.items()},
+        "stats": {name: _rounded(value) for name, value in stats.items()},
         "stat_descriptions": {name: analysis.STAT_DESCRIPTIONS[name] for name in stats},
         "labels": analysis.head_labels(stats),
         "thresholds": {

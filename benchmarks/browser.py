@@ -8,12 +8,17 @@ grid (72 heads + 6 layer means, not only the visible ones) and the detail heatma
   cold: a text the server has not seen (includes the model's forward pass on this CPU)
   warm: the same text again (the server answers from its cache: network + decode + drawing only)
 
-The insight views (statistics table, grid colours, rollout heatmap) load after "ready" and never delay
-it; "insight" is click -> document.body.dataset.insight === "ready" (all of them drawn). Each run waits
-for it, so one run's insight requests never load the server during the next run's timing.
+The insight views (statistics table, grid colours) load after "ready" and never delay it; "insight" is
+click -> document.body.dataset.insight === "ready" (all of them drawn). The rollout, below them and off
+screen at this size, loads when scrolled to, and above 256 tokens the exact head comes on request: each
+run asks for both after the first view is counted and waits for them (printed apart), so one run's
+requests never load the server during the next run's timing.
 
-Bytes per value = transferSize of the compact fetch (PerformanceResourceTiming, gzip on the wire,
-headers included) / (L * H * n * n). The reference is bertviz's published figure for its model view.
+Bytes per value = bytes on the wire of EVERY API answer the click triggers (PerformanceResourceTiming
+transferSize: gzip included, headers included; the compact attention, the detail's exact head, the
+statistics, the rollout, ...), read once the page has settled (drawn, insight views drawn, exact head
+arrived) / (L * H * n * n). The table lists each answer's share. The reference is bertviz's published
+figure for its model view.
 
     .venv/bin/python benchmarks/browser.py [--repeats 3] [--screenshot docs/screenshot.png]
         [--insight-screenshot docs/screenshot-insight.png]
@@ -60,6 +65,7 @@ WORDS = (
 
 # Installed before the click: the click event's timestamp shares performance.now()'s time origin.
 CLICK_PROBE = """() => {
+  window.scrollTo(0, 0);
   window.__clickAt = null;
   document.querySelector('#run').addEventListener('click', (e) => { window.__clickAt = e.timeStamp; },
                                                   {capture: true, once: true});
@@ -69,18 +75,23 @@ CLICK_PROBE = """() => {
 }"""
 READ_TIMINGS = """() => {
   const mark = (name) => performance.getEntriesByName(name).at(-1)?.startTime ?? null;
-  const f = performance.getEntriesByType('resource')
-    .filter((e) => e.name.includes('/attention/compact')).at(-1);
+  // Resource timings were cleared at the click: every /api/ entry now is an answer the click triggered.
+  const api = performance.getEntriesByType('resource')
+    .filter((e) => new URL(e.name).pathname.startsWith('/api/'))
+    .map((e) => ({path: new URL(e.name).pathname, transfer: e.transferSize, raw: e.decodedBodySize}));
   const gd = document.querySelector('#head-detail');
   return {
     click: window.__clickAt, run: mark('headscope-run'), decoded: mark('headscope-decoded'),
     grid: mark('headscope-grid'), detail: mark('headscope-detail'), ready: mark('headscope-ready'),
-    insight: mark('headscope-insight'),
-    transfer: f ? f.transferSize : null, decoded_bytes: f ? f.decodedBodySize : null,
-    fetch_ms: f ? f.responseEnd - f.startTime : null,
+    insight: mark('headscope-insight'), api,
     n: Number(gd.dataset.n), thumbs: document.querySelectorAll('#grid .thumb[data-drawn=true]').length,
   };
 }"""
+# The detail's exact head follows the first picture after a short delay (when the page fetches it by itself);
+# settled = it arrived, or the page offers it on request instead.
+EXACT_SETTLED = """() => document.querySelector('#head-detail').dataset.exact === 'true'
+  || !document.querySelector('#exact').hidden"""
+ROLLOUT_SETTLED = "() => ['ready', 'error'].includes(document.querySelector('#rollout').dataset.state)"
 
 
 def free_port() -> int:
@@ -126,7 +137,19 @@ def measure(page: Any, text: str) -> dict[str, Any]:
     page.wait_for_function(insight, timeout=120_000)
     if page.evaluate("document.body.dataset.insight") != "ready":
         raise SystemExit(f"insight error: {page.locator('#insight-status').text_content()}")
+    page.wait_for_function(EXACT_SETTLED, timeout=120_000)
     t = page.evaluate(READ_TIMINGS)
+    answers: dict[str, int] = {}
+    for entry in t["api"]:
+        answers[entry["path"]] = answers.get(entry["path"], 0) + entry["transfer"]
+    # Then, apart from the first view: the exact head where the page offers it on request (long inputs),
+    # and what scrolling down loads (the rollout).
+    if page.is_visible("#exact"):
+        page.click("#exact")
+        page.wait_for_selector("#head-detail[data-exact=true]", timeout=120_000)
+    page.locator("#rollout-panel").scroll_into_view_if_needed()
+    page.wait_for_function(ROLLOUT_SETTLED, timeout=120_000)
+    later = page.evaluate(READ_TIMINGS)["api"][len(t["api"]) :]
     return {
         "total_ms": t["ready"] - t["click"],
         "fetch_ms": t["decoded"] - t["click"],
@@ -136,8 +159,10 @@ def measure(page: Any, text: str) -> dict[str, Any]:
         "insight_ms": t["insight"] - t["click"],
         "n": t["n"],
         "thumbs": t["thumbs"],
-        "transfer": t["transfer"],
-        "raw": t["decoded_bytes"],
+        "answers": answers,
+        "later": {entry["path"]: entry["transfer"] for entry in later},
+        "transfer": sum(answers.values()),
+        "raw": sum(entry["raw"] for entry in t["api"]),
     }
 
 
@@ -215,6 +240,7 @@ def save_insight_screenshot(browser: Any, base: str, path: Path) -> None:
     page.wait_for_selector("#compare-panel[data-state=ready]", timeout=30_000)
     path.parent.mkdir(parents=True, exist_ok=True)
     page.locator("#analysis").scroll_into_view_if_needed()
+    page.wait_for_selector("#rollout[data-state=ready]", timeout=30_000)  # it loads once on screen
     page.screenshot(path=str(path), full_page=False)
     page.close()
     print(f"screenshot: {path}")
@@ -227,7 +253,7 @@ def report(rows: list[tuple[int, list[dict[str, Any]], list[dict[str, Any]]]]) -
     load = os.getloadavg()[0]
     print(f"\nheadscope page in headless Chromium, all-MiniLM-L6-v2 (6 x 12), load average {load:.1f}")
     print("time = click on Run -> every thumbnail (72 heads + 6 means) and the detail heatmap drawn")
-    print("insight = click on Run -> statistics table, grid colours and rollout heatmap drawn\n")
+    print("insight = click on Run -> statistics table and grid colours drawn (the rollout loads on scroll)\n")
     columns = [("tokens", 6), ("mode", 5), ("total", 9), ("fetch", 9)]
     columns += [("draw", 8), ("grid", 8), ("detail", 8), ("insight", 9)]
     header = " ".join(f"{name:>{width}}" for name, width in columns) + f" {'goal':>6}"
@@ -245,7 +271,8 @@ def report(rows: list[tuple[int, list[dict[str, Any]], list[dict[str, Any]]]]) -
             parts += [f"{med(runs, 'insight_ms'):>7.0f}ms"]
             goal_text = "" if goal is None else f"<{goal:g}s"
             print(" ".join(parts), f"{goal_text:>6}", verdict)
-    print("\nbytes downloaded per attention value (compact fetch, gzip, headers included)\n")
+    print("\nbytes on the wire per attention value: every API answer of the first view")
+    print("(transferSize: gzip and headers included), then each answer's share\n")
     header = f"{'':>28} {'tokens':>6} {'values':>10} {'bytes':>12} {'bytes/value':>12} {'vs bertviz':>10}"
     print(header)
     print("-" * len(header))
@@ -262,8 +289,13 @@ def report(rows: list[tuple[int, list[dict[str, Any]], list[dict[str, Any]]]]) -
             f"{'headscope (goal <= 0.3)':>28} {n:>6} {values:>10,} {run['transfer']:>12,} {per:>12.3f} "
             f"{ref / per:>9.0f}x {verdict}"
         )
+        for path, size in sorted(run["answers"].items(), key=lambda item: -item[1]):
+            print(f"{path:>28} {'':>6} {'':>10} {size:>12,} {size / values:>12.3f}")
+        for path, size in run["later"].items():
+            when = "(on scroll) " if "rollout" in path else "(on request) "
+            print(f"{when + path:>28} {'':>6} {'':>10} {size:>12,} {size / values:>12.3f}")
     last = rows[-1][1][-1]
-    print(f"\n(uncompressed HSA1 at {last['n']} tokens: {last['raw']:,} bytes; gzip does the rest)")
+    print(f"\n(the same answers uncompressed at {last['n']} tokens: {last['raw']:,} bytes)")
 
 
 if __name__ == "__main__":

@@ -44,3 +44,17 @@ def row_sum(n: int) -> float:
 def rounded_row_sum(n: int) -> float:
     """The same for a row of 6-decimal values: each carries up to ROUND6, so n·ROUND6 on top."""
     return row_sum(n) + n * ROUND6
+
+
+# -- the compact transport (app/compact.py, docs/design.md) -----------------------------------------------
+
+# Its 8-bit schemes round a / scale * 255 to the nearest integer, scale <= 1: half a step, 1/255 / 2. Every
+# header states it as max_abs_error.
+QUANT8 = 1 / 510
+
+
+def quant8(*, heads: int = 1) -> float:
+    """|decoded - model| for an 8-bit value as the page decodes it (or the mean of `heads` of them): QUANT8;
+    2u from the encoder's float32 a·(255/scale) (two roundings move the rounding point by 2u·255 steps, so
+    2u·scale <= 2u in value); and the decoder's float32 store, one rounding per head summed (u each, <= 1)."""
+    return QUANT8 + 2 * U32 + heads * U32

@@ -18,11 +18,12 @@ export function queryB(a, { btext, bmodel }) {
   return { text, pair: btext.trim() ? "" : a.pair, model: bmodel || a.model, words: a.words };
 }
 
-/** Heads ordered by change score, largest first: [{layer, head, score}]. */
+/** Heads ordered by change score, largest first, ties in model order, a missing score last: [{layer, head, score}]. */
 export function rankHeads(score) {
   const heads = [];
   score.forEach((row, layer) => row.forEach((value, head) => heads.push({ layer, head, score: value })));
-  return heads.sort((x, y) => y.score - x.score || x.layer - y.layer || x.head - y.head);
+  const key = (v) => (Number.isFinite(v) ? v : -Infinity); // NaN would make the order undefined
+  return heads.sort((x, y) => key(y.score) - key(x.score) || x.layer - y.layer || x.head - y.head);
 }
 
 export class CompareView {

@@ -34,6 +34,7 @@ export const SELECTORS = Object.freeze({
   colorLegend: "#color-legend",
   statsTable: "#stats-table",
   rollout: "#rollout",
+  rolloutPanel: "#rollout-panel",
   rolloutLayer: "#rollout-layer",
   rolloutLayerValue: "#rollout-layer-value",
   rolloutCaption: "#rollout-caption",

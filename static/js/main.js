@@ -1,7 +1,8 @@
 // Wires the page: form -> API -> decoded attention -> grid + detail, with the view state in the URL.
 // document.body.dataset.state goes "loading" -> "ready" (every thumbnail and the detail drawn) or
 // "error"; tests and benchmarks/browser.py wait on it. After "ready" the insight views (statistics,
-// rollout, compare) load into #analysis; document.body.dataset.insight goes "loading" -> "ready".
+// compare) load into #analysis; document.body.dataset.insight goes "loading" -> "ready". The rollout,
+// further down, loads when its panel comes on screen (#rollout's data-state: idle -> loading -> ready).
 
 import { $, $all, el } from "./dom.js";
 import { ApiError, fetchAnalysis, fetchCompact, fetchFullBlob, fetchHead, fetchModels } from "./api.js";
@@ -12,11 +13,13 @@ import { exportImage, renderHeatmap } from "./heatmap.js";
 import { CHANGE, StatsTable, colorScaleFor, fillColorBy, formatStat, renderLegend, renderSimilar, statTable } from "./insight.js";
 import { RolloutView } from "./rollout.js";
 import { renderTokenView } from "./tokens.js";
-import { readState, writeState } from "./state.js";
+import { clampSelection as clampToModel, moveSelection, readState, writeState } from "./state.js";
+import { exportName as exportFileName, modelLabel, selectionLabel } from "./labels.js";
 
 const EXACT_DELAY_MS = 350; // wait for arrow-key bursts to settle before asking for exact values
-// Exact values come as JSON (~20 bytes a value): fetched by themselves up to this n, on request above it.
-const AUTO_EXACT_MAX_N = 160;
+// The exact head is binary float32, ~3.3 bytes a value after gzip: fetched by itself up to this n (~220 KB),
+// on request above it (~0.85 MB at 512 tokens, for every head a person settles on).
+const AUTO_EXACT_MAX_N = 256;
 
 const page = {
   state: readState(),
@@ -27,9 +30,10 @@ const page = {
   queryB: null, // B's query in compare mode, else null
   analysis: null, // POST /api/analysis answer for the current run
   comparison: null, // POST /api/compare answer for the current run (compare mode)
-  exact: new Map(), // "layer:head" -> number[][] full-precision rows for the current run
+  exact: new Map(), // "layer:head" -> Float32Array n*n, the model's values, for the current run
   controller: null,
   exactTimer: 0,
+  exactController: null, // the exact head in flight; a newer selection aborts it
   runId: 0,
 };
 
@@ -40,6 +44,7 @@ const rolloutView = new RolloutView({
   slider: $("rolloutLayer"),
   sliderValue: $("rolloutLayerValue"),
   caption: $("rolloutCaption"),
+  panel: $("rolloutPanel"),
   flowButton: $("flowRun"),
   flowMessage: $("flowMessage"),
   flowPlot: $("flow"),
@@ -78,12 +83,6 @@ function showError(message) {
   box.hidden = !message;
 }
 
-function modelLabel(m) {
-  // Lazily loaded models do not know their size until first use.
-  const size = m.layers == null ? "loads on first use" : `${m.layers} layers × ${m.heads} heads`;
-  return `${m.name} — ${size}${m.causal ? " (causal)" : ""}`;
-}
-
 // A run tells us the size of a model that was not loaded when the page was rendered.
 function learnModel(attention) {
   const known = page.models.get(attention.model);
@@ -114,14 +113,8 @@ function currentQuery() {
   return { text: $("text").value, pair: $("textPair").value, model: $("model").value, words: $("words").checked };
 }
 
-function selectionLabel(layer, head) {
-  return isAggregate(head) ? `layer ${layer}, ${AGGREGATES[head].title}` : `layer ${layer}, head ${head}`;
-}
-
 function clampSelection(attention) {
-  const s = page.state;
-  s.layer = Math.min(Math.max(0, s.layer), attention.layers - 1);
-  if (!isAggregate(s.head)) s.head = Math.min(Math.max(0, s.head), attention.heads - 1);
+  Object.assign(page.state, clampToModel(page.state, attention));
 }
 
 async function run() {
@@ -132,6 +125,7 @@ async function run() {
     return;
   }
   page.controller?.abort();
+  cancelExact();
   const controller = new AbortController();
   page.controller = controller;
   const runId = ++page.runId;
@@ -186,13 +180,6 @@ function detailValues(layer, head) {
   return { values: attention.headInto(layer, head), exact: false };
 }
 
-function rowMajor(values, n) {
-  if (!Array.isArray(values)) return values;
-  const flat = new Float32Array(n * n);
-  values.forEach((row, i) => flat.set(row, i * n));
-  return flat;
-}
-
 async function drawDetail({ keepZoom = true } = {}) {
   const attention = page.attention;
   if (!attention) return;
@@ -233,25 +220,36 @@ async function drawDetail({ keepZoom = true } = {}) {
   if (heatmapVisible) {
     await renderHeatmap($("headDetail"), spec);
   } else {
-    renderTokenView($("tokenView"), { ...spec, values: rowMajor(values, attention.n) });
+    renderTokenView($("tokenView"), spec);
   }
   const wantsExact = !exact && !isAggregate(head);
   $("exact").hidden = !(wantsExact && attention.n > AUTO_EXACT_MAX_N);
   if (wantsExact && attention.n <= AUTO_EXACT_MAX_N) scheduleExact(layer, head);
+  else if (!wantsExact) cancelExact();
 }
 
-// Full precision for the head a person settled on (POST /api/attention/head), then redraw.
-function scheduleExact(layer, head, delay = EXACT_DELAY_MS) {
+function cancelExact() {
   clearTimeout(page.exactTimer);
+  page.exactController?.abort();
+  page.exactController = null;
+}
+
+// Full precision for the head a person settled on (POST /api/attention/head/compact, binary float32), then
+// redraw. A newer selection cancels the wait and the fetch.
+function scheduleExact(layer, head, delay = EXACT_DELAY_MS) {
+  cancelExact();
   const runId = page.runId;
   const query = page.query;
+  const controller = new AbortController();
+  page.exactController = controller;
   page.exactTimer = setTimeout(async () => {
     try {
-      const result = await fetchHead(query, layer, head);
+      const exact = await fetchHead(query, layer, head, { signal: controller.signal });
       if (runId !== page.runId) return;
-      page.exact.set(`${layer}:${head}`, result.attention);
+      page.exact.set(`${layer}:${head}`, exact.headInto(0, 0));
       if (page.state.layer === layer && page.state.head === head) await drawDetail();
     } catch (error) {
+      if (error.name === "AbortError") return;
       // The quantized view stays usable; say why exact values are missing.
       if (runId === page.runId) $("detailCaption").textContent += ` Exact values unavailable: ${error.message}`;
     }
@@ -284,7 +282,7 @@ async function loadInsights(runId) {
   body.dataset.insight = "loading";
   $("analysis").hidden = false;
   const status = $("insightStatus");
-  status.textContent = "Computing head statistics and rollout…";
+  status.textContent = "Computing head statistics…";
   status.classList.add("busy");
   if (!page.queryB) compareView.clear();
   const problems = [];
@@ -307,11 +305,13 @@ async function loadInsights(runId) {
     showInsightSelection({ withCompare: false });
     return comparison ? compareView.show(page.state.layer, page.state.head, { delay: 0, causal: page.attention.causal }) : null;
   });
-  await Promise.all([stats.catch(note("statistics")), rolloutView.load(query).catch(note("rollout"))]);
+  // Below the statistics: fetched when its panel is on screen, so the first view moves only what it shows.
+  rolloutView.watch(query, { causal: page.attention.causal, boundary: page.attention.boundary });
+  await stats.catch(note("statistics"));
   if (runId !== page.runId) return;
   status.classList.remove("busy");
   status.textContent = problems.length ? `Unavailable: ${problems.join("; ")}` : "";
-  performance.mark("headscope-insight"); // benchmarks/browser.py: click -> every insight view drawn
+  performance.mark("headscope-insight"); // benchmarks/browser.py: click -> statistics (and compare) drawn
   body.dataset.insight = problems.length ? "error" : "ready";
 }
 
@@ -359,28 +359,20 @@ function setView(view) {
   else for (const tab of $all("tabs")) tab.setAttribute("aria-selected", String(tab.dataset.view === view));
 }
 
-// Left/right: neighbouring head (the aggregate columns come after the heads); up/down: layer.
+// Arrow keys move the selection (state.js: moveSelection); not while typing.
 function onArrow(event) {
   const attention = page.attention;
   if (!attention || event.altKey || event.ctrlKey || event.metaKey) return;
   if (event.target.closest("input, textarea, select")) return;
-  const columns = [...Array(attention.heads).keys(), ...Object.keys(AGGREGATES)];
-  const col = columns.indexOf(page.state.head);
-  let { layer } = page.state;
-  let next = col;
-  if (event.key === "ArrowLeft") next = Math.max(0, col - 1);
-  else if (event.key === "ArrowRight") next = Math.min(columns.length - 1, col + 1);
-  else if (event.key === "ArrowUp") layer = Math.max(0, layer - 1);
-  else if (event.key === "ArrowDown") layer = Math.min(attention.layers - 1, layer + 1);
-  else return;
+  const next = moveSelection(page.state, event.key, attention);
+  if (!next) return;
   event.preventDefault();
-  select(layer, columns[next]);
+  select(next.layer, next.head);
 }
 
 function exportName() {
   const { layer, head } = page.state;
-  const model = (page.attention?.model ?? "model").replace(/[^A-Za-z0-9._-]+/g, "_");
-  return `headscope-${model}-L${layer}-${isAggregate(head) ? head : `H${head}`}`;
+  return exportFileName(page.attention?.model, layer, head);
 }
 
 function download(blob, filename) {

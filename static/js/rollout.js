@@ -2,6 +2,10 @@
 // slider) from POST /api/rollout/compact, decoded by the attention decoder (heads = 1), drawn by the
 // head heatmap code; attention flow on request from POST /api/flow, whose 422 for long inputs is shown
 // as a note in words, not as an error.
+//
+// The rollout panel sits below the grid and the detail, usually off screen after a run: it is fetched when
+// the panel comes on screen (at once when it already is), so a run's first view moves only what it shows.
+// #rollout's data-state says where it is: idle (waiting to be shown), loading, ready or error.
 
 import { ApiError, fetchFlow, fetchRollout } from "./api.js";
 import { clearHeatmap, renderHeatmap } from "./heatmap.js";
@@ -9,42 +13,69 @@ import { clearHeatmap, renderHeatmap } from "./heatmap.js";
 const SIDE_MIN_PX = 280; // side-by-side with the statistics table: smaller than the detail's minimum
 
 export class RolloutView {
-  /** `els`: {plot, slider, sliderValue, caption, flowButton, flowMessage, flowPlot}. */
+  /** `els`: {panel, plot, slider, sliderValue, caption, flowButton, flowMessage, flowPlot}. */
   constructor(els) {
     this.els = els;
     this.rollout = null;
     this.query = null;
+    this.shape = { causal: false, boundary: -1 }; // of the watched input, for the flow figure
     this.generation = 0;
+    this.observer = new IntersectionObserver((entries) => {
+      if (entries.some((entry) => entry.isIntersecting)) this.load();
+    });
+    els.plot.dataset.state = "idle";
     els.slider.addEventListener("input", () => this.draw(Number(els.slider.value)));
     els.flowButton.addEventListener("click", () => this.flow());
   }
 
   clear() {
     this.generation++;
+    this.observer.disconnect();
     this.rollout = null;
-    const { flowPlot, flowMessage, plot } = this.els;
+    const { flowPlot, flowMessage, plot, caption, slider } = this.els;
     clearHeatmap(plot);
     clearHeatmap(flowPlot);
     flowPlot.hidden = true;
     flowMessage.textContent = "";
+    caption.textContent = "";
+    slider.disabled = true;
     delete plot.dataset.layer;
+    plot.dataset.state = "idle";
   }
 
-  /** Fetch and draw the rollout of `query` (after its final layer). Resolves false when superseded. */
-  async load(query) {
+  /** Follow `query` (`shape`: {causal, boundary} of its attention): its rollout loads once the panel shows. */
+  watch(query, shape) {
     this.clear();
-    const generation = this.generation;
     this.query = query;
-    const rollout = await fetchRollout(query);
-    if (generation !== this.generation) return false;
-    this.rollout = rollout;
-    const { slider, flowButton } = this.els;
-    slider.max = String(rollout.layers - 1);
-    slider.value = String(rollout.layers - 1);
-    slider.disabled = rollout.layers < 2;
-    flowButton.disabled = false;
-    await this.draw(rollout.layers - 1);
-    return true;
+    this.shape = shape;
+    this.els.flowButton.disabled = false; // flow is its own request, on demand
+    this.observer.observe(this.els.panel); // reports at once when the panel is already on screen
+  }
+
+  /** Fetch and draw the watched rollout (after its final layer). Resolves false when superseded. */
+  async load() {
+    this.observer.disconnect();
+    const generation = this.generation;
+    const { plot, slider, caption } = this.els;
+    plot.dataset.state = "loading";
+    caption.textContent = "Computing attention rollout…";
+    try {
+      const rollout = await fetchRollout(this.query);
+      if (generation !== this.generation) return false;
+      this.rollout = rollout;
+      slider.max = String(rollout.layers - 1);
+      slider.value = String(rollout.layers - 1);
+      slider.disabled = rollout.layers < 2;
+      await this.draw(rollout.layers - 1);
+      if (generation !== this.generation) return false;
+      plot.dataset.state = "ready";
+      return true;
+    } catch (error) {
+      if (generation !== this.generation) return false;
+      caption.textContent = `Rollout unavailable: ${error.message}`;
+      plot.dataset.state = "error";
+      return false;
+    }
   }
 
   /** Draw the cumulative rollout after `layer` (0-based; the last is the final rollout R). */
@@ -89,8 +120,8 @@ export class RolloutView {
       await renderHeatmap(flowPlot, {
         tokens: result.tokens,
         values: result.flow,
-        causal: Boolean(this.rollout?.causal),
-        boundary: this.rollout?.boundary ?? -1,
+        causal: this.shape.causal,
+        boundary: this.shape.boundary,
         exact: true,
         title: `${result.model} · attention flow`,
         filename: "headscope-flow",

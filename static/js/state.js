@@ -1,7 +1,7 @@
 // The view state lives in the URL query string so a reload or a shared link restores the same view.
 // history.replaceState keeps the back button for real navigation instead of every click.
 
-import { isAggregate } from "./aggregates.js";
+import { AGGREGATES, isAggregate } from "./aggregates.js";
 
 const VIEWS = ["heatmap", "tokens"];
 
@@ -70,4 +70,26 @@ export function encodeState(state) {
 export function writeState(state) {
   const url = `${window.location.pathname}?${encodeState(state)}`;
   window.history.replaceState(null, "", url);
+}
+
+/** The selection moved inside a model of `layers` x `heads`: layer clamped, a head index clamped. */
+export function clampSelection({ layer, head }, { layers, heads }) {
+  return {
+    layer: Math.min(Math.max(0, layer), layers - 1),
+    head: isAggregate(head) ? head : Math.min(Math.max(0, head), heads - 1),
+  };
+}
+
+/**
+ * The selection after an arrow key, or null for any other key. Left/right: the neighbouring column (the
+ * aggregate columns come after the heads, as in the grid); up/down: the neighbouring layer. Edges hold.
+ */
+export function moveSelection({ layer, head }, key, { layers, heads }) {
+  const columns = [...Array(heads).keys(), ...Object.keys(AGGREGATES)];
+  const col = Math.max(0, columns.indexOf(head));
+  if (key === "ArrowLeft") return { layer, head: columns[Math.max(0, col - 1)] };
+  if (key === "ArrowRight") return { layer, head: columns[Math.min(columns.length - 1, col + 1)] };
+  if (key === "ArrowUp") return { layer: Math.max(0, layer - 1), head };
+  if (key === "ArrowDown") return { layer: Math.min(layers - 1, layer + 1), head };
+  return null;
 }

@@ -11,6 +11,7 @@ import pytest
 import tolerances
 import torch
 from fastapi.testclient import TestClient
+from tolerances import FORWARD, quant8
 
 from app.main import CSP, create_app
 
@@ -334,3 +335,105 @@ def test_openapi_documents_the_compact_format(client: TestClient) -> None:
     assert "application/vnd.headscope.attention" in compact["responses"]["200"]["content"]
     assert "truncated" in spec["paths"]["/api/attention"]["post"]["description"]
     assert spec["components"]["schemas"]["AttentionRequest"]["additionalProperties"] is False
+
+
+# -- /api/attention/head/compact and the key-major scheme ---------------------------------------------
+
+
+def decode_head_hsa1(buffer: bytes) -> tuple[dict, np.ndarray]:
+    """An independent reading of the head route's table: float32 values, bytes grouped by significance."""
+    assert buffer[:4] == b"HSA1"
+    h = struct.unpack("<I", buffer[4:8])[0]
+    header = json.loads(buffer[8 : 8 + h])
+    start = 8 + h + (4 - (8 + h) % 4) % 4
+    n = header["n"]
+    planes = np.frombuffer(buffer[start:], dtype=np.uint8)
+    assert planes.size == 4 * n * n, "no trailing or missing bytes"
+    # plane k holds byte k (little-endian) of every value
+    values = planes.reshape(4, n * n).T.copy().view("<f4").reshape(n, n)
+    return header, values
+
+
+@pytest.mark.parametrize("words", [False, True])
+def test_head_compact_is_the_json_head_exactly(client: TestClient, words: bool) -> None:
+    body = {"text": TEXT, "text_pair": PAIR, "layer": 3, "head": 7, "words": words}
+    r = client.post("/api/attention/head/compact", json=body)
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "application/vnd.headscope.attention"
+    assert r.headers["content-encoding"] == "gzip"
+    assert "accept-encoding" in r.headers["vary"].lower()
+    header, values = decode_head_hsa1(r.content)
+    reference = client.post("/api/attention/head", json=body).json()
+    assert header["tokens"] == reference["tokens"]
+    assert (header["layers"], header["heads"], header["layer"], header["head"]) == (1, 1, 3, 7)
+    assert header["quantization"] == {
+        "scheme": "float32-shuffled",
+        "order": "query-major",
+        "max_abs_error": 0,
+    }
+    assert 1 in header["segments"] and header["causal"] is False
+    # Exact: the same float32 values the JSON head carries at full precision.
+    assert np.array_equal(values, np.array(reference["attention"], dtype=np.float32))
+
+
+def test_head_compact_costs_a_fraction_of_the_json(client: TestClient) -> None:
+    text = " ".join(f"Sentence number {i} says something different about cats and dogs." for i in range(10))
+    body = {"text": text, "layer": 0, "head": 0}
+    r = client.post("/api/attention/head/compact", json=body)
+    n = decode_head_hsa1(r.content)[0]["n"]
+    assert n > 100
+    wire = int(r.headers["content-length"])
+    json_bytes = len(client.post("/api/attention/head", json=body).content)
+    # float32 is 4 bytes a value; grouped exponent bytes gzip, the noisy mantissa bytes do not.
+    assert wire < 4 * n * n and wire < json_bytes / 5, (wire, json_bytes, n)
+    identity = client.post("/api/attention/head/compact", json=body, headers={"Accept-Encoding": "identity"})
+    assert "content-encoding" not in identity.headers
+    assert decode_head_hsa1(identity.content)[1].shape == (n, n)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        ({"text": TEXT, "layer": 6, "head": 0}, 422, ["layer 6", "0..5"]),
+        ({"text": TEXT, "layer": 0, "head": 12}, 422, ["head 12", "0..11"]),
+        ({"text": TEXT, "layer": -1, "head": 0}, 422, ["layer"]),
+        ({"text": TEXT}, 422, ["layer", "head"]),
+        ({"text": "   ", "layer": 0, "head": 0}, 422, ["blank"]),
+        ({"text": TEXT, "layer": 0, "head": 0, "model": "nope"}, 404, ["all-MiniLM-L6-v2"]),
+    ],
+)
+def test_head_compact_refuses_bad_input_in_words(
+    client: TestClient, body: dict, status: int, words: list[str]
+) -> None:
+    r = client.post("/api/attention/head/compact", json=body)
+    assert r.status_code == status
+    assert r.headers["content-type"] == "application/json"
+    assert all(word in r.json()["detail"] for word in words), r.json()
+
+
+def test_key_major_scheme_is_abs_uint8_transposed(client: TestClient, minilm) -> None:  # type: ignore[no-untyped-def]
+    rows = client.post("/api/attention/compact?scheme=abs-uint8", json={"text": TEXT})
+    columns = client.post("/api/attention/compact?scheme=abs-uint8-key-major", json={"text": TEXT})
+    header, _ = decode_hsa1(columns.content)
+    assert header["quantization"]["order"] == "key-major"
+    assert header["quantization"]["max_abs_error"] == pytest.approx(1 / 510)
+    L, H, n = header["layers"], header["heads"], header["n"]
+    start = len(columns.content) - L * H * n * n  # q is the tail of the buffer, scales before it
+    q_columns = np.frombuffer(columns.content[start:], dtype=np.uint8).reshape(L, H, n, n)
+    q_rows = np.frombuffer(rows.content[len(rows.content) - L * H * n * n :], dtype=np.uint8).reshape(
+        L, H, n, n
+    )
+    assert np.array_equal(q_columns, q_rows.swapaxes(-1, -2))
+    # Read with its order, it is the model's attention within the stated bound.
+    values = q_columns.swapaxes(-1, -2).astype(np.float64) / 255
+    assert np.abs(values - minilm.attend(TEXT).attentions.double().numpy()).max() <= quant8() + FORWARD
+
+
+def test_openapi_documents_the_head_compact_format(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    route = spec["paths"]["/api/attention/head/compact"]["post"]
+    assert "HSA1" in route["description"] and "float32-shuffled" in route["description"]
+    assert "application/vnd.headscope.attention" in route["responses"]["200"]["content"]
+    assert route["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/HeadRequest")
+    scheme = spec["paths"]["/api/attention/compact"]["post"]["parameters"][0]["schema"]
+    assert "abs-uint8-key-major" in scheme["enum"]

@@ -362,3 +362,12 @@ def test_gpt2_analysis_rollout_and_words(tiny_checkpoints: dict[str, Path], make
         assert torch.equal(merged.triu(1), torch.zeros_like(merged))
         _, values = compact.decode(c.post("/api/rollout/compact", json={"text": text}).content)
         assert np.triu(values, 1).max() == 0  # quantized, a 0 stays exactly 0
+
+
+def test_analysis_numbers_have_6_decimals_like_every_json_answer(client: TestClient) -> None:
+    # The float32 reprs took twice the bytes (17 digits), which the page's first view pays for.
+    text = client.post("/api/analysis", json={"text": TEXT}).text
+    numbers = text[text.index('"stats"') : text.index('"stat_descriptions"')]
+    numbers += text[text.index('"similar"') :]
+    decimals = [len(tok.split(".")[1]) for tok in numbers.replace("]", ",").split(",") if "." in tok]
+    assert decimals and max(decimals) <= 6

@@ -14,12 +14,15 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from tolerances import ROUND6, quant8
 
 pytestmark = pytest.mark.browser
 
 SENTENCE = "The cat sat on the mat because the cat was tired."
 OTHER = "The dog sat on the rug because the dog was hungry."
-QUANT_ERROR = 1 / 510 + 1e-6  # the compact transport's stated bound (docs/design.md)
+# The page's 8-bit rollout against /api/rollout's: the transport's bound (decoded in float32), plus the
+# JSON's rounding to 6 decimals; both computed by one function from the same cached attention.
+QUANT_ERROR = quant8() + ROUND6
 
 # One Plotly figure's heatmap: rows x columns, tick labels, colour range.
 FIGURE_JS = """(selector) => {
@@ -66,6 +69,17 @@ def wait_insight(page: Any) -> None:
     page.wait_for_function("() => ['ready', 'error'].includes(document.body.dataset.insight)")
     state = page.evaluate("document.body.dataset.insight")
     assert state == "ready", page.locator("#insight-status").text_content()
+
+
+ROLLOUT_SETTLED = "() => ['ready', 'error'].includes(document.querySelector('#rollout').dataset.state)"
+
+
+def show_rollout(page: Any) -> None:
+    """Scroll to the rollout (it loads once on screen) and wait until it is drawn."""
+    page.locator("#rollout-panel").scroll_into_view_if_needed()
+    page.wait_for_function(ROLLOUT_SETTLED)
+    caption = page.locator("#rollout-caption").text_content()
+    assert page.get_attribute("#rollout", "data-state") == "ready", caption
 
 
 def rerun_with_words(session: Any) -> None:
@@ -170,9 +184,10 @@ def test_words_toggle_shows_whole_words_in_every_view(session: Any) -> None:
     assert [unescape(t) for t in figure["ticktext"]] == words["tokens"]
     assert "##cope" not in figure["ticktext"]
     page.wait_for_selector("#head-detail[data-exact=true]")
-    assert max_diff(page.evaluate(FIGURE_JS, "#head-detail")["z"], words["attention"]) <= 1e-6
+    assert page.evaluate(FIGURE_JS, "#head-detail")["z"] == words["attention"]  # exact: the same float32s
     assert parse_qs(urlparse(page.url).query)["words"] == ["1"]
     # The insight views follow: rollout axes and the statistics are per word too.
+    show_rollout(page)
     rollout = page.evaluate(FIGURE_JS, "#rollout")
     assert [unescape(t) for t in rollout["ticktext"]] == words["tokens"]
     page.click("#tab-tokens")
@@ -188,6 +203,7 @@ def test_rollout_heatmap_and_layer_slider_match_the_api(session: Any) -> None:
     page = session.open()
     session.run(SENTENCE)
     wait_insight(page)
+    show_rollout(page)
     reference = api(session.base, "/api/rollout", {"text": SENTENCE})
     n, tokens, L = reference["n"], reference["tokens"], reference["layers"]
 
@@ -218,7 +234,7 @@ def test_flow_draws_for_short_inputs_and_explains_the_limit_for_long_ones(sessio
     page.wait_for_selector("#flow-message[data-state=ready]")
     figure = page.evaluate(FIGURE_JS, "#flow")
     assert [unescape(t) for t in figure["ticktext"]] == reference["tokens"]
-    assert max_diff(figure["z"], reference["flow"]) <= 1e-6
+    assert figure["z"] == reference["flow"]  # the same JSON numbers, drawn as they came
 
     long = " ".join(["the cat sat on the mat"] * 6)
     status, refusal = post(session.base, "/api/flow", {"text": long})
@@ -250,7 +266,8 @@ def test_compare_two_sentences_scores_heads_and_draws_a_b_and_diff(session: Any)
     )
     assert len(ranked) == 10
     assert [s for _, _, s in ranked] == sorted((s for row in score for s in row), reverse=True)[:10]
-    assert all(abs(score[layer][head] - s) < 1e-9 for layer, head, s in ranked)
+    # A JS number prints and parses back exactly: equality, not closeness.
+    assert all(score[layer][head] == s for layer, head, s in ranked)
     assert page.locator("#grid .thumb.colored").count() == L * H
     assert page.input_value("#color-by") == "change"
     assert page.locator("#stats-table th[data-key=change]").count() == 1
@@ -265,7 +282,7 @@ def test_compare_two_sentences_scores_heads_and_draws_a_b_and_diff(session: Any)
     for name in ("a", "b", "diff"):
         assert len(figures[name]["z"]) == m and all(len(row) == m for row in figures[name]["z"])
         assert [unescape(t) for t in figures[name]["ticktext"]] == head["tokens"]
-        assert max_diff(figures[name]["z"], head[name]) <= 1e-6
+        assert figures[name]["z"] == head[name]  # the same answer, drawn as it came
     assert figures["diff"]["zmin"] == -figures["diff"]["zmax"] and figures["diff"]["zmax"] > 0
     assert figures["a"]["zmin"] == 0
 
@@ -306,6 +323,7 @@ def test_markup_stays_literal_in_every_insight_view(session: Any) -> None:
     session.run(payload)
     wait_insight(page)
     page.wait_for_selector("#compare-panel[data-state=ready]")
+    show_rollout(page)
     tokens = api(session.base, "/api/rollout", {"text": payload})["tokens"]
     assert "<" in tokens
     shown = []
@@ -323,3 +341,32 @@ def test_markup_stays_literal_in_every_insight_view(session: Any) -> None:
     rerun_with_words(session)
     assert session.dialogs == []
     assert page.evaluate("document.querySelectorAll('main img, main b').length") == 0
+
+
+def test_first_view_fetches_what_it_shows_and_the_rollout_once_on_screen(session: Any) -> None:
+    page = session.open()
+    page.set_viewport_size({"width": 1500, "height": 700})  # the rollout panel starts below the fold
+    session.run(SENTENCE)
+    wait_insight(page)
+    page.wait_for_selector("#head-detail[data-exact=true]")
+
+    def answers() -> list[str]:
+        return [urlparse(url).path for url in session.requests if "/api/" in url]
+
+    assert sorted(answers()) == ["/api/analysis", "/api/attention/compact", "/api/attention/head/compact"]
+    assert page.get_attribute("#rollout", "data-state") == "idle"
+    show_rollout(page)
+    assert answers().count("/api/rollout/compact") == 1
+    # Typing scrolls back up: the next run's rollout waits until it is shown again.
+    session.run(OTHER)
+    wait_insight(page)
+    assert page.get_attribute("#rollout", "data-state") == "idle"
+    assert answers().count("/api/rollout/compact") == 1
+    show_rollout(page)
+    reference = api(session.base, "/api/rollout", {"text": OTHER})
+    assert max_diff(page.evaluate(FIGURE_JS, "#rollout")["z"], reference["rollout"]) <= QUANT_ERROR
+    # On a screen tall enough to show it, a run loads it at once, without any scrolling.
+    page.set_viewport_size({"width": 1500, "height": 2400})
+    session.run(SENTENCE)
+    page.wait_for_selector("#rollout[data-state=ready]")
+    assert answers().count("/api/rollout/compact") == 3

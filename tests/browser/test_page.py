@@ -9,11 +9,14 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from tolerances import ROUND6, quant8
 
 pytestmark = pytest.mark.browser
 
 SENTENCE = "The cat sat on the mat because the cat was tired."
-QUANT_ERROR = 1 / 510 + 1e-6  # row-max uint8, docs/design.md
+# The page's 8-bit first draw against /api/attention's values: the transport's bound (decoded in float32),
+# plus the JSON's rounding to 6 decimals. Both come from the same cached forward pass.
+QUANT_ERROR = quant8() + ROUND6
 
 FIGURE_JS = """() => {
   const gd = document.querySelector('#head-detail');
@@ -47,10 +50,17 @@ CELL_CENTER_JS = """([i, j]) => {
 
 
 def api_attention(base: str, text: str, pair: str | None = None, model: str | None = None) -> Any:
-    body = json.dumps({"text": text, "text_pair": pair, "model": model}).encode()
-    request = urllib.request.Request(
-        f"{base}/api/attention", data=body, headers={"Content-Type": "application/json"}
-    )
+    return post(base, "/api/attention", {"text": text, "text_pair": pair, "model": model})
+
+
+def api_head(base: str, text: str, layer: int, head: int) -> Any:
+    """One head at full precision, as JSON: the reference for the page's binary exact head."""
+    return post(base, "/api/attention/head", {"text": text, "layer": layer, "head": head})
+
+
+def post(base: str, path: str, payload: dict[str, Any]) -> Any:
+    body = json.dumps(payload).encode()
+    request = urllib.request.Request(f"{base}{path}", data=body, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 (local test server)
         return json.load(response)
 
@@ -114,10 +124,15 @@ def test_run_draws_every_head_and_an_exact_detail_with_hover(session: Any, artif
     expected = reference["attention"][0][0]
     assert max_diff(figure["z"], expected) <= QUANT_ERROR
 
-    # ...then the page fetches the head at full precision and redraws it.
+    # ...then the page fetches the head at full precision (binary float32) and redraws it: the model's own
+    # values, equal to the JSON head's to the last bit.
     page.wait_for_selector("#head-detail[data-exact=true]")
     figure = page.evaluate(FIGURE_JS)
-    assert max_diff(figure["z"], expected) <= 1e-6
+    exact = api_head(session.base, SENTENCE, 0, 0)["attention"]
+    assert figure["z"] == exact
+    assert "Exact float32 values." in page.locator("#detail-caption").text_content()
+    api = [urlparse(url).path for url in session.requests if "/api/" in url]
+    assert "/api/attention/head/compact" in api and "/api/attention/head" not in api
 
     # Hover a cell: "query → key: value".
     i = tokens.index("cat")
@@ -127,7 +142,7 @@ def test_run_draws_every_head_and_an_exact_detail_with_hover(session: Any, artif
     page.mouse.move(x, y)
     hover = page.locator("#head-detail .hoverlayer .hovertext")
     hover.wait_for()
-    assert hover.text_content() == f"{tokens[i]} → {tokens[j]}: {expected[i][j]:.3f}"
+    assert hover.text_content() == f"{tokens[i]} → {tokens[j]}: {exact[i][j]:.3f}"
 
     page.screenshot(path=str(artifacts / "page.png"), full_page=True)
 
@@ -157,7 +172,8 @@ def test_click_arrow_keys_and_mean_head(session: Any) -> None:
     z = page.evaluate(FIGURE_JS)["z"]
     heads = reference["attention"][1]
     mean = [[sum(heads[h][i][j] for h in range(H)) / H for j in range(len(z))] for i in range(len(z))]
-    assert max_diff(z, mean) <= QUANT_ERROR
+    # The mean of H decoded heads (float32 sums) against the mean of H 6-decimal values.
+    assert max_diff(z, mean) <= quant8(heads=H) + ROUND6
 
 
 def test_pair_shows_segment_boundary_on_both_axes(session: Any) -> None:
@@ -317,7 +333,7 @@ def test_512_tokens_scroll_thin_labels_and_zoom_brings_them_back(session: Any) -
     )
     page.wait_for_function("() => document.querySelector('#head-detail').layout.xaxis.tickvals.length === 20")
     assert page.evaluate(SHAPE_JS)["tickvals"] == list(range(20))
-    # Above AUTO_EXACT_MAX_N the exact head (JSON, ~5 MB here) is fetched only when asked for.
+    # Above AUTO_EXACT_MAX_N the exact head (binary float32, ~0.9 MB here) is fetched only when asked for.
     assert page.evaluate("document.querySelector('#head-detail').dataset.exact") == "false"
     page.click("#exact")
     page.wait_for_selector("#head-detail[data-exact=true]")

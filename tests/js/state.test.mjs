@@ -1,0 +1,86 @@
+// static/js/state.js: the view state in the URL, and moving the selection. Run: node --test tests/js/
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { DEFAULT_STATE, clampSelection, encodeState, moveSelection, readState } from "../../static/js/state.js";
+
+const roundTrip = (state) => readState(`?${encodeState(state)}`);
+
+test("the default state survives a round trip and makes a short link", () => {
+  assert.deepEqual(roundTrip(DEFAULT_STATE), { ...DEFAULT_STATE });
+  assert.equal(encodeState(DEFAULT_STATE), "layer=0&head=0&view=heatmap");
+  assert.deepEqual(readState(""), { ...DEFAULT_STATE });
+});
+
+test("every field round-trips, odd characters included", () => {
+  const odd = "a+b & c=d #e ?f %20 %zz é 😀 <b>\"x\"</b>\n\ttab  ";
+  const state = {
+    text: odd,
+    pair: "second + sentence=2&3",
+    model: "my/model?v=1",
+    layer: 5,
+    head: 11,
+    view: "tokens",
+    words: true,
+    color: "entropy_norm",
+    compare: true,
+    btext: "B: 100% #1",
+    bmodel: "other model",
+  };
+  assert.deepEqual(roundTrip(state), state);
+  assert.deepEqual(roundTrip({ ...state, head: "mean" }), { ...state, head: "mean" });
+  // A literal "+" is not a space, a space is: both come back as typed.
+  assert.equal(readState("?text=a%2Bb+c").text, "a+b c");
+});
+
+test("B's fields travel only in compare mode; empty fields are left out", () => {
+  const state = { ...DEFAULT_STATE, btext: "B", bmodel: "m", compare: false, pair: "" };
+  const query = new URLSearchParams(encodeState(state));
+  assert.deepEqual([...query.keys()], ["layer", "head", "view"]);
+  assert.deepEqual(roundTrip(state), { ...DEFAULT_STATE });
+});
+
+test("malformed values fall back to the defaults", () => {
+  const cases = {
+    "layer=-1": { layer: 0 },
+    "layer=abc": { layer: 0 },
+    "layer=12345": { layer: 0 }, // more digits than any model has layers
+    "layer=3.5": { layer: 0 },
+    "layer=%203": { layer: 0 },
+    "head=__proto__": { head: 0 }, // only the page's own aggregates are names
+    "head=constructor": { head: 0 },
+    "head=mean": { head: "mean" },
+    "head=0012": { head: 12 },
+    "view=flow": { view: "heatmap" },
+    "words=true": { words: false }, // only "1" is true
+    "compare=yes": { compare: false },
+    "color=Robert');DROP": { color: "" },
+    "color=entropy": { color: "entropy" },
+  };
+  for (const [search, want] of Object.entries(cases)) {
+    assert.deepEqual(readState(`?${search}`), { ...DEFAULT_STATE, ...want }, search);
+  }
+  // Repeated keys: the first wins, as URLSearchParams.get says.
+  assert.equal(readState("?layer=2&layer=3").layer, 2);
+});
+
+test("arrow keys walk heads, then the aggregate column, and stop at the edges", () => {
+  const shape = { layers: 3, heads: 2 };
+  assert.deepEqual(moveSelection({ layer: 0, head: 0 }, "ArrowRight", shape), { layer: 0, head: 1 });
+  assert.deepEqual(moveSelection({ layer: 0, head: 1 }, "ArrowRight", shape), { layer: 0, head: "mean" });
+  assert.deepEqual(moveSelection({ layer: 0, head: "mean" }, "ArrowRight", shape), { layer: 0, head: "mean" });
+  assert.deepEqual(moveSelection({ layer: 0, head: "mean" }, "ArrowLeft", shape), { layer: 0, head: 1 });
+  assert.deepEqual(moveSelection({ layer: 0, head: 0 }, "ArrowLeft", shape), { layer: 0, head: 0 });
+  assert.deepEqual(moveSelection({ layer: 0, head: "mean" }, "ArrowDown", shape), { layer: 1, head: "mean" });
+  assert.deepEqual(moveSelection({ layer: 2, head: 1 }, "ArrowDown", shape), { layer: 2, head: 1 });
+  assert.deepEqual(moveSelection({ layer: 0, head: 1 }, "ArrowUp", shape), { layer: 0, head: 1 });
+  assert.equal(moveSelection({ layer: 0, head: 0 }, "Enter", shape), null);
+});
+
+test("a selection from a link is clamped to the model it meets", () => {
+  const shape = { layers: 4, heads: 8 };
+  assert.deepEqual(clampSelection({ layer: 9, head: 99 }, shape), { layer: 3, head: 7 });
+  assert.deepEqual(clampSelection({ layer: 9, head: "mean" }, shape), { layer: 3, head: "mean" });
+  assert.deepEqual(clampSelection({ layer: 1, head: 2 }, shape), { layer: 1, head: 2 });
+});
