@@ -1,8 +1,9 @@
-"""Errors a caller can map to a response: all are ValueError subclasses."""
+"""Errors a caller can map to a response: all are ValueError subclasses, except `Cancelled`."""
 
 from __future__ import annotations
 
 __all__ = [
+    "Cancelled",
     "CheckpointMismatchError",
     "CheckpointNotFoundError",
     "EmptyInputError",
@@ -24,3 +25,7 @@ class CheckpointNotFoundError(ValueError):
 
 class EmptyInputError(ValueError):
     """The text (or the pair) is empty or gives no tokens."""
+
+
+class Cancelled(Exception):
+    """A forward stopped between layers because its `cancel` callback said nobody wants the result."""
