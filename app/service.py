@@ -3,37 +3,43 @@
 Routes call `AttentionService`; it resolves the model by registered name and hands the text to that
 model's `Batcher`: `max_concurrency` worker threads per model, each taking every request waiting at that
 moment (up to `max_batch`) into one padded forward (`model.attend_batch`) under `torch.inference_mode()`.
-The event loop only awaits. Finished answers (the result tensor, the JSON bytes, the gzipped compact bytes)
-are cached by (model, text, pair), and identical requests in flight share one computation.
+At most `max_queue` requests wait per model; beyond that a request gets 503 with Retry-After at once.
+
+The event loop only awaits: every answer is encoded in worker threads in short pieces (app/encoders.py),
+so the GIL, and with it the loop, is never held for long; the largest (every head as JSON) is streamed a
+chunk at a time and never held whole. Finished answers (the result tensor, the JSON bytes of answers of
+moderate size, the gzipped compact bytes) are cached by (model, text, pair), and identical requests in
+flight, forwards and insight answers alike, share one computation (`Flights`). When every client waiting
+for a computation has hung up, it is dropped before its forward or stopped between layers.
 
 With `words` the token-level result is merged to words (`mha.analysis`) once and cached under its own key
 in the same LRU; every answer (attention, head, compact, analysis, rollout, flow, compare) is then built
-from that word-level view exactly as from the token-level one. The insight answers (issue 6) are encoded
-off the loop like the attention's and cached as bytes next to it.
+from that word-level view exactly as from the token-level one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gzip
-import json
 import logging
+import math
 import queue
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import AsyncIterator, Callable, Coroutine, Hashable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
-import numpy as np
 import torch
-from anyio import to_thread
+from anyio import CapacityLimiter, to_thread
+from starlette.exceptions import HTTPException
 
 import mha
-from app import compact
+from app import compact, encoders, memory
 from app.cache import LRUCache
+from app.encoders import Floats
 from app.errors import InvalidInputError, ServiceError
 from app.registry import Registry, scan_models_dir
 from app.schemas import (
@@ -48,6 +54,7 @@ from app.schemas import (
 )
 from app.settings import DEFAULT_MODEL, Settings
 from mha import analysis
+from mha.errors import Cancelled
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +67,30 @@ RANDOM_SIZE = {"layers": 4, "heads": 8, "embed_dim": 256}
 # Rollout mixes this much identity into each layer (Abnar & Zuidema's 0.5); stated in every answer.
 ROLLOUT_RESIDUAL = 0.5
 SIMILAR_HEADS = 5  # "heads like this one" per head in /api/analysis
+# /api/attention answers with more values than this (~7.5 MB of JSON, ~120 tokens on MiniLM) are streamed
+# as they are encoded and not cached as bytes (the tensor is): a 512-token answer is ~140 MB of JSON.
+STREAM_VALUES = 2**20
+CHUNK_BYTES = 1 << 20  # a streamed answer is sent in chunks of about this size
+# After answers whose tensor is at least this large, freed memory is handed back to the system once the
+# service is idle for IDLE_TRIM_SECONDS (or at once under continuous load, at most every TRIM_INTERVAL).
+LARGE_BYTES = 16 << 20
+IDLE_TRIM_SECONDS = 1.0
+TRIM_INTERVAL = 10.0
 
 T = TypeVar("T")
+
+
+class ModelBusyError(HTTPException):
+    """503 with Retry-After: the model's queue is full. (An HTTPException rather than a ServiceError
+    because app/errors.py's ServiceError handler does not pass headers; its HTTPException handler does.)"""
+
+    def __init__(self, name: str, queued: int, retry_after: int) -> None:
+        super().__init__(
+            503,
+            f"model {name!r} is busy: {queued} requests are already waiting for it (the limit); "
+            f"try again in {retry_after} s",
+            headers={"Retry-After": str(retry_after)},
+        )
 
 
 @dataclass(frozen=True)
@@ -75,6 +104,10 @@ class Computed:
     attentions: torch.Tensor  # float32 CPU [L, H, n, n]
     word_ids: tuple[int | None, ...] = ()
     offsets: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def nbytes(self) -> int:
+        return self.attentions.numel() * self.attentions.element_size()
 
 
 def _dtype(name: str) -> torch.dtype | None:
@@ -100,34 +133,138 @@ def build_loaders(settings: Settings) -> dict[str, Callable[[], Any]]:
     return loaders
 
 
+@dataclass(eq=False)
+class _Flight:
+    task: asyncio.Task[Any]
+    abandoned: threading.Event
+    waiters: int = 0
+
+
+class Flights:
+    """Identical work in flight runs once for all who ask. When the last of them leaves (its client hung
+    up), the work is cancelled: its task, and through `abandoned` whatever worker thread runs it; a later
+    identical request then starts afresh rather than joining abandoned work. Loop-side only: no lock."""
+
+    def __init__(self) -> None:
+        self._flights: dict[Hashable, _Flight] = {}
+
+    def __len__(self) -> int:
+        return len(self._flights)
+
+    async def join(self, key: Hashable, start: Callable[[threading.Event], Coroutine[Any, Any, T]]) -> T:
+        loop = asyncio.get_running_loop()
+        flight = self._flights.get(key)
+        if flight is None or flight.task.get_loop() is not loop:  # (a stale one of a finished loop)
+            abandoned = threading.Event()
+            flight = _Flight(loop.create_task(start(abandoned)), abandoned)
+            self._flights[key] = flight
+            flight.task.add_done_callback(partial(self._remove, key, flight))
+        flight.waiters += 1
+        try:
+            # shield: one waiter leaving must not cancel what the others still wait for.
+            result: T = await asyncio.shield(flight.task)
+            return result
+        finally:
+            flight.waiters -= 1
+            if flight.waiters == 0 and not flight.task.done():
+                flight.abandoned.set()
+                flight.task.cancel()
+                self._remove(key, flight)
+
+    def _remove(self, key: Hashable, flight: _Flight, _task: object = None) -> None:
+        if self._flights.get(key) is flight:
+            del self._flights[key]
+
+
+async def _result(future: Future[T]) -> T:
+    """Await a worker thread's future without ever cancelling it (the Flight decides that)."""
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[T] = loop.create_future()
+
+    def settle(done: Future[T]) -> None:
+        if waiter.done():
+            return
+        if done.cancelled():
+            waiter.cancel()
+        elif (exc := done.exception()) is not None:
+            waiter.set_exception(exc)
+        else:
+            waiter.set_result(done.result())
+
+    def notify(done: Future[T]) -> None:
+        try:
+            loop.call_soon_threadsafe(settle, done)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    future.add_done_callback(notify)
+    return await waiter
+
+
+def _encode_pieces(make_body: Callable[[], Any], abandoned: threading.Event | None = None) -> bytes:
+    """Worker thread: build an answer's body and encode it piece by piece, stopping when abandoned."""
+    body = make_body()
+    parts = []
+    for piece in encoders.pieces(body):
+        if abandoned is not None and abandoned.is_set():
+            raise Cancelled("encoding cancelled: nobody waits for this answer any more")
+        parts.append(piece)
+    return b"".join(parts)
+
+
+def _next_chunk(parts: Iterator[bytes], size: int) -> bytes:
+    """Worker thread: the next ~size bytes of a streamed answer (b"" at its end)."""
+    chunk = []
+    total = 0
+    for piece in parts:
+        chunk.append(piece)
+        total += len(piece)
+        if total >= size:
+            break
+    return b"".join(chunk)
+
+
 class AttentionService:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.registry: Registry[Any] = Registry(build_loaders(settings), default=settings.default_model)
+        self.registry: Registry[Any] = Registry(
+            build_loaders(settings),
+            default=settings.default_model,
+            retry_seconds=settings.load_retry_seconds,
+            retry_max_seconds=max(settings.load_retry_max_seconds, settings.load_retry_seconds),
+        )
         self.cache = LRUCache(max_entries=settings.cache_size, max_bytes=settings.cache_max_bytes)
         self._batchers = {
             name: Batcher(
                 partial(self._run_batch, name),
                 workers=settings.max_concurrency,
                 max_batch=settings.max_batch,
+                max_queue=settings.max_queue,
                 name=name,
             )
             for name in self.registry.names
         }
-        self._inflight: dict[Hashable, Future[Computed]] = {}
-        # The JSON of a 512-token answer is ~200 MB of text built from ~19 M Python floats: bound how many
-        # encodings run at once so a burst of long requests cannot exhaust memory.
-        self._encode_slots = threading.BoundedSemaphore(settings.max_concurrency)
-        self._inflight_lock = threading.Lock()
+        self._flights = Flights()
+        # Encoding threads, apart from anyio's default pool (which sync routes such as /api/health use), so
+        # a burst of encodings waits here, on the loop, and never takes the threads the health check needs.
+        self._encode_slots = CapacityLimiter(settings.max_concurrency)
+        self._streams = 0  # streamed answers in progress
+        self._trim_handle: asyncio.TimerHandle | None = None
+        self._last_trim = 0.0
+        self.trims = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Called from the lifespan: thread settings and the default model."""
+        """Called from the lifespan: allocator and thread settings, startup checks, the default model."""
+        if self.settings.malloc_arena_max:
+            memory.limit_arenas(self.settings.malloc_arena_max)  # before the workers' threads allocate
         # One pool of intra-op threads for the whole process; with max_concurrency forwards in flight
         # more threads than cores only adds contention.
         torch.set_num_threads(self.settings.threads)
+        self._encode_slots = CapacityLimiter(self.settings.max_concurrency)  # bound to this loop
         started = time.perf_counter()
+        await to_thread.run_sync(self.registry.check_all)  # cheap; /api/models shows failures at once
         try:
             await to_thread.run_sync(self.registry.get, None)
         except Exception:
@@ -137,6 +274,9 @@ class AttentionService:
             logger.info("default model ready in %.1f s", time.perf_counter() - started)
 
     def stop(self) -> None:
+        if self._trim_handle is not None:
+            self._trim_handle.cancel()
+            self._trim_handle = None
         for batcher in self._batchers.values():
             batcher.close()
 
@@ -168,36 +308,51 @@ class AttentionService:
             )
         return ModelList(default=self.registry.default, models=entries)
 
+    def queued(self, name: str) -> int:
+        """Requests waiting for a worker of model `name` (abandoned ones not counted)."""
+        return self._batchers[name].queued
+
     # -- answers ---------------------------------------------------------------------------------
 
-    async def attention_json(self, request: AttentionRequest) -> bytes:
-        return await self._encoded("json", request, self._encode_json)
+    async def attention_json(self, request: AttentionRequest) -> bytes | AsyncIterator[bytes]:
+        """The JSON bytes, or (more than STREAM_VALUES values) an iterator of chunks encoded as sent."""
+        name = self.registry.resolve(request.model)
+        key = ("json", *_input_key(name, request), request.words)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
+        view = await self._view(name, request.text, request.text_pair, words=request.words)
+        if view.attentions.numel() <= STREAM_VALUES:
+            return await self._encoded_once(key, partial(_attention_body, view))
+        return self._stream(_attention_body(view), what=f"/api/attention ({view.header['n']} tokens)")
 
     async def attention_compact(self, request: AttentionRequest, *, gzipped: bool, scheme: str) -> bytes:
-        body = await self._encoded(f"hsa1.gz:{scheme}", request, partial(self._encode_compact, scheme=scheme))
+        body = await self._encoded(f"hsa1.gz:{scheme}", request, partial(_encode_compact, scheme=scheme))
         # Almost every client accepts gzip; the rare one that does not pays for one decompression.
         return body if gzipped else gzip.decompress(body)
 
-    async def head(self, request: HeadRequest) -> dict[str, Any]:
+    async def head(self, request: HeadRequest) -> bytes:
         name = self.registry.resolve(request.model)
         computed = await self._view(name, request.text, request.text_pair, words=request.words)
         _check_head(name, computed, request.layer, request.head)
-        return {
+        body = {
             "model": name,
             "tokens": computed.header["tokens"],
             "layer": request.layer,
             "head": request.head,
             # float32 -> Python float is exact, so this is the model's full precision.
-            "attention": computed.attentions[request.layer, request.head].tolist(),
+            "attention": Floats(computed.attentions[request.layer, request.head], decimals=None),
         }
+        return await self._off_loop(_encode_pieces, lambda: body)
 
-    # -- insight (issue 6) -----------------------------------------------------------------------
+    # -- insight ---------------------------------------------------------------------------------
 
     async def analysis(self, request: AttentionRequest) -> bytes:
-        return await self._encoded("analysis", request, partial(_encode_analysis, words=request.words))
+        body = partial(_analysis_body, words=request.words)
+        return await self._encoded("analysis", request, _json_of(body))
 
     async def rollout(self, request: AttentionRequest) -> bytes:
-        return await self._encoded("rollout", request, _encode_rollout)
+        return await self._encoded("rollout", request, _json_of(_rollout_body))
 
     async def rollout_compact(self, request: AttentionRequest, *, gzipped: bool, scheme: str) -> bytes:
         body = await self._encoded(
@@ -216,7 +371,7 @@ class AttentionService:
                 f"attention flow is limited to {limit} {unit} (it solves n² max-flow problems), this input "
                 f"has {n}; shorten the text or use /api/rollout"
             )
-        return await self._encoded("flow", request, partial(_encode_flow, max_tokens=limit))
+        return await self._encoded("flow", request, _json_of(partial(_flow_body, max_tokens=limit)))
 
     async def compare(self, request: CompareRequest) -> bytes:
         names = (self.registry.resolve(request.a.model), self.registry.resolve(request.b.model))
@@ -225,16 +380,23 @@ class AttentionService:
         if hit is not None:
             return hit  # type: ignore[no-any-return]
         view_a, view_b = await self._compare_views(names, request)
-        body = await to_thread.run_sync(self._bounded, _encode_compare, view_a, view_b)
-        self.cache.put(key, body, size=len(body))
-        return body
+        return await self._encoded_once(key, partial(_compare_body, view_a, view_b))
 
-    async def compare_head(self, request: CompareHeadRequest) -> dict[str, Any]:
+    async def compare_head(self, request: CompareHeadRequest) -> bytes:
         names = (self.registry.resolve(request.a.model), self.registry.resolve(request.b.model))
         view_a, view_b = await self._compare_views(names, request)
         _check_head(names[0], view_a, request.layer, request.head)
-        return await to_thread.run_sync(
-            self._bounded, _compare_one_head, view_a, view_b, request.layer, request.head
+        key = (
+            "compare/head",
+            *_input_key(names[0], request.a),
+            *_input_key(names[1], request.b),
+            request.words,
+            request.layer,
+            request.head,
+        )
+        make_body = partial(_compare_head_body, view_a, view_b, request.layer, request.head)
+        return await self._flights.join(
+            key, lambda abandoned: self._off_loop(_encode_pieces, make_body, abandoned)
         )
 
     async def _compare_views(
@@ -255,18 +417,61 @@ class AttentionService:
 
     # -- internals -------------------------------------------------------------------------------
 
+    async def _off_loop(self, work: Callable[..., T], *args: Any) -> T:
+        """CPU work in an encoding thread; waiting for a free one happens here, on the loop."""
+        return await to_thread.run_sync(work, *args, limiter=self._encode_slots)
+
     async def _encoded(
-        self, kind: str, request: AttentionRequest, encode: Callable[[Computed], bytes]
+        self, kind: str, request: AttentionRequest, encode: Callable[[Computed, threading.Event], bytes]
     ) -> bytes:
+        """A cached answer of `kind`, computed once for all identical requests in flight."""
         name = self.registry.resolve(request.model)
         key = (kind, *_input_key(name, request), request.words)
         hit = self.cache.get(key)
         if hit is not None:
             return hit  # type: ignore[no-any-return]
-        computed = await self._view(name, request.text, request.text_pair, words=request.words)
-        body = await to_thread.run_sync(self._bounded, encode, computed)  # CPU work, off the loop
-        self.cache.put(key, body, size=len(body))
-        return body
+
+        async def compute(abandoned: threading.Event) -> bytes:
+            computed = await self._view(name, request.text, request.text_pair, words=request.words)
+            body = await self._off_loop(encode, computed, abandoned)
+            self.cache.put(key, body, size=len(body))
+            return body
+
+        return await self._flights.join(key, compute)
+
+    async def _encoded_once(self, key: Hashable, make_body: Callable[[], Any]) -> bytes:
+        """JSON of make_body(), encoded once for all identical requests in flight, then cached."""
+
+        async def compute(abandoned: threading.Event) -> bytes:
+            body = await self._off_loop(_encode_pieces, make_body, abandoned)
+            self.cache.put(key, body, size=len(body))
+            return body
+
+        return await self._flights.join(key, compute)
+
+    async def _stream(self, body: dict[str, Any], *, what: str) -> AsyncIterator[bytes]:
+        """The answer's JSON a chunk at a time, each encoded in a thread just before it is sent: memory
+        stays at one chunk, and when the client hangs up (the response is cancelled), encoding stops."""
+        parts = encoders.pieces(body)
+        sent = 0
+        started = time.perf_counter()
+        done = False
+        self._streams += 1
+        try:
+            while chunk := await self._off_loop(_next_chunk, parts, CHUNK_BYTES):
+                sent += len(chunk)
+                yield chunk
+            done = True
+        finally:
+            self._streams -= 1
+            if not done:
+                logger.info(
+                    "client closed the connection during %s after %.1f MB in %.1f s; encoding stopped",
+                    what,
+                    sent / 1e6,
+                    time.perf_counter() - started,
+                )
+            self._large_answer_done()
 
     async def _view(self, name: str, text: str, pair: str | None, *, words: bool) -> Computed:
         """The token-level result, or (words) its word-level merge, cached apart in the same LRU."""
@@ -277,31 +482,60 @@ class AttentionService:
         hit = self.cache.get(key)
         if hit is not None:
             return hit  # type: ignore[no-any-return]
-        merged = await to_thread.run_sync(self._bounded, _merge_words, computed, (text, pair))
-        self.cache.put(key, merged, size=merged.attentions.numel() * 4)
-        return merged
+
+        async def merge(_abandoned: threading.Event) -> Computed:
+            merged = await self._off_loop(_merge_words, computed, (text, pair))
+            self.cache.put(key, merged, size=merged.nbytes)
+            return merged
+
+        return await self._flights.join(key, merge)
 
     async def _computed(self, name: str, text: str, pair: str | None) -> Computed:
         key = ("result", name, text, pair)
         hit = self.cache.get(key)
         if hit is not None:
             return hit  # type: ignore[no-any-return]
-        with self._inflight_lock:
-            future = self._inflight.get(key)
-            if future is None:  # first of its kind: queue it; later identical requests share the answer
-                future = self._batchers[name].submit(text, pair)
-                self._inflight[key] = future
-                future.add_done_callback(lambda _f: self._forget(key))
-        # shield: one client going away must not cancel the answer others with the same text await.
-        return await asyncio.shield(asyncio.wrap_future(future))
 
-    def _bounded(self, work: Callable[..., T], *args: Any) -> T:
-        with self._encode_slots:
-            return work(*args)
+        async def forward(abandoned: threading.Event) -> Computed:
+            try:
+                future = self._batchers[name].submit(text, pair, abandoned=abandoned)
+            except QueueFull as full:
+                raise ModelBusyError(name, full.queued, full.retry_after) from None
+            return await _result(future)
 
-    def _forget(self, key: Hashable) -> None:
-        with self._inflight_lock:
-            self._inflight.pop(key, None)
+        computed = await self._flights.join(key, forward)
+        if computed.nbytes >= LARGE_BYTES:
+            self._large_answer_done()
+        return computed
+
+    # -- memory ----------------------------------------------------------------------------------
+
+    def _large_answer_done(self) -> None:
+        """After a large answer: trim now if the last trim is long past (continuous load), else once the
+        service has been idle for IDLE_TRIM_SECONDS."""
+        if not self.settings.malloc_trim:
+            return
+        loop = asyncio.get_running_loop()
+        if time.monotonic() - self._last_trim >= TRIM_INTERVAL:
+            self._start_trim(loop)
+        if self._trim_handle is not None:
+            self._trim_handle.cancel()
+        self._trim_handle = loop.call_later(IDLE_TRIM_SECONDS, self._trim_if_idle, loop)
+
+    def _trim_if_idle(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._trim_handle = None
+        if len(self._flights) or self._streams:  # still busy: look again later
+            self._trim_handle = loop.call_later(IDLE_TRIM_SECONDS, self._trim_if_idle, loop)
+            return
+        self._start_trim(loop)
+
+    def _start_trim(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._last_trim = time.monotonic()
+        self.trims += 1
+        # malloc_trim releases the GIL (ctypes) and takes a few ms per GB: a default-pool thread.
+        loop.run_in_executor(None, memory.trim)
+
+    # -- worker threads --------------------------------------------------------------------------
 
     def _run_batch(self, name: str, jobs: list[Job]) -> None:
         """Worker thread: load the model if needed, then run the jobs in as few forwards as sensible."""
@@ -317,31 +551,41 @@ class AttentionService:
             self._forward(name, model, group)
 
     def _forward(self, name: str, model: Any, group: list[Job]) -> None:
+        live = [job for job in group if not _drop_if_abandoned(job)]
+        if not live:
+            return
         limit = min(self.settings.max_tokens, model.info.max_tokens)
         started = time.perf_counter()
         try:
             with torch.inference_mode():
                 results = model.attend_batch(
-                    [(j.text, j.pair) for j in group], max_tokens=limit, hidden_state=False
+                    [(j.text, j.pair) for j in live],
+                    max_tokens=limit,
+                    hidden_state=False,
+                    # Between layers: stop once every client of this batch has gone.
+                    cancel=lambda: all(job.abandoned.is_set() for job in live),
                 )
+        except Cancelled as exc:
+            logger.info("model %r: forward of %d stopped, their clients have gone: %s", name, len(live), exc)
+            for job in live:
+                job.future.set_exception(exc)
+            return
         except Exception as exc:
-            if len(group) > 1:  # one bad input must not fail its batch-mates: run each alone
-                for job in group:
+            if len(live) > 1:  # one bad input must not fail its batch-mates: run each alone
+                for job in live:
                     self._forward(name, model, [job])
                 return
             if isinstance(exc, mha.EmptyInputError):
                 exc = InvalidInputError(f"{exc}; give text the tokenizer turns into at least one token")
-            group[0].future.set_exception(exc)
+            live[0].future.set_exception(exc)
             return
         # Never log the texts: only sizes and cost.
         logger.debug(
-            "model %r: batch of %d in %.1f ms", name, len(group), 1000 * (time.perf_counter() - started)
+            "model %r: batch of %d in %.1f ms", name, len(live), 1000 * (time.perf_counter() - started)
         )
-        for job, result in zip(group, results, strict=True):
+        for job, result in zip(live, results, strict=True):
             computed = self._to_computed(name, model, result)
-            self.cache.put(
-                ("result", name, job.text, job.pair), computed, size=computed.attentions.numel() * 4
-            )
+            self.cache.put(("result", name, job.text, job.pair), computed, size=computed.nbytes)
             job.future.set_result(computed)
 
     @staticmethod
@@ -369,16 +613,6 @@ class AttentionService:
             offsets=tuple((int(start), int(end)) for start, end in result.offsets),
         )
 
-    @staticmethod
-    def _encode_json(computed: Computed) -> bytes:
-        rounded = np.round(computed.attentions.numpy().astype(np.float64), 6)
-        body = {**computed.header, "attention": rounded.tolist()}
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
-    @staticmethod
-    def _encode_compact(computed: Computed, *, scheme: str) -> bytes:
-        return compact.compress(compact.encode(computed.header, computed.attentions, scheme=scheme))
-
 
 def _input_key(name: str, request: InputText) -> tuple[str, str, str | None]:
     return (name, request.text, request.text_pair)
@@ -392,13 +626,13 @@ def _check_head(name: str, computed: Computed, layer: int, head: int) -> None:
         raise InvalidInputError(f"head {head} is out of range: {name!r} has heads 0..{heads - 1}")
 
 
-def _rounded(values: torch.Tensor) -> Any:
-    """Nested lists rounded to 6 decimals, as /api/attention (float64 first: float32 rounds badly)."""
-    return np.round(values.numpy().astype(np.float64), 6).tolist()
+def _attention_body(view: Computed) -> dict[str, Any]:
+    return {**view.header, "attention": Floats(view.attentions)}  # 6 decimals (float64 first)
 
 
-def _json(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+def _json_of(make_body: Callable[[Computed], Any]) -> Callable[[Computed, threading.Event], bytes]:
+    """An encoder for `AttentionService._encoded`: the JSON of make_body(computed), in pieces."""
+    return lambda computed, abandoned: _encode_pieces(partial(make_body, computed), abandoned)
 
 
 def _merge_words(computed: Computed, texts: tuple[str, str | None]) -> Computed:
@@ -420,7 +654,12 @@ def _merge_words(computed: Computed, texts: tuple[str, str | None]) -> Computed:
     return Computed(word_header, merged)
 
 
-def _encode_analysis(computed: Computed, *, words: bool) -> bytes:
+def _encode_compact(computed: Computed, _abandoned: threading.Event, *, scheme: str) -> bytes:
+    # numpy and zlib release the GIL for nearly all of this.
+    return compact.compress(compact.encode(computed.header, computed.attentions, scheme=scheme))
+
+
+def _analysis_body(computed: Computed, *, words: bool) -> dict[str, Any]:
     header = computed.header
     layers, heads = header["layers"], header["heads"]
     stats = analysis.head_stats(
@@ -434,7 +673,7 @@ def _encode_analysis(computed: Computed, *, words: bool) -> bytes:
         ]
         for layer in range(layers)
     ]
-    body = {
+    return {
         "model": header["model"],
         "tokens": header["tokens"],
         "n": header["n"],
@@ -451,36 +690,32 @@ def _encode_analysis(computed: Computed, *, words: bool) -> bytes:
         },
         "similar": similar,
     }
-    return _json(body)
 
 
-def _encode_rollout(computed: Computed) -> bytes:
+def _rollout_body(computed: Computed) -> dict[str, Any]:
     per_layer = analysis.rollout_per_layer(computed.attentions, residual=ROLLOUT_RESIDUAL)
     header = computed.header
-    body = {
+    return {
         "model": header["model"],
         "tokens": header["tokens"],
         "n": header["n"],
         "layers": header["layers"],
         "residual": ROLLOUT_RESIDUAL,
-        "rollout": _rounded(per_layer[-1]),
-        "per_layer": _rounded(per_layer),
+        "rollout": Floats(per_layer[-1]),
+        "per_layer": Floats(per_layer),
     }
-    return _json(body)
 
 
-def _encode_rollout_compact(computed: Computed, *, scheme: str) -> bytes:
+def _encode_rollout_compact(computed: Computed, _abandoned: threading.Event, *, scheme: str) -> bytes:
     per_layer = analysis.rollout_per_layer(computed.attentions, residual=ROLLOUT_RESIDUAL)  # [L, n, n]
     header = {**computed.header, "heads": 1, "residual": ROLLOUT_RESIDUAL}
     return compact.compress(compact.encode(header, per_layer.unsqueeze(1), scheme=scheme))  # [L, 1, n, n]
 
 
-def _encode_flow(computed: Computed, *, max_tokens: int) -> bytes:
+def _flow_body(computed: Computed, *, max_tokens: int) -> dict[str, Any]:
     flow = analysis.attention_flow(computed.attentions, max_tokens=max_tokens, residual=ROLLOUT_RESIDUAL)
     header = computed.header
-    return _json(
-        {"model": header["model"], "tokens": header["tokens"], "n": header["n"], "flow": _rounded(flow)}
-    )
+    return {"model": header["model"], "tokens": header["tokens"], "n": header["n"], "flow": Floats(flow)}
 
 
 def _pairs(view_a: Computed, view_b: Computed) -> list[tuple[int, int]]:
@@ -492,7 +727,7 @@ def _pairs(view_a: Computed, view_b: Computed) -> list[tuple[int, int]]:
     return pairs
 
 
-def _encode_compare(view_a: Computed, view_b: Computed) -> bytes:
+def _compare_body(view_a: Computed, view_b: Computed) -> dict[str, Any]:
     pairs = _pairs(view_a, view_b)
     # One layer at a time: the restricted maps of a 512-token input are ~75 MB per copy for all layers.
     scores, kept_a, kept_b = [], [], []
@@ -504,7 +739,7 @@ def _encode_compare(view_a: Computed, view_b: Computed) -> bytes:
         kept_a.append(result["kept_a"][0])
         kept_b.append(result["kept_b"][0])
     tokens_a = view_a.header["tokens"]
-    body = {
+    return {
         "a": {"model": view_a.header["model"], "tokens": tokens_a},
         "b": {"model": view_b.header["model"], "tokens": view_b.header["tokens"]},
         "pairs": [list(pair) for pair in pairs],
@@ -515,10 +750,9 @@ def _encode_compare(view_a: Computed, view_b: Computed) -> bytes:
         "kept_a": torch.stack(kept_a).tolist(),
         "kept_b": torch.stack(kept_b).tolist(),
     }
-    return _json(body)
 
 
-def _compare_one_head(view_a: Computed, view_b: Computed, layer: int, head: int) -> dict[str, Any]:
+def _compare_head_body(view_a: Computed, view_b: Computed, layer: int, head: int) -> dict[str, Any]:
     pairs = _pairs(view_a, view_b)
     one = (slice(layer, layer + 1), slice(head, head + 1))
     result = analysis.compare_aligned(view_a.attentions[one], view_b.attentions[one], pairs)
@@ -528,9 +762,9 @@ def _compare_one_head(view_a: Computed, view_b: Computed, layer: int, head: int)
         "layer": layer,
         "head": head,
         # float32 -> Python float is exact: full precision, as /api/attention/head.
-        "a": result["a"][0, 0].tolist(),
-        "b": result["b"][0, 0].tolist(),
-        "diff": result["difference"][0, 0].tolist(),
+        "a": Floats(result["a"][0, 0], decimals=None),
+        "b": Floats(result["b"][0, 0], decimals=None),
+        "diff": Floats(result["difference"][0, 0], decimals=None),
     }
 
 
@@ -538,28 +772,72 @@ def _compare_one_head(view_a: Computed, view_b: Computed, layer: int, head: int)
 class Job:
     text: str
     pair: str | None
+    # Set (by the service) when every client waiting for this job has gone: the job is dropped before
+    # its forward, or its forward stops between layers.
+    abandoned: threading.Event = field(default_factory=threading.Event)
     future: Future[Computed] = field(default_factory=Future)
+
+
+def _drop_if_abandoned(job: Job) -> bool:
+    if not job.abandoned.is_set():
+        return False
+    if not job.future.done():
+        job.future.set_exception(Cancelled("dropped before its forward: its clients have gone"))
+    return True
+
+
+class QueueFull(Exception):
+    def __init__(self, queued: int, retry_after: int) -> None:
+        super().__init__(f"{queued} jobs queued")
+        self.queued = queued
+        self.retry_after = retry_after
 
 
 class Batcher:
     """Worker threads for one model. Each takes every job waiting at that moment (up to `max_batch`) and
     runs them together: under load, many small forwards become a few larger ones, which the CPU runs far
-    more efficiently; when idle, a job runs alone at once (no waiting window). Threads start on first use."""
+    more efficiently; when idle, a job runs alone at once (no waiting window). Threads start on first use.
+    At most `max_queue` live jobs wait (abandoned ones do not count); `submit` raises `QueueFull` beyond."""
 
-    def __init__(self, run: Callable[[list[Job]], None], *, workers: int, max_batch: int, name: str) -> None:
-        if workers < 1 or max_batch < 1:
-            raise ValueError(f"workers ({workers}) and max_batch ({max_batch}) must be >= 1")
+    def __init__(
+        self,
+        run: Callable[[list[Job]], None],
+        *,
+        workers: int,
+        max_batch: int,
+        name: str,
+        max_queue: int = 64,
+    ) -> None:
+        if workers < 1 or max_batch < 1 or max_queue < 1:
+            raise ValueError(
+                f"workers ({workers}), max_batch ({max_batch}) and max_queue ({max_queue}) must be >= 1"
+            )
         self._run = run
         self._workers = workers
         self._max_batch = max_batch
+        self._max_queue = max_queue
         self._name = name
         self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._waiting: set[Job] = set()  # submitted, not yet taken by a worker
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
+        self._seconds_per_job = 1.0  # moving average, for Retry-After
 
-    def submit(self, text: str, pair: str | None) -> Future[Computed]:
-        job = Job(text, pair)
+    @property
+    def queued(self) -> int:
+        """Jobs waiting for a worker whose clients are still there."""
         with self._lock:
+            return sum(not job.abandoned.is_set() for job in self._waiting)
+
+    def submit(
+        self, text: str, pair: str | None, *, abandoned: threading.Event | None = None
+    ) -> Future[Computed]:
+        job = Job(text, pair) if abandoned is None else Job(text, pair, abandoned=abandoned)
+        with self._lock:
+            queued = sum(not waiting.abandoned.is_set() for waiting in self._waiting)
+            if queued >= self._max_queue:
+                wait = queued * self._seconds_per_job / self._workers
+                raise QueueFull(queued, retry_after=max(1, min(120, math.ceil(wait))))
             if not self._threads:  # first use, or first use after close(): a fresh set of workers
                 self._queue = queue.SimpleQueue()
                 self._threads = [
@@ -573,6 +851,7 @@ class Batcher:
                 ]
                 for thread in self._threads:
                     thread.start()
+            self._waiting.add(job)
             self._queue.put(job)
         return job.future
 
@@ -583,12 +862,18 @@ class Batcher:
                 self._queue.put(None)
             self._threads = []
 
+    def _take(self, job: Job) -> bool:
+        """A worker takes `job` off the queue: True if it is to run (its clients are still there)."""
+        with self._lock:
+            self._waiting.discard(job)
+        return not _drop_if_abandoned(job) and job.future.set_running_or_notify_cancel()
+
     def _loop(self, jobs_queue: queue.SimpleQueue[Job | None]) -> None:
         while True:
             first = jobs_queue.get()
             if first is None:
                 return
-            jobs = [first]
+            jobs = [first] if self._take(first) else []
             while len(jobs) < self._max_batch:
                 try:
                     job = jobs_queue.get_nowait()
@@ -597,15 +882,17 @@ class Batcher:
                 if job is None:  # closing: finish this batch, then let a thread see the sentinel
                     jobs_queue.put(None)
                     break
-                jobs.append(job)
-            # Cancelled futures (never, with the service's shield) are dropped before any work.
-            live = [job for job in jobs if job.future.set_running_or_notify_cancel()]
-            if not live:
+                if self._take(job):  # abandoned jobs are dropped here, before any work
+                    jobs.append(job)
+            if not jobs:
                 continue
+            started = time.perf_counter()
             try:
-                self._run(live)
+                self._run(jobs)
             except Exception as exc:  # a bug in _run must fail its requests, not kill the worker
                 logger.exception("batch failed")
-                for job in live:
+                for job in jobs:
                     if not job.future.done():
                         job.future.set_exception(exc)
+            per_job = (time.perf_counter() - started) / len(jobs)
+            self._seconds_per_job = 0.8 * self._seconds_per_job + 0.2 * per_job
