@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -11,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.service import Batcher, Job
+from tests import tolerances
 
 TEXTS = [
     f"Request number {i} asks about {word}." for i, word in enumerate(["cats", "dogs", "owls", "bees"] * 4)
@@ -18,12 +20,18 @@ TEXTS = [
 
 
 def test_concurrent_requests_right_loaded_once_bounded_deduplicated(make_settings, minilm) -> None:  # type: ignore[no-untyped-def]
-    app = create_app(make_settings(max_concurrency=2))
+    # max_batch=2: the 8 distinct texts on "random" need at least 4 forwards, so two can overlap.
+    app = create_app(make_settings(max_concurrency=2, max_batch=2))
     service = app.state.service
     loads = {"random": 0}
     in_flight = {"now": 0, "peak": 0}
     computed: list[str] = []
     lock = threading.Lock()
+    # The first two forwards wait for each other: the peak reaches 2 only if two really run at once
+    # (a barrier that breaks means they could not), and any third would push it past 2.
+    both_running = threading.Barrier(2, timeout=30)
+    broken: list[bool] = []
+    calls = {"n": 0}
 
     entry = next(e for e in service.registry if e.name == "random")
     original_loader = entry.loader
@@ -39,7 +47,14 @@ def test_concurrent_requests_right_loaded_once_bounded_deduplicated(make_setting
                 in_flight["now"] += 1
                 in_flight["peak"] = max(in_flight["peak"], in_flight["now"])
                 computed.extend(text for text, _ in items)
+                calls["n"] += 1
+                first_two = calls["n"] <= 2
             try:
+                if first_two:
+                    try:
+                        both_running.wait()
+                    except threading.BrokenBarrierError:
+                        broken.append(True)
                 return original_attend_batch(items, **kwargs)
             finally:
                 with lock:
@@ -62,7 +77,8 @@ def test_concurrent_requests_right_loaded_once_bounded_deduplicated(make_setting
 
     assert all(body["status"] == 200 for _, body in answers)
     assert loads == {"random": 1}
-    assert 1 <= in_flight["peak"] <= 2  # forwards in flight on one model never exceed max_concurrency
+    assert not broken, "two forwards never ran at once"
+    assert in_flight["peak"] == 2  # max_concurrency forwards ran at once on one model, never more
     # each distinct text ran exactly once: identical requests in flight shared it, later ones hit the cache
     assert sorted(computed) == sorted({TEXTS[i % len(TEXTS)] for i in range(48) if i % 2})
     for i, body in answers:
@@ -72,9 +88,11 @@ def test_concurrent_requests_right_loaded_once_bounded_deduplicated(make_setting
             expected = minilm.attend(text)
             assert body["tokens"] == expected.tokens
             got = torch.tensor(body["attention"], dtype=torch.float64)
-            # 6-decimal rounding (5e-7) plus float32 noise between two separate forward passes (MKL's
-            # sums depend on buffer alignment): well below any swapped answer, which differs by ~0.1.
-            torch.testing.assert_close(got, expected.attentions.double(), atol=2e-6, rtol=0)
+            # Two float32 forwards (batched here, single there: another summation order) and the JSON's
+            # 6-decimal rounding; a swapped answer differs by ~0.1.
+            torch.testing.assert_close(
+                got, expected.attentions.double(), atol=tolerances.FORWARD_JSON, rtol=0
+            )
         else:
             assert body["tokens"][1 : 1 + 3] == minilm.attend(text).tokens[1 : 1 + 3]  # same tokenizer
 
@@ -114,15 +132,54 @@ def test_batcher_runs_waiting_jobs_together() -> None:
     batcher.close()
 
 
-def test_a_bad_input_does_not_fail_its_batch_mates(client: TestClient) -> None:
-    texts = ["\u200b\u200b" if i % 4 == 0 else f"Good text number {i}." for i in range(24)]
+def test_a_bad_input_does_not_fail_its_batch_mates(make_settings) -> None:  # type: ignore[no-untyped-def]
+    # One worker: while it runs the first text, the other seven queue up and are then taken as one batch.
+    app = create_app(make_settings(max_concurrency=1, max_batch=8))
+    bad = ["\u200b", "\u200b\u200b", "\u200b\u200b\u200b"]  # zero-width spaces: no tokens (distinct texts)
+    texts = ["Good text number 0."] + [
+        bad[i // 2] if i % 2 else f"Good text number {i}." for i in range(1, 7)
+    ]
+    texts.append("Good text number 7.")
+    calls: list[tuple[list[str], bool]] = []  # (texts of one forward, whether it raised)
+    entered = threading.Event()
+    with TestClient(app) as client:
+        service = app.state.service
+        model = service.registry.loaded(service.registry.default)
+        original = model.attend_batch
 
-    def ask(text: str) -> int:
-        return client.post("/api/attention/compact", json={"text": text}).status_code
+        def attend_batch(items: list[Any], **kwargs: Any) -> Any:
+            if not calls:  # the first forward holds the only worker until the rest are queued
+                entered.set()
+                deadline = time.monotonic() + 30
+                while (
+                    service.queued(service.registry.default) < len(texts) - 1 and time.monotonic() < deadline
+                ):
+                    time.sleep(0.01)
+            calls.append(([text for text, _ in items], False))
+            try:
+                return original(items, **kwargs)
+            except Exception:
+                calls[-1] = (calls[-1][0], True)
+                raise
 
-    with ThreadPoolExecutor(max_workers=12) as pool:
-        statuses = list(pool.map(ask, texts))
-    assert statuses == [422 if i % 4 == 0 else 200 for i in range(24)]
+        model.attend_batch = attend_batch
+
+        def ask(text: str) -> int:
+            return client.post("/api/attention/compact", json={"text": text}).status_code
+
+        with ThreadPoolExecutor(max_workers=len(texts)) as pool:
+            first = pool.submit(ask, texts[0])
+            assert entered.wait(30)
+            statuses = [first] + [pool.submit(ask, text) for text in texts[1:]]
+            results = [f.result() for f in statuses]
+
+    assert results == [422 if text in bad else 200 for text in texts]
+    mixed = [(batch, raised) for batch, raised in calls if len(batch) > 1]
+    assert len(mixed) == 1, calls  # the seven waiting texts ran as one batch...
+    batch, raised = mixed[0]
+    assert sorted(batch) == sorted(texts[1:]) and raised  # ...which the bad inputs failed...
+    alone = [batch[0] for batch, _ in calls[calls.index(mixed[0]) + 1 :]]
+    assert sorted(alone) == sorted(texts[1:])  # ...so each of its texts then ran alone
 
 
 def test_the_app_answers_after_a_lifespan_restart(make_settings) -> None:  # type: ignore[no-untyped-def]
