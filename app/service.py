@@ -23,17 +23,18 @@ import asyncio
 import gzip
 import logging
 import math
-import queue
+import os
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Hashable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
 import torch
-from anyio import CapacityLimiter, to_thread
+from anyio import to_thread
 from starlette.exceptions import HTTPException
 
 import mha
@@ -201,6 +202,20 @@ async def _result(future: Future[T]) -> T:
     return await waiter
 
 
+# Worker and encoding threads run at this nice level (Linux: per thread): on a busy machine the kernel
+# then gives the event loop the CPU first, so health checks and small requests are answered between the
+# pieces of a large one.
+BACKGROUND_NICE = 10
+
+
+def background() -> None:
+    """Lower the calling thread's CPU priority (it cannot be raised again without privileges)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+    except (AttributeError, OSError):  # not Linux, or not allowed: run at the normal priority
+        pass
+
+
 def _encode_pieces(make_body: Callable[[], Any], abandoned: threading.Event | None = None) -> bytes:
     """Worker thread: build an answer's body and encode it piece by piece, stopping when abandoned."""
     body = make_body()
@@ -240,14 +255,16 @@ class AttentionService:
                 workers=settings.max_concurrency,
                 max_batch=settings.max_batch,
                 max_queue=settings.max_queue,
+                is_long=_is_long,
                 name=name,
             )
             for name in self.registry.names
         }
         self._flights = Flights()
-        # Encoding threads, apart from anyio's default pool (which sync routes such as /api/health use), so
-        # a burst of encodings waits here, on the loop, and never takes the threads the health check needs.
-        self._encode_slots = CapacityLimiter(settings.max_concurrency)
+        # Encoding threads of their own, apart from anyio's pool (which sync routes such as /api/health
+        # use) and at a lower CPU priority, like the workers: a burst of encodings queues here and never
+        # takes the CPU or the threads that the event loop and the health check need.
+        self._encoder: ThreadPoolExecutor | None = None
         self._streams = 0  # streamed answers in progress
         self._trim_handle: asyncio.TimerHandle | None = None
         self._last_trim = 0.0
@@ -262,7 +279,10 @@ class AttentionService:
         # One pool of intra-op threads for the whole process; with max_concurrency forwards in flight
         # more threads than cores only adds contention.
         torch.set_num_threads(self.settings.threads)
-        self._encode_slots = CapacityLimiter(self.settings.max_concurrency)  # bound to this loop
+        if self._encoder is None:
+            self._encoder = ThreadPoolExecutor(
+                self.settings.max_concurrency, thread_name_prefix="headscope-encode", initializer=background
+            )
         started = time.perf_counter()
         await to_thread.run_sync(self.registry.check_all)  # cheap; /api/models shows failures at once
         try:
@@ -279,6 +299,9 @@ class AttentionService:
             self._trim_handle = None
         for batcher in self._batchers.values():
             batcher.close()
+        if self._encoder is not None:
+            self._encoder.shutdown(wait=False, cancel_futures=True)
+            self._encoder = None
 
     # -- descriptions ----------------------------------------------------------------------------
 
@@ -418,8 +441,13 @@ class AttentionService:
     # -- internals -------------------------------------------------------------------------------
 
     async def _off_loop(self, work: Callable[..., T], *args: Any) -> T:
-        """CPU work in an encoding thread; waiting for a free one happens here, on the loop."""
-        return await to_thread.run_sync(work, *args, limiter=self._encode_slots)
+        """CPU work in an encoding thread; waiting for a free one happens in the pool's queue, and work
+        still queued when its caller is cancelled never runs."""
+        if self._encoder is None:  # used without start() (a bare service in a test)
+            self._encoder = ThreadPoolExecutor(
+                self.settings.max_concurrency, thread_name_prefix="headscope-encode", initializer=background
+            )
+        return await asyncio.get_running_loop().run_in_executor(self._encoder, partial(work, *args))
 
     async def _encoded(
         self, kind: str, request: AttentionRequest, encode: Callable[[Computed, threading.Event], bytes]
@@ -545,10 +573,7 @@ class AttentionService:
             for job in jobs:
                 job.future.set_exception(exc)
             return
-        short = [j for j in jobs if len(j.text) + len(j.pair or "") <= BATCH_CHARS]
-        groups = ([short] if short else []) + [[j] for j in jobs if j not in short]
-        for group in groups:
-            self._forward(name, model, group)
+        self._forward(name, model, jobs)  # the Batcher's batches are short texts, or one long one
 
     def _forward(self, name: str, model: Any, group: list[Job]) -> None:
         live = [job for job in group if not _drop_if_abandoned(job)]
@@ -768,6 +793,10 @@ def _compare_head_body(view_a: Computed, view_b: Computed, layer: int, head: int
     }
 
 
+def _is_long(job: Job) -> bool:
+    return len(job.text) + len(job.pair or "") > BATCH_CHARS
+
+
 @dataclass(eq=False)
 class Job:
     text: str
@@ -776,6 +805,7 @@ class Job:
     # its forward, or its forward stops between layers.
     abandoned: threading.Event = field(default_factory=threading.Event)
     future: Future[Computed] = field(default_factory=Future)
+    submitted: float = field(default_factory=time.monotonic)
 
 
 def _drop_if_abandoned(job: Job) -> bool:
@@ -793,11 +823,23 @@ class QueueFull(Exception):
         self.retry_after = retry_after
 
 
+@dataclass(eq=False)
+class _Queue:
+    """One generation of a Batcher's queue: its workers drain it and exit once it is closed and empty."""
+
+    jobs: deque[Job] = field(default_factory=deque)
+    ready: threading.Condition = field(default_factory=threading.Condition)
+    closed: bool = False
+
+
 class Batcher:
-    """Worker threads for one model. Each takes every job waiting at that moment (up to `max_batch`) and
-    runs them together: under load, many small forwards become a few larger ones, which the CPU runs far
-    more efficiently; when idle, a job runs alone at once (no waiting window). Threads start on first use.
-    At most `max_queue` live jobs wait (abandoned ones do not count); `submit` raises `QueueFull` beyond."""
+    """Worker threads for one model. Each takes every short job waiting at that moment (up to `max_batch`)
+    and runs them together: under load, many small forwards become a few larger ones, which the CPU runs
+    far more efficiently; when idle, a job runs alone at once (no waiting window). Long jobs (`is_long`)
+    run one at a time, after the short ones waiting, unless one has waited `long_wait` seconds: a 9-token
+    request never queues behind a row of 512-token ones, and those still run under a stream of short ones.
+    At most `max_queue` live jobs wait (abandoned ones do not count, and are dropped when a worker meets
+    them); `submit` raises `QueueFull` beyond. Threads start on first use."""
 
     def __init__(
         self,
@@ -807,6 +849,8 @@ class Batcher:
         max_batch: int,
         name: str,
         max_queue: int = 64,
+        is_long: Callable[[Job], bool] | None = None,
+        long_wait: float = 5.0,
     ) -> None:
         if workers < 1 or max_batch < 1 or max_queue < 1:
             raise ValueError(
@@ -816,30 +860,29 @@ class Batcher:
         self._workers = workers
         self._max_batch = max_batch
         self._max_queue = max_queue
+        self._is_long = is_long or (lambda _job: False)
+        self._long_wait = long_wait
         self._name = name
-        self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
-        self._waiting: set[Job] = set()  # submitted, not yet taken by a worker
+        self._queue = _Queue()
         self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _queue and _threads (each _Queue has its own condition)
         self._seconds_per_job = 1.0  # moving average, for Retry-After
 
     @property
     def queued(self) -> int:
         """Jobs waiting for a worker whose clients are still there."""
         with self._lock:
-            return sum(not job.abandoned.is_set() for job in self._waiting)
+            q = self._queue
+        with q.ready:
+            return sum(not job.abandoned.is_set() for job in q.jobs)
 
     def submit(
         self, text: str, pair: str | None, *, abandoned: threading.Event | None = None
     ) -> Future[Computed]:
         job = Job(text, pair) if abandoned is None else Job(text, pair, abandoned=abandoned)
         with self._lock:
-            queued = sum(not waiting.abandoned.is_set() for waiting in self._waiting)
-            if queued >= self._max_queue:
-                wait = queued * self._seconds_per_job / self._workers
-                raise QueueFull(queued, retry_after=max(1, min(120, math.ceil(wait))))
             if not self._threads:  # first use, or first use after close(): a fresh set of workers
-                self._queue = queue.SimpleQueue()
+                self._queue = _Queue()
                 self._threads = [
                     threading.Thread(
                         target=self._loop,
@@ -851,39 +894,49 @@ class Batcher:
                 ]
                 for thread in self._threads:
                     thread.start()
-            self._waiting.add(job)
-            self._queue.put(job)
+            q = self._queue
+            with q.ready:
+                queued = sum(not waiting.abandoned.is_set() for waiting in q.jobs)
+                if queued >= self._max_queue:
+                    wait = queued * self._seconds_per_job / self._workers
+                    raise QueueFull(queued, retry_after=max(1, min(120, math.ceil(wait))))
+                q.jobs.append(job)
+                q.ready.notify()
         return job.future
 
     def close(self) -> None:
         """Workers finish what is queued, then exit; a later submit() starts new ones on a new queue."""
         with self._lock:
-            for _ in self._threads:
-                self._queue.put(None)
+            q = self._queue
+            with q.ready:
+                q.closed = True
+                q.ready.notify_all()
             self._threads = []
 
-    def _take(self, job: Job) -> bool:
-        """A worker takes `job` off the queue: True if it is to run (its clients are still there)."""
-        with self._lock:
-            self._waiting.discard(job)
-        return not _drop_if_abandoned(job) and job.future.set_running_or_notify_cancel()
+    def _take(self, q: _Queue) -> list[Job]:
+        """Under q.ready: the next batch (abandoned jobs dropped), or [] when nothing is waiting."""
+        for job in [job for job in q.jobs if _drop_if_abandoned(job)]:
+            q.jobs.remove(job)
+        if not q.jobs:
+            return []
+        longs = [job for job in q.jobs if self._is_long(job)]
+        if longs and (len(longs) == len(q.jobs) or time.monotonic() - longs[0].submitted >= self._long_wait):
+            q.jobs.remove(longs[0])
+            return [longs[0]]
+        batch = [job for job in q.jobs if not self._is_long(job)][: self._max_batch]
+        for job in batch:
+            q.jobs.remove(job)
+        return batch
 
-    def _loop(self, jobs_queue: queue.SimpleQueue[Job | None]) -> None:
+    def _loop(self, q: _Queue) -> None:
+        background()
         while True:
-            first = jobs_queue.get()
-            if first is None:
-                return
-            jobs = [first] if self._take(first) else []
-            while len(jobs) < self._max_batch:
-                try:
-                    job = jobs_queue.get_nowait()
-                except queue.Empty:
-                    break
-                if job is None:  # closing: finish this batch, then let a thread see the sentinel
-                    jobs_queue.put(None)
-                    break
-                if self._take(job):  # abandoned jobs are dropped here, before any work
-                    jobs.append(job)
+            with q.ready:
+                while not (jobs := self._take(q)):
+                    if q.closed:
+                        return
+                    q.ready.wait()
+            jobs = [job for job in jobs if job.future.set_running_or_notify_cancel()]
             if not jobs:
                 continue
             started = time.perf_counter()

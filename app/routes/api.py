@@ -8,8 +8,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any, Literal
 
+import anyio
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.types import Send
 
 from app import compact
 from app.deps import ServiceDep
@@ -83,12 +85,20 @@ async def watched(request: Request, work: Awaitable[Response]) -> Response:
     started = time.perf_counter()
     try:
         await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
-    finally:  # (also when this handler itself is cancelled: leave nothing running)
+    except BaseException:  # this handler itself cancelled (shutdown): leave nothing running
         gone.cancel()
-        if not task.done():
-            task.cancel()
-    if not task.cancelled():
+        task.cancel()
+        raise
+    gone.cancel()
+    if task.done():
         return task.result()  # its answer, or its error for the exception handlers
+    task.cancel()
+    try:
+        await task  # let it unwind: a shared computation learns it has one waiter less
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
     logger.info(
         "client closed the connection after %.0f ms, before its answer to %s %r; its work stopped",
         1000 * (time.perf_counter() - started),
@@ -103,6 +113,21 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
+class ClosingStreamingResponse(StreamingResponse):
+    """Closes its iterator however the response ends: Starlette leaves one abandoned by a client that hung
+    up (cancelled while sending) to the garbage collector, and the encoder behind it would stop, log and
+    free its memory only then."""
+
+    async def stream_response(self, send: Send) -> None:
+        try:
+            await super().stream_response(send)
+        finally:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                with anyio.CancelScope(shield=True):  # runs even in the cancelled response
+                    await close()
+
+
 async def json_answer(request: Request, body: Awaitable[bytes | AsyncIterator[bytes]]) -> Response:
     """The service's JSON, whole or streamed as it is encoded, unless the client hangs up first."""
 
@@ -110,7 +135,7 @@ async def json_answer(request: Request, body: Awaitable[bytes | AsyncIterator[by
         data = await body
         if isinstance(data, bytes):
             return Response(data, media_type="application/json")
-        return StreamingResponse(data, media_type="application/json")
+        return ClosingStreamingResponse(data, media_type="application/json")
 
     return await watched(request, answer())
 
