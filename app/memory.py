@@ -15,8 +15,6 @@ import ctypes
 import ctypes.util
 import logging
 import sys
-import threading
-import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -61,38 +59,3 @@ def rss_bytes() -> int:
     except (OSError, ValueError, IndexError):
         pass
     return 0
-
-
-class Trimmer:
-    """Trims after large answers, at most once per `interval` seconds: a burst of large answers costs one
-    trim, and the last one of the burst is trimmed after it (`maybe_later`)."""
-
-    def __init__(self, *, enabled: bool, interval: float = 1.0) -> None:
-        self.enabled = enabled
-        self.interval = interval
-        self.trims = 0
-        self._last = 0.0
-        self._lock = threading.Lock()
-
-    def due(self) -> bool:
-        """True (and the slot taken) when a trim may run now."""
-        if not self.enabled:
-            return False
-        with self._lock:
-            now = time.monotonic()
-            if now - self._last < self.interval:
-                return False
-            self._last = now
-            return True
-
-    def run(self) -> None:
-        before = rss_bytes()
-        started = time.perf_counter()
-        trim()
-        self.trims += 1
-        logger.debug(
-            "malloc_trim: RSS %d -> %d MiB in %.1f ms",
-            before >> 20,
-            rss_bytes() >> 20,
-            1000 * (time.perf_counter() - started),
-        )

@@ -246,7 +246,7 @@ class AttentionService:
             build_loaders(settings),
             default=settings.default_model,
             retry_seconds=settings.load_retry_seconds,
-            retry_max_seconds=max(settings.load_retry_max_seconds, settings.load_retry_seconds),
+            retry_max_seconds=settings.load_retry_max_seconds,
         )
         self.cache = LRUCache(max_entries=settings.cache_size, max_bytes=settings.cache_max_bytes)
         self._batchers = {
@@ -267,7 +267,7 @@ class AttentionService:
         self._encoder: ThreadPoolExecutor | None = None
         self._streams = 0  # streamed answers in progress
         self._trim_handle: asyncio.TimerHandle | None = None
-        self._last_trim = 0.0
+        self._last_trim = time.monotonic()
         self.trims = 0
 
     # -- lifecycle -------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -58,6 +58,15 @@ class Settings(BaseSettings):
     # after large answers and when idle, give memory back to the system (benchmarks/load.py --soak).
     malloc_arena_max: int = Field(default=2, ge=0)  # 0 leaves glibc's default
     malloc_trim: bool = True
+
+    @model_validator(mode="after")
+    def _back_off_in_order(self) -> Settings:
+        if self.load_retry_max_seconds < self.load_retry_seconds:
+            raise ValueError(
+                f"load_retry_max_seconds ({self.load_retry_max_seconds}) is below load_retry_seconds "
+                f"({self.load_retry_seconds})"
+            )
+        return self
 
     @field_validator("log_level")
     @classmethod

@@ -132,6 +132,43 @@ def test_batcher_runs_waiting_jobs_together() -> None:
     batcher.close()
 
 
+def test_short_jobs_go_before_long_ones_unless_a_long_one_waited_long_enough() -> None:
+    gate, entered = threading.Event(), threading.Event()
+    order: list[list[str]] = []
+
+    def run(jobs: list[Job]) -> None:
+        entered.set()
+        gate.wait(5)
+        order.append([job.text for job in jobs])
+        for job in jobs:
+            job.future.set_result(job.text)  # type: ignore[arg-type]
+
+    def is_long(job: Job) -> bool:
+        return job.text.startswith("long")
+
+    batcher = Batcher(run, workers=1, max_batch=8, name="t", is_long=is_long, long_wait=0.3)
+    first = batcher.submit("hold", None)
+    assert entered.wait(5)
+    futures = [batcher.submit(text, None) for text in ("long 1", "short 1", "long 2", "short 2")]
+    gate.set()
+    assert [f.result(5) for f in [first, *futures]] == ["hold", "long 1", "short 1", "long 2", "short 2"]
+    # The short ones ran together first; the long ones one at a time, in order.
+    assert order == [["hold"], ["short 1", "short 2"], ["long 1"], ["long 2"]]
+
+    gate.clear()
+    entered.clear()
+    order.clear()
+    first = batcher.submit("hold", None)
+    assert entered.wait(5)
+    late = batcher.submit("long 3", None)
+    time.sleep(0.4)  # longer than long_wait: this long job has waited enough to go first
+    futures = [late, batcher.submit("short 3", None)]
+    gate.set()
+    assert [f.result(5) for f in futures] == ["long 3", "short 3"]
+    assert order == [["hold"], ["long 3"], ["short 3"]]
+    batcher.close()
+
+
 def test_a_bad_input_does_not_fail_its_batch_mates(make_settings) -> None:  # type: ignore[no-untyped-def]
     # One worker: while it runs the first text, the other seven queue up and are then taken as one batch.
     app = create_app(make_settings(max_concurrency=1, max_batch=8))
