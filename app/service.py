@@ -82,15 +82,13 @@ T = TypeVar("T")
 
 
 class ModelBusyError(HTTPException):
-    """503 with Retry-After: the model's queue is full. (An HTTPException rather than a ServiceError
-    because app/errors.py's ServiceError handler does not pass headers; its HTTPException handler does.)"""
+    """503 with Retry-After: too many requests already wait (for a model, or to stream a large answer).
+    An HTTPException rather than a ServiceError because app/errors.py's ServiceError handler does not
+    pass headers; its HTTPException handler does."""
 
-    def __init__(self, name: str, queued: int, retry_after: int) -> None:
+    def __init__(self, detail: str, retry_after: int) -> None:
         super().__init__(
-            503,
-            f"model {name!r} is busy: {queued} requests are already waiting for it (the limit); "
-            f"try again in {retry_after} s",
-            headers={"Retry-After": str(retry_after)},
+            503, f"{detail}; try again in {retry_after} s", headers={"Retry-After": str(retry_after)}
         )
 
 
@@ -239,6 +237,49 @@ def _next_chunk(parts: Iterator[bytes], size: int) -> bytes:
     return b"".join(chunk)
 
 
+class Stream:
+    """A large answer's JSON, a chunk at a time, each encoded in a worker thread just before it is sent:
+    memory stays at one chunk beside the tensor. `aclose()` (the response ends early: its client hung up)
+    stops it; either way `on_close(done, bytes_sent, seconds)` is called exactly once."""
+
+    def __init__(
+        self,
+        parts: Iterator[bytes],
+        off_loop: Callable[..., Coroutine[Any, Any, bytes]],
+        on_close: Callable[[bool, int, float], None],
+    ) -> None:
+        self._parts = parts
+        self._off_loop = off_loop
+        self._on_close: Callable[[bool, int, float], None] | None = on_close
+        self._started = time.perf_counter()
+        self.sent = 0
+
+    def __aiter__(self) -> Stream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._on_close is None:
+            raise StopAsyncIteration
+        try:
+            chunk = await self._off_loop(_next_chunk, self._parts, CHUNK_BYTES)
+        except BaseException:
+            self._close(done=False)
+            raise
+        if not chunk:
+            self._close(done=True)
+            raise StopAsyncIteration
+        self.sent += len(chunk)
+        return chunk
+
+    async def aclose(self) -> None:
+        self._close(done=False)
+
+    def _close(self, *, done: bool) -> None:
+        if self._on_close is not None:
+            on_close, self._on_close = self._on_close, None
+            on_close(done, self.sent, time.perf_counter() - self._started)
+
+
 class AttentionService:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -266,6 +307,8 @@ class AttentionService:
         # takes the CPU or the threads that the event loop and the health check need.
         self._encoder: ThreadPoolExecutor | None = None
         self._streams = 0  # streamed answers in progress
+        self._stream_slots: asyncio.Semaphore | None = None  # made on the running loop
+        self._stream_waiting = 0
         self._trim_handle: asyncio.TimerHandle | None = None
         self._last_trim = time.monotonic()
         self.trims = 0
@@ -283,6 +326,7 @@ class AttentionService:
             self._encoder = ThreadPoolExecutor(
                 self.settings.max_concurrency, thread_name_prefix="headscope-encode", initializer=background
             )
+        self._stream_slots = asyncio.Semaphore(self.settings.max_streams)  # on this loop
         started = time.perf_counter()
         await to_thread.run_sync(self.registry.check_all)  # cheap; /api/models shows failures at once
         try:
@@ -331,6 +375,11 @@ class AttentionService:
             )
         return ModelList(default=self.registry.default, models=entries)
 
+    @property
+    def streams_waiting(self) -> int:
+        """Large answers waiting for their turn to be streamed (`max_streams`)."""
+        return self._stream_waiting
+
     def queued(self, name: str) -> int:
         """Requests waiting for a worker of model `name` (abandoned ones not counted)."""
         return self._batchers[name].queued
@@ -338,16 +387,40 @@ class AttentionService:
     # -- answers ---------------------------------------------------------------------------------
 
     async def attention_json(self, request: AttentionRequest) -> bytes | AsyncIterator[bytes]:
-        """The JSON bytes, or (more than STREAM_VALUES values) an iterator of chunks encoded as sent."""
+        """The JSON bytes, or (more than STREAM_VALUES values) a `Stream` of chunks encoded as sent.
+
+        A streamed answer keeps its tensor (75 MB at 512 tokens) until its client has read the last byte,
+        at the client's pace: at most `max_streams` are streamed at once, so memory stays bounded however
+        many clients ask. A long text takes its turn before its forward; a short one that still makes a
+        large answer (512 tokens of CJK, say) lets go of its tensor while it waits."""
         name = self.registry.resolve(request.model)
         key = ("json", *_input_key(name, request), request.words)
         hit = self.cache.get(key)
         if hit is not None:
             return hit  # type: ignore[no-any-return]
-        view = await self._view(name, request.text, request.text_pair, words=request.words)
-        if view.attentions.numel() <= STREAM_VALUES:
-            return await self._encoded_once(key, partial(_attention_body, view))
-        return self._stream(_attention_body(view), what=f"/api/attention ({view.header['n']} tokens)")
+        view_of = partial(self._view, name, request.text, request.text_pair, words=request.words)
+        slot = None
+        if _chars(request.text, request.text_pair) > BATCH_CHARS:
+            slot = await self._stream_slot()
+        try:
+            view = await view_of()
+            if view.attentions.numel() <= STREAM_VALUES:
+                return await self._encoded_once(key, partial(_attention_body, view))
+            if slot is None:
+                del view  # not held while waiting for a turn
+                slot = await self._stream_slot()
+                view = await view_of()  # from the cache, unless evicted meanwhile
+            stream = Stream(
+                encoders.pieces(_attention_body(view)),
+                self._off_loop,
+                partial(self._stream_closed, f"/api/attention ({view.header['n']} tokens)", slot),
+            )
+        except BaseException:
+            if slot is not None:
+                slot.release()
+            raise
+        self._streams += 1
+        return stream
 
     async def attention_compact(self, request: AttentionRequest, *, gzipped: bool, scheme: str) -> bytes:
         body = await self._encoded(f"hsa1.gz:{scheme}", request, partial(_encode_compact, scheme=scheme))
@@ -477,29 +550,36 @@ class AttentionService:
 
         return await self._flights.join(key, compute)
 
-    async def _stream(self, body: dict[str, Any], *, what: str) -> AsyncIterator[bytes]:
-        """The answer's JSON a chunk at a time, each encoded in a thread just before it is sent: memory
-        stays at one chunk, and when the client hangs up (the response is cancelled), encoding stops."""
-        parts = encoders.pieces(body)
-        sent = 0
-        started = time.perf_counter()
-        done = False
-        self._streams += 1
+    async def _stream_slot(self) -> asyncio.Semaphore:
+        """Wait for a turn to stream a large answer (on the loop, holding nothing large)."""
+        if self._stream_slots is None:
+            self._stream_slots = asyncio.Semaphore(self.settings.max_streams)
+        if self._stream_waiting >= self.settings.max_queue:
+            raise ModelBusyError(
+                f"{self._stream_waiting} large answers are already waiting to be streamed (the limit); "
+                "the compact route (/api/attention/compact) and one head (/api/attention/head) are lighter",
+                max(1, self._stream_waiting // self.settings.max_streams),
+            )
+        self._stream_waiting += 1
         try:
-            while chunk := await self._off_loop(_next_chunk, parts, CHUNK_BYTES):
-                sent += len(chunk)
-                yield chunk
-            done = True
+            await self._stream_slots.acquire()
         finally:
-            self._streams -= 1
-            if not done:
-                logger.info(
-                    "client closed the connection during %s after %.1f MB in %.1f s; encoding stopped",
-                    what,
-                    sent / 1e6,
-                    time.perf_counter() - started,
-                )
-            self._large_answer_done()
+            self._stream_waiting -= 1
+        return self._stream_slots
+
+    def _stream_closed(
+        self, what: str, slot: asyncio.Semaphore, done: bool, sent: int, seconds: float
+    ) -> None:
+        self._streams -= 1
+        slot.release()
+        if not done:
+            logger.info(
+                "client closed the connection during %s after %.1f MB in %.1f s; encoding stopped",
+                what,
+                sent / 1e6,
+                seconds,
+            )
+        self._large_answer_done()
 
     async def _view(self, name: str, text: str, pair: str | None, *, words: bool) -> Computed:
         """The token-level result, or (words) its word-level merge, cached apart in the same LRU."""
@@ -528,7 +608,10 @@ class AttentionService:
             try:
                 future = self._batchers[name].submit(text, pair, abandoned=abandoned)
             except QueueFull as full:
-                raise ModelBusyError(name, full.queued, full.retry_after) from None
+                raise ModelBusyError(
+                    f"model {name!r} is busy: {full.queued} requests are already waiting for it (the limit)",
+                    full.retry_after,
+                ) from None
             return await _result(future)
 
         computed = await self._flights.join(key, forward)
@@ -793,8 +876,12 @@ def _compare_head_body(view_a: Computed, view_b: Computed, layer: int, head: int
     }
 
 
+def _chars(text: str, pair: str | None) -> int:
+    return len(text) + len(pair or "")
+
+
 def _is_long(job: Job) -> bool:
-    return len(job.text) + len(job.pair or "") > BATCH_CHARS
+    return _chars(job.text, job.pair) > BATCH_CHARS
 
 
 @dataclass(eq=False)

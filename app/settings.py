@@ -50,6 +50,10 @@ class Settings(BaseSettings):
     # Requests waiting for a model's workers beyond this get 503 with Retry-After, instead of a latency
     # that grows without limit (~20 s of work at 512 tokens, well under a second at 32 tokens).
     max_queue: int = Field(default=64, ge=1)
+    # /api/attention answers of more than ~1 M values (every head as JSON: ~150 MB at 512 tokens) are
+    # streamed at the client's pace, each keeping its tensor (up to 75 MB) until the last byte: at most
+    # this many at once, the rest wait their turn (README "Memory and load").
+    max_streams: int = Field(default=4, ge=1)
     # A model (or its startup check) that failed is tried again after this back-off, doubled after each
     # further failure up to load_retry_max_seconds; /api/models shows the error meanwhile.
     load_retry_seconds: float = Field(default=5.0, gt=0)

@@ -17,6 +17,9 @@ class Exchange:
     gone: asyncio.Event = field(default_factory=asyncio.Event)
     messages: list[Message] = field(default_factory=list)
     hang_up_after_chunks: int | None = None
+    # A slow reader: after this many chunks, send() waits until `resume` is set.
+    pause_after_chunks: int | None = None
+    resume: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def status(self) -> int | None:
@@ -75,6 +78,9 @@ async def post(app: ASGIApp, path: str, body: Any, exchange: Exchange | None = N
         limit = exchange.hang_up_after_chunks
         if limit is not None and len(exchange.chunks) >= limit:
             exchange.gone.set()
+        pause = exchange.pause_after_chunks
+        if pause is not None and len(exchange.chunks) >= pause:
+            await exchange.resume.wait()
         await asyncio.sleep(0)
 
     await app(scope, receive, send)

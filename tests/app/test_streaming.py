@@ -131,6 +131,33 @@ def test_a_streamed_answer_stops_being_encoded_when_its_client_leaves(
     assert any("client closed the connection during /api/attention" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize(
+    "second",
+    [LONG + " Second.", "cat " * 150],  # a long text waits before its forward; a short one (600 chars,
+    ids=["long text", "short text, large answer"],  # 152 tokens) after it, without holding its tensor
+)
+def test_at_most_max_streams_large_answers_are_streamed_at_once(make_settings, second: str) -> None:  # type: ignore[no-untyped-def]
+    app = create_app(make_settings(max_streams=1))
+    with TestClient(app) as client:
+        service = app.state.service
+        slow = client.portal.call(Exchange)
+        slow.pause_after_chunks = 1  # a client that stops reading after the first chunk
+        first = client.portal.start_task_soon(post, app, "/api/attention", {"text": LONG}, slow)
+        deadline = time.monotonic() + 30
+        while not slow.chunks:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        waiting = client.portal.start_task_soon(post, app, "/api/attention", {"text": second})
+        while service.streams_waiting != 1:  # its turn comes only when the first stream ends
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert not waiting.done()
+        client.portal.call(slow.resume.set)
+        assert first.result(30).status == 200 and waiting.result(30).status == 200
+        assert json.loads(waiting.result().body)["n"] > 120 and json.loads(slow.body)["n"] > 120
+        assert service.streams_waiting == 0
+
+
 @pytest.mark.slow
 def test_keep_alive_survives_a_large_answer_read_slowly(make_settings) -> None:  # type: ignore[no-untyped-def]
     """uvicorn starts its keep-alive timer when the app has sent the last byte of an answer. Sent whole,
