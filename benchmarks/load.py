@@ -452,7 +452,11 @@ def main() -> None:
     finally:
         stop.set()
         server.terminate()
-        server.wait(10)
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:  # still busy with queued work (a graceful shutdown waits for it)
+            server.kill()
+            server.wait()
     load = os.getloadavg()
     print(
         f"\nheadscope load test: POST {ROUTES[args.route]} and others, default model; {os.cpu_count()} CPUs, "
