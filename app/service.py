@@ -425,7 +425,7 @@ class AttentionService:
     async def attention_compact(self, request: AttentionRequest, *, gzipped: bool, scheme: str) -> bytes:
         body = await self._encoded(f"hsa1.gz:{scheme}", request, partial(_encode_compact, scheme=scheme))
         # Almost every client accepts gzip; the rare one that does not pays for one decompression.
-        return body if gzipped else gzip.decompress(body)
+        return body if gzipped else await self._off_loop(gzip.decompress, body)
 
     async def head(self, request: HeadRequest) -> bytes:
         name = self.registry.resolve(request.model)
@@ -454,7 +454,7 @@ class AttentionService:
         body = await self._encoded(
             f"rollout.gz:{scheme}", request, partial(_encode_rollout_compact, scheme=scheme)
         )
-        return body if gzipped else gzip.decompress(body)
+        return body if gzipped else await self._off_loop(gzip.decompress, body)
 
     async def flow(self, request: AttentionRequest) -> bytes:
         limit = self.settings.flow_max_tokens or analysis.FLOW_MAX_TOKENS

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import socket
@@ -75,6 +76,7 @@ ROUTES = [
     ("/api/compare", {"a": {"text": SHORT}, "b": {"text": "The dog sat on the mat."}}),
     ("/api/compare/head", {"a": {"text": LONG}, "b": {"text": LONG + " More."}, "layer": 0, "head": 0}),
     ("/api/attention", {"text": SHORT, "words": True}),
+    ("/api/attention/compact", {"text": LONG}),
 ]
 
 
@@ -96,10 +98,18 @@ def test_no_answer_is_encoded_on_the_event_loop(
         encoded_on.append(("fast", threading.get_ident()))
         return fast_block(*args)
 
+    decompress = gzip.decompress
+
+    def recording_decompress(data: bytes) -> bytes:
+        encoded_on.append(("gzip.decompress", threading.get_ident()))
+        return decompress(data)
+
     monkeypatch.setattr(json, "dumps", recording_dumps)
     monkeypatch.setattr(encoders, "_fast_block", recording_fast_block)
+    monkeypatch.setattr(gzip, "decompress", recording_decompress)
     body = {**body, "text": body["text"] + " (uncached)"} if "text" in body else body
-    r = app_client.post(path, json=body)
+    headers = {"Accept-Encoding": "identity"} if "compact" in path else {}  # (unzipped from the cache)
+    r = app_client.post(path, json=body, headers=headers)
     assert r.status_code == 200, r.text
     assert encoded_on, "the answer was encoded by app.encoders, in pieces"
     assert all(thread != loop_thread for _, thread in encoded_on), encoded_on
