@@ -311,7 +311,6 @@ class AttentionService:
         self._stream_waiting = 0
         self._trim_handle: asyncio.TimerHandle | None = None
         self._last_trim = time.monotonic()
-        self.trims = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -322,10 +321,7 @@ class AttentionService:
         # One pool of intra-op threads for the whole process; with max_concurrency forwards in flight
         # more threads than cores only adds contention.
         torch.set_num_threads(self.settings.threads)
-        if self._encoder is None:
-            self._encoder = ThreadPoolExecutor(
-                self.settings.max_concurrency, thread_name_prefix="headscope-encode", initializer=background
-            )
+        self._encoder_pool()
         self._stream_slots = asyncio.Semaphore(self.settings.max_streams)  # on this loop
         started = time.perf_counter()
         await to_thread.run_sync(self.registry.check_all)  # cheap; /api/models shows failures at once
@@ -516,11 +512,14 @@ class AttentionService:
     async def _off_loop(self, work: Callable[..., T], *args: Any) -> T:
         """CPU work in an encoding thread; waiting for a free one happens in the pool's queue, and work
         still queued when its caller is cancelled never runs."""
-        if self._encoder is None:  # used without start() (a bare service in a test)
+        return await asyncio.get_running_loop().run_in_executor(self._encoder_pool(), partial(work, *args))
+
+    def _encoder_pool(self) -> ThreadPoolExecutor:
+        if self._encoder is None:  # at start(), or after a stop() (a restarted lifespan)
             self._encoder = ThreadPoolExecutor(
                 self.settings.max_concurrency, thread_name_prefix="headscope-encode", initializer=background
             )
-        return await asyncio.get_running_loop().run_in_executor(self._encoder, partial(work, *args))
+        return self._encoder
 
     async def _encoded(
         self, kind: str, request: AttentionRequest, encode: Callable[[Computed, threading.Event], bytes]
@@ -642,7 +641,6 @@ class AttentionService:
 
     def _start_trim(self, loop: asyncio.AbstractEventLoop) -> None:
         self._last_trim = time.monotonic()
-        self.trims += 1
         # malloc_trim releases the GIL (ctypes) and takes a few ms per GB: a default-pool thread.
         loop.run_in_executor(None, memory.trim)
 
