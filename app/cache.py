@@ -46,6 +46,11 @@ class LRUCache:
                 _, (_, evicted) = self._data.popitem(last=False)
                 self._bytes -= evicted
 
+    def keys(self) -> list[Hashable]:
+        """The keys, least recently used first (a snapshot)."""
+        with self._lock:
+            return list(self._data)
+
     def __len__(self) -> int:
         return len(self._data)
 

@@ -1,14 +1,22 @@
 """Name -> model: allowlisted, loaded lazily, once, thread-safe; a broken model is reported, not fatal.
 
-The registry knows nothing about `mha`: app/service.py hands it one loader per name. Requests name models
-only by these registered names; a path or an unknown name is a `UnknownModelError` that lists the known
-names, so no request ever reaches the filesystem.
+The registry knows nothing about `mha`: app/service.py hands it one loader per name, and optionally a
+cheap check per name (are the checkpoint's files there and consistent?) that `check_all()` runs at
+startup, so /api/models names a broken checkpoint before any request does. Requests name models only by
+these registered names; a path or an unknown name is a `UnknownModelError` that lists the known names, so
+no request ever reaches the filesystem.
+
+A failed check or load is kept as the entry's `error` and tried again on the first request after a
+back-off (`retry_seconds`, doubled after each further failure up to `retry_max_seconds`): a checkpoint
+the operator fixes comes up without a restart, and a broken one costs one attempt per back-off, not one
+per request.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,18 +33,42 @@ M = TypeVar("M")
 class Entry(Generic[M]):
     name: str
     loader: Callable[[], M]
+    check: Callable[[], None] | None = None
     model: M | None = None
     error: str | None = None
+    failures: int = 0  # consecutive failed attempts (check or load) since the last success
+    retry_at: float = 0.0  # clock time before which a failed entry is not tried again
     # One lock per name: loading model A never waits for model B, and A is never loaded twice.
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class Registry(Generic[M]):
-    def __init__(self, loaders: dict[str, Callable[[], M]], *, default: str) -> None:
+    def __init__(
+        self,
+        loaders: dict[str, Callable[[], M]],
+        *,
+        default: str,
+        checks: dict[str, Callable[[], None]] | None = None,
+        retry_seconds: float = 5.0,
+        retry_max_seconds: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if default not in loaders:
             raise ValueError(f"default model {default!r} is not registered; registered: {sorted(loaders)}")
+        checks = checks or {}
+        if unknown := sorted(set(checks) - set(loaders)):
+            raise ValueError(f"checks for unregistered models {unknown}; registered: {sorted(loaders)}")
+        if retry_seconds <= 0 or retry_max_seconds < retry_seconds:
+            raise ValueError(
+                f"retry_seconds ({retry_seconds}) must be > 0 and <= retry_max_seconds ({retry_max_seconds})"
+            )
         self.default = default
-        self._entries = {name: Entry(name, loader) for name, loader in loaders.items()}
+        self.retry_seconds = retry_seconds
+        self.retry_max_seconds = retry_max_seconds
+        self._clock = clock
+        self._entries = {
+            name: Entry(name, loader, check=checks.get(name)) for name, loader in loaders.items()
+        }
 
     @property
     def names(self) -> list[str]:
@@ -55,27 +87,54 @@ class Registry(Generic[M]):
             raise UnknownModelError(name, self._entries)
         return name
 
+    def check_all(self) -> None:
+        """Run every entry's check (blocking: call it off the event loop), recording failures as errors."""
+        for entry in self:
+            if entry.check is None:
+                continue
+            with entry.lock:
+                if entry.model is None and entry.error is None:
+                    self._attempt(entry, entry.check, "check")
+
     def get(self, name: str | None) -> tuple[str, M]:
         """(name, loaded model), loading it on first use; blocking, so call it off the event loop."""
         entry = self._entries[self.resolve(name)]
         if entry.model is not None:  # fast path without the lock once loaded
             return entry.name, entry.model
         with entry.lock:
-            if entry.model is None and entry.error is None:
-                logger.info("loading model %r", entry.name)
-                try:
-                    entry.model = entry.loader()
-                except Exception as exc:  # any failure of an operator's checkpoint must not kill the service
-                    entry.error = f"{type(exc).__name__}: {exc}"
-                    logger.error("model %r failed to load: %s", entry.name, entry.error)
-                else:
-                    logger.info("model %r loaded", entry.name)
+            if entry.model is None and (entry.error is None or self._clock() >= entry.retry_at):
+                if entry.error is not None:
+                    logger.info("model %r: trying again after failure %d", entry.name, entry.failures)
+                self._attempt(entry, lambda: self._load(entry), "load")
         if entry.model is None:
             raise ModelUnavailableError(entry.name, entry.error or "unknown error")
         return entry.name, entry.model
 
     def loaded(self, name: str) -> M | None:
         return self._entries[name].model
+
+    def _load(self, entry: Entry[M]) -> None:
+        if entry.check is not None:  # the cheap check first: its message is the clearer one
+            entry.check()
+        logger.info("loading model %r", entry.name)
+        entry.model = entry.loader()
+        logger.info("model %r loaded", entry.name)
+
+    def _attempt(self, entry: Entry[M], work: Callable[[], object], what: str) -> None:
+        """Run `work` under the entry's lock; on failure record the error and when to try again."""
+        try:
+            work()
+        except Exception as exc:  # any failure of an operator's checkpoint must not kill the service
+            entry.error = f"{type(exc).__name__}: {exc}"
+            entry.failures += 1
+            delay = min(self.retry_max_seconds, self.retry_seconds * 2 ** (entry.failures - 1))
+            entry.retry_at = self._clock() + delay
+            logger.error(
+                "model %r failed its %s: %s (trying again after %.0f s)", entry.name, what, entry.error, delay
+            )
+        else:
+            if entry.model is not None:  # a passing check alone proves nothing yet: keep the count
+                entry.error, entry.failures = None, 0
 
 
 def scan_models_dir(directory: Path) -> dict[str, Path]:

@@ -12,13 +12,14 @@ Examples::
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -41,14 +42,40 @@ class Settings(BaseSettings):
     cors_origins: list[str] = Field(default_factory=list)  # empty: CORS closed
     log_level: str = "info"
     max_concurrency: int = Field(default=2, ge=1)  # forwards in flight per model (worker threads)
-    # torch intra-op threads; default: the cores shared among the concurrent forwards, so 2 workers on 2
-    # cores get 1 thread each (benchmarks/load.py: 1 thread 48 req/s, 2 threads 33 req/s on 2 cores).
+    # torch intra-op threads; default: the CPUs this process may use (its affinity and its container's CPU
+    # quota, cgroup v2 or v1) shared among the concurrent forwards, so 2 workers on 2 CPUs get 1 thread
+    # each (benchmarks/load.py: 1 thread 48 req/s, 2 threads 33 req/s on 2 cores).
     threads: int = Field(default_factory=lambda data: _default_threads(data["max_concurrency"]), ge=1)
     max_batch: int = Field(default=8, ge=1)  # requests waiting together run as one padded forward
     random_model: bool = True  # register "random": our layers with untrained weights
     # /api/flow refuses longer inputs (cost ~ layers·n⁴ in pure Python; ~1 s at 12 tokens, 6 layers);
     # None: mha.analysis.FLOW_MAX_TOKENS.
     flow_max_tokens: int | None = Field(default=None, ge=1)
+    # -- load shedding, retries and memory (README "Memory and load") --
+    # Requests waiting for a model's workers beyond this get 503 with Retry-After, instead of a latency
+    # that grows without limit (~20 s of work at 512 tokens, well under a second at 32 tokens).
+    max_queue: int = Field(default=64, ge=1)
+    # /api/attention answers of more than ~1 M values (every head as JSON: ~150 MB at 512 tokens) are
+    # streamed at the client's pace, each keeping its tensor (up to 75 MB) until the last byte: at most
+    # this many at once, the rest wait their turn (README "Memory and load").
+    max_streams: int = Field(default=4, ge=1)
+    # A model (or its startup check) that failed is tried again after this back-off, doubled after each
+    # further failure up to load_retry_max_seconds; /api/models shows the error meanwhile.
+    load_retry_seconds: float = Field(default=5.0, gt=0)
+    load_retry_max_seconds: float = Field(default=300.0, gt=0)
+    # glibc keeps freed memory in per-thread arenas (up to 8 per core): fewer arenas, and malloc_trim
+    # after large answers and when idle, give memory back to the system (benchmarks/load.py --soak).
+    malloc_arena_max: int = Field(default=2, ge=0)  # 0 leaves glibc's default
+    malloc_trim: bool = True
+
+    @model_validator(mode="after")
+    def _back_off_in_order(self) -> Settings:
+        if self.load_retry_max_seconds < self.load_retry_seconds:
+            raise ValueError(
+                f"load_retry_max_seconds ({self.load_retry_max_seconds}) is below load_retry_seconds "
+                f"({self.load_retry_seconds})"
+            )
+        return self
 
     # -- HTTP: who may call, and how long a client may take ------------------------------------------
     # Host names served besides localhost and loopback addresses (and the address `headscope serve` binds);
@@ -105,8 +132,68 @@ def _is_ip(name: str) -> bool:
     return True
 
 
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+SELF_CGROUP = Path("/proc/self/cgroup")
+
+
 def _default_threads(max_concurrency: int) -> int:
-    return max(1, (os.cpu_count() or 1) // max_concurrency)
+    return max(1, available_cpus() // max_concurrency)
+
+
+def available_cpus(*, cgroup_root: Path = CGROUP_ROOT, self_cgroup: Path = SELF_CGROUP) -> int:
+    """Whole CPUs this process may use: its CPU affinity, capped by its cgroup's CPU quota (a container's
+    `--cpus`), at least 1. os.cpu_count() is the host's count, which a container does not change."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    quota = cpu_quota(cgroup_root=cgroup_root, self_cgroup=self_cgroup)
+    if quota is not None:
+        cpus = min(cpus, math.floor(quota))  # 1.5 CPUs of quota keep 1 thread busy without throttling
+    return max(1, cpus)
+
+
+def cpu_quota(*, cgroup_root: Path = CGROUP_ROOT, self_cgroup: Path = SELF_CGROUP) -> float | None:
+    """The tightest CPU quota (quota / period, in CPUs) on this process's cgroup and its ancestors, from
+    cgroup v2 `cpu.max` ("max 100000" or "150000 100000") or v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us`
+    (-1 is unlimited); None when there is none or it cannot be read."""
+    try:
+        lines = self_cgroup.read_text().splitlines()
+    except OSError:
+        lines = []
+    quotas: list[float] = []
+    for line in lines:
+        fields = line.split(":", 2)  # "hierarchy-id:controllers:path"
+        if len(fields) != 3:
+            continue
+        _, controllers, path = fields
+        if controllers == "":  # cgroup v2: one unified hierarchy
+            for directory in _up_to(cgroup_root, path):
+                quotas += _read_quota(directory / "cpu.max", None)
+        elif "cpu" in controllers.split(","):  # cgroup v1: the cpu controller's own mount
+            for mount in (cgroup_root / controllers, cgroup_root / "cpu"):
+                for directory in _up_to(mount, path):
+                    quotas += _read_quota(directory / "cpu.cfs_quota_us", directory / "cpu.cfs_period_us")
+    return min(quotas) if quotas else None
+
+
+def _up_to(mount: Path, path: str) -> list[Path]:
+    """mount/path and each parent up to mount. In a container the recorded path is often the host's,
+    absent from the container's mount: then only what exists of it is read."""
+    directory = mount / path.strip("/")
+    chain = [directory, *directory.parents]
+    return [d for d in chain[: chain.index(mount) + 1] if d.is_dir()] if mount in chain else []
+
+
+def _read_quota(quota_file: Path, period_file: Path | None) -> list[float]:
+    try:
+        if period_file is None:  # v2: "max 100000" or "<quota> <period>"
+            quota, _, period = quota_file.read_text().strip().partition(" ")
+        else:
+            quota, period = quota_file.read_text().strip(), period_file.read_text().strip()
+        if quota in ("max", "-1") or not period:
+            return []
+        value = int(quota) / int(period)
+    except (OSError, ValueError, ZeroDivisionError):
+        return []
+    return [value] if value > 0 else []
 
 
 @lru_cache

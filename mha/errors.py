@@ -1,4 +1,4 @@
-"""Errors a caller can map to a response: all are ValueError subclasses.
+"""Errors a caller can map to a response: all are ValueError subclasses except `Cancelled`.
 
 Two families: a checkpoint that cannot be loaded (`CheckpointError`, the operator's problem) and an input
 the model cannot run (`InputError`, the request's problem).
@@ -7,6 +7,7 @@ the model cannot run (`InputError`, the request's problem).
 from __future__ import annotations
 
 __all__ = [
+    "Cancelled",
     "CheckpointError",
     "CheckpointMismatchError",
     "CheckpointNotFoundError",
@@ -45,3 +46,7 @@ class InputError(ValueError):
 
 class EmptyInputError(InputError):
     """The text (or the pair) is empty or gives no tokens."""
+
+
+class Cancelled(Exception):
+    """A forward stopped between layers because its `cancel` callback said nobody wants the result."""

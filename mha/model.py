@@ -5,6 +5,7 @@ Shape legend: B batch, T tokens, E embed dim, H heads, L layers, F feed-forward 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -13,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mha._memory import empty_buffer
+from mha.errors import Cancelled
 from mha.multihead import MultiHeadAttention
 
 __all__ = ["ACTIVATIONS", "ARCHITECTURES", "Transformer", "TransformerConfig", "TransformerOutput"]
@@ -186,11 +188,13 @@ class Transformer(nn.Module):
         position_ids: torch.Tensor | None = None,
         need_weights: bool = True,
         need_hidden: bool = True,
+        cancel: Callable[[], bool] | None = None,
     ) -> TransformerOutput:
         """input_ids (B, T); attention_mask (B, T) 1 for real tokens, 0 for padding; segment_ids (B, T).
 
         need_hidden=False (with need_weights) returns every attention but no hidden state, and skips the
         work no attention depends on: the last layer's value path, out_proj and feed-forward.
+        cancel, called before each layer, stops the forward with `Cancelled` when it returns True.
         """
         if not (need_weights or need_hidden):
             raise ValueError("need_weights and need_hidden are both False: nothing to compute")
@@ -219,6 +223,8 @@ class Transformer(nn.Module):
         layer_weights: list[torch.Tensor] = []
         last = len(self.layers) - 1
         for i, layer in enumerate(cast("list[Block]", self.layers)):  # a ModuleList types as Module
+            if cancel is not None and cancel():
+                raise Cancelled(f"forward cancelled before layer {i} of {len(self.layers)}")
             out = None if buffer is None else buffer[i]
             if i == last and not need_hidden:
                 layer_weights.append(layer.attention_weights(x, keep, weights_out=out))

@@ -10,7 +10,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -510,8 +510,10 @@ class AttentionModel:
         *,
         max_tokens: int | None = None,
         hidden_state: bool = True,
+        cancel: Callable[[], bool] | None = None,
     ) -> list[AttentionResult]:
-        """Several texts (or (text, pair) tuples) in one padded forward; one AttentionResult each."""
+        """Several texts (or (text, pair) tuples) in one padded forward; one AttentionResult each.
+        `cancel` is checked between layers (see `Transformer.forward`)."""
         if not items:
             return []
         limit = self._max_tokens(max_tokens)
@@ -534,6 +536,7 @@ class AttentionModel:
                 attention_mask=mask.to(self.device) if min(lengths) < width else None,
                 segment_ids=type_ids.to(self.device) if self.config.type_vocab_size else None,
                 need_hidden=hidden_state,
+                cancel=cancel,
             )
             attentions = out.attentions
             if attentions is None:  # need_weights is on: the network always returns them

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any, Literal
 
+import anyio
 from fastapi import APIRouter, Query, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.types import Send
 
 from app import compact
 from app.deps import ServiceDep
@@ -21,12 +26,17 @@ from app.schemas import (
 )
 
 router = APIRouter(prefix="/api", tags=["api"])
+logger = logging.getLogger(__name__)
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorResponse, "description": "Unknown model; the detail lists the registered names."},
     413: {"model": ErrorResponse, "description": "Request body larger than the service's limit."},
     422: {"model": ErrorResponse, "description": "Invalid input: blank text, wrong types, malformed JSON."},
-    503: {"model": ErrorResponse, "description": "The named model is registered but failed to load."},
+    503: {
+        "model": ErrorResponse,
+        "description": "The named model failed to load (it is tried again after a back-off), or too many "
+        "requests wait for it (with a Retry-After header).",
+    },
 }
 
 TRUNCATION = (
@@ -88,13 +98,86 @@ Scheme = Annotated[
 ]
 
 
+# Answered (to nobody) when the client hung up before its answer: nginx's "client closed request", so the
+# access log says what happened.
+CLIENT_CLOSED = 499
+
+
+async def watched(request: Request, work: Awaitable[Response]) -> Response:
+    """The work's answer, unless the client hangs up first: then the work is cancelled (a computation
+    that other clients share goes on for them) and the disconnect logged. The body has been read by now,
+    so the next ASGI message can only be http.disconnect."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(request))
+    started = time.perf_counter()
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # this handler itself cancelled (shutdown): leave nothing running
+        gone.cancel()
+        task.cancel()
+        raise
+    gone.cancel()
+    if task.done():
+        return task.result()  # its answer, or its error for the exception handlers
+    task.cancel()
+    try:
+        await task  # let it unwind: a shared computation learns it has one waiter less
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+    logger.info(
+        "client closed the connection after %.0f ms, before its answer to %s %r; its work stopped",
+        1000 * (time.perf_counter() - started),
+        request.method,
+        request.url.path[:200],
+    )
+    return Response(status_code=CLIENT_CLOSED)
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """Closes its iterator however the response ends: Starlette leaves one abandoned by a client that hung
+    up (cancelled while sending) to the garbage collector, and the encoder behind it would stop, log and
+    free its memory only then."""
+
+    async def stream_response(self, send: Send) -> None:
+        try:
+            await super().stream_response(send)
+        finally:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                with anyio.CancelScope(shield=True):  # runs even in the cancelled response
+                    await close()
+
+
+async def json_answer(request: Request, body: Awaitable[bytes | AsyncIterator[bytes]]) -> Response:
+    """The service's JSON, whole or streamed as it is encoded, unless the client hangs up first."""
+
+    async def answer() -> Response:
+        data = await body
+        if isinstance(data, bytes):
+            return Response(data, media_type="application/json")
+        return ClosingStreamingResponse(data, media_type="application/json")
+
+    return await watched(request, answer())
+
+
 async def compact_response(request: Request, encode: Callable[[bool], Awaitable[bytes]]) -> Response:
     """An HSA1 answer, gzipped when the client accepts it (the service caches both forms)."""
     gzipped = compact.accepts_gzip(request.headers.get("accept-encoding"))
     headers = {"Vary": "Accept-Encoding"}
     if gzipped:
         headers["Content-Encoding"] = "gzip"
-    return Response(await encode(gzipped), media_type=compact.MEDIA_TYPE, headers=headers)
+
+    async def answer() -> Response:
+        return Response(await encode(gzipped), media_type=compact.MEDIA_TYPE, headers=headers)
+
+    return await watched(request, answer())
 
 
 @router.get("/health", response_model=Health, responses={503: {"model": Health}})
@@ -115,8 +198,8 @@ def models(service: ServiceDep) -> ModelList:
     description="Every head's attention for a text (and an optional pair), rounded to 6 decimals."
     + TRUNCATION,
 )
-async def attention(body: AttentionRequest, service: ServiceDep) -> Response:
-    return Response(await service.attention_json(body), media_type="application/json")
+async def attention(body: AttentionRequest, request: Request, service: ServiceDep) -> Response:
+    return await json_answer(request, service.attention_json(body))
 
 
 @router.post(
@@ -125,8 +208,8 @@ async def attention(body: AttentionRequest, service: ServiceDep) -> Response:
     responses=ERRORS,
     description="One head's attention at full float32 precision." + TRUNCATION,
 )
-async def attention_head(body: HeadRequest, service: ServiceDep) -> dict[str, Any]:
-    return await service.head(body)
+async def attention_head(body: HeadRequest, request: Request, service: ServiceDep) -> Response:
+    return await json_answer(request, service.head(body))
 
 
 @router.post(

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request, Response
 
 from app import compact
 from app.deps import ServiceDep
-from app.routes.api import ERRORS, TRUNCATION, Scheme, compact_response
+from app.routes.api import ERRORS, TRUNCATION, Scheme, compact_response, json_answer
 from app.schemas import (
     AnalysisResponse,
     AttentionRequest,
@@ -25,10 +23,6 @@ router = APIRouter(prefix="/api", tags=["insight"])
 WORDS = " With `words: true` the attention is merged to words first and `tokens` are the words."
 
 
-def _json(body: bytes) -> Response:
-    return Response(body, media_type="application/json")
-
-
 @router.post(
     "/analysis",
     response_model=AnalysisResponse,
@@ -40,8 +34,8 @@ def _json(body: bytes) -> Response:
     + WORDS
     + TRUNCATION,
 )
-async def analysis(body: AttentionRequest, service: ServiceDep) -> Response:
-    return _json(await service.analysis(body))
+async def analysis(body: AttentionRequest, request: Request, service: ServiceDep) -> Response:
+    return await json_answer(request, service.analysis(body))
 
 
 @router.post(
@@ -54,8 +48,8 @@ async def analysis(body: AttentionRequest, service: ServiceDep) -> Response:
     "output token i draws on each input token; `per_layer` is the cumulative product after each layer. "
     "Rounded to 6 decimals." + WORDS + TRUNCATION,
 )
-async def rollout(body: AttentionRequest, service: ServiceDep) -> Response:
-    return _json(await service.rollout(body))
+async def rollout(body: AttentionRequest, request: Request, service: ServiceDep) -> Response:
+    return await json_answer(request, service.rollout(body))
 
 
 @router.post(
@@ -88,8 +82,8 @@ async def rollout_compact(
     "matrices. It solves n² max-flow problems, so inputs longer than the service's limit (14 tokens by "
     "default) get 422 naming the limit; use `/api/rollout` for long inputs. Rounded to 6 decimals." + WORDS,
 )
-async def flow(body: AttentionRequest, service: ServiceDep) -> Response:
-    return _json(await service.flow(body))
+async def flow(body: AttentionRequest, request: Request, service: ServiceDep) -> Response:
+    return await json_answer(request, service.flow(body))
 
 
 @router.post(
@@ -103,8 +97,8 @@ async def flow(body: AttentionRequest, service: ServiceDep) -> Response:
     "ln 2). `kept_a`/`kept_b` say how much weight the alignment kept. Tokens are aligned as spelled, so "
     "compare two tokenizers with `words: true`." + WORDS,
 )
-async def compare_inputs(body: CompareRequest, service: ServiceDep) -> Response:
-    return _json(await service.compare(body))
+async def compare_inputs(body: CompareRequest, request: Request, service: ServiceDep) -> Response:
+    return await json_answer(request, service.compare(body))
 
 
 @router.post(
@@ -115,5 +109,5 @@ async def compare_inputs(body: CompareRequest, service: ServiceDep) -> Response:
     description="For one head, a's and b's maps on the aligned tokens (rows renormalised, as scored by "
     "`POST /api/compare`) and `diff` = a − b, at full float32 precision." + WORDS,
 )
-async def compare_head(body: CompareHeadRequest, service: ServiceDep) -> dict[str, Any]:
-    return await service.compare_head(body)
+async def compare_head(body: CompareHeadRequest, request: Request, service: ServiceDep) -> Response:
+    return await json_answer(request, service.compare_head(body))

@@ -44,7 +44,10 @@ def test_registry_loads_each_model_once_under_concurrent_first_use() -> None:
 
 
 def test_registry_reports_a_failed_load_and_keeps_the_others() -> None:
+    calls = {"bad": 0}
+
     def broken() -> str:
+        calls["bad"] += 1
         raise OSError("disk on fire")
 
     registry = Registry({"good": lambda: "ok", "bad": broken}, default="good")
@@ -52,9 +55,120 @@ def test_registry_reports_a_failed_load_and_keeps_the_others() -> None:
         registry.get("bad")
     with pytest.raises(ModelUnavailableError):  # not retried on every request
         registry.get("bad")
+    assert calls["bad"] == 1
     assert registry.get(None) == ("good", "ok")
     errors = {entry.name: entry.error for entry in registry}
     assert errors == {"good": None, "bad": "OSError: disk on fire"}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_failed_load_is_retried_after_an_exponential_capped_back_off() -> None:
+    clock = Clock()
+    attempts: list[float] = []
+    fixed_at = {"time": float("inf")}
+
+    def flaky() -> str:
+        attempts.append(clock.now)
+        if clock.now < fixed_at["time"]:
+            raise OSError("checkpoint being copied")
+        return "model"
+
+    registry = Registry(
+        {"a": lambda: "a", "flaky": flaky}, default="a", retry_seconds=2, retry_max_seconds=10, clock=clock
+    )
+    waits = []
+    for _ in range(6):  # each failure doubles the wait (2, 4, 8), up to the cap (10)
+        with pytest.raises(ModelUnavailableError, match="being copied"):
+            registry.get("flaky")
+        entry = next(e for e in registry if e.name == "flaky")
+        waits.append(entry.retry_at - clock.now)
+        clock.now = entry.retry_at - 0.001
+        with pytest.raises(ModelUnavailableError):  # still backing off: no attempt
+            registry.get("flaky")
+        clock.now = entry.retry_at
+    assert waits == [2, 4, 8, 10, 10, 10]
+    assert len(attempts) == 6
+    assert entry.error == "OSError: checkpoint being copied"  # /api/models shows it meanwhile
+    fixed_at["time"] = clock.now  # the operator fixed it: the next request after the back-off loads it
+    assert registry.get("flaky") == ("flaky", "model")
+    assert entry.error is None and entry.failures == 0
+
+
+def test_startup_checks_record_errors_at_once_and_are_retried_like_loads() -> None:
+    clock = Clock()
+    loads = {"good": 0, "bad": 0}
+    broken = {"bad": True}
+
+    def loader(name: str):  # type: ignore[no-untyped-def]
+        def load() -> str:
+            loads[name] += 1
+            return name
+
+        return load
+
+    def check_bad() -> None:
+        if broken["bad"]:
+            raise ValueError("no tokenizer files (tokenizer.json, vocab.json, merges.txt) in /models/bad")
+
+    checked: list[str] = []
+    registry = Registry(
+        {"good": loader("good"), "bad": loader("bad")},
+        default="good",
+        checks={"good": lambda: checked.append("good"), "bad": check_bad},
+        retry_seconds=5,
+        clock=clock,
+    )
+    registry.check_all()
+    errors = {entry.name: entry.error for entry in registry}
+    assert errors == {
+        "good": None,
+        "bad": "ValueError: no tokenizer files (tokenizer.json, vocab.json, merges.txt) in /models/bad",
+    }
+    assert loads == {"good": 0, "bad": 0}  # checks load nothing
+    with pytest.raises(ModelUnavailableError, match="tokenizer files"):
+        registry.get("bad")  # within the back-off: no new attempt
+    clock.now += 5
+    with pytest.raises(ModelUnavailableError, match="tokenizer files"):
+        registry.get("bad")  # retried: the check runs again before the loader, and fails again
+    assert loads["bad"] == 0
+    broken["bad"] = False
+    clock.now += 10
+    assert registry.get("bad") == ("bad", "bad")
+    assert registry.get("good") == ("good", "good")
+    assert checked == ["good", "good"]  # at startup, and before the load
+
+
+def test_registry_rejects_checks_for_unknown_names_and_bad_back_offs() -> None:
+    with pytest.raises(ValueError, match="unregistered"):
+        Registry({"a": lambda: 1}, default="a", checks={"b": lambda: None})
+    with pytest.raises(ValueError, match="retry_seconds"):
+        Registry({"a": lambda: 1}, default="a", retry_seconds=10, retry_max_seconds=5)
+
+
+def test_models_shows_a_failed_check_right_after_startup(make_settings) -> None:  # type: ignore[no-untyped-def]
+    app = create_app(make_settings())
+    service = app.state.service
+
+    def check_random() -> None:
+        raise ValueError("config.json: vocab_size (5) is smaller than the tokenizer's vocabulary (30522)")
+
+    service.registry = Registry(
+        {entry.name: entry.loader for entry in service.registry},
+        default=service.registry.default,
+        checks={"random": check_random},
+    )
+    with TestClient(app) as client:
+        entry = next(m for m in client.get("/api/models").json()["models"] if m["name"] == "random")
+        assert entry["loaded"] is False and "vocab_size (5)" in entry["error"]  # before any request named it
+        r = client.post("/api/attention", json={"text": TEXT, "model": "random"})
+        assert r.status_code == 503 and "vocab_size (5)" in r.json()["detail"]
 
 
 @pytest.mark.parametrize("name", ["../good", "/etc/passwd", "good/", " good", "GOOD", ""])

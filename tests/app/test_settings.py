@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from app.settings import Settings
+from app.settings import Settings, available_cpus, cpu_quota
 
 
 def test_settings_read_the_headscope_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -55,6 +55,9 @@ def test_http_settings_read_the_environment_with_safe_defaults(monkeypatch: pyte
         ("header_timeout", 0),
         ("body_timeout", -1),
         ("max_connections", 0),
+        ("max_queue", 0),
+        ("load_retry_seconds", 0),
+        ("malloc_arena_max", -1),
     ],
 )
 def test_bad_settings_fail_at_startup_naming_the_value(field: str, value: object) -> None:
@@ -74,3 +77,65 @@ def test_access_log_cannot_be_forged_and_never_holds_the_text(
     assert all("\n" not in line for line in lines)
     assert any("\\n" in line for line in lines)  # the newline is shown escaped
     assert all(secret not in line for line in lines)
+
+
+def test_retry_back_off_must_be_in_order() -> None:
+    with pytest.raises(ValidationError, match="load_retry_max_seconds"):
+        Settings(load_retry_seconds=60, load_retry_max_seconds=10)
+
+
+def fake_cgroup(tmp_path: Path, lines: list[str], files: dict[str, str]) -> dict[str, Path]:
+    """A /proc/self/cgroup and a /sys/fs/cgroup tree under tmp_path."""
+    (tmp_path / "self_cgroup").write_text("\n".join(lines) + "\n")
+    root = tmp_path / "cgroup"
+    for relative, content in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+    root.mkdir(exist_ok=True)
+    return {"cgroup_root": root, "self_cgroup": tmp_path / "self_cgroup"}
+
+
+@pytest.mark.parametrize(
+    ("lines", "files", "quota"),
+    [
+        # cgroup v2 inside a container (its own namespace: the path is "/")
+        (["0::/"], {"cpu.max": "150000 100000\n"}, 1.5),
+        (["0::/"], {"cpu.max": "max 100000\n"}, None),
+        # cgroup v2 on a host: the process's own group and its parents; the tightest wins
+        (
+            ["0::/system.slice/app.service"],
+            {"system.slice/cpu.max": "400000 100000", "system.slice/app.service/cpu.max": "200000 100000"},
+            2.0,
+        ),
+        (["0::/system.slice/app.service"], {"system.slice/cpu.max": "100000 100000"}, 1.0),
+        # cgroup v1: the cpu controller's files; a host path missing in the container falls back to the mount
+        (
+            ["4:memory:/docker/abc", "3:cpu,cpuacct:/docker/abc"],
+            {"cpu,cpuacct/cpu.cfs_quota_us": "300000", "cpu,cpuacct/cpu.cfs_period_us": "100000"},
+            3.0,
+        ),
+        (["2:cpu:/"], {"cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.cfs_period_us": "100000"}, None),
+        # nothing readable: no quota
+        (["0::/"], {}, None),
+        (["garbage"], {"cpu.max": "150000 100000"}, None),
+        (["0::/"], {"cpu.max": "lots of cpus"}, None),
+    ],
+)
+def test_cpu_quota_reads_cgroup_v2_and_v1(
+    tmp_path: Path, lines: list[str], files: dict[str, str], quota: float | None
+) -> None:
+    assert cpu_quota(**fake_cgroup(tmp_path, lines, files)) == quota
+
+
+def test_thread_default_follows_the_container_quota(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: set(range(64)))  # a big host
+    paths = fake_cgroup(tmp_path, ["0::/"], {"cpu.max": "400000 100000"})
+    assert available_cpus(**paths) == 4  # not 64
+    (paths["cgroup_root"] / "cpu.max").write_text("50000 100000")
+    assert available_cpus(**paths) == 1  # half a CPU still runs one thread
+    (paths["cgroup_root"] / "cpu.max").write_text("max 100000")
+    assert available_cpus(**paths) == 64
+    (paths["cgroup_root"] / "cpu.max").write_text("400000 100000")
+    monkeypatch.setattr("app.settings.available_cpus", lambda: available_cpus(**paths))
+    assert Settings(max_concurrency=2).threads == 2  # 4 CPUs shared by 2 forwards
