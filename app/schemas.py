@@ -212,8 +212,12 @@ class FlowResponse(BaseModel):
     tokens: list[str]
     n: int
     flow: list[list[float]] = Field(
-        description="[output token][input token]: max-flow through the layered attention graph, each in "
-        "[0, 1] (rows do not sum to 1); rounded to 6 decimals."
+        description="[output token][input token]: the raw max-flow through the layered attention graph, "
+        "each in [0, 1] (rows do not sum to 1); rounded to 6 decimals (mha.analysis.attention_flow)."
+    )
+    flow_normalized: list[list[float]] = Field(
+        description="`flow` with each row divided by its sum, as Abnar & Zuidema publish it: a distribution "
+        "over input tokens like rollout's rows (a row with no flow stays 0); rounded to 6 decimals."
     )
 
 

@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Hashable, Iterat
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
@@ -123,13 +124,26 @@ def build_loaders(settings: Settings) -> dict[str, Callable[[], Any]]:
         loaders[RANDOM_MODEL] = partial(
             mha.random_model, **RANDOM_SIZE, causal=False, seed=0, device=settings.device, name=RANDOM_MODEL
         )
-    paths = scan_models_dir(settings.models_dir) if settings.models_dir is not None else {}
-    paths.update(settings.models)
-    for name, path in paths.items():
+    for name, path in _operator_paths(settings).items():
         loaders[name] = partial(
             mha.load_pretrained, str(path), device=settings.device, dtype=dtype, name=name
         )
     return loaders
+
+
+def build_checks(settings: Settings) -> dict[str, Callable[[], None]]:
+    """name -> the cheap file check of an operator's checkpoint (milliseconds, no weights read), run at
+    startup so /api/models names a missing config, weights file or vocabulary before any request loads it."""
+    paths = _operator_paths(settings)
+    return {name: partial(mha.check_checkpoint, str(path)) for name, path in paths.items()}
+
+
+def _operator_paths(settings: Settings) -> dict[str, str | Path]:
+    paths: dict[str, str | Path] = {}
+    if settings.models_dir is not None:
+        paths.update(scan_models_dir(settings.models_dir))
+    paths.update(settings.models)  # operator entries override scanned ones
+    return paths
 
 
 @dataclass(eq=False)
@@ -286,6 +300,7 @@ class AttentionService:
         self.registry: Registry[Any] = Registry(
             build_loaders(settings),
             default=settings.default_model,
+            checks=build_checks(settings),
             retry_seconds=settings.load_retry_seconds,
             retry_max_seconds=settings.load_retry_max_seconds,
         )
@@ -840,9 +855,16 @@ def _encode_rollout_compact(computed: Computed, _abandoned: threading.Event, *, 
 
 
 def _flow_body(computed: Computed, *, max_tokens: int) -> dict[str, Any]:
+    # One max-flow run gives both forms: the raw values and the rows normalised as the paper publishes them.
     flow = analysis.attention_flow(computed.attentions, max_tokens=max_tokens, residual=ROLLOUT_RESIDUAL)
     header = computed.header
-    return {"model": header["model"], "tokens": header["tokens"], "n": header["n"], "flow": Floats(flow)}
+    return {
+        "model": header["model"],
+        "tokens": header["tokens"],
+        "n": header["n"],
+        "flow": Floats(flow),
+        "flow_normalized": Floats(analysis.normalize_flow(flow.double()).float()),
+    }
 
 
 def _pairs(view_a: Computed, view_b: Computed) -> list[tuple[int, int]]:

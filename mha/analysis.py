@@ -107,6 +107,7 @@ __all__ = [
     "WordGroups",
     "align_tokens",
     "attention_flow",
+    "normalize_flow",
     "compare",
     "compare_aligned",
     "head_labels",
@@ -500,10 +501,14 @@ def attention_flow(
         flow = layer_maps[0][rows]
     else:
         flow = _max_flows(layer_maps, rows)
-    if normalize:
-        totals = flow.sum(-1, keepdim=True)
-        flow = flow / torch.where(totals > 0, totals, torch.ones_like(totals))
-    return flow.to(attentions.dtype)
+    return (normalize_flow(flow) if normalize else flow).to(attentions.dtype)
+
+
+def normalize_flow(flow: Tensor) -> Tensor:
+    """Raw attention flow [..., q, n] with each row divided by its sum (the published form, as
+    `attention_flow(normalize=True)`); a row with no flow at all stays 0."""
+    totals = flow.sum(-1, keepdim=True)
+    return flow / torch.where(totals > 0, totals, torch.ones_like(totals))
 
 
 def _max_flows(layer_maps: Tensor, rows: list[int]) -> Tensor:

@@ -40,6 +40,7 @@ export const SELECTORS = Object.freeze({
   rolloutCaption: "#rollout-caption",
   flowRun: "#flow-run",
   flowMessage: "#flow-message",
+  flowNormalized: "#flow-normalized",
   flow: "#flow",
   comparePanel: "#compare-panel",
   compareSummary: "#compare-summary",

@@ -47,6 +47,7 @@ const rolloutView = new RolloutView({
   panel: $("rolloutPanel"),
   flowButton: $("flowRun"),
   flowMessage: $("flowMessage"),
+  flowNormalized: $("flowNormalized"),
   flowPlot: $("flow"),
 });
 const compareView = new CompareView(

@@ -13,10 +13,11 @@ import { clearHeatmap, renderHeatmap } from "./heatmap.js";
 const SIDE_MIN_PX = 280; // side-by-side with the statistics table: smaller than the detail's minimum
 
 export class RolloutView {
-  /** `els`: {panel, plot, slider, sliderValue, caption, flowButton, flowMessage, flowPlot}. */
+  /** `els`: {panel, plot, slider, sliderValue, caption, flowButton, flowMessage, flowNormalized, flowPlot}. */
   constructor(els) {
     this.els = els;
     this.rollout = null;
+    this.flowResult = null; // both forms of the last flow answer: the switch redraws without a request
     this.query = null;
     this.shape = { causal: false, boundary: -1 }; // of the watched input, for the flow figure
     this.generation = 0;
@@ -26,12 +27,16 @@ export class RolloutView {
     els.plot.dataset.state = "idle";
     els.slider.addEventListener("input", () => this.draw(Number(els.slider.value)));
     els.flowButton.addEventListener("click", () => this.flow());
+    els.flowNormalized.addEventListener("change", () => {
+      if (this.flowResult) this.drawFlow(this.flowResult);
+    });
   }
 
   clear() {
     this.generation++;
     this.observer.disconnect();
     this.rollout = null;
+    this.flowResult = null;
     const { flowPlot, flowMessage, plot, caption, slider } = this.els;
     clearHeatmap(plot);
     clearHeatmap(flowPlot);
@@ -105,6 +110,30 @@ export class RolloutView {
     plot.dataset.layer = String(layer);
   }
 
+  /** Draw one form of a flow answer, as the "Rows normalised" switch says, and say which it is. */
+  async drawFlow(result) {
+    const { flowMessage, flowPlot, flowNormalized } = this.els;
+    const normalized = flowNormalized.checked;
+    flowPlot.hidden = false;
+    flowPlot.dataset.form = normalized ? "normalized" : "raw";
+    await renderHeatmap(flowPlot, {
+      tokens: result.tokens,
+      values: normalized ? result.flow_normalized : result.flow,
+      causal: this.shape.causal,
+      boundary: this.shape.boundary,
+      exact: true,
+      title: `${result.model} · attention flow (${normalized ? "rows normalised" : "raw max-flow"})`,
+      filename: normalized ? "headscope-flow-normalized" : "headscope-flow-raw",
+      keepZoom: false,
+      minPx: SIDE_MIN_PX,
+      scale: { title: normalized ? "flow share" : "max-flow" },
+    });
+    flowMessage.textContent = normalized
+      ? "Row i: the share of output token i's flow that reaches each input token (each row sums to 1, as published)."
+      : "Entry [i, j]: the most attention that can flow from output token i to input token j (raw; rows need not sum to 1).";
+    flowMessage.dataset.state = "ready";
+  }
+
   /** Attention flow of the loaded query; the API's limit (422) becomes the message itself. */
   async flow() {
     if (!this.query) return;
@@ -116,21 +145,8 @@ export class RolloutView {
     try {
       const result = await fetchFlow(this.query);
       if (generation !== this.generation) return;
-      flowPlot.hidden = false;
-      await renderHeatmap(flowPlot, {
-        tokens: result.tokens,
-        values: result.flow,
-        causal: this.shape.causal,
-        boundary: this.shape.boundary,
-        exact: true,
-        title: `${result.model} · attention flow`,
-        filename: "headscope-flow",
-        keepZoom: false,
-        minPx: SIDE_MIN_PX,
-        scale: { title: "max-flow" },
-      });
-      flowMessage.textContent = "Entry [i, j]: the most attention that can flow from output token i to input token j (rows need not sum to 1).";
-      flowMessage.dataset.state = "ready";
+      this.flowResult = result;
+      await this.drawFlow(result);
     } catch (error) {
       if (generation !== this.generation) return;
       // 422 is the length limit: a fact about this input, said in the API's words.

@@ -287,3 +287,21 @@ def test_input_the_model_cannot_read_is_422_not_500(tmp_path: Path, make_setting
         assert response.status_code == 422, response.text
         assert "cannot read a pair" in response.json()["detail"]
         assert client.post("/api/attention", json={"text": TEXT, "model": "one-type"}).status_code == 200
+
+
+def test_a_checkpoint_without_vocabulary_is_named_at_startup(  # type: ignore[no-untyped-def]
+    tiny_checkpoints: dict[str, Path], tmp_path: Path, make_settings
+) -> None:
+    # Issue 10: a GPT-2 directory with tokenizer_config.json but no vocabulary used to load and answer
+    # every request with "text gives no tokens".
+    broken = tmp_path / "gpt2-novocab"
+    shutil.copytree(tiny_checkpoints["gpt2"], broken)
+    for file in ("tokenizer.json", "vocab.json", "merges.txt"):
+        (broken / file).unlink(missing_ok=True)
+    assert (broken / "tokenizer_config.json").exists()
+    with TestClient(create_app(make_settings(models={"gpt2-novocab": broken}))) as client:
+        entry = next(m for m in client.get("/api/models").json()["models"] if m["name"] == "gpt2-novocab")
+        assert entry["loaded"] is False and "tokenizer" in entry["error"]  # before any request named it
+        r = client.post("/api/attention", json={"text": TEXT, "model": "gpt2-novocab"})
+        assert r.status_code == 503 and "vocab.json" in r.json()["detail"]
+        assert client.post("/api/attention", json={"text": TEXT}).status_code == 200

@@ -36,6 +36,7 @@ FIGURE_JS = """(selector) => {
     zmin: heatmap.zmin,
     zmax: heatmap.zmax,
     colorscale: heatmap.colorscale,
+    title: gd.layout.title.text,
   };
 }"""
 
@@ -234,7 +235,14 @@ def test_flow_draws_for_short_inputs_and_explains_the_limit_for_long_ones(sessio
     page.wait_for_selector("#flow-message[data-state=ready]")
     figure = page.evaluate(FIGURE_JS, "#flow")
     assert [unescape(t) for t in figure["ticktext"]] == reference["tokens"]
-    assert figure["z"] == reference["flow"]  # the same JSON numbers, drawn as they came
+    # The published form first, the same JSON numbers drawn as they came; the switch shows the raw form.
+    assert figure["z"] == reference["flow_normalized"]
+    assert "rows normalised" in figure["title"]
+    assert "sums to 1" in (page.locator("#flow-message").text_content() or "")
+    page.uncheck("#flow-normalized")
+    page.wait_for_selector("#flow[data-form=raw]")
+    figure = page.evaluate(FIGURE_JS, "#flow")
+    assert figure["z"] == reference["flow"] and "raw max-flow" in figure["title"]
 
     long = " ".join(["the cat sat on the mat"] * 6)
     status, refusal = post(session.base, "/api/flow", {"text": long})
