@@ -163,7 +163,7 @@ class ErrorResponse(BaseModel):
     detail: str = Field(examples=["text: text is blank: give at least one non-space character"])
 
 
-# -- insight (issue 6): head statistics, rollout, flow, comparison ------------------------------------
+# -- insight: head statistics, rollout, flow, comparison ------------------------------------
 
 
 class AnalysisResponse(BaseModel):

@@ -1,4 +1,4 @@
-"""The insight API (issue 6): head statistics, rollout, flow, comparison. Thin: the work is in the service."""
+"""The insight API: head statistics, rollout, flow, comparison. Thin: the work is in the service."""
 
 from __future__ import annotations
 

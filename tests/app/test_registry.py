@@ -292,7 +292,7 @@ def test_input_the_model_cannot_read_is_422_not_500(tmp_path: Path, make_setting
 def test_a_checkpoint_without_vocabulary_is_named_at_startup(  # type: ignore[no-untyped-def]
     tiny_checkpoints: dict[str, Path], tmp_path: Path, make_settings
 ) -> None:
-    # Issue 10: a GPT-2 directory with tokenizer_config.json but no vocabulary used to load and answer
+    # A GPT-2 directory with tokenizer_config.json but no vocabulary used to load and answer
     # every request with "text gives no tokens".
     broken = tmp_path / "gpt2-novocab"
     shutil.copytree(tiny_checkpoints["gpt2"], broken)

@@ -1,4 +1,4 @@
-"""The insight views of the page (issue 6) in headless Chromium against the real app.
+"""The insight views of the page in headless Chromium against the real app.
 
 Statistics table, grid colour-by and similar heads; the words toggle; rollout and flow; compare mode;
 markup staying literal. Fixtures (server, Chromium, the no-request-leaves-the-server check) are in
