@@ -58,8 +58,13 @@ test: $(VENV)/.installed-dev chromium lint typecheck jstest
 
 # The page's pure JS (decoding, URL state, rankings, ...) under Node's own test runner: no browser, no npm.
 # The files are named by the shell: Node 18-20 search a directory argument, Node 22 reads it as a pattern.
+# A machine without Node gets Debian's, as the browser tests get Debian's Chromium.
 jstest:
-	@command -v node >/dev/null || { echo "the JS tests need Node.js 18 or later (Debian: apt-get install nodejs)"; exit 1; }
+	@if ! command -v node >/dev/null; then \
+		echo "installing Debian's nodejs for the JS tests"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nodejs; \
+	fi
 	node --test tests/js/*.test.mjs
 
 bench: $(VENV)/.installed-dev
