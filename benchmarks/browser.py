@@ -27,31 +27,15 @@ figure for its model view.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-REPO = Path(__file__).resolve().parents[1]
-CHROMIUM = os.environ.get("HEADSCOPE_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from launch import launch_chromium, serve
+
 # bertviz model_view of a 112-token input on a 6-layer x 12-head model: 40.9 MB of HTML (its own docs).
 BERTVIZ_BYTES = 40.9e6
 BERTVIZ_VALUES = 6 * 12 * 112 * 112
@@ -92,31 +76,6 @@ READ_TIMINGS = """() => {
 EXACT_SETTLED = """() => document.querySelector('#head-detail').dataset.exact === 'true'
   || !document.querySelector('#exact').hidden"""
 ROLLOUT_SETTLED = "() => ['ready', 'error'].includes(document.querySelector('#rollout').dataset.state)"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_server(port: int, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "HEADSCOPE_DEVICE": "cpu", "HEADSCOPE_LOG_LEVEL": "warning"}
-    command = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port)]
-    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"uvicorn exited with {process.returncode}; see {log}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=5) as r:  # noqa: S310
-                if json.load(r).get("status") == "ok":
-                    return process
-        except OSError:
-            pass
-        time.sleep(0.3)
-    process.kill()
-    raise SystemExit(f"server not healthy after 180 s; see {log}")
 
 
 def text_of(tokens: int, salt: int) -> str:
@@ -180,34 +139,29 @@ def main() -> None:
 
     from playwright.sync_api import sync_playwright
 
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
     log = Path(tempfile.gettempdir()) / "headscope-bench-browser.log"
-    server = start_server(port, log)
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1600, "height": 1000})
-            page.goto(base + "/")
-            rows = []
-            salt = 0
-            for size in args.sizes:
-                measure(page, text_of(size, salt=10_000 + size))  # warm the browser's JIT and caches
-                cold, warm = [], []
-                for _ in range(args.repeats):
-                    salt += 1
-                    text = text_of(size + 8 if size >= 512 else size, salt)  # 512: cut to the model's max
-                    cold.append(measure(page, text))
-                    warm.append(measure(page, text))
-                rows.append((size, cold, warm))
-            if args.screenshot:
-                save_screenshot(browser, base, args.screenshot)
-            if args.insight_screenshot:
-                save_insight_screenshot(browser, base, args.insight_screenshot)
-            browser.close()
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    env = {"HEADSCOPE_DEVICE": "cpu", "HEADSCOPE_LOG_LEVEL": "warning"}
+    with serve(env, log=log) as server, sync_playwright() as playwright:
+        base = server.base
+        browser = launch_chromium(playwright)
+        page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        page.goto(base + "/")
+        rows = []
+        salt = 0
+        for size in args.sizes:
+            measure(page, text_of(size, salt=10_000 + size))  # warm the browser's JIT and caches
+            cold, warm = [], []
+            for _ in range(args.repeats):
+                salt += 1
+                text = text_of(size + 8 if size >= 512 else size, salt)  # 512: cut to the model's max
+                cold.append(measure(page, text))
+                warm.append(measure(page, text))
+            rows.append((size, cold, warm))
+        if args.screenshot:
+            save_screenshot(browser, base, args.screenshot)
+        if args.insight_screenshot:
+            save_insight_screenshot(browser, base, args.insight_screenshot)
+        browser.close()
     report(rows)
 
 

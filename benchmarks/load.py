@@ -31,10 +31,7 @@ import itertools
 import json
 import os
 import random
-import socket
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -42,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from launch import serve
 
-ROOT = Path(__file__).resolve().parent.parent
 # The page asks for abs-uint8 (static/js/api.js), so that is what the load test measures.
 ROUTES = {"compact": "/api/attention/compact?scheme=abs-uint8", "json": "/api/attention"}
 GOAL_RPS, GOAL_P99_S = 40.0, 1.0
@@ -106,12 +103,6 @@ SMALL = itertools.count(1000)  # a new number for every small request of the run
 
 def small_text() -> str:
     return f"A small request {next(SMALL)} here."  # 9 tokens with [CLS] and [SEP] (number: 2 pieces)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def proc_status(pid: int) -> dict[str, int]:
@@ -394,8 +385,7 @@ def main() -> None:
     if not args.no_gzip_table and "load" in phases_wanted:
         gzip_table()
 
-    port = free_port()
-    env = dict(os.environ, HEADSCOPE_DEVICE="cpu", HEADSCOPE_LOG_LEVEL="warning")
+    env: dict[str, str] = {"HEADSCOPE_DEVICE": "cpu", "HEADSCOPE_LOG_LEVEL": "warning"}
     if args.threads:
         env["HEADSCOPE_THREADS"] = str(args.threads)
     if args.max_concurrency:
@@ -403,60 +393,34 @@ def main() -> None:
     for item in args.env:
         key, _, value = item.partition("=")
         env[key] = value
-    cmd = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "app.main:app",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-        "--no-access-log",
-    ]
-    server = subprocess.Popen(cmd, cwd=ROOT, env=env)
-    base = f"http://127.0.0.1:{port}"
     samples: list[int] = []
     stop = threading.Event()
     report: list[str] = []
-    try:
-        for _ in range(600):
-            try:
-                if httpx.get(base + "/api/health", timeout=1.0).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if server.poll() is not None:
-                raise SystemExit(f"server exited with {server.returncode}")
-            time.sleep(0.1)
-        else:
-            raise SystemExit("server did not become healthy in 60 s")
+    quiet = ["--log-level", "warning", "--no-access-log"]
+    with serve(env, uvicorn_args=quiet, start_s=60) as server:
+        pid, base = server.process.pid, server.base
 
         def sample() -> None:
             while not stop.wait(0.25):
-                samples.append(proc_status(server.pid)["VmRSS"])
+                samples.append(proc_status(pid)["VmRSS"])
 
         threading.Thread(target=sample, daemon=True).start()
-        rss_loaded = proc_status(server.pid)["VmRSS"]
-        route = ROUTES[args.route]
-        # Warm-up: first calls pay for lazy allocations; not counted.
-        asyncio.run(run_phase(Phase("warm-up"), base, route, clients=args.clients, seconds=3, varied=True))
-        rss_warm = proc_status(server.pid)["VmRSS"]
-        for name in phases_wanted:
-            if name == "load":
-                report += load_report(args, base, route, server.pid, samples, rss_loaded)
-            elif name in ("heavy", "abandon"):
-                report += isolation_report(args, base, name)
-            else:
-                report += soak_report(args, base, server.pid, rss_warm)
-    finally:
-        stop.set()
-        server.terminate()
         try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:  # still busy with queued work (a graceful shutdown waits for it)
-            server.kill()
-            server.wait()
+            rss_loaded = proc_status(pid)["VmRSS"]
+            route = ROUTES[args.route]
+            # Warm-up: first calls pay for lazy allocations; not counted.
+            warm_up = run_phase(Phase("warm-up"), base, route, clients=args.clients, seconds=3, varied=True)
+            asyncio.run(warm_up)
+            rss_warm = proc_status(pid)["VmRSS"]
+            for name in phases_wanted:
+                if name == "load":
+                    report += load_report(args, base, route, pid, samples, rss_loaded)
+                elif name in ("heavy", "abandon"):
+                    report += isolation_report(args, base, name)
+                else:
+                    report += soak_report(args, base, pid, rss_warm)
+        finally:
+            stop.set()
     load = os.getloadavg()
     print(
         f"\nheadscope load test: POST {ROUTES[args.route]} and others, default model; {os.cpu_count()} CPUs, "

@@ -47,17 +47,34 @@ async function request(url, options) {
   return response;
 }
 
-// One input as the API names its fields; `words` (merge word pieces) is accepted by every endpoint.
-function input({ text, pair, model }) {
-  return { text, text_pair: pair || null, model: model || null };
+// One input as the API names its fields. `words` (merge word pieces) is sent only when set: false is the
+// API's default, so word-less bodies stay as they were.
+function body({ text, pair, model, words }) {
+  const input = { text, text_pair: pair || null, model: model || null };
+  return words ? { ...input, words: true } : input;
 }
 
-// `words` is sent only when set: false is the API's default, so word-less bodies stay as they were.
-function body(query) {
-  return JSON.stringify(query.words ? { ...input(query), words: true } : input(query));
+/** An n x n matrix of a JSON answer as n*n row-major values, the shape of a decoded head (decode.js). */
+export function flatRows(rows) {
+  const n = rows.length;
+  // Float64: the JSON's numbers drawn as they came (float32 would move a 6-decimal value by up to 3e-8).
+  const out = new Float64Array(n * n);
+  rows.forEach((row, i) => row.forEach((v, j) => (out[i * n + j] = v ?? Number.NaN)));
+  return out;
 }
 
-const JSON_HEADERS = { "Content-Type": "application/json" };
+async function post(url, payload, signal) {
+  const options = { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(payload) };
+  return request(url, { ...options, signal });
+}
+
+async function postCompact(url, payload, signal) {
+  return decodeCompact(await (await post(url, payload, signal)).arrayBuffer());
+}
+
+async function postJson(url, payload, signal) {
+  return (await post(url, payload, signal)).json();
+}
 
 /** GET /api/models -> {default, models: [...]}. */
 export async function fetchModels() {
@@ -69,59 +86,56 @@ export async function fetchModels() {
 // again. The detail view fetches the exact head anyway.
 export const COMPACT_SCHEME = "abs-uint8-key-major";
 
-async function postCompact(url, payload, { signal } = {}) {
-  const response = await request(url, { method: "POST", headers: JSON_HEADERS, body: payload, signal });
-  return decodeCompact(await response.arrayBuffer());
-}
+// Every fetch below takes the run's AbortSignal: a new run aborts what the old one still waits for.
 
 /** POST /api/attention/compact: every head, 8-bit (within the header's max_abs_error), decoded. */
 export async function fetchCompact(query, { signal } = {}) {
-  return postCompact(`/api/attention/compact?scheme=${COMPACT_SCHEME}`, body(query), { signal });
+  return postCompact(`/api/attention/compact?scheme=${COMPACT_SCHEME}`, body(query), signal);
 }
 
 /** POST /api/attention/head/compact: one head at full float32 precision, an exact Attention (1 x 1). */
 export async function fetchHead(query, layer, head, { signal } = {}) {
-  return postCompact("/api/attention/head/compact", JSON.stringify({ ...JSON.parse(body(query)), layer, head }), { signal });
-}
-
-async function postJson(url, payload, { signal } = {}) {
-  const response = await request(url, { method: "POST", headers: JSON_HEADERS, body: JSON.stringify(payload), signal });
-  return response.json();
+  return postCompact("/api/attention/head/compact", { ...body(query), layer, head }, signal);
 }
 
 /** POST /api/attention as a Blob (the JSON export). */
-export async function fetchFullBlob(query) {
-  const response = await request("/api/attention", { method: "POST", headers: JSON_HEADERS, body: body(query) });
-  return response.blob();
+export async function fetchFullBlob(query, { signal } = {}) {
+  return (await post("/api/attention", body(query), signal)).blob();
 }
 
 // Insight API (docs/design.md, "Insight API"): statistics, rollout, flow, comparison.
 
 /** POST /api/analysis: per-head statistics, labels and similar heads (no n*n payload). */
 export async function fetchAnalysis(query, { signal } = {}) {
-  return postJson("/api/analysis", JSON.parse(body(query)), { signal });
+  return postJson("/api/analysis", body(query), signal);
 }
 
-/** POST /api/rollout/compact, decoded: layers = L cumulative rollouts, heads = 1 (rows sum to 1, as attention). */
+/**
+ * POST /api/rollout/compact, decoded: layers = L cumulative rollouts, heads = 1 (rows sum to 1, as
+ * attention); header.residual is the identity weight mixed into each layer.
+ */
 export async function fetchRollout(query, { signal } = {}) {
-  return postCompact(`/api/rollout/compact?scheme=${COMPACT_SCHEME}`, body(query), { signal });
+  return postCompact(`/api/rollout/compact?scheme=${COMPACT_SCHEME}`, body(query), signal);
 }
 
-/** POST /api/flow: attention flow, refused (422, the limit in its detail) for long inputs. */
+/** POST /api/flow: attention flow (flow and flow_normalized as n*n rows), 422 for long inputs. */
 export async function fetchFlow(query, { signal } = {}) {
-  return postJson("/api/flow", JSON.parse(body(query)), { signal });
+  const result = await postJson("/api/flow", body(query), signal);
+  return { ...result, flow: flatRows(result.flow), flow_normalized: flatRows(result.flow_normalized) };
 }
 
 function compareBody(a, b, words) {
-  return words ? { a: input(a), b: input(b), words: true } : { a: input(a), b: input(b) };
+  const pair = { a: body({ ...a, words: false }), b: body({ ...b, words: false }) };
+  return words ? { ...pair, words: true } : pair;
 }
 
 /** POST /api/compare: per-head change scores of B against A on the aligned tokens. */
 export async function fetchCompare(a, b, words, { signal } = {}) {
-  return postJson("/api/compare", compareBody(a, b, words), { signal });
+  return postJson("/api/compare", compareBody(a, b, words), signal);
 }
 
-/** POST /api/compare/head: one head's aligned A, B and A - B maps. */
+/** POST /api/compare/head: one head's aligned A, B and A - B maps (m*m rows each). */
 export async function fetchCompareHead(a, b, words, layer, head, { signal } = {}) {
-  return postJson("/api/compare/head", { ...compareBody(a, b, words), layer, head }, { signal });
+  const maps = await postJson("/api/compare/head", { ...compareBody(a, b, words), layer, head }, signal);
+  return { ...maps, a: flatRows(maps.a), b: flatRows(maps.b), diff: flatRows(maps.diff) };
 }

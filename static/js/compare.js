@@ -1,7 +1,8 @@
 // Compare mode: B (another sentence, or the same one on another model) against A. POST /api/compare
 // gives every head's change score (the grid is coloured by it, the ranking lists heads by it);
 // POST /api/compare/head gives the chosen head's aligned A, B and A − B maps, drawn side by side by
-// the head heatmap code (A − B on a diverging scale centred on 0).
+// the head heatmap code (A − B on a diverging scale centred on 0). Every fetch carries the run's
+// AbortSignal; a head's maps also stop when another head is asked for.
 
 import { el } from "./dom.js";
 import { fetchCompare, fetchCompareHead } from "./api.js";
@@ -34,13 +35,14 @@ export class CompareView {
     this.result = null;
     this.a = null;
     this.b = null;
-    this.generation = 0;
+    this.signal = null; // the loaded run's
+    this.head = null; // AbortController of the head whose maps are on the way
     this.timer = 0;
   }
 
   clear() {
-    this.generation++;
     clearTimeout(this.timer);
+    this.head?.abort();
     this.result = null;
     const { panel, summary, ranking, a, b, diff, headCaption } = this.els;
     for (const gd of [a, b, diff]) clearHeatmap(gd);
@@ -52,13 +54,11 @@ export class CompareView {
     delete panel.dataset.head;
   }
 
-  /** Fetch the comparison of `a` and `b`; resolves to the API's answer, or null when superseded. */
-  async load(a, b) {
+  /** Fetch the comparison of `a` and `b` for the run of `signal`; resolves to the API's answer. */
+  async load(a, b, { signal }) {
     this.clear();
-    const generation = this.generation;
-    const result = await fetchCompare(a, b, a.words);
-    if (generation !== this.generation) return null;
-    Object.assign(this, { result, a, b });
+    const result = await fetchCompare(a, b, a.words, { signal });
+    Object.assign(this, { result, a, b, signal });
     const { panel, summary, ranking } = this.els;
     const sameText = a.text === b.text && (a.pair || "") === (b.pair || "");
     const what = sameText ? `the same input on ${result.a.model} (A) and ${result.b.model} (B)` : "two inputs";
@@ -92,14 +92,16 @@ export class CompareView {
       headCaption.textContent = "Pick a single head (not a layer mean) to see A, B and A − B.";
       return Promise.resolve(false);
     }
-    const generation = this.generation;
+    this.head?.abort();
+    this.head = new AbortController();
+    const signal = AbortSignal.any([this.signal, this.head.signal]);
     panel.dataset.state = "loading";
     return new Promise((resolve) => {
       this.timer = setTimeout(async () => {
         try {
-          resolve(await this.draw(layer, head, causal, generation));
+          resolve(await this.draw(layer, head, causal, signal));
         } catch (error) {
-          if (generation === this.generation) {
+          if (!signal.aborted) {
             headCaption.textContent = `Could not load this head's comparison: ${error.message}`;
             panel.dataset.state = "error";
           }
@@ -109,12 +111,12 @@ export class CompareView {
     });
   }
 
-  async draw(layer, head, causal, generation) {
-    const maps = await fetchCompareHead(this.a, this.b, this.a.words, layer, head);
-    if (generation !== this.generation) return false;
+  async draw(layer, head, causal, signal) {
+    const maps = await fetchCompareHead(this.a, this.b, this.a.words, layer, head, { signal });
+    if (signal.aborted) return false;
     const { a, b, diff, headCaption, panel } = this.els;
     let peak = 0;
-    for (const row of maps.diff) for (const v of row) peak = Math.max(peak, Math.abs(v));
+    for (const v of maps.diff) if (Number.isFinite(v)) peak = Math.max(peak, Math.abs(v));
     peak = Math.max(peak, 1e-3); // an unchanged head stays a white map, not amplified noise
     const score = this.result.score[layer][head];
     headCaption.textContent =
@@ -133,6 +135,7 @@ export class CompareView {
         scale: { colorscale: DIVERGING, zmin: -peak, zmax: peak, title: "A − B", signed: true },
       }),
     ]);
+    if (signal.aborted) return false; // another head (or run) took over while these were drawn
     panel.dataset.layer = String(layer);
     panel.dataset.head = String(head);
     panel.dataset.state = "ready";

@@ -65,7 +65,6 @@ export class Grid {
   constructor(container, { onSelect }) {
     this.container = container;
     this.onSelect = onSelect;
-    this.generation = 0;
     this.observer = null;
     this.container.addEventListener("click", (event) => {
       const thumb = event.target.closest(".thumb");
@@ -77,15 +76,16 @@ export class Grid {
   }
 
   clear() {
-    this.generation++;
     this.observer?.disconnect();
     this.container.replaceChildren();
   }
 
-  /** Build the grid for `attention`; resolves once every thumbnail is drawn (or a newer render began). */
-  render(attention) {
+  /**
+   * Build the grid for `attention`; resolves true once every thumbnail is drawn, false when `signal` (the
+   * run's) aborted first: what is left undrawn stays so.
+   */
+  render(attention, { signal } = {}) {
     this.clear();
-    const generation = this.generation;
     const { layers: L, heads: H } = attention;
     const aggregates = Object.entries(AGGREGATES);
     this.container.style.setProperty("--cols", String(H + aggregates.length));
@@ -141,21 +141,23 @@ export class Grid {
         draw(thumb);
         remaining--;
         if (remaining === 0) {
-          this.observer?.disconnect();
+          observer.disconnect(); // declared below; thumbnails are drawn only after it exists
           resolve(true);
         }
       };
       if (remaining === 0) return resolve(true);
       // What is on screen first...
-      this.observer = new IntersectionObserver((entries) => {
-        if (generation !== this.generation) return;
+      const observer = new IntersectionObserver((entries) => {
+        if (signal?.aborted) return;
         for (const entry of entries) if (entry.isIntersecting) drawAndCount(entry.target);
       });
-      for (const thumb of pending) this.observer.observe(thumb);
+      this.observer = observer;
+      signal?.addEventListener("abort", () => observer.disconnect(), { once: true });
+      for (const thumb of pending) observer.observe(thumb);
       // ...then everything else in slices that leave the main thread free for input.
       let next = 0;
       const slice = () => {
-        if (generation !== this.generation) return resolve(false);
+        if (signal?.aborted) return resolve(false);
         const start = performance.now();
         while (next < pending.length && performance.now() - start < SLICE_MS) drawAndCount(pending[next++]);
         if (next < pending.length) setTimeout(slice, 0);

@@ -69,7 +69,8 @@ function maskPolygon(n) {
 }
 
 /**
- * Build the figure. `values` is n*n row-major (Float32Array or number[]) or an array of n rows.
+ * Build the figure. `values` is n*n row-major (a Float32Array of a decoded head, or api.js's flatRows of
+ * a JSON answer); NaN is a missing value, drawn as a gap.
  * `scale` overrides the attention colour scale for other matrices (rollout, flow, A - B):
  * {colorscale, zmin, zmax, title, signed} (a diverging scale gets zmin = -zmax, so 0 is its centre).
  * `minPx` lets side-by-side figures be smaller.
@@ -77,7 +78,6 @@ function maskPolygon(n) {
  */
 export function buildFigure({ tokens, values, causal, boundary, title, exact, widthPx = 900, scale, minPx }) {
   const n = tokens.length;
-  const rows = Array.isArray(values) && Array.isArray(values[0]);
   const labels = tokens.map(plotlyText);
   const z = new Array(n);
   const customdata = new Array(n);
@@ -85,10 +85,10 @@ export function buildFigure({ tokens, values, causal, boundary, title, exact, wi
     const row = new Array(n);
     const cd = new Array(n);
     const q = labels[i];
-    const source = rows ? values[i] : null;
     const o = i * n;
     for (let j = 0; j < n; j++) {
-      row[j] = causal && j > i ? null : rows ? source[j] : values[o + j];
+      const v = values[o + j];
+      row[j] = (causal && j > i) || Number.isNaN(v) ? null : v;
       cd[j] = `${q} → ${labels[j]}`;
     }
     z[i] = row;
@@ -199,13 +199,17 @@ export function buildFigure({ tokens, values, causal, boundary, title, exact, wi
   return { data, layout, labels, size };
 }
 
+// What a drawn figure needs to thin its ticks on zoom: gd -> {tokens, size, thinning}. A WeakMap, not
+// properties on the element: it goes when the element goes, and Plotly's own fields stay its own.
+const figures = new WeakMap();
+
 /** Draw or redraw the figure in `gd`; resolves when Plotly has drawn it. */
 export async function renderHeatmap(gd, spec) {
   // The scrolling panel's width is the room the figure may take before it scrolls.
   const widthPx = gd.parentElement?.clientWidth || 900;
   const { data, layout, size } = buildFigure({ ...spec, widthPx });
   // Keep a person's zoom when only the head changes (same tokens), so heads compare region by region.
-  if (spec.keepZoom && gd.layout && gd._headscopeTokens?.length === spec.tokens.length) {
+  if (spec.keepZoom && gd.layout && figures.get(gd)?.tokens.length === spec.tokens.length) {
     layout.xaxis.range = [...gd.layout.xaxis.range];
     layout.yaxis.range = [...gd.layout.yaxis.range];
   }
@@ -226,13 +230,13 @@ export async function renderHeatmap(gd, spec) {
 // When a person zooms, more labels fit: ticks follow the visible range. Also run after each redraw,
 // because Plotly.react keeps a zoom (same uirevision) but would take the full view's ticks.
 function updateTicks(gd) {
-  const tokens = gd._headscopeTokens;
+  const { tokens, size } = figures.get(gd);
   const update = {};
   for (const name of ["xaxis", "yaxis"]) {
     const [a, b] = gd.layout[name].range;
     const lo = Math.max(0, Math.ceil(Math.min(a, b)));
     const hi = Math.min(tokens.length - 1, Math.floor(Math.max(a, b)));
-    const ticks = thinTicks(lo, hi, gd._headscopeSize / Math.max(Math.abs(b - a), 1));
+    const ticks = thinTicks(lo, hi, size / Math.max(Math.abs(b - a), 1));
     update[`${name}.tickvals`] = ticks;
     update[`${name}.ticktext`] = ticks.map((i) => plotlyText(shorten(tokens[i])));
   }
@@ -243,10 +247,9 @@ function updateTicks(gd) {
 }
 
 function bindTickThinning(gd, tokens, size) {
-  gd._headscopeTokens = tokens;
-  gd._headscopeSize = size;
-  if (!gd._headscopeThinning) {
-    gd._headscopeThinning = true;
+  const known = figures.get(gd);
+  figures.set(gd, { tokens, size, thinning: true });
+  if (!known?.thinning) {
     gd.on("plotly_relayout", (event) => {
       const keys = Object.keys(event ?? {});
       if (keys.some((k) => k.startsWith("xaxis.range") || k.startsWith("yaxis.range") || k.endsWith("autorange"))) {
@@ -260,8 +263,7 @@ function bindTickThinning(gd, tokens, size) {
 /** Remove a figure and its listeners, so the element can take a fresh one (another run, other tokens). */
 export function clearHeatmap(gd) {
   if (gd.data) window.Plotly.purge(gd);
-  delete gd._headscopeThinning; // purge dropped the relayout listener; the next draw binds it again
-  delete gd._headscopeTokens;
+  figures.delete(gd); // purge dropped the relayout listener; the next draw binds it again
   gd.replaceChildren();
 }
 

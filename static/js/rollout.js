@@ -6,11 +6,19 @@
 // The rollout panel sits below the grid and the detail, usually off screen after a run: it is fetched when
 // the panel comes on screen (at once when it already is), so a run's first view moves only what it shows.
 // #rollout's data-state says where it is: idle (waiting to be shown), loading, ready or error.
+// Every fetch carries the watched run's AbortSignal: a new run aborts them, and nothing of the old run draws.
 
 import { ApiError, fetchFlow, fetchRollout } from "./api.js";
 import { clearHeatmap, renderHeatmap } from "./heatmap.js";
 
 const SIDE_MIN_PX = 280; // side-by-side with the statistics table: smaller than the detail's minimum
+
+/** "0.5·A + 0.5·I per layer" for the identity weight the rollout header states (its `residual`). */
+export function rolloutMix(residual) {
+  if (!Number.isFinite(residual)) return "the residual stream mixed into each layer";
+  const weight = (w) => String(Number(w.toFixed(3))); // 1 - 0.3 prints 0.7, not 0.7000000000000001
+  return `${weight(1 - residual)}·A + ${weight(residual)}·I per layer`;
+}
 
 export class RolloutView {
   /** `els`: {panel, plot, slider, sliderValue, caption, flowButton, flowMessage, flowNormalized, flowPlot}. */
@@ -20,7 +28,7 @@ export class RolloutView {
     this.flowResult = null; // both forms of the last flow answer: the switch redraws without a request
     this.query = null;
     this.shape = { causal: false, boundary: -1 }; // of the watched input, for the flow figure
-    this.generation = 0;
+    this.signal = null; // the watched run's
     this.observer = new IntersectionObserver((entries) => {
       if (entries.some((entry) => entry.isIntersecting)) this.load();
     });
@@ -33,7 +41,6 @@ export class RolloutView {
   }
 
   clear() {
-    this.generation++;
     this.observer.disconnect();
     this.rollout = null;
     this.flowResult = null;
@@ -48,35 +55,38 @@ export class RolloutView {
     plot.dataset.state = "idle";
   }
 
-  /** Follow `query` (`shape`: {causal, boundary} of its attention): its rollout loads once the panel shows. */
-  watch(query, shape) {
+  /**
+   * Follow `query` (`shape`: {causal, boundary} of its attention) for the run of `signal`: its rollout
+   * loads once the panel shows, unless the run was aborted first.
+   */
+  watch(query, shape, { signal }) {
     this.clear();
-    this.query = query;
-    this.shape = shape;
+    Object.assign(this, { query, shape, signal });
     this.els.flowButton.disabled = false; // flow is its own request, on demand
+    signal.addEventListener("abort", () => this.observer.disconnect(), { once: true });
     this.observer.observe(this.els.panel); // reports at once when the panel is already on screen
   }
 
-  /** Fetch and draw the watched rollout (after its final layer). Resolves false when superseded. */
+  /** Fetch and draw the watched rollout (after its final layer). Resolves false when its run was aborted. */
   async load() {
     this.observer.disconnect();
-    const generation = this.generation;
+    const { signal } = this;
     const { plot, slider, caption } = this.els;
     plot.dataset.state = "loading";
     caption.textContent = "Computing attention rollout…";
     try {
-      const rollout = await fetchRollout(this.query);
-      if (generation !== this.generation) return false;
+      const rollout = await fetchRollout(this.query, { signal });
+      if (signal.aborted) return false;
       this.rollout = rollout;
       slider.max = String(rollout.layers - 1);
       slider.value = String(rollout.layers - 1);
       slider.disabled = rollout.layers < 2;
       await this.draw(rollout.layers - 1);
-      if (generation !== this.generation) return false;
+      if (signal.aborted) return false;
       plot.dataset.state = "ready";
       return true;
     } catch (error) {
-      if (generation !== this.generation) return false;
+      if (signal.aborted) return false;
       caption.textContent = `Rollout unavailable: ${error.message}`;
       plot.dataset.state = "error";
       return false;
@@ -92,7 +102,8 @@ export class RolloutView {
     sliderValue.textContent = `${layer}${last ? " (final)" : ""}`;
     caption.textContent =
       `Row i: how much output token i after layer ${layer} draws on input token j, through every head ` +
-      `and the residual stream (heads averaged, 0.5·A + 0.5·I per layer). 8-bit values (within ±${rollout.maxAbsError.toFixed(4)}).`;
+      `and the residual stream (heads averaged, ${rolloutMix(rollout.header.residual)}). ` +
+      `8-bit values (within ±${rollout.maxAbsError.toFixed(4)}).`;
     await renderHeatmap(plot, {
       tokens: rollout.tokens,
       values: rollout.headInto(layer, 0),
@@ -137,24 +148,24 @@ export class RolloutView {
   /** Attention flow of the loaded query; the API's limit (422) becomes the message itself. */
   async flow() {
     if (!this.query) return;
-    const generation = this.generation;
-    const { flowButton, flowMessage, flowPlot } = this.els;
+    const { signal } = this;
+    const { flowButton, flowMessage } = this.els;
     flowButton.disabled = true;
     flowMessage.textContent = "Computing attention flow…";
     flowMessage.dataset.state = "loading";
     try {
-      const result = await fetchFlow(this.query);
-      if (generation !== this.generation) return;
+      const result = await fetchFlow(this.query, { signal });
+      if (signal.aborted) return;
       this.flowResult = result;
       await this.drawFlow(result);
     } catch (error) {
-      if (generation !== this.generation) return;
+      if (signal.aborted) return;
       // 422 is the length limit: a fact about this input, said in the API's words.
       flowMessage.textContent =
         error instanceof ApiError && error.status === 422 ? error.message : `Attention flow failed: ${error.message}`;
       flowMessage.dataset.state = error instanceof ApiError && error.status === 422 ? "limit" : "error";
     } finally {
-      if (generation === this.generation) flowButton.disabled = false;
+      if (!signal.aborted) flowButton.disabled = false;
     }
   }
 }

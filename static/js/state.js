@@ -1,5 +1,7 @@
-// The view state lives in the URL query string so a reload or a shared link restores the same view.
+// The view state: one frozen object, changed only through update(patch), which merges the patch, writes
+// the URL once (so a reload or a shared link restores the same view) and notifies the subscribers.
 // history.replaceState keeps the back button for real navigation instead of every click.
+// Pure apart from the default URL writer, so Node's test runner imports it as the page does (tests/js/).
 
 import { AGGREGATES, isAggregate } from "./aggregates.js";
 
@@ -70,6 +72,47 @@ export function encodeState(state) {
 export function writeState(state) {
   const url = `${window.location.pathname}?${encodeState(state)}`;
   window.history.replaceState(null, "", url);
+}
+
+let current = Object.freeze({ ...DEFAULT_STATE });
+let write = writeState;
+const listeners = new Set();
+
+/** The state now: frozen, so a reader cannot change it behind update()'s back. */
+export function getState() {
+  return current;
+}
+
+/**
+ * Start over from `initial` (the page: readState() of its URL) with no subscribers. `write` replaces the
+ * URL writer (tests count its calls); nothing is written until the first update.
+ */
+export function initState(initial = DEFAULT_STATE, { write: writer = writeState } = {}) {
+  current = Object.freeze({ ...DEFAULT_STATE, ...initial });
+  write = writer;
+  listeners.clear();
+  return current;
+}
+
+/**
+ * The one writer: merge `patch`, write the URL once, then call each subscriber with (state, changed keys)
+ * when any value changed. A field the state does not have is a bug and throws before anything changes.
+ * Returns the set of changed keys.
+ */
+export function update(patch) {
+  const unknown = Object.keys(patch).filter((key) => !Object.hasOwn(DEFAULT_STATE, key));
+  if (unknown.length) throw new TypeError(`unknown state field(s) ${unknown.join(", ")}`);
+  const changed = new Set(Object.keys(patch).filter((key) => !Object.is(current[key], patch[key])));
+  current = Object.freeze({ ...current, ...patch });
+  write(current); // also when nothing changed: a URL with malformed values is written out clean
+  if (changed.size) for (const listener of [...listeners]) listener(current, changed);
+  return changed;
+}
+
+/** Call `listener(state, changed)` after every update that changes something; returns the unsubscribe. */
+export function subscribe(listener) {
+  listeners.add(listener);
+  return () => listeners.delete(listener);
 }
 
 /** The selection moved inside a model of `layers` x `heads`: layer clamped, a head index clamped. */

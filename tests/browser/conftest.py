@@ -7,29 +7,14 @@ rendering can be checked. Everything is local: the page must never reach past th
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-CHROMIUM = Path(os.environ.get("HEADSCOPE_CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from benchmarks.launch import CHROMIUM, launch_chromium, serve
+
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
 TINY_GPT2 = "tiny-gpt2"
@@ -42,53 +27,16 @@ def tiny_gpt2_dir(tiny_checkpoints: dict[str, Path]) -> Path:
     return Path(tiny_checkpoints["gpt2"])
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 (local test server)
-        return json.load(response)
-
-
 @pytest.fixture(scope="session")
 def server(tiny_gpt2_dir: Path) -> Iterator[str]:
-    port = _free_port()
     env = {
-        **os.environ,
         "HEADSCOPE_MODELS": json.dumps({TINY_GPT2: str(tiny_gpt2_dir)}),
         "HEADSCOPE_DEVICE": "cpu",
         "HEADSCOPE_THREADS": "1",
         "HEADSCOPE_LOG_LEVEL": "warning",
     }
-    command = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port)]
-    log = ARTIFACTS / "browser-server.log"
-    ARTIFACTS.mkdir(exist_ok=True)
-    with log.open("wb") as sink:
-        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=sink, stderr=subprocess.STDOUT)
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + SERVER_START_S
-        try:
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(f"uvicorn exited with {process.returncode}; see {log}")
-                try:
-                    if _get_json(f"{base}/api/health").get("status") == "ok":
-                        break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"server not healthy after {SERVER_START_S} s; see {log}")
-                time.sleep(0.3)
-            yield base
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+    with serve(env, log=ARTIFACTS / "browser-server.log", start_s=SERVER_START_S) as running:
+        yield running.base
 
 
 @pytest.fixture(scope="session")
@@ -111,7 +59,7 @@ def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        instance = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        instance = launch_chromium(playwright)
         yield instance
         instance.close()
 

@@ -5,12 +5,13 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { AGGREGATES, isAggregate } from "../../static/js/aggregates.js";
-import { describeDetail } from "../../static/js/api.js";
+import { describeDetail, flatRows } from "../../static/js/api.js";
 import { LUT, STOPS, statColor } from "../../static/js/colors.js";
 import { paintThumbnail } from "../../static/js/grid.js";
 import { plotSize, plotlyText, thinTicks } from "../../static/js/heatmap.js";
 import { CHANGE, colorScaleFor, formatStat, statTable } from "../../static/js/insight.js";
 import { exportName, modelLabel, selectionLabel } from "../../static/js/labels.js";
+import { rolloutMix } from "../../static/js/rollout.js";
 import { lineThreshold } from "../../static/js/tokens.js";
 
 test("aggregates are the page's own names only", () => {
@@ -132,4 +133,25 @@ test("API errors read as a person's sentence", () => {
   assert.equal(describeDetail(validation), "text: Field required; layer: Input should be greater than or equal to 0; no location");
   assert.equal(describeDetail(undefined), "");
   assert.equal(describeDetail({ odd: 1 }), '{"odd":1}');
+});
+
+test("JSON matrices become n*n row-major values, the decoded heads' shape, numbers unchanged", () => {
+  const rows = [
+    [0.123457, 0.876543],
+    [null, 1],
+  ];
+  const flat = flatRows(rows);
+  assert.ok(flat instanceof Float64Array);
+  assert.equal(flat.length, 4);
+  assert.deepEqual(Array.from(flat.subarray(0, 2)), rows[0]); // the JSON's 6-decimal numbers, exactly
+  assert.ok(Number.isNaN(flat[2])); // a missing value stays missing (drawn as a gap), never 0
+  assert.equal(flat[3], 1);
+  assert.equal(flatRows([]).length, 0);
+});
+
+test("the rollout caption states the residual weight the server sent", () => {
+  assert.equal(rolloutMix(0.5), "0.5·A + 0.5·I per layer");
+  assert.equal(rolloutMix(0.3), "0.7·A + 0.3·I per layer"); // not 0.7000000000000001
+  assert.equal(rolloutMix(0), "1·A + 0·I per layer");
+  assert.equal(rolloutMix(undefined), "the residual stream mixed into each layer");
 });

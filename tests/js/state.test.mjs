@@ -3,7 +3,17 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { DEFAULT_STATE, clampSelection, encodeState, moveSelection, readState } from "../../static/js/state.js";
+import {
+  DEFAULT_STATE,
+  clampSelection,
+  encodeState,
+  getState,
+  initState,
+  moveSelection,
+  readState,
+  subscribe,
+  update,
+} from "../../static/js/state.js";
 
 const roundTrip = (state) => readState(`?${encodeState(state)}`);
 
@@ -83,4 +93,68 @@ test("a selection from a link is clamped to the model it meets", () => {
   assert.deepEqual(clampSelection({ layer: 9, head: 99 }, shape), { layer: 3, head: 7 });
   assert.deepEqual(clampSelection({ layer: 9, head: "mean" }, shape), { layer: 3, head: "mean" });
   assert.deepEqual(clampSelection({ layer: 1, head: 2 }, shape), { layer: 1, head: 2 });
+});
+
+// update(): the one writer. A fake URL writer records what would reach the address bar.
+function fresh(initial = {}) {
+  const urls = [];
+  initState({ ...DEFAULT_STATE, ...initial }, { write: (state) => urls.push(encodeState(state)) });
+  return urls;
+}
+
+test("update merges the patch, writes the URL once and tells subscribers what changed", () => {
+  const urls = fresh({ text: "a cat" });
+  const calls = [];
+  subscribe((state, changed) => calls.push([state, [...changed].sort()]));
+  const changed = update({ layer: 2, head: "mean", view: "heatmap" });
+  assert.deepEqual([...changed].sort(), ["head", "layer"]); // view was heatmap already
+  assert.deepEqual(urls, ["text=a+cat&layer=2&head=mean&view=heatmap"]);
+  assert.equal(calls.length, 1);
+  assert.deepEqual(calls[0][1], ["head", "layer"]);
+  assert.equal(calls[0][0], getState());
+  assert.deepEqual(getState(), { ...DEFAULT_STATE, text: "a cat", layer: 2, head: "mean" });
+});
+
+test("an update that changes nothing still writes the URL but notifies no one", () => {
+  const urls = fresh({ layer: 1 });
+  let notified = 0;
+  subscribe(() => notified++);
+  assert.equal(update({ layer: 1 }).size, 0);
+  assert.equal(update({}).size, 0);
+  assert.equal(notified, 0);
+  assert.equal(urls.length, 2); // a link with malformed values is written out clean by the next update
+});
+
+test("the state cannot change behind update's back", () => {
+  fresh();
+  const before = getState();
+  assert.ok(Object.isFrozen(before));
+  assert.throws(() => {
+    before.layer = 5; // modules are strict: writing a frozen field throws
+  }, TypeError);
+  update({ color: "entropy" });
+  assert.equal(before.color, ""); // a reader's old snapshot stays what it was
+  assert.equal(getState().color, "entropy");
+});
+
+test("an unknown field throws before anything is written or changed", () => {
+  const urls = fresh();
+  let notified = 0;
+  subscribe(() => notified++);
+  assert.throws(() => update({ layer: 3, colour: "x" }), /unknown state field\(s\) colour/);
+  assert.deepEqual([urls.length, notified, getState().layer], [0, 0, 0]);
+});
+
+test("subscribers see the merged state in order, and an unsubscribed one hears nothing", () => {
+  fresh();
+  const seen = [];
+  const stop = subscribe((state) => seen.push(`a${state.layer}`));
+  subscribe((state) => seen.push(`b${state.layer}`));
+  update({ layer: 1 });
+  stop();
+  update({ layer: 2 });
+  assert.deepEqual(seen, ["a1", "b1", "b2"]);
+  initState(DEFAULT_STATE, { write: () => {} }); // a fresh start drops every subscriber
+  update({ layer: 3 });
+  assert.deepEqual(seen, ["a1", "b1", "b2"]);
 });

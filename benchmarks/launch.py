@@ -1,0 +1,116 @@
+"""Start the real app and Debian's Chromium: one helper for tests/browser/ and the benchmarks.
+
+    from launch import launch_chromium, serve             # a script in benchmarks/ (its own folder)
+    from benchmarks.launch import launch_chromium, serve  # tests (the repository root is on sys.path)
+
+`serve` runs uvicorn on a free loopback port, waits for GET /api/health to say "ok" and stops the server on
+exit; `launch_chromium` starts /usr/bin/chromium (never a downloaded browser) headless, offline-quiet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's; `make chromium` installs it
+# No GPU, no QUIC, and none of the background fetches (updates, sync, field trials) a fresh profile makes:
+# the page must never reach past the app's base URL, and the tests watch every request.
+CHROMIUM_ARGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+HEALTH_POLL_S = 0.3
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def healthy(base: str) -> bool:
+    """True when GET {base}/api/health answers {"status": "ok"}."""
+    try:
+        with urllib.request.urlopen(f"{base}/api/health", timeout=5) as response:  # noqa: S310 (loopback)
+            return bool(json.load(response).get("status") == "ok")
+    except (OSError, ValueError):
+        return False
+
+
+@dataclass(frozen=True)
+class Server:
+    process: subprocess.Popen[bytes]
+    base: str  # http://127.0.0.1:<port>, no trailing slash
+
+
+@contextmanager
+def serve(
+    env: Mapping[str, str] | None = None,
+    *,
+    log: Path | None = None,
+    uvicorn_args: Sequence[str] = (),
+    start_s: float = 180,
+) -> Iterator[Server]:
+    """`app.main:app` under uvicorn on a free port, healthy before it is yielded, stopped after.
+
+    `env` adds to os.environ; `log` takes the server's output (else it shares this process's); `start_s`
+    bounds the wait for health (loading the default model on a busy machine takes a while).
+    Raises RuntimeError when the server exits or stays unhealthy, naming the log.
+    """
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port)]
+    where = f"; see {log}" if log else ""
+    with ExitStack() as stack:
+        sink = None
+        if log is not None:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            sink = stack.enter_context(log.open("wb"))
+        process = subprocess.Popen(
+            [*command, *uvicorn_args],
+            cwd=REPO,
+            env={**os.environ, **(env or {})},
+            stdout=sink,
+            stderr=subprocess.STDOUT if sink else None,
+        )
+        try:
+            deadline = time.monotonic() + start_s
+            while not healthy(base):
+                if process.poll() is not None:
+                    raise RuntimeError(f"uvicorn exited with {process.returncode}{where}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"server not healthy after {start_s:g} s{where}")
+                time.sleep(HEALTH_POLL_S)
+            yield Server(process, base)
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # still busy with queued work (a graceful shutdown waits)
+                process.kill()
+                process.wait()
+
+
+def launch_chromium(playwright: Any) -> Any:
+    """Debian's Chromium through Playwright, with CHROMIUM_ARGS; the caller closes it."""
+    if not CHROMIUM.exists():
+        raise RuntimeError(f"no Chromium at {CHROMIUM} (make chromium installs Debian's)")
+    return playwright.chromium.launch(executable_path=str(CHROMIUM), args=list(CHROMIUM_ARGS))

@@ -1,0 +1,104 @@
+// The input form: the model lists, what is being typed (the next run's query), the status line and the
+// alert. The form holds only what a person is typing; what was run is the view state (state.js), which
+// fills the form once, when a link is opened.
+
+import { $, el } from "./dom.js";
+import { modelLabel } from "./labels.js";
+
+/** The server-known state of the page's JSON data block (models, limits); {} when it is missing. */
+export function readInitialState() {
+  try {
+    return JSON.parse($("initialState").textContent);
+  } catch {
+    return {};
+  }
+}
+
+export function setBusy(message) {
+  const status = $("status");
+  status.textContent = message;
+  status.classList.toggle("busy", Boolean(message));
+  $("form").setAttribute("aria-busy", message ? "true" : "false");
+}
+
+export function showError(message) {
+  const box = $("error");
+  box.textContent = message;
+  box.hidden = !message;
+}
+
+/** Both model selects from GET /api/models's answer; returns {models: name -> model, defaultModel}. */
+export function fillModels(info) {
+  const models = new Map(info.models.map((m) => [m.name, m]));
+  const defaultModel = info.default ?? info.models[0]?.name ?? "";
+  const options = info.models.map((m) => {
+    const label = modelLabel(m);
+    const option = el("option", { text: m.error ? `${label} (unavailable)` : label, attrs: { value: m.name } });
+    if (m.error) {
+      option.disabled = true;
+      option.title = m.error;
+    }
+    return option;
+  });
+  $("model").replaceChildren(...options);
+  $("modelB").replaceChildren(...options.map((option) => option.cloneNode(true)));
+  return { models, defaultModel };
+}
+
+/** A run tells us the size of a model that was not loaded when the page was rendered. */
+export function learnModel(models, attention) {
+  const known = models.get(attention.model);
+  if (!known || known.layers != null) return;
+  Object.assign(known, { layers: attention.layers, heads: attention.heads, causal: attention.causal });
+  const option = [...$("model").options].find((o) => o.value === attention.model);
+  if (option) option.textContent = modelLabel(known);
+}
+
+/** A's query as typed: {text, pair, model, words}. */
+export function currentQuery() {
+  return { text: $("text").value, pair: $("textPair").value, model: $("model").value, words: $("words").checked };
+}
+
+/** Compare mode as typed: {compare, btext, bmodel}. */
+export function currentB() {
+  return { compare: $("compare").checked, btext: $("textB").value, bmodel: $("modelB").value };
+}
+
+/**
+ * Put a link's state into the form, and wire what only shapes the form: submit and Ctrl+Enter call
+ * onRun(), ticking Compare shows B's inputs, and B's model follows A's until someone picks one for B.
+ */
+export function initForm(state, { models, defaultModel }, { onRun }) {
+  $("text").value = state.text;
+  $("textPair").value = state.pair;
+  $("model").value = models.has(state.model) ? state.model : defaultModel;
+  $("words").checked = state.words;
+  $("compare").checked = state.compare;
+  $("compareInputs").hidden = !state.compare;
+  $("textB").value = state.btext;
+  $("modelB").value = models.has(state.bmodel) ? state.bmodel : $("model").value;
+
+  $("form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    onRun();
+  });
+  for (const name of ["text", "textPair", "textB"]) {
+    $(name).addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+        event.preventDefault();
+        onRun();
+      }
+    });
+  }
+  $("compare").addEventListener("change", () => {
+    $("compareInputs").hidden = !$("compare").checked;
+    if ($("compare").checked) $("textB").focus();
+  });
+  let modelBChosen = Boolean(state.bmodel);
+  $("modelB").addEventListener("change", () => {
+    modelBChosen = true;
+  });
+  $("model").addEventListener("change", () => {
+    if (!modelBChosen) $("modelB").value = $("model").value;
+  });
+}
