@@ -110,9 +110,8 @@ class MultiHeadAttention(nn.Module):
         if need_weights and self._single_sequence(query, self_attention):
             return self._single_self_attention(query, keep, weights_out)
 
-        q, k, v = (
-            self._split_heads(t) for t in self._project(query, key, value, self_attention)
-        )  # (B, H, T|S, D)
+        q, k, v = self._project(query, key, value, self_attention)  # (B, T|S, E)
+        q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)  # (B, H, T|S, D)
         out, weights = scaled_dot_product_attention(
             q,
             k,
@@ -130,15 +129,15 @@ class MultiHeadAttention(nn.Module):
         self,
         x: torch.Tensor,
         *,
-        mask: torch.Tensor | None = None,
         causal: bool = False,
+        mask: torch.Tensor | None = None,
         keep: torch.Tensor | None = None,
         weights_out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Self-attention weights (B, H, T, T) alone, for a layer whose output nobody reads (a model's
         last layer when only attention is asked). On one sequence in inference it skips the value
         projection, the weighted sum and out_proj; otherwise it is `forward`'s weights."""
-        x = self._check_inputs(x, x, x)[0]
+        self._check_inputs(x, None, None)
         keep = self._keep_mask(x, x, mask=mask, valid_lens=None, causal=causal, keep=keep)
         if self._single_sequence(x, self_attention=True):
             return self._single_weights(x, keep, weights_out, with_values=False)[1].unsqueeze(0)
