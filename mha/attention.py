@@ -1,9 +1,12 @@
-"""Scaled dot-product attention and the mask helpers every caller shares.
+"""The attention core: keep-masks, and the one function that turns q and k into weights.
 
 Shape legend: B batch, H heads, T query length, S key length, D head dim.
 
 Masks here are *keep*-masks: True (or 1) means "this query may look at this key". They arrive in the
-forms the seed texts use and are normalised once to one boolean tensor broadcastable to (B, H, T, S).
+forms the seed texts use and are normalised once (`build_keep_mask`) to one boolean tensor broadcastable
+to (B, H, T, S). Then every path runs the same steps, in `attention_weights`: scores = q k^T * scale ->
+soft-cap -> mask -> softmax -> rows with no key zeroed (`masked_softmax`). `scaled_dot_product_attention`
+adds dropout and the weighted sum of values, or hands a weights-free call to torch's fused kernel.
 """
 
 from __future__ import annotations
@@ -124,12 +127,12 @@ def attention_weights(
     """softmax(q k^T * scale, masked by `keep`) over the keys: the one place scores become weights.
 
     q (..., T, D), k (..., S, D), keep a bool keep-mask broadcastable to (..., T, S) -> (..., T, S). Every
-    path ends here (batched, one sequence, weights alone), so each piece plugs in once: `softcap` is
-    Gemma 2's cap * tanh(logits / cap), applied before the mask as there; grouped-query keys arrive
-    already repeated per group; rotary embeddings are applied to q and k before the call; a sliding
-    window is one more term of the keep-mask (`build_keep_mask`). A query row whose keys are all masked
-    gets zero weights, never NaN. Without autograd the weights are written into `out` if given (a
-    contiguous (..., T, S) slice of a model's stacked buffer), else over the scores: no extra pass.
+    path ends here (batched, one sequence, weights alone), so a new piece plugs in once: `softcap` is
+    Gemma 2's cap * tanh(logits / cap), before the mask as there; grouped-query keys would be repeated
+    per group at the top; rotary embeddings and sliding windows act before the call (on q and k, and in
+    `build_keep_mask`). A query row whose keys are all masked gets zero weights, never NaN. Without
+    autograd the weights are written into `out` if given (a contiguous (..., T, S) slice of a model's
+    stacked buffer), else over the scores: no extra pass.
     """
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
     if q.ndim == 3 and not grad:
