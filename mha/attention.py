@@ -1,9 +1,12 @@
-"""Scaled dot-product attention and the mask helpers every caller shares.
+"""The attention core: keep-masks, and the one function that turns q and k into weights.
 
 Shape legend: B batch, H heads, T query length, S key length, D head dim.
 
 Masks here are *keep*-masks: True (or 1) means "this query may look at this key". They arrive in the
-forms the seed texts use and are normalised once to one boolean tensor broadcastable to (B, H, T, S).
+forms the seed texts use and are normalised once (`build_keep_mask`) to one boolean tensor broadcastable
+to (B, H, T, S). Then every path runs the same steps, in `attention_weights`: scores = q k^T * scale ->
+soft-cap -> mask -> softmax -> rows with no key zeroed (`masked_softmax`). `scaled_dot_product_attention`
+adds dropout and the weighted sum of values, or hands a weights-free call to torch's fused kernel.
 """
 
 from __future__ import annotations
@@ -13,7 +16,15 @@ import math
 import torch
 import torch.nn.functional as F
 
-__all__ = ["build_keep_mask", "normalize_mask", "scaled_dot_product_attention", "valid_lens_mask"]
+__all__ = [
+    "attention_weights",
+    "build_keep_mask",
+    "empty_rows",
+    "masked_softmax",
+    "normalize_mask",
+    "scaled_dot_product_attention",
+    "valid_lens_mask",
+]
 
 
 def normalize_mask(mask: torch.Tensor, *, batch: int, heads: int, tgt_len: int, src_len: int) -> torch.Tensor:
@@ -96,6 +107,66 @@ def build_keep_mask(
     return keep
 
 
+def empty_rows(keep: torch.Tensor | None) -> torch.Tensor | None:
+    """(..., T, 1) True where a query row keeps no key at all; None when no row is empty (one check)."""
+    if keep is None:
+        return None
+    empty = ~keep.any(dim=-1, keepdim=True)
+    return empty if bool(empty.any()) else None
+
+
+def attention_weights(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    keep: torch.Tensor | None = None,
+    *,
+    scale: float,
+    softcap: float | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """softmax(q k^T * scale, masked by `keep`) over the keys: the one place scores become weights.
+
+    q (..., T, D), k (..., S, D), keep a bool keep-mask broadcastable to (..., T, S) -> (..., T, S). Every
+    path ends here (batched, one sequence, weights alone), so a new piece plugs in once: `softcap` is
+    Gemma 2's cap * tanh(logits / cap), before the mask as there; grouped-query keys would be repeated
+    per group at the top; rotary embeddings and sliding windows act before the call (on q and k, and in
+    `build_keep_mask`). A query row whose keys are all masked gets zero weights, never NaN. Without
+    autograd the weights are written into `out` if given (a contiguous (..., T, S) slice of a model's
+    stacked buffer), else over the scores: no extra pass.
+    """
+    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
+    if q.ndim == 3 and not grad:
+        # One sequence, (H, T, D): the scale rides on the matmul (BLAS alpha), written straight into `out`.
+        scores = q.new_empty(q.shape[0], q.shape[1], k.shape[1]) if out is None else out
+        torch.baddbmm(scores, q, k.transpose(1, 2), beta=0.0, alpha=scale, out=scores)
+    else:
+        # baddbmm is 3-D only, and folding (B, H) into one dim would copy q and k: one pass for the scale.
+        scores = torch.matmul(q, k.transpose(-2, -1)).mul_(scale)  # (..., T, S)
+    if softcap is not None:
+        # tanh's backward reads its output, so autograd needs the out-of-place form.
+        scores = (scores / softcap).tanh() * softcap if grad else scores.div_(softcap).tanh_().mul_(softcap)
+    return masked_softmax(scores, keep, out=None if grad else out)
+
+
+def masked_softmax(
+    scores: torch.Tensor, keep: torch.Tensor | None, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """softmax over the last dim where `keep` is True; rows with no key kept give zeros, never NaN.
+
+    In place (into `out`, or over `scores`) unless autograd needs softmax's output intact.
+    """
+    empty = empty_rows(keep)
+    if keep is not None:
+        # The dtype's lowest finite value, not -inf, as Hugging Face does: exp underflows to exactly 0 and a
+        # fully masked row stays finite (its gradients too) until it is zeroed below.
+        scores.masked_fill_(~keep, torch.finfo(scores.dtype).min)
+    if torch.is_grad_enabled() and scores.requires_grad:
+        weights = torch.softmax(scores, dim=-1)
+        return weights if empty is None else weights.masked_fill(empty, 0.0)
+    weights = torch.softmax(scores, dim=-1, out=scores if out is None else out)
+    return weights if empty is None else weights.masked_fill_(empty, 0.0)
+
+
 def scaled_dot_product_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -105,6 +176,7 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     training: bool = False,
     scale: float | None = None,
+    softcap: float | None = None,
     need_weights: bool = True,
     weights_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -116,38 +188,18 @@ def scaled_dot_product_attention(
     every layer's weights).
     """
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
-    # Rows with no key at all: computed once, zeroed at the end (softmax alone would give uniform or NaN).
-    empty = None if keep_mask is None else ~keep_mask.any(dim=-1, keepdim=True)
-    if empty is not None and not bool(empty.any()):
-        empty = None
-
-    if not need_weights:
+    if not need_weights and softcap is None:
+        # torch's fused kernel: no (B, H, T, S) weights kept. It has no soft-cap, hence the condition.
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=keep_mask, dropout_p=dropout_p if training else 0.0, scale=scale
         )
-        if empty is not None:
-            out = out.masked_fill(empty, 0.0)
-        return out, None
+        empty = empty_rows(keep_mask)
+        return (out if empty is None else out.masked_fill(empty, 0.0)), None
 
-    scores = torch.matmul(q, k.transpose(-2, -1))  # (B, H, T, S)
-    scores.mul_(scale)
-    if keep_mask is not None:
-        # The dtype's lowest finite value, not -inf, as Hugging Face does: exp underflows to exactly 0 and a
-        # fully masked row stays finite (its gradients too) until it is zeroed below.
-        scores.masked_fill_(~keep_mask, torch.finfo(scores.dtype).min)
-    # In-place softmax and zeroing save a pass over (B, H, T, S) but autograd needs softmax's output intact.
-    grad = torch.is_grad_enabled() and scores.requires_grad
-    if grad:
-        weights = torch.softmax(scores, dim=-1)
-        if empty is not None:
-            weights = weights.masked_fill(empty, 0.0)
-    else:
-        weights = torch.softmax(scores, dim=-1, out=scores if weights_out is None else weights_out)
-        if empty is not None:
-            weights.masked_fill_(empty, 0.0)
+    weights = attention_weights(q, k, keep_mask, scale=scale, softcap=softcap, out=weights_out)
     if training and dropout_p > 0:
         # As torch.nn.MultiheadAttention: the weights returned are the ones the values were mixed with.
         weights = F.dropout(weights, p=dropout_p, training=True)
-        if weights_out is not None and not grad:
+        if weights_out is not None and not weights.requires_grad:
             weights_out.copy_(weights)
-    return torch.matmul(weights, v), weights
+    return torch.matmul(weights, v), (weights if need_weights else None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import cast
 
 import torch
@@ -14,12 +15,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from mha._memory import empty_buffer
+from mha.attention import build_keep_mask
 from mha.errors import Cancelled
 from mha.multihead import MultiHeadAttention
 
 __all__ = ["ACTIVATIONS", "ARCHITECTURES", "Transformer", "TransformerConfig", "TransformerOutput"]
 
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
+# name -> function; the config names one of them ("gelu_tanh" is GPT-2's gelu_new)
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": F.gelu,
+    "gelu_tanh": partial(F.gelu, approximate="tanh"),
+    "relu": F.relu,
+}
+ACTIVATIONS = tuple(_ACTIVATIONS)
 ARCHITECTURES = ("encoder", "decoder")
 
 
@@ -72,14 +80,6 @@ class TransformerOutput:
     attentions: torch.Tensor | None  # (L, B, H, T, T), every layer's attention weights
 
 
-def _activation(name: str, x: torch.Tensor) -> torch.Tensor:
-    if name == "gelu":
-        return F.gelu(x)
-    if name == "gelu_tanh":
-        return F.gelu(x, approximate="tanh")
-    return F.relu(x)
-
-
 class Embeddings(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
@@ -110,10 +110,10 @@ class FeedForward(nn.Module):
         super().__init__()
         self.fc_in = nn.Linear(config.embed_dim, config.ffn_dim)
         self.fc_out = nn.Linear(config.ffn_dim, config.embed_dim)
-        self.activation = config.activation
+        self.activation = _ACTIVATIONS[config.activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc_out(_activation(self.activation, self.fc_in(x)))
+        return self.fc_out(self.activation(self.fc_in(x)))
 
 
 class Block(nn.Module):
@@ -138,12 +138,12 @@ class Block(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.pre_norm:
             attn, weights = self.attn(
-                self.attn_norm(x), mask=keep, need_weights=need_weights, weights_out=weights_out
+                self.attn_norm(x), keep=keep, need_weights=need_weights, weights_out=weights_out
             )
             x = x + self.dropout(attn)
             x = x + self.dropout(self.ffn(self.ffn_norm(x)))
         else:
-            attn, weights = self.attn(x, mask=keep, need_weights=need_weights, weights_out=weights_out)
+            attn, weights = self.attn(x, keep=keep, need_weights=need_weights, weights_out=weights_out)
             x = self.attn_norm(x + self.dropout(attn))
             x = self.ffn_norm(x + self.dropout(self.ffn(x)))
         return x, weights
@@ -153,7 +153,7 @@ class Block(nn.Module):
     ) -> torch.Tensor:
         """This layer's attention weights alone: no value path, no feed-forward."""
         return self.attn.attention_weights(
-            self.attn_norm(x) if self.pre_norm else x, mask=keep, weights_out=weights_out
+            self.attn_norm(x) if self.pre_norm else x, keep=keep, weights_out=weights_out
         )
 
 
@@ -178,6 +178,23 @@ class Transformer(nn.Module):
             cfg.position_offset, cfg.position_offset + input_ids.shape[1], device=input_ids.device
         )
         return positions.unsqueeze(0).expand_as(input_ids)
+
+    def _keep_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+        """One bool keep-mask (B|1, 1, T, T) for every layer: padded keys (attention_mask 0) and, in a
+        decoder, the causal triangle; None when nothing is masked (the common single-text case)."""
+        batch, length = input_ids.shape
+        padding = None
+        if attention_mask is not None and not bool(attention_mask.all()):
+            padding = attention_mask.bool().view(batch, 1, 1, length)  # any nonzero marks a real token
+        return build_keep_mask(
+            mask=padding,
+            causal=self.config.causal,
+            batch=batch,
+            heads=1,
+            tgt_len=length,
+            src_len=length,
+            device=input_ids.device,
+        )
 
     def forward(
         self,
@@ -208,13 +225,7 @@ class Transformer(nn.Module):
             position_ids = self.position_ids(input_ids)
         x = self.embeddings(input_ids, position_ids, segment_ids)  # (B, T, E)
 
-        # One mask for every layer, and none at all when nothing is padded (the common single-text case).
-        keep: torch.Tensor | None = None
-        if attention_mask is not None and not bool(attention_mask.all()):
-            keep = attention_mask.bool().view(batch, 1, 1, length)  # padded keys masked
-        if cfg.causal:
-            tri = torch.ones(length, length, dtype=torch.bool, device=input_ids.device).tril_()
-            keep = tri.view(1, 1, length, length) if keep is None else keep & tri  # (B|1, 1, T, T)
+        keep = self._keep_mask(input_ids, attention_mask)
 
         buffer = None
         if need_weights and not torch.is_grad_enabled():

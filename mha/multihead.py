@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mha.attention import build_keep_mask, scaled_dot_product_attention
+from mha.attention import attention_weights, build_keep_mask, scaled_dot_product_attention
 
 __all__ = ["MultiHeadAttention"]
 
@@ -88,60 +88,30 @@ class MultiHeadAttention(nn.Module):
         key: torch.Tensor | None = None,
         value: torch.Tensor | None = None,
         *,
+        causal: bool = False,
         mask: torch.Tensor | None = None,
         valid_lens: torch.Tensor | None = None,
-        causal: bool = False,
+        keep: torch.Tensor | None = None,
         need_weights: bool = True,
         weights_out: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from `query` (B, T, E) to `key` (B, S, kdim), `value` (B, S, vdim); omitted: self-attention.
 
+        causal: query i sees keys 0..i.
         mask: 0/1 or bool keep-mask broadcastable from (S), (T, S), (B, T, S) or (B, 1|H, T, S).
         valid_lens: (B) or (B, T), keys at index >= the length are masked (d2l style).
-        causal: query i sees keys 0..i. All three combine. A query with no key left gets zeros.
+        All three combine. A query with no key left gets zeros.
+        keep: instead of those three, the bool (B|1, H|1, T, S) mask `build_keep_mask` returns: a model
+        builds it once for all its layers, and no layer normalises it again.
         """
-        if key is None:
-            key = query if value is None else value
-        if value is None:
-            value = key
-        if query.ndim != 3 or query.shape[-1] != self.embed_dim:
-            raise ValueError(f"query must have shape (B, T, {self.embed_dim}), got {tuple(query.shape)}")
-        batch, tgt_len, _ = query.shape
-        if key.ndim != 3 or key.shape[0] != batch or key.shape[-1] != self.kdim:
-            raise ValueError(f"key must have shape ({batch}, S, {self.kdim}), got {tuple(key.shape)}")
-        if value.ndim != 3 or value.shape[:2] != key.shape[:2] or value.shape[-1] != self.vdim:
-            raise ValueError(
-                f"value must have shape ({batch}, {key.shape[1]}, {self.vdim}), got {tuple(value.shape)}"
-            )
+        key, value = self._check_inputs(query, key, value)
         self_attention = key is query and value is query
-        src_len = key.shape[1]
-        heads, head_dim = self.num_heads, self.head_dim
-
-        keep = build_keep_mask(
-            mask=mask,
-            valid_lens=valid_lens,
-            causal=causal,
-            batch=batch,
-            heads=heads,
-            tgt_len=tgt_len,
-            src_len=src_len,
-            device=query.device,
-        )
-        if (
-            self_attention
-            and self.fused
-            and batch == 1
-            and need_weights
-            and not (self.training and self.dropout > 0)
-            and not (torch.is_grad_enabled() and query.requires_grad | self.in_proj.weight.requires_grad)
-        ):
+        keep = self._keep_mask(query, key, mask=mask, valid_lens=valid_lens, causal=causal, keep=keep)
+        if need_weights and self._single_sequence(query, self_attention):
             return self._single_self_attention(query, keep, weights_out)
 
-        q, k, v = self._project(query, key, value, self_attention)
-        q = q.view(batch, tgt_len, heads, head_dim).transpose(1, 2)  # (B, H, T, D)
-        k = k.view(batch, src_len, heads, head_dim).transpose(1, 2)  # (B, H, S, D)
-        v = v.view(batch, src_len, heads, head_dim).transpose(1, 2)  # (B, H, S, D)
-
+        q, k, v = self._project(query, key, value, self_attention)  # (B, T|S, E)
+        q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)  # (B, H, T|S, D)
         out, weights = scaled_dot_product_attention(
             q,
             k,
@@ -152,36 +122,93 @@ class MultiHeadAttention(nn.Module):
             need_weights=need_weights,
             weights_out=weights_out,
         )
-        out = out.transpose(1, 2).reshape(batch, tgt_len, self.embed_dim)  # (B, T, E)
+        out = out.transpose(1, 2).reshape(query.shape[0], query.shape[1], self.embed_dim)  # (B, T, E)
         return self.out_proj(out), weights
 
     def attention_weights(
         self,
         x: torch.Tensor,
         *,
-        mask: torch.Tensor | None = None,
         causal: bool = False,
+        mask: torch.Tensor | None = None,
+        keep: torch.Tensor | None = None,
         weights_out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Self-attention weights (B, H, T, T) alone, for a layer whose output nobody reads (a model's
-        last layer when only attention is asked). In inference on one sequence it skips the value
+        last layer when only attention is asked). On one sequence in inference it skips the value
         projection, the weighted sum and out_proj; otherwise it is `forward`'s weights."""
-        batch, length = x.shape[0], x.shape[1]
-        if self.fused and batch == 1 and not self.training and not torch.is_grad_enabled():
-            keep = build_keep_mask(
-                mask=mask,
-                valid_lens=None,
-                causal=causal,
-                batch=batch,
-                heads=self.num_heads,
-                tgt_len=length,
-                src_len=length,
-                device=x.device,
-            )
+        self._check_inputs(x, None, None)
+        keep = self._keep_mask(x, x, mask=mask, valid_lens=None, causal=causal, keep=keep)
+        if self._single_sequence(x, self_attention=True):
             return self._single_weights(x, keep, weights_out, with_values=False)[1].unsqueeze(0)
-        weights = self(x, mask=mask, causal=causal, need_weights=True, weights_out=weights_out)[1]
+        weights = self(x, keep=keep, need_weights=True, weights_out=weights_out)[1]
         assert weights is not None  # need_weights=True always gives weights
         return weights
+
+    def _check_inputs(
+        self, query: torch.Tensor, key: torch.Tensor | None, value: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(key, value), the omitted ones filled in as forward's docstring says, once all three shapes fit."""
+        if key is None:
+            key = query if value is None else value
+        if value is None:
+            value = key
+        if query.ndim != 3 or query.shape[-1] != self.embed_dim:
+            raise ValueError(f"query must have shape (B, T, {self.embed_dim}), got {tuple(query.shape)}")
+        batch = query.shape[0]
+        if key.ndim != 3 or key.shape[0] != batch or key.shape[-1] != self.kdim:
+            raise ValueError(f"key must have shape ({batch}, S, {self.kdim}), got {tuple(key.shape)}")
+        if value.ndim != 3 or value.shape[:2] != key.shape[:2] or value.shape[-1] != self.vdim:
+            raise ValueError(
+                f"value must have shape ({batch}, {key.shape[1]}, {self.vdim}), got {tuple(value.shape)}"
+            )
+        return key, value
+
+    def _keep_mask(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        *,
+        mask: torch.Tensor | None,
+        valid_lens: torch.Tensor | None,
+        causal: bool,
+        keep: torch.Tensor | None,
+    ) -> torch.Tensor | None:
+        """The public mask forms normalised once, at the module boundary; a ready `keep` passes through."""
+        if keep is None:
+            return build_keep_mask(
+                mask=mask,
+                valid_lens=valid_lens,
+                causal=causal,
+                batch=query.shape[0],
+                heads=self.num_heads,
+                tgt_len=query.shape[1],
+                src_len=key.shape[1],
+                device=query.device,
+            )
+        if mask is not None or valid_lens is not None or causal:
+            raise ValueError("keep replaces mask, valid_lens and causal: pass either keep or those")
+        if keep.dtype != torch.bool or keep.ndim != 4:
+            raise ValueError(
+                f"keep must be a 4-D bool mask as build_keep_mask returns, got {keep.dtype} "
+                f"of shape {tuple(keep.shape)}"
+            )
+        return keep
+
+    def _single_sequence(self, query: torch.Tensor, self_attention: bool) -> bool:
+        """Whether the copy-free single-sequence path applies: self-attention on one sequence with the
+        fused projection, no dropout to draw and no gradient to keep (the path writes in place)."""
+        return (
+            self_attention
+            and self.fused
+            and query.shape[0] == 1
+            and not (self.training and self.dropout > 0)
+            and not (torch.is_grad_enabled() and (query.requires_grad or self.in_proj.weight.requires_grad))
+        )
+
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, L, E) -> (B, H, L, D), a view."""
+        return x.view(x.shape[0], x.shape[1], self.num_heads, self.head_dim).transpose(1, 2)
 
     def _single_self_attention(
         self, x: torch.Tensor, keep: torch.Tensor | None, weights_out: torch.Tensor | None
@@ -216,14 +243,11 @@ class MultiHeadAttention(nn.Module):
         x_t = x[0].t()  # (E, T) view
         qkv_t = torch.addmm(b.unsqueeze(1), w, x_t) if b is not None else w @ x_t  # (parts·E, T)
         q_t, k_t, *v_t = qkv_t.view(parts, heads, head_dim, length).unbind(0)  # each (H, D, T)
-        scores = x.new_empty(heads, length, length) if weights_out is None else weights_out[0]  # (H, T, T)
-        # The 1/sqrt(D) scale rides on the matmul (BLAS alpha) instead of a pass of its own.
-        torch.baddbmm(scores, q_t.transpose(1, 2), k_t, beta=0.0, alpha=head_dim**-0.5, out=scores)
-        empty = None
-        if keep is not None:
-            scores.masked_fill_(~keep[0], torch.finfo(scores.dtype).min)
-            empty = ~keep[0].any(dim=-1, keepdim=True)
-        weights = torch.softmax(scores, dim=-1, out=scores)  # in place, (H, T, T)
-        if empty is not None and bool(empty.any()):
-            weights.masked_fill_(empty, 0.0)
+        weights = attention_weights(
+            q_t.transpose(1, 2),  # (H, T, D)
+            k_t.transpose(1, 2),  # (H, T, D), whose transpose back the matmul reads in place
+            None if keep is None else keep[0],
+            scale=head_dim**-0.5,
+            out=None if weights_out is None else weights_out[0],
+        )  # (H, T, T)
         return (v_t[0] if v_t else None), weights
