@@ -1,10 +1,21 @@
 """MultiHeadAttention: the seeds' module, made general and correct.
 
-Shape legend: B batch, H heads, T query length, S key length, E embed dim, D head dim (E // H).
+Shape legend: B batch, H heads, G query heads per key/value head, T query length, S key length, E embed
+dim, D head dim (E // H unless given).
 
-Self-attention projects q, k and v with one fused (3E, E) matmul. Cross-attention projects the key and
-value inputs with their own weights (the first seed projected both with the query's slice: a bug), and
-accepts key/value inputs of other widths (`kdim`, `vdim`) through separate projections.
+Self-attention projects q, k and v with one fused matmul. Cross-attention projects the key and value
+inputs with their own weights (the first seed projected both with the query's slice: a bug), and accepts
+key/value inputs of other widths (`kdim`, `vdim`) through separate projections.
+
+What today's decoder families add, each one small piece:
+- grouped-query heads: `num_kv_heads` dividing `num_heads` (1: multi-query). K and V are projected once per
+  key/value head; the G query heads of a group share them by broadcasting in the matmuls (no repeated
+  copy of K or V), and the weights stay per query head, (B, H, T, S). Head h uses key/value head h // G,
+  as transformers' repeat_kv orders them.
+- `head_dim` other than E // H (Gemma, Qwen3), `scale` other than 1/sqrt(D) (Gemma 2's
+  query_pre_attn_scalar), `softcap` on the logits (Gemma 2), `qk_norm_eps` for a per-head RMSNorm of q and
+  k (Qwen3), and `out_bias` apart from the q/k/v `bias` (Qwen2 has the one without the other).
+- rotary positions: `forward(..., rotary=(cos, sin))` rotates q and k (after the q/k norm) as mha.rope says.
 """
 
 from __future__ import annotations
@@ -14,6 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from mha.attention import attention_weights, build_keep_mask, scaled_dot_product_attention
+from mha.norm import RMSNorm
+from mha.rope import apply_rotary
 
 __all__ = ["MultiHeadAttention"]
 
@@ -30,34 +43,61 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         kdim: int | None = None,
         vdim: int | None = None,
+        num_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        out_bias: bool | None = None,
+        scale: float | None = None,
+        softcap: float | None = None,
+        qk_norm_eps: float | None = None,
     ) -> None:
         super().__init__()
-        if embed_dim <= 0 or num_heads <= 0:
-            raise ValueError(f"embed_dim ({embed_dim}) and num_heads ({num_heads}) must be positive")
-        if embed_dim % num_heads:
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if embed_dim <= 0 or num_heads <= 0 or num_kv_heads <= 0:
+            raise ValueError(
+                f"embed_dim ({embed_dim}), num_heads ({num_heads}) and num_kv_heads ({num_kv_heads}) "
+                "must be positive"
+            )
+        if head_dim is None and embed_dim % num_heads:
             raise ValueError(f"embed_dim ({embed_dim}) is not divisible by num_heads ({num_heads})")
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_heads ({num_heads}) is not divisible by num_kv_heads ({num_kv_heads})")
+        if head_dim is not None and head_dim <= 0:
+            raise ValueError(f"head_dim ({head_dim}) must be positive")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout ({dropout}) must be in [0, 1)")
+        if softcap is not None and softcap <= 0:
+            raise ValueError(f"softcap ({softcap}) must be positive")
         self.embed_dim = embed_dim
         self.num_heads = num_heads
-        self.head_dim = embed_dim // num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = embed_dim // num_heads if head_dim is None else head_dim
+        self.scale = self.head_dim**-0.5 if scale is None else scale
+        self.softcap = softcap
         self.kdim = embed_dim if kdim is None else kdim
         self.vdim = embed_dim if vdim is None else vdim
         self.dropout = dropout
+        q_width, kv_width = num_heads * self.head_dim, num_kv_heads * self.head_dim
+        self.widths = (q_width, kv_width, kv_width)  # of q, k and v
+        # The classic module (what torch.nn.MultiheadAttention is): its own fast single-sequence path.
+        self.classic = num_kv_heads == num_heads and q_width == embed_dim and qk_norm_eps is None
         self.fused = self.kdim == embed_dim and self.vdim == embed_dim
         if self.fused:
-            self.in_proj = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)  # rows: q, k, v
+            self.in_proj = nn.Linear(embed_dim, sum(self.widths), bias=bias)  # rows: q, k, v
         else:
-            self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-            self.k_proj = nn.Linear(self.kdim, embed_dim, bias=bias)
-            self.v_proj = nn.Linear(self.vdim, embed_dim, bias=bias)
-        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+            self.q_proj = nn.Linear(embed_dim, q_width, bias=bias)
+            self.k_proj = nn.Linear(self.kdim, kv_width, bias=bias)
+            self.v_proj = nn.Linear(self.vdim, kv_width, bias=bias)
+        self.out_proj = nn.Linear(q_width, embed_dim, bias=bias if out_bias is None else out_bias)
+        self.q_norm = self.k_norm = None
+        if qk_norm_eps is not None:
+            self.q_norm = RMSNorm(self.head_dim, eps=qk_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, eps=qk_norm_eps)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """Xavier-uniform weights (each of q, k, v on its own fan), zero biases."""
         if self.fused:
-            for part in self.in_proj.weight.data.chunk(3, dim=0):
+            for part in self.in_proj.weight.data.split(self.widths, dim=0):
                 nn.init.xavier_uniform_(part)
             projections = [self.in_proj, self.out_proj]
         else:
@@ -73,12 +113,12 @@ class MultiHeadAttention(nn.Module):
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, self_attention: bool
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.fused and self_attention:
-            qkv = self.in_proj(query)  # (B, T, 3E): one matmul for all three
-            return qkv.split(self.embed_dim, dim=-1)  # type: ignore[return-value]
+            qkv = self.in_proj(query)  # (B, T, q + k + v widths): one matmul for all three
+            return qkv.split(self.widths, dim=-1)  # type: ignore[return-value]
         if self.fused:
-            w_q, w_k, w_v = self.in_proj.weight.chunk(3, dim=0)
+            w_q, w_k, w_v = self.in_proj.weight.split(self.widths, dim=0)
             b = self.in_proj.bias
-            b_q, b_k, b_v = b.chunk(3) if b is not None else (None, None, None)
+            b_q, b_k, b_v = b.split(self.widths) if b is not None else (None, None, None)
             return F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
         return self.q_proj(query), self.k_proj(key), self.v_proj(value)
 
@@ -92,6 +132,7 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         valid_lens: torch.Tensor | None = None,
         keep: torch.Tensor | None = None,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
         need_weights: bool = True,
         weights_out: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -103,27 +144,83 @@ class MultiHeadAttention(nn.Module):
         All three combine. A query with no key left gets zeros.
         keep: instead of those three, the bool (B|1, H|1, T, S) mask `build_keep_mask` returns: a model
         builds it once for all its layers, and no layer normalises it again.
+        rotary: (cos, sin), each (B|1, T, rotary dim), rotating q and k (mha.rope; self-attention only).
         """
         key, value = self._check_inputs(query, key, value)
         self_attention = key is query and value is query
         keep = self._keep_mask(query, key, mask=mask, valid_lens=valid_lens, causal=causal, keep=keep)
-        if need_weights and self._single_sequence(query, self_attention):
+        if need_weights and rotary is None and self._single_sequence(query, self_attention):
             return self._single_self_attention(query, keep, weights_out)
 
-        q, k, v = self._project(query, key, value, self_attention)  # (B, T|S, E)
-        q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)  # (B, H, T|S, D)
-        out, weights = scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            keep_mask=keep,
-            dropout_p=self.dropout,
-            training=self.training,
-            need_weights=need_weights,
-            weights_out=weights_out,
-        )
-        out = out.transpose(1, 2).reshape(query.shape[0], query.shape[1], self.embed_dim)  # (B, T, E)
+        q, k, v = self._heads(query, key, value, self_attention, rotary)
+        if self.num_kv_heads != self.num_heads:
+            out, weights = self._grouped(q, k, v, keep, need_weights=need_weights, weights_out=weights_out)
+        else:
+            out, weights = scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                keep_mask=keep,
+                dropout_p=self.dropout,
+                training=self.training,
+                scale=self.scale,
+                softcap=self.softcap,
+                need_weights=need_weights,
+                weights_out=weights_out,
+            )
+        out = out.transpose(1, 2).reshape(query.shape[0], query.shape[1], self.widths[0])  # (B, T, H·D)
         return self.out_proj(out), weights
+
+    def _heads(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        self_attention: bool,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q (B, H, T, D), k and v (B, H_kv, S, D): projected, split into heads, q/k-normed, rotated."""
+        q, k, v = self._project(query, key, value, self_attention)  # (B, T|S, widths)
+        q = self._split_heads(q, self.num_heads)
+        k = self._split_heads(k, self.num_kv_heads)
+        v = self._split_heads(v, self.num_kv_heads)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if rotary is not None:
+            if not self_attention:
+                raise ValueError("rotary positions apply to self-attention only")
+            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+        return q, k, v
+
+    def _grouped(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        keep: torch.Tensor | None,
+        *,
+        need_weights: bool,
+        weights_out: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Grouped-query attention: q (B, H, T, D) viewed as (B, H_kv, G, T, D) against k and v
+        (B, H_kv, 1, S, D), so each key/value head serves its G query heads by broadcasting."""
+        batch, heads, length, _ = q.shape
+        kv_heads, group, src = self.num_kv_heads, self.num_heads // self.num_kv_heads, k.shape[2]
+        q5 = q.reshape(batch, kv_heads, group, length, self.head_dim)
+        k5, v5 = k.unsqueeze(2), v.unsqueeze(2)
+        keep5 = None
+        if keep is not None:  # (B|1, 1|H, T, S) -> broadcastable to (B, H_kv, G, T, S)
+            keep5 = (
+                keep.unsqueeze(2)
+                if keep.shape[1] == 1
+                else keep.view(keep.shape[0], kv_heads, group, length, src)
+            )
+        out5 = None if weights_out is None else weights_out.view(batch, kv_heads, group, length, src)
+        weights = attention_weights(q5, k5, keep5, scale=self.scale, softcap=self.softcap, out=out5)
+        if self.training and self.dropout > 0:
+            weights = F.dropout(weights, p=self.dropout, training=True)
+        out = torch.matmul(weights, v5).view(batch, heads, length, self.head_dim)  # (B, H, T, D)
+        return out, (weights.view(batch, heads, length, src) if need_weights else None)
 
     def attention_weights(
         self,
@@ -132,6 +229,7 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         mask: torch.Tensor | None = None,
         keep: torch.Tensor | None = None,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
         weights_out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Self-attention weights (B, H, T, T) alone, for a layer whose output nobody reads (a model's
@@ -139,9 +237,27 @@ class MultiHeadAttention(nn.Module):
         projection, the weighted sum and out_proj; otherwise it is `forward`'s weights."""
         self._check_inputs(x, None, None)
         keep = self._keep_mask(x, x, mask=mask, valid_lens=None, causal=causal, keep=keep)
-        if self._single_sequence(x, self_attention=True):
+        if rotary is None and self._single_sequence(x, self_attention=True):
             return self._single_weights(x, keep, weights_out, with_values=False)[1].unsqueeze(0)
-        weights = self(x, keep=keep, need_weights=True, weights_out=weights_out)[1]
+        if not (self.training and self.dropout > 0) and not torch.is_grad_enabled():
+            # No value path: q and k alone (the value projection of a fused layer is computed and dropped).
+            q, k, _ = self._heads(x, x, x, True, rotary)
+            if self.num_kv_heads != self.num_heads:
+                batch, length = x.shape[0], x.shape[1]
+                group = self.num_heads // self.num_kv_heads
+                q = q.reshape(batch, self.num_kv_heads, group, length, self.head_dim)
+                k = k.unsqueeze(2)
+                if keep is not None:
+                    keep = (
+                        keep.unsqueeze(2)
+                        if keep.shape[1] == 1
+                        else keep.view(batch, self.num_kv_heads, group, length, length)
+                    )
+                out = None if weights_out is None else weights_out.view(q.shape[:-1] + (length,))
+                weights = attention_weights(q, k, keep, scale=self.scale, softcap=self.softcap, out=out)
+                return weights.view(batch, self.num_heads, length, length)
+            return attention_weights(q, k, keep, scale=self.scale, softcap=self.softcap, out=weights_out)
+        weights = self(x, keep=keep, rotary=rotary, need_weights=True, weights_out=weights_out)[1]
         assert weights is not None  # need_weights=True always gives weights
         return weights
 
@@ -200,15 +316,17 @@ class MultiHeadAttention(nn.Module):
         fused projection, no dropout to draw and no gradient to keep (the path writes in place)."""
         return (
             self_attention
+            and self.classic
+            and self.softcap is None
             and self.fused
             and query.shape[0] == 1
             and not (self.training and self.dropout > 0)
             and not (torch.is_grad_enabled() and (query.requires_grad or self.in_proj.weight.requires_grad))
         )
 
-    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, L, E) -> (B, H, L, D), a view."""
-        return x.view(x.shape[0], x.shape[1], self.num_heads, self.head_dim).transpose(1, 2)
+    def _split_heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
+        """(B, L, heads·D) -> (B, heads, L, D), a view."""
+        return x.view(x.shape[0], x.shape[1], heads, self.head_dim).transpose(1, 2)
 
     def _single_self_attention(
         self, x: torch.Tensor, keep: torch.Tensor | None, weights_out: torch.Tensor | None
@@ -247,7 +365,7 @@ class MultiHeadAttention(nn.Module):
             q_t.transpose(1, 2),  # (H, T, D)
             k_t.transpose(1, 2),  # (H, T, D), whose transpose back the matmul reads in place
             None if keep is None else keep[0],
-            scale=head_dim**-0.5,
+            scale=self.scale,
             out=None if weights_out is None else weights_out[0],
         )  # (H, T, T)
         return (v_t[0] if v_t else None), weights
