@@ -1,10 +1,18 @@
 """Errors a caller can map to a response: all are ValueError subclasses except `Cancelled`.
 
 Two families: a checkpoint that cannot be loaded (`CheckpointError`, the operator's problem) and an input
-the model cannot run (`InputError`, the request's problem).
+mha refuses (`InputError`, the request's problem: a service answers it with a 4xx). Each `InputError`
+subclass carries the numbers its message quotes as attributes (`FlowTooLongError(limit, n).limit`), so a
+caller can word its own message without parsing ours; `details` holds them all as a dict.
+
+A plain ValueError stays for what no well-formed request can cause: a tensor of the wrong shape, a device
+or dtype name, a bad `k`. That is the caller's bug, and mapping it to a 4xx would hide it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = [
     "Cancelled",
@@ -12,7 +20,17 @@ __all__ = [
     "CheckpointMismatchError",
     "CheckpointNotFoundError",
     "EmptyInputError",
+    "FlowTooLongError",
+    "HeadOutOfRangeError",
+    "HeadsMismatchError",
     "InputError",
+    "MaxTokensError",
+    "NoRoomError",
+    "NothingAlignedError",
+    "PairNotSupportedError",
+    "QueriesOutOfRangeError",
+    "ShapeMismatchError",
+    "TokenIdOutOfRangeError",
     "TokenizerNotFoundError",
     "UnsupportedCheckpointError",
 ]
@@ -40,12 +58,160 @@ class TokenizerNotFoundError(CheckpointNotFoundError):
     give is far smaller than the model's vocabulary (transformers would build a stand-in of a few tokens)."""
 
 
+# --- inputs ---------------------------------------------------------------------------------------------
+
+
 class InputError(ValueError):
-    """The text (or the pair) cannot be run by this model."""
+    """An input mha refuses. Raised as is only by older callers; mha raises one of the subclasses."""
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.details: dict[str, Any] = details
+        for name, value in details.items():
+            setattr(self, name, value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The subclasses' constructors take numbers, not the message: rebuild from both (pickle, Ray).
+        return (_rebuild, (type(self), str(self), self.details))
+
+
+def _rebuild(cls: type[InputError], message: str, details: dict[str, Any]) -> InputError:
+    error = cls.__new__(cls)
+    InputError.__init__(error, message, **details)
+    return error
 
 
 class EmptyInputError(InputError):
-    """The text (or the pair) is empty or gives no tokens."""
+    """The text (or the pair) is empty or blank, or gives no token of its own. `field` names which."""
+
+    field: str
+
+    def __init__(self, field: str, value: object, *, no_tokens: bool = False) -> None:
+        if no_tokens:
+            message = f"{field} gives no tokens: {value!r}"
+        elif field == "text_pair":
+            message = f"text_pair is empty: {value!r} (pass None for no pair)"
+        else:
+            message = f"{field} is empty: {value!r}"
+        super().__init__(message, field=field)
+
+
+class MaxTokensError(InputError):
+    """`max_tokens` is below 1 or above the model's own `limit`."""
+
+    max_tokens: int
+    limit: int
+
+    def __init__(self, max_tokens: int, limit: int) -> None:
+        message = f"max_tokens ({max_tokens}) must be between 1 and the model's maximum ({limit})"
+        super().__init__(message, max_tokens=max_tokens, limit=limit)
+
+
+class NoRoomError(InputError):
+    """`max_tokens` leaves no token for a text once the template's special tokens (or the other text of a
+    pair joined without a template) are in."""
+
+    max_tokens: int
+
+    def __init__(self, max_tokens: int, *, pair: bool = False) -> None:
+        room = "both texts" if pair else "the text after the special tokens"
+        super().__init__(f"max_tokens ({max_tokens}) leaves no room for {room}", max_tokens=max_tokens)
+
+
+class TokenIdOutOfRangeError(InputError):
+    """The tokenizer gave `ids` past the model's `vocab_size` embeddings (tokenizer and weights differ)."""
+
+    ids: list[int]
+    vocab_size: int
+
+    def __init__(self, ids: Sequence[int], vocab_size: int) -> None:
+        message = (
+            f"the tokenizer gives token ids {list(ids)[:5]} but the model has only {vocab_size} token "
+            "embeddings: the checkpoint's tokenizer and weights do not match"
+        )
+        super().__init__(message, ids=list(ids), vocab_size=vocab_size)
+
+
+class PairNotSupportedError(InputError):
+    """The tokenizer marks the pair with `type_id`, but the model has only `type_vocab_size` token types."""
+
+    type_id: int
+    type_vocab_size: int
+
+    def __init__(self, type_id: int, type_vocab_size: int) -> None:
+        message = (
+            f"the tokenizer marks the pair with token type {type_id} but the model has {type_vocab_size} "
+            "token type(s), so it cannot read a pair (transformers fails on it too); send the two texts "
+            "as one text"
+        )
+        super().__init__(message, type_id=type_id, type_vocab_size=type_vocab_size)
+
+
+class FlowTooLongError(InputError):
+    """Attention flow of `n` tokens is over its `limit`: its cost grows as n⁴ (mha.analysis.rollout)."""
+
+    limit: int
+    n: int
+
+    def __init__(self, limit: int, n: int) -> None:
+        message = (
+            f"attention flow is limited to {limit} tokens (n² max-flow problems), got {n}; "
+            "use rollout, pass fewer queries with a larger max_tokens, or shorten the input"
+        )
+        super().__init__(message, limit=limit, n=n)
+
+
+class QueriesOutOfRangeError(InputError):
+    """Query rows `queries` lie outside 0..n-1."""
+
+    queries: list[int]
+    n: int
+
+    def __init__(self, queries: Sequence[int], n: int) -> None:
+        message = f"queries {list(queries)} are outside 0..{n - 1}"
+        super().__init__(message, queries=list(queries), n=n)
+
+
+class HeadOutOfRangeError(InputError):
+    """Head (`layer`, `head`) is not one of the model's `layers` x `heads`."""
+
+    layer: int
+    head: int
+    layers: int
+    heads: int
+
+    def __init__(self, layer: int, head: int, layers: int, heads: int) -> None:
+        message = f"head ({layer}, {head}) is outside the {layers} x {heads} heads"
+        super().__init__(message, layer=layer, head=head, layers=layers, heads=heads)
+
+
+class ShapeMismatchError(InputError):
+    """Two maps compared position by position differ in shape (`shape_a`, `shape_b`)."""
+
+    shape_a: tuple[int, ...]
+    shape_b: tuple[int, ...]
+
+    def __init__(self, shape_a: Sequence[int], shape_b: Sequence[int]) -> None:
+        a, b = tuple(shape_a), tuple(shape_b)
+        super().__init__(f"a and b must have the same shape, got {a} and {b}", shape_a=a, shape_b=b)
+
+
+class HeadsMismatchError(InputError):
+    """Two models' maps differ in (layers, heads): `heads_a` against `heads_b`; nothing pairs their heads."""
+
+    heads_a: tuple[int, int]
+    heads_b: tuple[int, int]
+
+    def __init__(self, heads_a: tuple[int, int], heads_b: tuple[int, int]) -> None:
+        message = f"a has {heads_a[0]}x{heads_a[1]} heads but b has {heads_b[0]}x{heads_b[1]}"
+        super().__init__(message, heads_a=tuple(heads_a), heads_b=tuple(heads_b))
+
+
+class NothingAlignedError(InputError):
+    """Two inputs share no aligned token, so there is nothing to compare."""
+
+    def __init__(self) -> None:
+        super().__init__("no aligned tokens to compare (pairs is empty)")
 
 
 class Cancelled(Exception):
