@@ -168,7 +168,7 @@ class QueriesOutOfRangeError(InputError):
     n: int
 
     def __init__(self, queries: Sequence[int], n: int) -> None:
-        message = f"queries {list(queries)} are outside 0..{n - 1}"
+        message = f"queries {list(queries)} are outside 0..{n - 1} (n = {n})"
         super().__init__(message, queries=list(queries), n=n)
 
 

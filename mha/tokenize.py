@@ -98,6 +98,8 @@ class TextEncoder:
         # template's [CLS] and [SEP] do not.
         for source, (field, given) in enumerate((("text", text), ("text_pair", text_pair))):
             if given is not None and source not in encoded.sources:
+                if encoded.truncated:  # max_tokens cut it all away: not an empty text
+                    raise NoRoomError(limit, pair=text_pair is not None)
                 raise EmptyInputError(field, given, no_tokens=True)
         self._check_fits(encoded)
         if not self.type_vocab_size:  # no segment embeddings: the type ids are not fed

@@ -228,3 +228,18 @@ def test_sharded_weights_load_as_one_file(tmp_path: Path, tiny_checkpoints: dict
     whole = load_pretrained(tiny_checkpoints["bert"], device="cpu").attend(text).attentions
     # The same weights through the same code: exactly equal.
     torch.testing.assert_close(sharded, whole, atol=0, rtol=0)
+
+
+def test_the_family_table_names_what_it_cannot_convert() -> None:
+    from mha.convert import CONVERTERS, for_model_type
+    from mha.convert.gpt2 import GPT2
+
+    assert for_model_type("gpt2") is GPT2
+    assert sorted(CONVERTERS) == ["bert", "distilbert", "gpt2", "roberta"]
+    for model_type in ("t5", None):
+        with pytest.raises(UnsupportedCheckpointError) as caught:
+            for_model_type(model_type, source="x/config.json")
+        assert str(caught.value) == (
+            f"model_type {model_type!r} in x/config.json is not supported; "
+            "supported: bert, distilbert, gpt2, roberta"
+        )
