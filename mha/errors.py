@@ -62,10 +62,13 @@ class TokenizerNotFoundError(CheckpointNotFoundError):
 
 
 class InputError(ValueError):
-    """An input mha refuses. Raised as is only by older callers; mha raises one of the subclasses."""
+    """An input mha refuses. mha raises the subclasses; each words its message from its `template` and
+    the numbers it is given, which it keeps as attributes (and all together in `details`)."""
 
-    def __init__(self, message: str, **details: Any) -> None:
-        super().__init__(message)
+    template = ""
+
+    def __init__(self, message: str | None = None, **details: Any) -> None:
+        super().__init__(self.template.format(**details) if message is None else message)
         self.details: dict[str, Any] = details
         for name, value in details.items():
             setattr(self, name, value)
@@ -99,17 +102,17 @@ class EmptyInputError(InputError):
 class MaxTokensError(InputError):
     """`max_tokens` is below 1 or above the model's own `limit`."""
 
+    template = "max_tokens ({max_tokens}) must be between 1 and the model's maximum ({limit})"
     max_tokens: int
     limit: int
 
     def __init__(self, max_tokens: int, limit: int) -> None:
-        message = f"max_tokens ({max_tokens}) must be between 1 and the model's maximum ({limit})"
-        super().__init__(message, max_tokens=max_tokens, limit=limit)
+        super().__init__(max_tokens=max_tokens, limit=limit)
 
 
 class NoRoomError(InputError):
-    """`max_tokens` leaves no token for a text once the template's special tokens (or the other text of a
-    pair joined without a template) are in."""
+    """`max_tokens` leaves no token for a text once the template's special tokens (or, for a pair, the
+    other text) are in."""
 
     max_tokens: int
 
@@ -121,44 +124,44 @@ class NoRoomError(InputError):
 class TokenIdOutOfRangeError(InputError):
     """The tokenizer gave `ids` past the model's `vocab_size` embeddings (tokenizer and weights differ)."""
 
+    template = (
+        "the tokenizer gives token ids {ids} but the model has only {vocab_size} token embeddings: "
+        "the checkpoint's tokenizer and weights do not match"
+    )
     ids: list[int]
     vocab_size: int
 
     def __init__(self, ids: Sequence[int], vocab_size: int) -> None:
-        message = (
-            f"the tokenizer gives token ids {list(ids)[:5]} but the model has only {vocab_size} token "
-            "embeddings: the checkpoint's tokenizer and weights do not match"
-        )
+        message = self.template.format(ids=list(ids)[:5], vocab_size=vocab_size)  # the first five
         super().__init__(message, ids=list(ids), vocab_size=vocab_size)
 
 
 class PairNotSupportedError(InputError):
     """The tokenizer marks the pair with `type_id`, but the model has only `type_vocab_size` token types."""
 
+    template = (
+        "the tokenizer marks the pair with token type {type_id} but the model has {type_vocab_size} token "
+        "type(s), so it cannot read a pair (transformers fails on it too); send the two texts as one text"
+    )
     type_id: int
     type_vocab_size: int
 
     def __init__(self, type_id: int, type_vocab_size: int) -> None:
-        message = (
-            f"the tokenizer marks the pair with token type {type_id} but the model has {type_vocab_size} "
-            "token type(s), so it cannot read a pair (transformers fails on it too); send the two texts "
-            "as one text"
-        )
-        super().__init__(message, type_id=type_id, type_vocab_size=type_vocab_size)
+        super().__init__(type_id=type_id, type_vocab_size=type_vocab_size)
 
 
 class FlowTooLongError(InputError):
     """Attention flow of `n` tokens is over its `limit`: its cost grows as n⁴ (mha.analysis.rollout)."""
 
+    template = (
+        "attention flow is limited to {limit} tokens (n² max-flow problems), got {n}; "
+        "use rollout, pass fewer queries with a larger max_tokens, or shorten the input"
+    )
     limit: int
     n: int
 
     def __init__(self, limit: int, n: int) -> None:
-        message = (
-            f"attention flow is limited to {limit} tokens (n² max-flow problems), got {n}; "
-            "use rollout, pass fewer queries with a larger max_tokens, or shorten the input"
-        )
-        super().__init__(message, limit=limit, n=n)
+        super().__init__(limit=limit, n=n)
 
 
 class QueriesOutOfRangeError(InputError):
@@ -168,32 +171,33 @@ class QueriesOutOfRangeError(InputError):
     n: int
 
     def __init__(self, queries: Sequence[int], n: int) -> None:
-        message = f"queries {list(queries)} are outside 0..{n - 1} (n = {n})"
-        super().__init__(message, queries=list(queries), n=n)
+        super().__init__(
+            f"queries {list(queries)} are outside 0..{n - 1} (n = {n})", queries=list(queries), n=n
+        )
 
 
 class HeadOutOfRangeError(InputError):
     """Head (`layer`, `head`) is not one of the model's `layers` x `heads`."""
 
+    template = "head ({layer}, {head}) is outside the {layers} x {heads} heads"
     layer: int
     head: int
     layers: int
     heads: int
 
     def __init__(self, layer: int, head: int, layers: int, heads: int) -> None:
-        message = f"head ({layer}, {head}) is outside the {layers} x {heads} heads"
-        super().__init__(message, layer=layer, head=head, layers=layers, heads=heads)
+        super().__init__(layer=layer, head=head, layers=layers, heads=heads)
 
 
 class ShapeMismatchError(InputError):
     """Two maps compared position by position differ in shape (`shape_a`, `shape_b`)."""
 
+    template = "a and b must have the same shape, got {shape_a} and {shape_b}"
     shape_a: tuple[int, ...]
     shape_b: tuple[int, ...]
 
     def __init__(self, shape_a: Sequence[int], shape_b: Sequence[int]) -> None:
-        a, b = tuple(shape_a), tuple(shape_b)
-        super().__init__(f"a and b must have the same shape, got {a} and {b}", shape_a=a, shape_b=b)
+        super().__init__(shape_a=tuple(shape_a), shape_b=tuple(shape_b))
 
 
 class HeadsMismatchError(InputError):
@@ -203,15 +207,17 @@ class HeadsMismatchError(InputError):
     heads_b: tuple[int, int]
 
     def __init__(self, heads_a: tuple[int, int], heads_b: tuple[int, int]) -> None:
-        message = f"a has {heads_a[0]}x{heads_a[1]} heads but b has {heads_b[0]}x{heads_b[1]}"
-        super().__init__(message, heads_a=tuple(heads_a), heads_b=tuple(heads_b))
+        (la, ha), (lb, hb) = heads_a, heads_b
+        super().__init__(f"a has {la}x{ha} heads but b has {lb}x{hb}", heads_a=(la, ha), heads_b=(lb, hb))
 
 
 class NothingAlignedError(InputError):
     """Two inputs share no aligned token, so there is nothing to compare."""
 
+    template = "no aligned tokens to compare (pairs is empty)"
+
     def __init__(self) -> None:
-        super().__init__("no aligned tokens to compare (pairs is empty)")
+        super().__init__()
 
 
 class Cancelled(Exception):

@@ -15,7 +15,8 @@ import torch
 from checkpoints import TYPE_VOCAB_SIZES, build_checkpoint
 from tolerances import FORWARD, row_sum
 
-from mha import AttentionModel, AttentionResult, PairNotSupportedError, load_pretrained
+from mha import AttentionModel, AttentionResult, load_pretrained
+from mha.errors import PairNotSupportedError
 from mha.pretrained import default_model_path
 
 MODELS = ("bert", "roberta", "distilbert", "gpt2", "minilm")
