@@ -884,9 +884,9 @@ def _compare_body(view_a: Computed, view_b: Computed) -> dict[str, Any]:
         result = analysis.compare_aligned(
             view_a.attentions[layer : layer + 1], view_b.attentions[layer : layer + 1], pairs
         )
-        scores.append(result["js"][0])
-        kept_a.append(result["kept_a"][0])
-        kept_b.append(result["kept_b"][0])
+        scores.append(result.js[0])
+        kept_a.append(result.kept_a[0])
+        kept_b.append(result.kept_b[0])
     tokens_a = view_a.header["tokens"]
     return {
         "a": {"model": view_a.header["model"], "tokens": tokens_a},
@@ -911,9 +911,9 @@ def _compare_head_body(view_a: Computed, view_b: Computed, layer: int, head: int
         "layer": layer,
         "head": head,
         # float32 -> Python float is exact: full precision, as /api/attention/head.
-        "a": Floats(result["a"][0, 0], decimals=None),
-        "b": Floats(result["b"][0, 0], decimals=None),
-        "diff": Floats(result["difference"][0, 0], decimals=None),
+        "a": Floats(result.a[0, 0], decimals=None),
+        "b": Floats(result.b[0, 0], decimals=None),
+        "diff": Floats(result.difference[0, 0], decimals=None),
     }
 
 

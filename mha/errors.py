@@ -1,10 +1,18 @@
 """Errors a caller can map to a response: all are ValueError subclasses except `Cancelled`.
 
 Two families: a checkpoint that cannot be loaded (`CheckpointError`, the operator's problem) and an input
-the model cannot run (`InputError`, the request's problem).
+mha refuses (`InputError`, the request's problem: a service answers it with a 4xx). Each `InputError`
+subclass carries the numbers its message quotes as attributes (`FlowTooLongError(limit, n).limit`), so a
+caller can word its own message without parsing ours; `details` holds them all as a dict.
+
+A plain ValueError stays for what no well-formed request can cause: a tensor of the wrong shape, a device
+or dtype name, a bad `k`. That is the caller's bug, and mapping it to a 4xx would hide it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = [
     "Cancelled",
@@ -12,7 +20,17 @@ __all__ = [
     "CheckpointMismatchError",
     "CheckpointNotFoundError",
     "EmptyInputError",
+    "FlowTooLongError",
+    "HeadOutOfRangeError",
+    "HeadsMismatchError",
     "InputError",
+    "MaxTokensError",
+    "NoRoomError",
+    "NothingAlignedError",
+    "PairNotSupportedError",
+    "QueriesOutOfRangeError",
+    "ShapeMismatchError",
+    "TokenIdOutOfRangeError",
     "TokenizerNotFoundError",
     "UnsupportedCheckpointError",
 ]
@@ -40,12 +58,166 @@ class TokenizerNotFoundError(CheckpointNotFoundError):
     give is far smaller than the model's vocabulary (transformers would build a stand-in of a few tokens)."""
 
 
+# --- inputs ---------------------------------------------------------------------------------------------
+
+
 class InputError(ValueError):
-    """The text (or the pair) cannot be run by this model."""
+    """An input mha refuses. mha raises the subclasses; each words its message from its `template` and
+    the numbers it is given, which it keeps as attributes (and all together in `details`)."""
+
+    template = ""
+
+    def __init__(self, message: str | None = None, **details: Any) -> None:
+        super().__init__(self.template.format(**details) if message is None else message)
+        self.details: dict[str, Any] = details
+        for name, value in details.items():
+            setattr(self, name, value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The subclasses' constructors take numbers, not the message: rebuild from both (pickle, Ray).
+        return (_rebuild, (type(self), str(self), self.details))
+
+
+def _rebuild(cls: type[InputError], message: str, details: dict[str, Any]) -> InputError:
+    error = cls.__new__(cls)
+    InputError.__init__(error, message, **details)
+    return error
 
 
 class EmptyInputError(InputError):
-    """The text (or the pair) is empty or gives no tokens."""
+    """The text (or the pair) is empty or blank, or gives no token of its own. `field` names which."""
+
+    field: str
+
+    def __init__(self, field: str, value: object, *, no_tokens: bool = False) -> None:
+        if no_tokens:
+            message = f"{field} gives no tokens: {value!r}"
+        elif field == "text_pair":
+            message = f"text_pair is empty: {value!r} (pass None for no pair)"
+        else:
+            message = f"{field} is empty: {value!r}"
+        super().__init__(message, field=field)
+
+
+class MaxTokensError(InputError):
+    """`max_tokens` is below 1 or above the model's own `limit`."""
+
+    template = "max_tokens ({max_tokens}) must be between 1 and the model's maximum ({limit})"
+    max_tokens: int
+    limit: int
+
+    def __init__(self, max_tokens: int, limit: int) -> None:
+        super().__init__(max_tokens=max_tokens, limit=limit)
+
+
+class NoRoomError(InputError):
+    """`max_tokens` leaves no token for a text once the template's special tokens (or, for a pair, the
+    other text) are in."""
+
+    max_tokens: int
+
+    def __init__(self, max_tokens: int, *, pair: bool = False) -> None:
+        room = "both texts" if pair else "the text after the special tokens"
+        super().__init__(f"max_tokens ({max_tokens}) leaves no room for {room}", max_tokens=max_tokens)
+
+
+class TokenIdOutOfRangeError(InputError):
+    """The tokenizer gave `ids` past the model's `vocab_size` embeddings (tokenizer and weights differ)."""
+
+    template = (
+        "the tokenizer gives token ids {ids} but the model has only {vocab_size} token embeddings: "
+        "the checkpoint's tokenizer and weights do not match"
+    )
+    ids: list[int]
+    vocab_size: int
+
+    def __init__(self, ids: Sequence[int], vocab_size: int) -> None:
+        message = self.template.format(ids=list(ids)[:5], vocab_size=vocab_size)  # the first five
+        super().__init__(message, ids=list(ids), vocab_size=vocab_size)
+
+
+class PairNotSupportedError(InputError):
+    """The tokenizer marks the pair with `type_id`, but the model has only `type_vocab_size` token types."""
+
+    template = (
+        "the tokenizer marks the pair with token type {type_id} but the model has {type_vocab_size} token "
+        "type(s), so it cannot read a pair (transformers fails on it too); send the two texts as one text"
+    )
+    type_id: int
+    type_vocab_size: int
+
+    def __init__(self, type_id: int, type_vocab_size: int) -> None:
+        super().__init__(type_id=type_id, type_vocab_size=type_vocab_size)
+
+
+class FlowTooLongError(InputError):
+    """Attention flow of `n` tokens is over its `limit`: its cost grows as n⁴ (mha.analysis.rollout)."""
+
+    template = (
+        "attention flow is limited to {limit} tokens (n² max-flow problems), got {n}; "
+        "use rollout, pass fewer queries with a larger max_tokens, or shorten the input"
+    )
+    limit: int
+    n: int
+
+    def __init__(self, limit: int, n: int) -> None:
+        super().__init__(limit=limit, n=n)
+
+
+class QueriesOutOfRangeError(InputError):
+    """Query rows `queries` lie outside 0..n-1."""
+
+    queries: list[int]
+    n: int
+
+    def __init__(self, queries: Sequence[int], n: int) -> None:
+        super().__init__(
+            f"queries {list(queries)} are outside 0..{n - 1} (n = {n})", queries=list(queries), n=n
+        )
+
+
+class HeadOutOfRangeError(InputError):
+    """Head (`layer`, `head`) is not one of the model's `layers` x `heads`."""
+
+    template = "head ({layer}, {head}) is outside the {layers} x {heads} heads"
+    layer: int
+    head: int
+    layers: int
+    heads: int
+
+    def __init__(self, layer: int, head: int, layers: int, heads: int) -> None:
+        super().__init__(layer=layer, head=head, layers=layers, heads=heads)
+
+
+class ShapeMismatchError(InputError):
+    """Two maps compared position by position differ in shape (`shape_a`, `shape_b`)."""
+
+    template = "a and b must have the same shape, got {shape_a} and {shape_b}"
+    shape_a: tuple[int, ...]
+    shape_b: tuple[int, ...]
+
+    def __init__(self, shape_a: Sequence[int], shape_b: Sequence[int]) -> None:
+        super().__init__(shape_a=tuple(shape_a), shape_b=tuple(shape_b))
+
+
+class HeadsMismatchError(InputError):
+    """Two models' maps differ in (layers, heads): `heads_a` against `heads_b`; nothing pairs their heads."""
+
+    heads_a: tuple[int, int]
+    heads_b: tuple[int, int]
+
+    def __init__(self, heads_a: tuple[int, int], heads_b: tuple[int, int]) -> None:
+        (la, ha), (lb, hb) = heads_a, heads_b
+        super().__init__(f"a has {la}x{ha} heads but b has {lb}x{hb}", heads_a=(la, ha), heads_b=(lb, hb))
+
+
+class NothingAlignedError(InputError):
+    """Two inputs share no aligned token, so there is nothing to compare."""
+
+    template = "no aligned tokens to compare (pairs is empty)"
+
+    def __init__(self) -> None:
+        super().__init__()
 
 
 class Cancelled(Exception):

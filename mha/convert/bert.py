@@ -7,11 +7,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from mha.convert import Converter, KeyMap, activation_from_hf
+from mha.convert.base import Converter, KeyMap, activation_from_hf, base_config, layer_sources
 from mha.errors import UnsupportedCheckpointError
 from mha.model import TransformerConfig
 
 __all__ = ["BERT", "ROBERTA", "config_from_hf", "key_map"]
+
+# our module -> theirs, relative to encoder.layer.{i}.; query, key and value fuse into our in_proj
+LAYER = {
+    "attn.in_proj": ("attention.self.query", "attention.self.key", "attention.self.value"),
+    "attn.out_proj": ("attention.output.dense",),
+    "attn_norm": ("attention.output.LayerNorm",),
+    "ffn.fc_in": ("intermediate.dense",),
+    "ffn.fc_out": ("output.dense",),
+    "ffn_norm": ("output.LayerNorm",),
+}
 
 
 def _check_options(cfg: Any, family: str) -> None:
@@ -28,13 +38,9 @@ def config_from_hf(cfg: Any, *, roberta: bool = False) -> TransformerConfig:
     family = "roberta" if roberta else "bert"
     _check_options(cfg, family)
     pad = cfg.pad_token_id
-    return TransformerConfig(
-        vocab_size=cfg.vocab_size,
-        max_positions=cfg.max_position_embeddings,
+    return base_config(
+        cfg,
         type_vocab_size=cfg.type_vocab_size,
-        embed_dim=cfg.hidden_size,
-        num_heads=cfg.num_attention_heads,
-        num_layers=cfg.num_hidden_layers,
         ffn_dim=cfg.intermediate_size,
         activation=activation_from_hf(cfg.hidden_act, family=family),
         layer_norm_eps=cfg.layer_norm_eps,
@@ -56,17 +62,7 @@ def key_map(config: TransformerConfig, *, roberta: bool = False) -> KeyMap:
     }
     if config.type_vocab_size:
         sources["embeddings.segment.weight"] = ("embeddings.token_type_embeddings.weight",)
-    for i in range(config.num_layers):
-        ours, theirs = f"layers.{i}.", f"encoder.layer.{i}."
-        for p in ("weight", "bias"):
-            sources[f"{ours}attn.in_proj.{p}"] = tuple(
-                f"{theirs}attention.self.{name}.{p}" for name in ("query", "key", "value")
-            )
-            sources[f"{ours}attn.out_proj.{p}"] = (f"{theirs}attention.output.dense.{p}",)
-            sources[f"{ours}attn_norm.{p}"] = (f"{theirs}attention.output.LayerNorm.{p}",)
-            sources[f"{ours}ffn.fc_in.{p}"] = (f"{theirs}intermediate.dense.{p}",)
-            sources[f"{ours}ffn.fc_out.{p}"] = (f"{theirs}output.dense.{p}",)
-            sources[f"{ours}ffn_norm.{p}"] = (f"{theirs}output.LayerNorm.{p}",)
+    sources.update(layer_sources(config.num_layers, "encoder.layer.{i}.", LAYER))
     return KeyMap(
         sources=sources,
         ignored=(r"^embeddings\.position_ids$", r"^embeddings\.token_type_ids$", r"^pooler\."),

@@ -4,20 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from mha.convert import Converter, KeyMap, activation_from_hf
+from mha.convert.base import Converter, KeyMap, activation_from_hf, base_config, layer_sources
 from mha.model import TransformerConfig
 
 __all__ = ["DISTILBERT", "config_from_hf", "key_map"]
 
+# our module -> theirs, relative to transformer.layer.{i}.; q_lin, k_lin and v_lin fuse into our in_proj
+LAYER = {
+    "attn.in_proj": ("attention.q_lin", "attention.k_lin", "attention.v_lin"),
+    "attn.out_proj": ("attention.out_lin",),
+    "attn_norm": ("sa_layer_norm",),
+    "ffn.fc_in": ("ffn.lin1",),
+    "ffn.fc_out": ("ffn.lin2",),
+    "ffn_norm": ("output_layer_norm",),
+}
+
 
 def config_from_hf(cfg: Any) -> TransformerConfig:
-    return TransformerConfig(
-        vocab_size=cfg.vocab_size,
-        max_positions=cfg.max_position_embeddings,
+    return base_config(
+        cfg,
         type_vocab_size=0,
-        embed_dim=cfg.dim,
-        num_heads=cfg.n_heads,
-        num_layers=cfg.n_layers,
         ffn_dim=cfg.hidden_dim,
         activation=activation_from_hf(cfg.activation, family="distilbert"),
         layer_norm_eps=1e-12,  # hard-coded in transformers' DistilBERT, not in its config
@@ -37,17 +43,7 @@ def key_map(config: TransformerConfig) -> KeyMap:
         "embeddings.norm.weight": ("embeddings.LayerNorm.weight",),
         "embeddings.norm.bias": ("embeddings.LayerNorm.bias",),
     }
-    for i in range(config.num_layers):
-        ours, theirs = f"layers.{i}.", f"transformer.layer.{i}."
-        for p in ("weight", "bias"):
-            sources[f"{ours}attn.in_proj.{p}"] = tuple(
-                f"{theirs}attention.{name}.{p}" for name in ("q_lin", "k_lin", "v_lin")
-            )
-            sources[f"{ours}attn.out_proj.{p}"] = (f"{theirs}attention.out_lin.{p}",)
-            sources[f"{ours}attn_norm.{p}"] = (f"{theirs}sa_layer_norm.{p}",)
-            sources[f"{ours}ffn.fc_in.{p}"] = (f"{theirs}ffn.lin1.{p}",)
-            sources[f"{ours}ffn.fc_out.{p}"] = (f"{theirs}ffn.lin2.{p}",)
-            sources[f"{ours}ffn_norm.{p}"] = (f"{theirs}output_layer_norm.{p}",)
+    sources.update(layer_sources(config.num_layers, "transformer.layer.{i}.", LAYER))
     return KeyMap(sources=sources, ignored=(r"^embeddings\.position_ids$",), prefixes=("distilbert.",))
 
 

@@ -8,12 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from mha.convert import Converter, KeyMap, activation_from_hf
+from mha.convert.base import Converter, KeyMap, activation_from_hf, base_config, layer_sources
 from mha.errors import UnsupportedCheckpointError
 from mha.model import TransformerConfig
 
 __all__ = ["GPT2", "TRANSPOSED", "config_from_hf", "key_map"]
 
+# our module -> theirs, relative to h.{i}.; c_attn is already q, k, v in our in_proj's order
+LAYER = {
+    "attn_norm": ("ln_1",),
+    "attn.in_proj": ("attn.c_attn",),
+    "attn.out_proj": ("attn.c_proj",),
+    "ffn_norm": ("ln_2",),
+    "ffn.fc_in": ("mlp.c_fc",),
+    "ffn.fc_out": ("mlp.c_proj",),
+}
 # Conv1D weights, per layer, relative to h.{i}.
 TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
@@ -26,13 +35,9 @@ def config_from_hf(cfg: Any) -> TransformerConfig:
         )
     if getattr(cfg, "add_cross_attention", False):
         raise UnsupportedCheckpointError("gpt2 checkpoint has cross-attention layers; not supported")
-    return TransformerConfig(
-        vocab_size=cfg.vocab_size,
-        max_positions=cfg.n_positions,
+    return base_config(
+        cfg,
         type_vocab_size=0,
-        embed_dim=cfg.n_embd,
-        num_heads=cfg.n_head,
-        num_layers=cfg.n_layer,
         ffn_dim=cfg.n_inner if cfg.n_inner is not None else 4 * cfg.n_embd,
         activation=activation_from_hf(cfg.activation_function, family="gpt2"),
         layer_norm_eps=cfg.layer_norm_epsilon,
@@ -51,20 +56,10 @@ def key_map(config: TransformerConfig) -> KeyMap:
         "final_norm.weight": ("ln_f.weight",),
         "final_norm.bias": ("ln_f.bias",),
     }
-    transposed = []
-    for i in range(config.num_layers):
-        ours, theirs = f"layers.{i}.", f"h.{i}."
-        for p in ("weight", "bias"):
-            sources[f"{ours}attn_norm.{p}"] = (f"{theirs}ln_1.{p}",)
-            sources[f"{ours}attn.in_proj.{p}"] = (f"{theirs}attn.c_attn.{p}",)  # already q, k, v in order
-            sources[f"{ours}attn.out_proj.{p}"] = (f"{theirs}attn.c_proj.{p}",)
-            sources[f"{ours}ffn_norm.{p}"] = (f"{theirs}ln_2.{p}",)
-            sources[f"{ours}ffn.fc_in.{p}"] = (f"{theirs}mlp.c_fc.{p}",)
-            sources[f"{ours}ffn.fc_out.{p}"] = (f"{theirs}mlp.c_proj.{p}",)
-        transposed += [theirs + name for name in TRANSPOSED]
+    sources.update(layer_sources(config.num_layers, "h.{i}.", LAYER))
     return KeyMap(
         sources=sources,
-        transposed=frozenset(transposed),
+        transposed=frozenset(f"h.{i}.{name}" for i in range(config.num_layers) for name in TRANSPOSED),
         # The causal-mask buffers of older checkpoints; we build the mask ourselves.
         ignored=(r"^h\.\d+\.attn\.(bias|masked_bias)$",),
         prefixes=("transformer.",),

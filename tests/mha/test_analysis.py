@@ -1,8 +1,15 @@
-"""mha.analysis on hand-made attention maps whose answers are known, and against brute force."""
+"""mha.analysis on hand-made attention maps whose answers are known, and against brute force.
+
+One file for the whole package (over 400 lines): its four modules' tests share the hand-made maps, the
+brute-force reference and the tolerances derived below, and read best side by side.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import math
+import re
 from pathlib import Path
 
 import networkx as nx
@@ -14,6 +21,7 @@ from torch.testing import assert_close
 
 from mha import analysis
 from mha.analysis import (
+    _base,
     align_tokens,
     attention_flow,
     compare,
@@ -207,11 +215,11 @@ def brute_force_stats(
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("tile_elements", [analysis._TILE_ELEMENTS, 7 * 7 * 2])  # one tile; many, ragged
+@pytest.mark.parametrize("tile_elements", [_base._TILE_ELEMENTS, 7 * 7 * 2])  # one tile; many, ragged
 def test_head_stats_equal_brute_force(
     causal: bool, tile_elements: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(analysis, "_TILE_ELEMENTS", tile_elements)
+    monkeypatch.setattr(_base, "_TILE_ELEMENTS", tile_elements)
     a = random_attention(3, 5, 7, seed=3, causal=causal)
     tokens = ["[CLS]", "a", ",", "b", "c", "!", "[SEP]"]
     special = [True, False, False, False, False, False, True]
@@ -553,12 +561,12 @@ def test_compare_gives_difference_and_change_score() -> None:
     b = a.clone()
     b[1, 2] = torch.eye(5)
     result = compare(a, b)
-    assert_close(result["difference"], a - b, **EXACT)  # the same subtraction
-    assert result["js"].shape == (2, 3) and result["js_rows"].shape == (2, 3, 5)
+    assert_close(result.difference, a - b, **EXACT)  # the same subtraction
+    assert result.js.shape == (2, 3) and result.js_rows.shape == (2, 3, 5)
     changed = torch.zeros(2, 3, dtype=torch.bool)
     changed[1, 2] = True
-    assert_close(result["js"][~changed], torch.zeros(5), **EXACT)  # identical rows: exactly 0, as above
-    assert 0 < float(result["js"][1, 2]) <= LN2
+    assert_close(result.js[~changed], torch.zeros(5), **EXACT)  # identical rows: exactly 0, as above
+    assert 0 < float(result.js[1, 2]) <= LN2
     with pytest.raises(ValueError, match=r"same shape, got \(2, 3, 5, 5\) and \(2, 3, 4, 4\)"):
         compare(a, random_attention(2, 3, 4))
 
@@ -584,21 +592,66 @@ def test_compare_aligned_two_sentences_differing_by_one_word() -> None:
         b[:, :, row_b, 2:4] = (1 - keep) / 2
     b[:, :, 2:4] = torch.full((7,), 1 / 7)  # the new words' own rows play no part
     result = compare_aligned(a, b, pairs)
-    assert result["difference"].shape == (2, 2, 5, 5)
+    assert result.difference.shape == (2, 2, 5, 5)
     # The restricted rows agree up to float32 rounding, whose own JS is O(rounding²), far below the
     # rounding of the entropies themselves: js_tol(m) for m = 5 aligned keys.
-    assert_close(result["js"], torch.zeros(2, 2), atol=js_tol(5), rtol=0)
+    assert_close(result.js, torch.zeros(2, 2), atol=js_tol(5), rtol=0)
     # keep·kept/sum(kept) over 5 keys: the sum (5), a division and a product (2), the 5-term mass and the
     # 5-row mean (10), and keep's own float32 rounding (1), relative to keep.
-    assert_close(result["kept_b"], torch.full((2, 2), keep), atol=(5 + 2 + 10 + 1) * keep * U32, rtol=0)
+    assert_close(result.kept_b, torch.full((2, 2), keep), atol=(5 + 2 + 10 + 1) * keep * U32, rtol=0)
     kept_a = a[:, :, aligned_a][:, :, :, aligned_a].sum(-1).mean(-1)
     # The same 5 x 5 sums and 5-row means in two summation orders: 2 x (5 + 5) roundings of values <= 1.
-    assert_close(result["kept_a"], kept_a, atol=2 * (5 + 5) * U32, rtol=0)
+    assert_close(result.kept_a, kept_a, atol=2 * (5 + 5) * U32, rtol=0)
 
     b[1, 0, 4, aligned_b] = torch.tensor([keep, 0, 0, 0, 0])  # head (1, 0): "sat" now looks at [CLS]
-    changed = compare_aligned(a, b, pairs)["js"]
+    changed = compare_aligned(a, b, pairs).js
     assert int(changed.flatten().argmax()) == 2 and float(changed[1, 0]) > 0.01
     with pytest.raises(ValueError, match="pairs must use each a index once"):
         compare_aligned(a, b, [(0, 0), (0, 1)])
     with pytest.raises(ValueError, match=r"a has 2x2 heads but b has 1x2"):
         compare_aligned(a, b[:1], pairs)
+
+
+def test_compare_results_are_frozen_dataclasses() -> None:
+    a, b = random_attention(2, 3, 5, seed=1), random_attention(2, 3, 5, seed=2)
+    result = compare(a, b)
+    assert isinstance(result, analysis.Comparison)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.js = torch.zeros(2, 3)  # type: ignore[misc]
+    # Read access by name, as the dict it replaced gave; nothing else is a key.
+    assert result["js"] is result.js and result["difference"] is result.difference
+    with pytest.raises(KeyError):
+        result["__class__"]
+    aligned = compare_aligned(a, b, [(0, 0), (2, 2), (4, 4)])
+    assert isinstance(aligned, analysis.AlignedComparison) and isinstance(aligned, analysis.Comparison)
+    names = [field.name for field in dataclasses.fields(aligned)]
+    assert names == ["difference", "js_rows", "js", "a", "b", "kept_a", "kept_b"]
+    assert aligned.a.shape == aligned.b.shape == aligned.difference.shape == (2, 3, 3, 3)
+    assert aligned.kept_a.shape == aligned.kept_b.shape == aligned.js.shape == (2, 3)
+
+
+# ------------------------------------------------------------------------ definitions, written once
+
+
+def test_stat_descriptions_are_the_stats_docstring_entries() -> None:
+    stats = head_stats(random_attention(1, 1, 4), ["a", "b", "c", "d"])
+    assert list(analysis.STAT_DESCRIPTIONS) == list(stats)  # one entry per statistic, in order
+    doc = " ".join((importlib.import_module("mha.analysis.stats").__doc__ or "").replace("``", "").split())
+    for name, text in analysis.STAT_DESCRIPTIONS.items():
+        assert f"- {name}: {text}" in doc, name  # served as written there, formula included
+        assert "Formula: mean" in text and "\n" not in text, name
+
+
+@pytest.mark.parametrize(
+    ("name", "quoted"),
+    [
+        ("stats", {"LOCAL_WINDOW", "POINTER_THRESHOLD", "BROAD_THRESHOLD", "LOCAL_THRESHOLD"}),
+        ("rollout", {"FLOW_MAX_TOKENS"}),
+    ],
+)
+def test_constants_quoted_in_docstrings_are_the_constants(name: str, quoted: set[str]) -> None:
+    module = importlib.import_module(f"mha.analysis.{name}")  # analysis.rollout is the function
+    found = re.findall(r"\b([A-Z][A-Z_]{2,}) \((\d+(?:\.\d+)?)", module.__doc__ or "")
+    assert {name for name, _ in found} == quoted
+    for name, value in found:
+        assert getattr(module, name) == float(value), name

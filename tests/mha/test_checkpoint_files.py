@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-import mha
+import mha.checkpoint
 from mha import (
     CheckpointError,
     CheckpointNotFoundError,
@@ -25,7 +25,7 @@ from mha import (
     check_checkpoint,
     load_pretrained,
 )
-from mha.pretrained import default_model_path
+from mha.checkpoint import default_model_path
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "vocab.txt", "special_tokens_map.json")
 
@@ -33,6 +33,14 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "vocab.txt", "s
 def _copy(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst
+
+
+def _without_tokenizer_files(src: Path, dst: Path) -> Path:
+    """A copy of the checkpoint with no tokenizer file at all, its tokenizer_config.json included."""
+    directory = _copy(src, dst)
+    for name in (*TOKENIZER_FILES, "tokenizer_config.json"):
+        (directory / name).unlink(missing_ok=True)
+    return directory
 
 
 def _edit_json(path: Path, **changes: object) -> None:
@@ -80,9 +88,7 @@ def test_config_and_weights_without_tokenizer_files_fail_at_load(
     tmp_path: Path, tiny_checkpoints: dict[str, Path]
 ) -> None:
     # transformers would build BERT's tokenizer from nothing: 5 special tokens, every word [UNK].
-    directory = _copy(tiny_checkpoints["bert"], tmp_path / "bert")
-    for name in (*TOKENIZER_FILES, "tokenizer_config.json"):
-        (directory / name).unlink(missing_ok=True)
+    directory = _without_tokenizer_files(tiny_checkpoints["bert"], tmp_path / "bert")
     _raises_the_same(directory, TokenizerNotFoundError, r"no tokenizer files at all")
 
 
@@ -92,9 +98,7 @@ def test_a_stand_in_tokenizer_far_smaller_than_the_model_fails_at_load(
     # The files are there but hold transformers' 5-token stand-in: only loading can tell.
     from transformers import BertTokenizer
 
-    directory = _copy(tiny_checkpoints["bert"], tmp_path / "bert")
-    for name in (*TOKENIZER_FILES, "tokenizer_config.json"):
-        (directory / name).unlink(missing_ok=True)
+    directory = _without_tokenizer_files(tiny_checkpoints["bert"], tmp_path / "bert")
     stand_in = BertTokenizer()
     assert len(stand_in) == 5  # the premise
     stand_in.save_pretrained(directory)
@@ -123,9 +127,9 @@ def test_good_checkpoints_pass_the_check_without_reading_weights(
     def refuse(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("check_checkpoint must not read weights or build a tokenizer")
 
-    monkeypatch.setattr(mha.pretrained, "_load_weights", refuse)
-    monkeypatch.setattr(mha.pretrained, "_load_tokenizer", refuse)
-    monkeypatch.setattr(mha.pretrained, "_fetch", refuse)
+    monkeypatch.setattr(mha.checkpoint, "load_weights", refuse)
+    monkeypatch.setattr(mha.checkpoint, "load_tokenizer", refuse)
+    monkeypatch.setattr(mha.checkpoint, "fetch", refuse)
     for directory in tiny_checkpoints.values():
         assert check_checkpoint(directory) is None
         assert check_checkpoint(str(directory)) is None
@@ -224,3 +228,18 @@ def test_sharded_weights_load_as_one_file(tmp_path: Path, tiny_checkpoints: dict
     whole = load_pretrained(tiny_checkpoints["bert"], device="cpu").attend(text).attentions
     # The same weights through the same code: exactly equal.
     torch.testing.assert_close(sharded, whole, atol=0, rtol=0)
+
+
+def test_the_family_table_names_what_it_cannot_convert() -> None:
+    from mha.convert import CONVERTERS, for_model_type
+    from mha.convert.gpt2 import GPT2
+
+    assert for_model_type("gpt2") is GPT2
+    assert sorted(CONVERTERS) == ["bert", "distilbert", "gpt2", "roberta"]
+    for model_type in ("t5", None):
+        with pytest.raises(UnsupportedCheckpointError) as caught:
+            for_model_type(model_type, source="x/config.json")
+        assert str(caught.value) == (
+            f"model_type {model_type!r} in x/config.json is not supported; "
+            "supported: bert, distilbert, gpt2, roberta"
+        )

