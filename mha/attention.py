@@ -85,13 +85,16 @@ def build_keep_mask(
     mask: torch.Tensor | None = None,
     valid_lens: torch.Tensor | None = None,
     causal: bool = False,
+    window: int | None = None,
     batch: int,
     heads: int,
     tgt_len: int,
     src_len: int,
-    device: torch.device,
+    device: torch.device | str,
 ) -> torch.Tensor | None:
-    """A keep-mask, valid lengths and a causal flag combined into one bool mask; None if nothing is masked."""
+    """A keep-mask, valid lengths, a causal flag and a sliding window combined into one bool mask; None if
+    nothing is masked. `window` W keeps query i's keys j > i - W (the W latest, itself included, as
+    transformers' sliding_window_overlay); with `causal`, the sliding-window attention of Mistral, Gemma 2."""
     keep: torch.Tensor | None = None
     if mask is not None:
         keep = normalize_mask(mask.to(device), batch=batch, heads=heads, tgt_len=tgt_len, src_len=src_len)
@@ -104,6 +107,14 @@ def build_keep_mask(
             torch.ones(tgt_len, src_len, dtype=torch.bool, device=device).tril_().view(1, 1, tgt_len, src_len)
         )
         keep = tri if keep is None else keep & tri
+    if window is not None:
+        if window < 1:
+            raise ValueError(f"window ({window}) must be at least 1")
+        rows = torch.arange(tgt_len, device=device).view(tgt_len, 1)
+        recent = (torch.arange(src_len, device=device).view(1, src_len) > rows - window).view(
+            1, 1, tgt_len, src_len
+        )
+        keep = recent if keep is None else keep & recent
     return keep
 
 

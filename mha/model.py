@@ -1,4 +1,6 @@
-"""A small transformer built from our MultiHeadAttention: BERT-style encoder and GPT-2-style decoder.
+"""Transformers built from our MultiHeadAttention: BERT-style encoders, GPT-2-style decoders and today's
+rotary decoders (Llama, Mistral, Qwen2, Qwen3, Gemma 2, Phi-3), each a TransformerConfig; the layers are
+mha.layers'.
 
 Shape legend: B batch, T tokens, E embed dim, H heads, L layers, F feed-forward width.
 """
@@ -7,27 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import cast
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from mha._memory import empty_buffer
 from mha.attention import build_keep_mask
 from mha.errors import Cancelled
-from mha.multihead import MultiHeadAttention
+from mha.layers import ACTIVATIONS, Block, Embeddings, make_norm
+from mha.rope import Rope
 
 __all__ = ["ACTIVATIONS", "ARCHITECTURES", "Transformer", "TransformerConfig", "TransformerOutput"]
 
-# name -> function; the config names one of them ("gelu_tanh" is GPT-2's gelu_new)
-_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "gelu": F.gelu,
-    "gelu_tanh": partial(F.gelu, approximate="tanh"),
-    "relu": F.relu,
-}
-ACTIVATIONS = tuple(_ACTIVATIONS)
 ARCHITECTURES = ("encoder", "decoder")
 
 
@@ -48,17 +42,52 @@ class TransformerConfig:
     pad_token_id: int | None = 0  # RoBERTa derives position ids from where the padding is
     dropout: float = 0.1  # on hidden states (training only)
     attention_dropout: float = 0.1  # on attention weights (training only)
+    # -- what today's decoders change (the defaults are BERT's and GPT-2's) --
+    num_kv_heads: int | None = None  # grouped-query heads: H_kv dividing H (None: H)
+    head_dim: int | None = None  # None: E // H
+    positions: str = "learned"  # "learned" (a position table) or "rotary" (q and k rotated by `rope`)
+    rope: Rope | None = None
+    norm: str = "layer"  # "layer" (LayerNorm) or "rms" (RMSNorm)
+    norm_offset: float = 0.0  # Gemma's RMSNorm scales by (1 + w)
+    mlp: str = "plain"  # "plain" fc_out(act(fc_in x)) or "gated" down(act(gate x) · up x)
+    mlp_bias: bool = True
+    attention_bias: bool = True  # on the q, k and v projections
+    out_bias: bool | None = None  # on the attention's output projection (None: attention_bias)
+    qk_norm: bool = False  # Qwen3's per-head RMSNorm of q and k
+    attention_scale: float | None = None  # None: 1 / sqrt(head_dim)
+    attention_softcap: float | None = None  # Gemma 2: cap · tanh(logits / cap)
+    embed_scale: float | None = None  # Gemma multiplies the token embeddings by sqrt(E)
+    sandwich_norm: bool = False  # Gemma 2's norms after the attention and the feed-forward too
+    sliding_window: int | None = None  # keys j > i - W, on the layers `window_layers` names
+    window_layers: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for field in ("vocab_size", "max_positions", "embed_dim", "num_heads", "num_layers", "ffn_dim"):
             if getattr(self, field) <= 0:
                 raise ValueError(f"{field} ({getattr(self, field)}) must be positive")
-        if self.embed_dim % self.num_heads:
+        if self.head_dim is None and self.embed_dim % self.num_heads:
             raise ValueError(f"embed_dim ({self.embed_dim}) is not divisible by num_heads ({self.num_heads})")
+        if self.num_kv_heads is not None and (self.num_kv_heads <= 0 or self.num_heads % self.num_kv_heads):
+            raise ValueError(
+                f"num_heads ({self.num_heads}) is not divisible by num_kv_heads ({self.num_kv_heads})"
+            )
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation ({self.activation!r}) must be one of {ACTIVATIONS}")
         if self.architecture not in ARCHITECTURES:
             raise ValueError(f"architecture ({self.architecture!r}) must be one of {ARCHITECTURES}")
+        for field, allowed in (
+            ("positions", ("learned", "rotary")),
+            ("norm", ("layer", "rms")),
+            ("mlp", ("plain", "gated")),
+        ):
+            if getattr(self, field) not in allowed:
+                raise ValueError(f"{field} ({getattr(self, field)!r}) must be one of {allowed}")
+        if (self.positions == "rotary") != (self.rope is not None):
+            raise ValueError("rotary positions need a rope, and a rope needs positions='rotary'")
+        if self.window_layers and self.sliding_window is None:
+            raise ValueError("window_layers name layers but sliding_window is None")
+        if any(not 0 <= i < self.num_layers for i in self.window_layers):
+            raise ValueError(f"window_layers {self.window_layers} must lie in 0..{self.num_layers - 1}")
         if self.position_offset < 0 or self.position_offset >= self.max_positions:
             raise ValueError(
                 f"position_offset ({self.position_offset}) must be below max_positions ({self.max_positions})"
@@ -80,92 +109,15 @@ class TransformerOutput:
     attentions: torch.Tensor | None  # (L, B, H, T, T), every layer's attention weights
 
 
-class Embeddings(nn.Module):
-    def __init__(self, config: TransformerConfig) -> None:
-        super().__init__()
-        self.token = nn.Embedding(config.vocab_size, config.embed_dim)
-        self.position = nn.Embedding(config.max_positions, config.embed_dim)
-        self.segment = (
-            nn.Embedding(config.type_vocab_size, config.embed_dim) if config.type_vocab_size else None
-        )
-        self.norm = (
-            nn.LayerNorm(config.embed_dim, eps=config.layer_norm_eps) if config.embedding_norm else None
-        )
-        self.dropout = nn.Dropout(config.dropout)
-
-    def forward(
-        self, input_ids: torch.Tensor, position_ids: torch.Tensor, segment_ids: torch.Tensor | None
-    ) -> torch.Tensor:
-        x = self.token(input_ids) + self.position(position_ids)  # (B, T, E)
-        if self.segment is not None:
-            # Absent segment ids mean segment 0, as in Hugging Face's BERT and RoBERTa.
-            x = x + (self.segment(segment_ids) if segment_ids is not None else self.segment.weight[0])
-        if self.norm is not None:
-            x = self.norm(x)
-        return self.dropout(x)
-
-
-class FeedForward(nn.Module):
-    def __init__(self, config: TransformerConfig) -> None:
-        super().__init__()
-        self.fc_in = nn.Linear(config.embed_dim, config.ffn_dim)
-        self.fc_out = nn.Linear(config.ffn_dim, config.embed_dim)
-        self.activation = _ACTIVATIONS[config.activation]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc_out(self.activation(self.fc_in(x)))
-
-
-class Block(nn.Module):
-    """One transformer layer: post-LN (encoder, BERT) or pre-LN (decoder, GPT-2)."""
-
-    def __init__(self, config: TransformerConfig) -> None:
-        super().__init__()
-        self.pre_norm = config.architecture == "decoder"
-        self.attn = MultiHeadAttention(config.embed_dim, config.num_heads, dropout=config.attention_dropout)
-        self.attn_norm = nn.LayerNorm(config.embed_dim, eps=config.layer_norm_eps)
-        self.ffn = FeedForward(config)
-        self.ffn_norm = nn.LayerNorm(config.embed_dim, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.dropout)
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        keep: torch.Tensor | None,
-        *,
-        need_weights: bool,
-        weights_out: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if self.pre_norm:
-            attn, weights = self.attn(
-                self.attn_norm(x), keep=keep, need_weights=need_weights, weights_out=weights_out
-            )
-            x = x + self.dropout(attn)
-            x = x + self.dropout(self.ffn(self.ffn_norm(x)))
-        else:
-            attn, weights = self.attn(x, keep=keep, need_weights=need_weights, weights_out=weights_out)
-            x = self.attn_norm(x + self.dropout(attn))
-            x = self.ffn_norm(x + self.dropout(self.ffn(x)))
-        return x, weights
-
-    def attention_weights(
-        self, x: torch.Tensor, keep: torch.Tensor | None, *, weights_out: torch.Tensor | None
-    ) -> torch.Tensor:
-        """This layer's attention weights alone: no value path, no feed-forward."""
-        return self.attn.attention_weights(
-            self.attn_norm(x) if self.pre_norm else x, keep=keep, weights_out=weights_out
-        )
-
-
 class Transformer(nn.Module):
-    """Embeddings, L blocks and (decoder only) a final LayerNorm -> hidden states and all attentions."""
+    """Embeddings, L blocks and (decoder only) a final norm -> hidden states and all attentions."""
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.config = config
         self.embeddings = Embeddings(config)
         self.layers = nn.ModuleList(Block(config) for _ in range(config.num_layers))
-        self.final_norm = nn.LayerNorm(config.embed_dim, eps=config.layer_norm_eps) if config.causal else None
+        self.final_norm = make_norm(config) if config.causal else None
 
     def position_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         """(B, T) positions: 0..T-1, or RoBERTa's count of non-pad tokens offset past padding_idx."""
@@ -179,9 +131,12 @@ class Transformer(nn.Module):
         )
         return positions.unsqueeze(0).expand_as(input_ids)
 
-    def _keep_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor | None:
-        """One bool keep-mask (B|1, 1, T, T) for every layer: padded keys (attention_mask 0) and, in a
-        decoder, the causal triangle; None when nothing is masked (the common single-text case)."""
+    def _keep_mask(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, *, window: int | None = None
+    ) -> torch.Tensor | None:
+        """One bool keep-mask (B|1, 1, T, T) for every layer (or every windowed layer): padded keys
+        (attention_mask 0), in a decoder the causal triangle, and the sliding `window`; None when
+        nothing is masked (the common single-text encoder case)."""
         batch, length = input_ids.shape
         padding = None
         if attention_mask is not None and not bool(attention_mask.all()):
@@ -189,12 +144,22 @@ class Transformer(nn.Module):
         return build_keep_mask(
             mask=padding,
             causal=self.config.causal,
+            window=window,
             batch=batch,
             heads=1,
             tgt_len=length,
             src_len=length,
             device=input_ids.device,
         )
+
+    def _rotary(
+        self, position_ids: torch.Tensor, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """cos and sin (B|1, T, rotary dim) for every layer, or None without rotary positions."""
+        rope = self.config.rope
+        if rope is None:
+            return None
+        return rope.cos_sin(position_ids[:1] if position_ids.shape[0] > 1 else position_ids, dtype=dtype)
 
     def forward(
         self,
@@ -226,6 +191,11 @@ class Transformer(nn.Module):
         x = self.embeddings(input_ids, position_ids, segment_ids)  # (B, T, E)
 
         keep = self._keep_mask(input_ids, attention_mask)
+        windowed = set(cfg.window_layers)
+        window_keep = (
+            self._keep_mask(input_ids, attention_mask, window=cfg.sliding_window) if windowed else None
+        )
+        rotary = self._rotary(position_ids, x.dtype)
 
         buffer = None
         if need_weights and not torch.is_grad_enabled():
@@ -237,10 +207,11 @@ class Transformer(nn.Module):
             if cancel is not None and cancel():
                 raise Cancelled(f"forward cancelled before layer {i} of {len(self.layers)}")
             out = None if buffer is None else buffer[i]
+            layer_keep = window_keep if i in windowed else keep
             if i == last and not need_hidden:
-                layer_weights.append(layer.attention_weights(x, keep, weights_out=out))
+                layer_weights.append(layer.attention_weights(x, layer_keep, rotary=rotary, weights_out=out))
                 break
-            x, weights = layer(x, keep, need_weights=need_weights, weights_out=out)
+            x, weights = layer(x, layer_keep, rotary=rotary, need_weights=need_weights, weights_out=out)
             if weights is not None:
                 layer_weights.append(weights)
         attentions = buffer if buffer is not None else torch.stack(layer_weights) if layer_weights else None

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import mha.attention as core
 from mha import MultiHeadAttention, Transformer, TransformerConfig
 from mha.attention import attention_weights, build_keep_mask, empty_rows, scaled_dot_product_attention
-from mha.model import ACTIVATIONS, FeedForward
+from mha.layers import ACTIVATIONS, FeedForward
 
 # float64, head dim D = 8, entries ~ N(0, 1): a score is a D-term dot product of size <= ~30, and two
 # summation orders (bmm against 4-D matmul) move it by at most D·2**-53·30 ≈ 3e-14; softmax's slope is
@@ -281,5 +281,21 @@ def test_feed_forward_applies_the_named_activation(name: str) -> None:
         * hidden
         * (1 + torch.tanh(math.sqrt(2 / math.pi) * (hidden + 0.044715 * hidden**3))),
         "relu": hidden.clamp(min=0),
+        "silu": hidden * torch.sigmoid(hidden),
     }[name]
     torch.testing.assert_close(ffn(x), ffn.fc_out(expected), **TOL)
+
+
+@pytest.mark.parametrize("name", ["silu", "gelu_tanh"])
+def test_gated_feed_forward_is_down_of_act_gate_times_up(name: str) -> None:
+    # Llama's SwiGLU and Gemma's GeGLU: fc_in holds the gate rows, then the up rows.
+    torch.manual_seed(0)
+    config = TransformerConfig(
+        embed_dim=8, num_heads=2, ffn_dim=16, activation=name, mlp="gated", mlp_bias=False
+    )
+    ffn = FeedForward(config).double()
+    assert ffn.fc_in.weight.shape == (32, 8) and ffn.fc_in.bias is None
+    x = torch.randn(2, 3, 8, dtype=torch.float64)
+    gate, up = x @ ffn.fc_in.weight[:16].T, x @ ffn.fc_in.weight[16:].T
+    act = gate * torch.sigmoid(gate) if name == "silu" else F.gelu(gate, approximate="tanh")
+    torch.testing.assert_close(ffn(x), (act * up) @ ffn.fc_out.weight.T, **TOL)

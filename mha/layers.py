@@ -1,0 +1,160 @@
+"""The pieces a Transformer is built from, each chosen by its TransformerConfig (mha.model).
+
+- Embeddings: token, plus learned positions (BERT, GPT-2) or none (rotary families rotate q and k
+  instead), token types where the family has them, Gemma's sqrt(E) scale, BERT's LayerNorm.
+- FeedForward: fc_out(act(fc_in(x))) (BERT, GPT-2), or gated, down(act(gate(x)) · up(x)) (Llama's SwiGLU,
+  Gemma's GeGLU), gate and up in one fused matmul as Phi-3 stores them.
+- Block: post-norm (BERT), pre-norm (GPT-2, Llama) or Gemma 2's sandwich (pre- and post-norm around both
+  the attention and the feed-forward); LayerNorm or RMSNorm.
+
+Shape legend: B batch, T tokens, E embed dim, F feed-forward width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mha.multihead import MultiHeadAttention
+from mha.norm import RMSNorm
+
+if TYPE_CHECKING:
+    from mha.model import TransformerConfig
+
+__all__ = ["ACTIVATIONS", "Block", "Embeddings", "FeedForward", "make_norm"]
+
+# name -> function; the config names one of them ("gelu_tanh" is GPT-2's gelu_new, "silu" Llama's)
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": F.gelu,
+    "gelu_tanh": partial(F.gelu, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+}
+ACTIVATIONS = tuple(_ACTIVATIONS)
+
+Rotary = tuple[torch.Tensor, torch.Tensor]
+
+
+def make_norm(config: TransformerConfig) -> nn.Module:
+    if config.norm == "rms":
+        return RMSNorm(config.embed_dim, eps=config.layer_norm_eps, offset=config.norm_offset)
+    return nn.LayerNorm(config.embed_dim, eps=config.layer_norm_eps)
+
+
+class Embeddings(nn.Module):
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.token = nn.Embedding(config.vocab_size, config.embed_dim)
+        self.position = (
+            nn.Embedding(config.max_positions, config.embed_dim) if config.positions == "learned" else None
+        )
+        self.segment = (
+            nn.Embedding(config.type_vocab_size, config.embed_dim) if config.type_vocab_size else None
+        )
+        self.norm = (
+            nn.LayerNorm(config.embed_dim, eps=config.layer_norm_eps) if config.embedding_norm else None
+        )
+        self.scale = config.embed_scale
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(
+        self, input_ids: torch.Tensor, position_ids: torch.Tensor, segment_ids: torch.Tensor | None
+    ) -> torch.Tensor:
+        x = self.token(input_ids)  # (B, T, E)
+        if self.scale is not None:
+            # Gemma rounds the scale to the model's dtype first, as its reference code does.
+            x = x * torch.tensor(self.scale, dtype=x.dtype)
+        if self.position is not None:
+            x = x + self.position(position_ids)
+        if self.segment is not None:
+            # Absent segment ids mean segment 0, as in Hugging Face's BERT and RoBERTa.
+            x = x + (self.segment(segment_ids) if segment_ids is not None else self.segment.weight[0])
+        if self.norm is not None:
+            x = self.norm(x)
+        return self.dropout(x)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.gated = config.mlp == "gated"
+        width = 2 * config.ffn_dim if self.gated else config.ffn_dim  # gated: rows of gate, then up
+        self.fc_in = nn.Linear(config.embed_dim, width, bias=config.mlp_bias)
+        self.fc_out = nn.Linear(config.ffn_dim, config.embed_dim, bias=config.mlp_bias)
+        self.activation = _ACTIVATIONS[config.activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gated:
+            gate, up = self.fc_in(x).chunk(2, dim=-1)
+            return self.fc_out(self.activation(gate) * up)
+        return self.fc_out(self.activation(self.fc_in(x)))
+
+
+class Block(nn.Module):
+    """One transformer layer: post-norm (encoder), pre-norm (decoder) or sandwich (Gemma 2)."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.pre_norm = config.architecture == "decoder"
+        self.attn = MultiHeadAttention(
+            config.embed_dim,
+            config.num_heads,
+            dropout=config.attention_dropout,
+            bias=config.attention_bias,
+            out_bias=config.out_bias,
+            num_kv_heads=config.num_kv_heads,
+            head_dim=config.head_dim,
+            scale=config.attention_scale,
+            softcap=config.attention_softcap,
+            qk_norm_eps=config.layer_norm_eps if config.qk_norm else None,
+        )
+        self.attn_norm = make_norm(config)
+        self.ffn = FeedForward(config)
+        self.ffn_norm = make_norm(config)
+        # Gemma 2 normalises each sub-layer's output too, before it joins the residual stream.
+        self.attn_post_norm = make_norm(config) if config.sandwich_norm else None
+        self.ffn_post_norm = make_norm(config) if config.sandwich_norm else None
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        keep: torch.Tensor | None,
+        *,
+        rotary: Rotary | None = None,
+        need_weights: bool,
+        weights_out: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if not self.pre_norm:
+            attn, weights = self.attn(x, keep=keep, need_weights=need_weights, weights_out=weights_out)
+            x = self.attn_norm(x + self.dropout(attn))
+            x = self.ffn_norm(x + self.dropout(self.ffn(x)))
+            return x, weights
+        attn, weights = self.attn(
+            self.attn_norm(x), keep=keep, rotary=rotary, need_weights=need_weights, weights_out=weights_out
+        )
+        if self.attn_post_norm is not None:
+            attn = self.attn_post_norm(attn)
+        x = x + self.dropout(attn)
+        ffn = self.ffn(self.ffn_norm(x))
+        if self.ffn_post_norm is not None:
+            ffn = self.ffn_post_norm(ffn)
+        return x + self.dropout(ffn), weights
+
+    def attention_weights(
+        self,
+        x: torch.Tensor,
+        keep: torch.Tensor | None,
+        *,
+        rotary: Rotary | None = None,
+        weights_out: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """This layer's attention weights alone: no value path, no feed-forward."""
+        return self.attn.attention_weights(
+            self.attn_norm(x) if self.pre_norm else x, keep=keep, rotary=rotary, weights_out=weights_out
+        )
