@@ -49,7 +49,14 @@ class Converter:
 
 def activation_from_hf(name: str, *, family: str) -> str:
     """Hugging Face's activation names -> ours; anything else is a model we would not reproduce exactly."""
-    table = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
+    table = {
+        "gelu": "gelu",
+        "gelu_new": "gelu_tanh",
+        "gelu_pytorch_tanh": "gelu_tanh",
+        "relu": "relu",
+        "silu": "silu",
+        "swish": "silu",
+    }
     if name not in table:
         raise UnsupportedCheckpointError(
             f"{family} checkpoint uses activation {name!r}; supported: {', '.join(sorted(table))}"

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from checkpoints import TYPE_VOCAB_SIZES, build_checkpoint
+from checkpoints import FAMILIES, TYPE_VOCAB_SIZES, build_checkpoint
 from tolerances import FORWARD, row_sum
 
 from mha import AttentionModel, AttentionResult, load_pretrained
 from mha.errors import PairNotSupportedError
 from mha.pretrained import default_model_path
 
-MODELS = ("bert", "roberta", "distilbert", "gpt2", "minilm")
+MODELS = (*FAMILIES, "minilm")
 SENTENCE = "The cat sat on the mat."
 PAIR = "It was happy there, said the dog."
 UNICODE = "Ünïcödé — naïve café, Straße, 東京, emoji 🙂!"

@@ -1,0 +1,45 @@
+"""Gemma 2 checkpoints -> our rotary decoder: embeddings scaled by sqrt(hidden), RMSNorm by (1 + w), a norm
+before and after both the attention and the feed-forward, logits scaled by query_pre_attn_scalar^-1/2 and
+soft-capped, a sliding window on every other layer (`layer_types`), GeGLU."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mha.convert.base import Converter, KeyMap
+from mha.convert.decoder import DecoderLayout, decoder_config, decoder_key_map, layer_types_windows
+from mha.model import TransformerConfig
+
+__all__ = ["GEMMA2"]
+
+# Gemma 2's post_attention_layernorm normalises the attention's output; pre_feedforward_layernorm is the
+# feed-forward's input norm (Llama's post_attention_layernorm).
+LAYOUT = DecoderLayout(
+    norms={
+        "attn_norm": "input_layernorm",
+        "attn_post_norm": "post_attention_layernorm",
+        "ffn_norm": "pre_feedforward_layernorm",
+        "ffn_post_norm": "post_feedforward_layernorm",
+    }
+)
+
+
+def config_from_hf(cfg: Any) -> TransformerConfig:
+    return decoder_config(
+        cfg,
+        family="gemma2",
+        window_layers=layer_types_windows(cfg),
+        attention_bias=bool(getattr(cfg, "attention_bias", False)),
+        attention_scale=cfg.query_pre_attn_scalar**-0.5,
+        attention_softcap=getattr(cfg, "attn_logit_softcapping", None),
+        embed_scale=cfg.hidden_size**0.5,
+        norm_offset=1.0,
+        sandwich_norm=True,
+    )
+
+
+def key_map(config: TransformerConfig) -> KeyMap:
+    return decoder_key_map(config, LAYOUT)
+
+
+GEMMA2 = Converter(family="gemma2", config_from_hf=config_from_hf, key_map=key_map)

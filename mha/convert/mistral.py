@@ -1,0 +1,18 @@
+"""Mistral checkpoints -> our rotary decoder; `sliding_window`, when set, windows every layer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mha.convert.base import Converter
+from mha.convert.decoder import decoder_config, decoder_key_map
+from mha.model import TransformerConfig
+
+__all__ = ["MISTRAL"]
+
+
+def config_from_hf(cfg: Any) -> TransformerConfig:
+    return decoder_config(cfg, family="mistral")
+
+
+MISTRAL = Converter(family="mistral", config_from_hf=config_from_hf, key_map=decoder_key_map)
