@@ -165,6 +165,10 @@ class ErrorResponse(BaseModel):
 
 # -- insight: head statistics, rollout, flow, comparison ------------------------------------
 
+SIMILAR_HEADS = 5  # "heads like this one" listed per head in /api/analysis
+# Rollout and flow mix this much identity into each layer (Abnar & Zuidema's 0.5); stated in every answer.
+ROLLOUT_RESIDUAL = 0.5
+
 
 class AnalysisResponse(BaseModel):
     model: str
@@ -187,8 +191,9 @@ class AnalysisResponse(BaseModel):
         "this; local: weight within 2 tokens at least this."
     )
     similar: list[list[list[list[float]]]] = Field(
-        description="[layer][head] -> its most similar heads (up to 5) as [layer, head, distance], nearest "
-        "first: Euclidean distance between z-scored statistics (mha.analysis.similar_heads)."
+        description=f"[layer][head] -> its most similar heads (up to {SIMILAR_HEADS}) as [layer, head, "
+        "distance], nearest first: Euclidean distance between z-scored statistics "
+        "(mha.analysis.similar_heads)."
     )
 
 
@@ -197,7 +202,9 @@ class RolloutResponse(BaseModel):
     tokens: list[str]
     n: int
     layers: int
-    residual: float = Field(description="Weight of the identity mixed into each layer's head-mean.")
+    residual: float = Field(
+        description=f"Weight of the identity mixed into each layer's head-mean ({ROLLOUT_RESIDUAL})."
+    )
     rollout: list[list[float]] = Field(
         description="[output token][input token]: R = Ã_L···Ã_1; rows sum to 1; rounded to 6 decimals."
     )

@@ -17,7 +17,7 @@ import torch
 import uvicorn
 from fastapi.testclient import TestClient
 
-import app.service as service_module
+import app.service.flights as service_module
 from app import encoders
 from app.main import create_app
 from tests import tolerances
