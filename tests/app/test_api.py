@@ -13,7 +13,8 @@ import torch
 from fastapi.testclient import TestClient
 from tolerances import FORWARD, quant8
 
-from app.main import CSP, create_app
+from app.main import create_app
+from app.middleware import CSP
 
 TEXT = "The cat sat on the mat because it was tired."
 PAIR = "It fell asleep soon after."

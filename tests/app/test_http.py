@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import CSP, create_app
+from app.main import create_app
+from app.middleware import CSP
 from app.schemas import MAX_TEXT_CHARS, NOT_BLANK
 from app.settings import Settings
 
