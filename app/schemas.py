@@ -241,6 +241,9 @@ class CompareHeadRequest(CompareRequest):
     head: Index = Field(description="0-based head index, below the models' `heads`.")
 
 
+PerHead = list[list[float]]  # [layer][head]
+
+
 class CompareSide(BaseModel):
     model: str
     tokens: list[str]
@@ -256,16 +259,12 @@ class CompareResponse(BaseModel):
     tokens: list[str] = Field(description="The aligned tokens' labels, taken from a.")
     layers: int
     heads: int
-    score: list[list[float]] = Field(
+    score: PerHead = Field(
         description="[layer][head]: mean Jensen-Shannon divergence (nats, 0..ln 2) between aligned rows "
         "restricted to aligned keys and renormalised; 0 = unchanged."
     )
-    kept_a: list[list[float]] = Field(
-        description="[layer][head]: mean share of a's row weight on aligned keys."
-    )
-    kept_b: list[list[float]] = Field(
-        description="[layer][head]: mean share of b's row weight on aligned keys."
-    )
+    kept_a: PerHead = Field(description="[layer][head]: mean share of a's row weight on aligned keys.")
+    kept_b: PerHead = Field(description="[layer][head]: mean share of b's row weight on aligned keys.")
 
 
 class CompareHeadResponse(BaseModel):

@@ -95,9 +95,7 @@ class Batcher:
                 f"workers ({workers}), max_batch ({max_batch}) and max_queue ({max_queue}) must be >= 1"
             )
         self._run = run
-        self._workers = workers
-        self._max_batch = max_batch
-        self._max_queue = max_queue
+        self._workers, self._max_batch, self._max_queue = workers, max_batch, max_queue
         self._is_long = is_long or (lambda _job: False)
         self._long_wait = long_wait
         self._name = name
