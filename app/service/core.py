@@ -1,5 +1,9 @@
 """`AttentionService`: what the routes call. Resolves the model, runs its forwards through a `Batcher`,
-encodes the answers off the event loop, and caches them (see the package docstring)."""
+encodes the answers off the event loop, and caches them (see the package docstring).
+
+Over ~400 lines because it is one class holding one state (cache, flights, streams, workers): its parts
+that need none of that state already live beside it (bodies, computed, flights, batcher, loaders, trim);
+what remains is one short method per answer and the plumbing they share."""
 
 from __future__ import annotations
 
