@@ -1,4 +1,5 @@
-"""Domain errors, defined once here and mapped once to HTTP by `install_handlers`."""
+"""Domain errors, defined once here and mapped once to HTTP by `install_handlers`, with `mha`'s
+`InputError` family (an input the model cannot run: the client's to fix, 422)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from mha.errors import EmptyInputError, InputError
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +56,14 @@ class InvalidInputError(ServiceError):
 def _service_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ServiceError)  # registered for ServiceError only
     return JSONResponse({"detail": exc.detail}, status_code=exc.status)
+
+
+def _input_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, InputError)  # registered for mha's InputError only
+    detail = str(exc)
+    if isinstance(exc, EmptyInputError):  # the one case that needs a hint to act on
+        detail += "; give text the tokenizer turns into at least one token"
+    return JSONResponse({"detail": detail}, status_code=422)
 
 
 def _validation_error(request: Request, exc: Exception) -> JSONResponse:
@@ -111,5 +122,6 @@ def _unreadable_body(cause: BaseException | None) -> str:
 
 def install_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(InputError, _input_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -165,6 +165,10 @@ class ErrorResponse(BaseModel):
 
 # -- insight: head statistics, rollout, flow, comparison ------------------------------------
 
+SIMILAR_HEADS = 5  # "heads like this one" listed per head in /api/analysis
+# Rollout and flow mix this much identity into each layer (Abnar & Zuidema's 0.5); stated in every answer.
+ROLLOUT_RESIDUAL = 0.5
+
 
 class AnalysisResponse(BaseModel):
     model: str
@@ -187,8 +191,9 @@ class AnalysisResponse(BaseModel):
         "this; local: weight within 2 tokens at least this."
     )
     similar: list[list[list[list[float]]]] = Field(
-        description="[layer][head] -> its most similar heads (up to 5) as [layer, head, distance], nearest "
-        "first: Euclidean distance between z-scored statistics (mha.analysis.similar_heads)."
+        description=f"[layer][head] -> its most similar heads (up to {SIMILAR_HEADS}) as [layer, head, "
+        "distance], nearest first: Euclidean distance between z-scored statistics "
+        "(mha.analysis.similar_heads)."
     )
 
 
@@ -197,7 +202,9 @@ class RolloutResponse(BaseModel):
     tokens: list[str]
     n: int
     layers: int
-    residual: float = Field(description="Weight of the identity mixed into each layer's head-mean.")
+    residual: float = Field(
+        description=f"Weight of the identity mixed into each layer's head-mean ({ROLLOUT_RESIDUAL})."
+    )
     rollout: list[list[float]] = Field(
         description="[output token][input token]: R = Ã_L···Ã_1; rows sum to 1; rounded to 6 decimals."
     )
@@ -234,6 +241,9 @@ class CompareHeadRequest(CompareRequest):
     head: Index = Field(description="0-based head index, below the models' `heads`.")
 
 
+PerHead = list[list[float]]  # [layer][head]
+
+
 class CompareSide(BaseModel):
     model: str
     tokens: list[str]
@@ -249,16 +259,12 @@ class CompareResponse(BaseModel):
     tokens: list[str] = Field(description="The aligned tokens' labels, taken from a.")
     layers: int
     heads: int
-    score: list[list[float]] = Field(
+    score: PerHead = Field(
         description="[layer][head]: mean Jensen-Shannon divergence (nats, 0..ln 2) between aligned rows "
         "restricted to aligned keys and renormalised; 0 = unchanged."
     )
-    kept_a: list[list[float]] = Field(
-        description="[layer][head]: mean share of a's row weight on aligned keys."
-    )
-    kept_b: list[list[float]] = Field(
-        description="[layer][head]: mean share of b's row weight on aligned keys."
-    )
+    kept_a: PerHead = Field(description="[layer][head]: mean share of a's row weight on aligned keys.")
+    kept_b: PerHead = Field(description="[layer][head]: mean share of b's row weight on aligned keys.")
 
 
 class CompareHeadResponse(BaseModel):

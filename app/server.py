@@ -18,7 +18,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from app.main import SECURITY_HEADERS
+from app.middleware import SECURITY_HEADERS
 from app.settings import Settings
 
 

@@ -22,7 +22,6 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # A DNS name as a Host header carries it (IDNs arrive as punycode), optionally "*." for its subdomains.
 HOST_NAME = re.compile(r"(\*\.)?[a-z0-9_-]+(\.[a-z0-9_-]+)*")
 
@@ -32,7 +31,8 @@ class Settings(BaseSettings):
 
     device: str = "auto"  # auto, cpu, cuda, cuda:N or mps; passed to mha.load_pretrained
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"  # auto lets mha pick per device
-    default_model: str = DEFAULT_MODEL  # loaded at startup; must be a registered name
+    # Loaded at startup; a registered name. None: the embedded model, registered under mha's name for it.
+    default_model: str | None = None
     models: dict[str, Path] = Field(default_factory=dict)  # operator allowlist: name -> checkpoint dir
     models_dir: Path | None = None  # scanned once at startup: each subfolder with config.json
     max_tokens: int = Field(default=512, ge=8)  # cap on tokens per request (also capped by the model)

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 import app.service as service_module
 from app.main import create_app
+from app.service import bodies
 from mha.errors import Cancelled
 from tests.app.asgi import Exchange, post
 
@@ -179,13 +180,13 @@ def test_a_full_queue_answers_503_with_retry_after(one_worker: tuple[TestClient,
 
 
 INSIGHT = {  # route, its service method, the body builder that must run once, the request
-    "analysis": ("/api/analysis", "analysis", "_analysis_body", {"text": "Insight once."}),
-    "rollout": ("/api/rollout", "rollout", "_rollout_body", {"text": "Insight once."}),
-    "flow": ("/api/flow", "flow", "_flow_body", {"text": "Insight once."}),
+    "analysis": ("/api/analysis", "analysis", "analysis_body", {"text": "Insight once."}),
+    "rollout": ("/api/rollout", "rollout", "rollout_body", {"text": "Insight once."}),
+    "flow": ("/api/flow", "flow", "flow_body", {"text": "Insight once."}),
     "compare": (
         "/api/compare",
         "compare",
-        "_compare_body",
+        "compare_body",
         {"a": {"text": "Insight once."}, "b": {"text": "Insight twice."}},
     ),
 }
@@ -207,13 +208,13 @@ def test_identical_insight_requests_in_flight_are_computed_once(
         return await answer(*args)
 
     monkeypatch.setattr(service, method, counting_answer)
-    original = getattr(service_module, builder)
+    original = getattr(bodies, builder)
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         built.append(1)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(service_module, builder, counting)
+    monkeypatch.setattr(bodies, builder, counting)
     _, first = start(client, "/api/attention/compact", {"text": "This one holds the worker."})
     assert gate.held.wait(TIMEOUT)
     asks = [start(client, path, body)[1] for _ in range(4)]

@@ -215,11 +215,3 @@ def test_a_bad_input_does_not_fail_its_batch_mates(make_settings) -> None:  # ty
     assert sorted(batch) == sorted(texts[1:]) and raised  # ...which the bad inputs failed...
     alone = [batch[0] for batch, _ in calls[calls.index(mixed[0]) + 1 :]]
     assert sorted(alone) == sorted(texts[1:])  # ...so each of its texts then ran alone
-
-
-def test_the_app_answers_after_a_lifespan_restart(make_settings) -> None:  # type: ignore[no-untyped-def]
-    app = create_app(make_settings())
-    for round_ in range(2):  # shutdown closes the workers; the next startup must get new ones
-        with TestClient(app) as client:
-            r = client.post("/api/attention/compact", json={"text": f"restart round {round_}"})
-            assert r.status_code == 200

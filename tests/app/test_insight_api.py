@@ -69,8 +69,8 @@ def test_analysis_equals_mha(client: TestClient, minilm, pair: str | None) -> No
     body = post(client, "/api/analysis", {"text": TEXT, "text_pair": pair})
     result = minilm.attend(TEXT, pair)
     view = served(client, TEXT, pair)
-    special = view.header["special"]
-    stats = analysis.head_stats(view.attentions, view.header["tokens"], special=special, causal=False)
+    special = view.special
+    stats = analysis.head_stats(view.attentions, view.tokens, special=special, causal=False)
     assert body["tokens"] == result.tokens
     assert (body["model"], body["n"], body["layers"], body["heads"], body["words"]) == (
         "all-MiniLM-L6-v2",
@@ -100,8 +100,8 @@ def test_analysis_of_words_equals_mha_on_the_merged_map(client: TestClient, mini
     result = minilm.attend(TEXT, PAIR)
     labels, groups, _ = word_view(result, TEXT, PAIR)
     view = served(client, TEXT, PAIR, words=True)
-    assert view.header["tokens"] == labels
-    stats = analysis.head_stats(view.attentions, labels, special=view.header["special"], causal=False)
+    assert view.tokens == labels
+    stats = analysis.head_stats(view.attentions, labels, special=view.special, causal=False)
     assert body["words"] is True
     assert body["tokens"] == labels
     assert "Headscope" in body["tokens"] and "##cope" not in body["tokens"]
@@ -157,8 +157,8 @@ def test_words_are_cached_apart_from_tokens(client: TestClient) -> None:
     assert "##ization" in tokens["tokens"] and tokens["n"] > words["n"]
     service = client.app.state.service  # type: ignore[attr-defined]
     name = "all-MiniLM-L6-v2"
-    assert service.cache.get(("result", name, text, None)).header["n"] == tokens["n"]
-    assert service.cache.get(("words", name, text, None)).header["n"] == words["n"]
+    assert service.cache.get(("result", name, text, None)).n == tokens["n"]
+    assert service.cache.get(("words", name, text, None)).n == words["n"]
     # Every answer kind is cached under its own (kind, ..., words) key of the same LRU.
     assert service.cache.get(("json", name, text, None, True)) is not None
     assert service.cache.get(("json", name, text, None, False)) is not None
@@ -283,7 +283,7 @@ def test_compare_words(client: TestClient) -> None:
     assert len(body["pairs"]) == len(body["a"]["tokens"])  # uncased model: same words, same maps
     # The same ids in two separate forwards: each weight within FORWARD, so the total variation of a row
     # is at most n·FORWARD / 2 over the n tokens, and Jensen-Shannon is at most ln 2 times that.
-    n = served(client, TEXT).header["n"]
+    n = served(client, TEXT).n
     bound = math.log(2) * n * FORWARD / 2 + js_atol(len(body["pairs"]))
     assert np.abs(np.array(body["score"])).max() <= bound
 

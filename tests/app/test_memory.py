@@ -10,7 +10,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-import app.service as service_module
+import app.service.trim as service_module
 from app import memory
 from app.main import create_app
 

@@ -17,7 +17,8 @@ import torch
 import uvicorn
 from fastapi.testclient import TestClient
 
-import app.service as service_module
+import app.service.core as service_module_core
+import app.service.flights as service_module
 from app import encoders
 from app.main import create_app
 from tests import tolerances
@@ -166,6 +167,22 @@ def test_at_most_max_streams_large_answers_are_streamed_at_once(make_settings, s
         assert first.result(30).status == 200 and waiting.result(30).status == 200
         assert json.loads(waiting.result().body)["n"] > 120 and json.loads(slow.body)["n"] > 120
         assert service.streams_waiting == 0
+
+
+def test_a_long_text_with_a_small_answer_gives_back_its_turn_to_stream(make_settings) -> None:  # type: ignore[no-untyped-def]
+    # Over BATCH_CHARS, so it waits for a turn to stream before its forward; on "random" (4 layers x 8
+    # heads, ~142 tokens: 32·142² ≈ 0.65 M values, under STREAM_VALUES) its answer is sent whole, and the
+    # turn must come back: with max_streams=1 a kept turn would leave every later long text waiting forever.
+    texts = ["word " * 140, "other " * 120]
+    app = create_app(make_settings(max_streams=1))
+    with TestClient(app) as client:
+        service = app.state.service
+        for text in texts:
+            assert len(text) > service_module_core.BATCH_CHARS
+            r = client.post("/api/attention", json={"text": text, "model": "random"})
+            assert r.status_code == 200
+            assert 4 * 8 * r.json()["n"] ** 2 <= service_module.STREAM_VALUES  # whole, not streamed
+            assert not service._stream_slots.locked(), "the turn to stream was not given back"
 
 
 @pytest.mark.slow

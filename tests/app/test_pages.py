@@ -5,16 +5,12 @@ from __future__ import annotations
 import gzip
 import json
 import re
-from collections.abc import Iterator
 from html.parser import HTMLParser
 
 import plotly
-import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
 from app.routes.pages import PLOTLY_JS
-from app.settings import Settings
 
 
 class Scripts(HTMLParser):
@@ -42,24 +38,22 @@ class Scripts(HTMLParser):
             self._inside = None
 
 
-@pytest.fixture(scope="module")
-def client() -> Iterator[TestClient]:
-    settings = Settings(device="cpu", threads=1, log_level="warning", models={}, allowed_hosts=["testserver"])
-    with TestClient(create_app(settings)) as test_client:
-        yield test_client
+def scripts(page: str) -> list[tuple[dict[str, str | None], str]]:
+    parser = Scripts()
+    parser.feed(page)
+    return parser.found
 
 
 def test_page_carries_server_state_as_json_and_no_inline_script(client: TestClient) -> None:
     response = client.get("/")
     assert response.status_code == 200
     assert "script-src 'self'" in response.headers["content-security-policy"]
-    parser = Scripts()
-    parser.feed(response.text)
-    data_blocks = [text for attrs, text in parser.found if attrs.get("type") == "application/json"]
-    code = [attrs for attrs, _ in parser.found if attrs.get("type") != "application/json"]
+    found = scripts(response.text)
+    data_blocks = [text for attrs, text in found if attrs.get("type") == "application/json"]
+    code = [attrs for attrs, _ in found if attrs.get("type") != "application/json"]
     # Scripts are files from our own server; the only inline <script> is the JSON data block.
     assert all(attrs.get("src", "").startswith("/static/") for attrs in code), code
-    assert [a.get("id") for a, t in parser.found if a.get("type") == "application/json"] == ["initial-state"]
+    assert [a.get("id") for a, t in found if a.get("type") == "application/json"] == ["initial-state"]
     state = json.loads(data_blocks[0])
     models = client.get("/api/models").json()
     assert state["default"] == models["default"] == "all-MiniLM-L6-v2"
@@ -73,28 +67,30 @@ def test_plotly_is_served_locally_gzipped_and_cached(client: TestClient) -> None
     page = client.get("/").text
     url = re.search(r'src="(/static/vendor/plotly\.min\.js\?v=[^"]+)"', page)
     assert url is not None and url.group(1).endswith(plotly.__version__)
-    response = client.get(url.group(1), headers={"Accept-Encoding": "gzip"})
+    with client.stream("GET", url.group(1), headers={"Accept-Encoding": "gzip"}) as response:
+        wire = b"".join(response.iter_raw())  # the bytes as sent, before httpx undoes the gzip
     assert response.status_code == 200
     assert response.headers["content-encoding"] == "gzip"
     assert response.headers["content-type"].startswith("text/javascript")
     assert "immutable" in response.headers["cache-control"]
-    assert response.content == PLOTLY_JS.read_bytes()  # httpx undid the gzip: the package's own file
+    javascript = PLOTLY_JS.read_bytes()
+    assert gzip.decompress(wire) == javascript  # the package's own file, in fewer bytes on the wire
+    assert int(response.headers["content-length"]) == len(wire) < len(javascript)
     revalidate = {"Accept-Encoding": "gzip", "If-None-Match": response.headers["etag"]}
     again = client.get(url.group(1), headers=revalidate)
     assert again.status_code == 304
     plain = client.get(url.group(1), headers={"Accept-Encoding": "identity"})
     assert plain.status_code == 200 and "content-encoding" not in plain.headers
-    assert len(gzip.compress(plain.content, 1)) < len(plain.content)
+    assert plain.content == javascript
 
 
 def test_docs_page_is_ours_with_local_assets_and_the_strict_csp(client: TestClient) -> None:
     response = client.get("/docs")
     assert response.status_code == 200
     assert "script-src 'self';" in response.headers["content-security-policy"]
-    parser = Scripts()
-    parser.feed(response.text)
-    sources = [attrs.get("src") for attrs, _ in parser.found]
+    found = scripts(response.text)
+    sources = [attrs.get("src") for attrs, _ in found]
     assert sources == ["/static/vendor/swagger-ui/swagger-ui-bundle.js", "/static/js/docs.js"]
-    assert all(text.strip() == "" for _, text in parser.found), "no inline script"
+    assert all(text.strip() == "" for _, text in found), "no inline script"
     assert client.get("/static/vendor/swagger-ui/swagger-ui-bundle.js").status_code == 200
     assert client.get("/redoc").status_code == 404  # FastAPI's CDN-loaded pages are off

@@ -1,0 +1,457 @@
+"""`AttentionService`: what the routes call. Resolves the model, runs its forwards through a `Batcher`,
+encodes the answers off the event loop, and caches them (see the package docstring).
+
+Over ~400 lines because it is one class holding one state (cache, flights, streams, workers): its parts
+that need none of that state already live beside it (bodies, computed, flights, batcher, loaders, trim);
+what remains is one short method per answer and the plumbing they share."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, TypeVar
+
+import torch
+from anyio import to_thread
+from starlette.exceptions import HTTPException
+
+import mha
+from app import encoders, memory
+from app.cache import LRUCache
+from app.errors import InvalidInputError, ServiceError
+from app.registry import Registry
+from app.schemas import (
+    AttentionRequest,
+    CompareHeadRequest,
+    CompareRequest,
+    HeadRequest,
+    Health,
+    InputText,
+    ModelEntry,
+    ModelList,
+)
+from app.service import bodies
+from app.service.batcher import Batcher, Job, QueueFull, background, drop_if_abandoned
+from app.service.computed import Computed, from_result, merge_words
+from app.service.flights import STREAM_VALUES, Flights, Stream, settled
+from app.service.loaders import build_checks, build_loaders, default_model
+from app.service.trim import Trimmer
+from app.settings import Settings
+from mha import analysis
+from mha.errors import Cancelled, FlowTooLongError
+
+logger = logging.getLogger(__name__)
+
+# Texts longer than this (in characters, both segments) run alone: padding a short text to a long one's
+# length would cost more than batching saves.
+BATCH_CHARS = 600
+
+T = TypeVar("T")
+V = TypeVar("V", bytes, Computed)
+Input = tuple[str, str, str | None]  # (registered model name, text, pair): what a forward depends on
+
+
+class ModelBusyError(HTTPException):
+    """503 with Retry-After: too many requests already wait (for a model, or to stream a large answer).
+    An HTTPException rather than a ServiceError because app/errors.py's ServiceError handler does not
+    pass headers; its HTTPException handler does."""
+
+    def __init__(self, detail: str, retry_after: int) -> None:
+        super().__init__(
+            503, f"{detail}; try again in {retry_after} s", headers={"Retry-After": str(retry_after)}
+        )
+
+
+def cache_key(kind: str, *inputs: Input, extra: tuple[Hashable, ...] = ()) -> tuple[Hashable, ...]:
+    """The one key of everything cached or shared in flight: what it is, then what it is computed from."""
+    return (kind, *(part for one in inputs for part in one), *extra)
+
+
+def _chars(text: str, pair: str | None) -> int:
+    return len(text) + len(pair or "")
+
+
+def _is_long(job: Job) -> bool:
+    return _chars(job.text, job.pair) > BATCH_CHARS
+
+
+class AttentionService:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.registry: Registry[mha.AttentionModel] = Registry(
+            build_loaders(settings),
+            default=default_model(settings),
+            checks=build_checks(settings),
+            retry_seconds=settings.load_retry_seconds,
+            retry_max_seconds=settings.load_retry_max_seconds,
+        )
+        self.cache = LRUCache(max_entries=settings.cache_size, max_bytes=settings.cache_max_bytes)
+        self._batchers = {
+            name: Batcher(
+                partial(self._run_batch, name),
+                workers=settings.max_concurrency,
+                max_batch=settings.max_batch,
+                max_queue=settings.max_queue,
+                is_long=_is_long,
+                name=name,
+            )
+            for name in self.registry.names
+        }
+        self._flights = Flights()
+        # Encoding threads of their own, apart from anyio's pool (which sync routes such as /api/health
+        # use) and at a lower CPU priority, like the workers: a burst of encodings queues here and never
+        # takes the CPU or the threads that the event loop and the health check need.
+        self._encoder: ThreadPoolExecutor | None = None
+        self._streams = 0  # streamed answers in progress
+        self._stream_slots: asyncio.Semaphore | None = None  # made on the running loop
+        self._stream_waiting = 0
+        self._trimmer = Trimmer(
+            enabled=settings.malloc_trim, busy=lambda: bool(len(self._flights) or self._streams)
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Called from the lifespan: allocator and thread settings, startup checks, the default model."""
+        if self.settings.malloc_arena_max:
+            memory.limit_arenas(self.settings.malloc_arena_max)  # before the workers' threads allocate
+        # One pool of intra-op threads for the whole process; with max_concurrency forwards in flight
+        # more threads than cores only adds contention.
+        torch.set_num_threads(self.settings.threads)
+        self._encoder_pool()
+        self._stream_slots = asyncio.Semaphore(self.settings.max_streams)  # on this loop
+        started = time.perf_counter()
+        await to_thread.run_sync(self.registry.check_all)  # cheap; /api/models shows failures at once
+        try:
+            await to_thread.run_sync(self.registry.get, None)
+        except Exception:
+            # Reported by /api/health and /api/models; the rest of the service still answers.
+            logger.exception("default model %r failed to load", self.registry.default)
+        else:
+            logger.info("default model ready in %.1f s", time.perf_counter() - started)
+
+    def stop(self) -> None:
+        self._trimmer.cancel()
+        for batcher in self._batchers.values():
+            batcher.close()
+        if self._encoder is not None:
+            self._encoder.shutdown(wait=False, cancel_futures=True)
+            self._encoder = None
+
+    # -- descriptions ----------------------------------------------------------------------------
+
+    def health(self) -> tuple[bool, Health]:
+        model = self.registry.loaded(self.registry.default)
+        device = str(model.info.device) if model is not None else None
+        return model is not None, Health(
+            status="ok" if model is not None else "unavailable", model=self.registry.default, device=device
+        )
+
+    def models(self) -> ModelList:
+        entries = []
+        for entry in self.registry:
+            info = entry.model.info if entry.model is not None else None
+            entries.append(
+                ModelEntry(
+                    name=entry.name,
+                    family=info.family if info else None,
+                    layers=info.layers if info else None,
+                    heads=info.heads if info else None,
+                    max_tokens=info.max_tokens if info else None,
+                    causal=info.causal if info else None,
+                    pretrained=info.pretrained if info else None,
+                    loaded=info is not None,
+                    error=entry.error,
+                )
+            )
+        return ModelList(default=self.registry.default, models=entries)
+
+    @property
+    def streams_waiting(self) -> int:
+        """Large answers waiting for their turn to be streamed (`max_streams`)."""
+        return self._stream_waiting
+
+    def queued(self, name: str) -> int:
+        """Requests waiting for a worker of model `name` (abandoned ones not counted)."""
+        return self._batchers[name].queued
+
+    # -- answers ---------------------------------------------------------------------------------
+
+    async def attention_json(self, request: AttentionRequest) -> bytes | AsyncIterator[bytes]:
+        """The JSON bytes, or (more than STREAM_VALUES values) a `Stream` of chunks encoded as sent.
+
+        A streamed answer keeps its tensor (75 MB at 512 tokens) until its client has read the last byte,
+        at the client's pace: at most `max_streams` are streamed at once, so memory stays bounded however
+        many clients ask. A long text takes its turn before its forward; a short one that still makes a
+        large answer (512 tokens of CJK, say) lets go of its tensor while it waits."""
+        source = self._input(request)
+        key = cache_key("json", source, extra=(request.words,))
+        # Looked up before anything else: a cached answer never waits for a turn to stream.
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
+        view_of = partial(self._view, *source, words=request.words)
+        slot = None
+        if _chars(request.text, request.text_pair) > BATCH_CHARS:
+            slot = await self._stream_slot()
+        streaming = False
+        try:
+            view = await view_of()
+            if view.attentions.numel() <= STREAM_VALUES:
+                make_body = partial(bodies.attention_body, view)
+                return await self._once(
+                    key, lambda abandoned: self._off_loop(bodies.encode_pieces, make_body, abandoned)
+                )
+            if slot is None:
+                del view  # not held while waiting for a turn
+                slot = await self._stream_slot()
+                view = await view_of()  # from the cache, unless evicted meanwhile
+            stream = Stream(
+                encoders.pieces(bodies.attention_body(view)),
+                self._off_loop,
+                partial(self._stream_closed, f"/api/attention ({view.n} tokens)", slot),
+            )
+            streaming = True
+        finally:
+            if slot is not None and not streaming:  # the stream releases its turn when it closes
+                slot.release()
+        self._streams += 1
+        return stream
+
+    async def attention_compact(self, request: AttentionRequest, *, gzipped: bool, scheme: str) -> bytes:
+        body = await self._encoded(
+            f"hsa1.gz:{scheme}", request, partial(bodies.encode_compact, scheme=scheme)
+        )
+        return await self._gunzipped_unless(gzipped, body)
+
+    async def head(self, request: HeadRequest) -> bytes:
+        view = await self._view(*self._input(request), words=request.words)
+        make_body = partial(bodies.head_body, view, request.layer, request.head)
+        return await self._off_loop(bodies.encode_pieces, make_body)
+
+    async def head_compact(self, request: HeadRequest, *, gzipped: bool) -> bytes:
+        """One head at full float32 precision as HSA1 (scheme float32-shuffled, layers = heads = 1), gzipped
+        once off the loop and cached as bytes like the compact attention."""
+        kind = f"head.hsa1.gz:{request.layer}:{request.head}"
+        encode = partial(bodies.encode_head_compact, layer=request.layer, head=request.head)
+        return await self._gunzipped_unless(gzipped, await self._encoded(kind, request, encode))
+
+    # -- insight ---------------------------------------------------------------------------------
+
+    async def analysis(self, request: AttentionRequest) -> bytes:
+        body = partial(bodies.analysis_body, words=request.words)
+        return await self._encoded("analysis", request, bodies.json_of(body))
+
+    async def rollout(self, request: AttentionRequest) -> bytes:
+        return await self._encoded("rollout", request, bodies.json_of(bodies.rollout_body))
+
+    async def rollout_compact(self, request: AttentionRequest, *, gzipped: bool, scheme: str) -> bytes:
+        encode = partial(bodies.encode_rollout_compact, scheme=scheme)
+        return await self._gunzipped_unless(
+            gzipped, await self._encoded(f"rollout.gz:{scheme}", request, encode)
+        )
+
+    async def flow(self, request: AttentionRequest) -> bytes:
+        limit = self.settings.flow_max_tokens or analysis.FLOW_MAX_TOKENS
+        encode = bodies.json_of(partial(bodies.flow_body, max_tokens=limit))
+        try:
+            return await self._encoded("flow", request, encode)
+        except FlowTooLongError as exc:  # mha refuses before any work: the cost grows as n⁴
+            unit = "words" if request.words else "tokens"
+            raise InvalidInputError(
+                f"attention flow is limited to {exc.limit} {unit} (it solves n² max-flow problems), this "
+                f"input has {exc.n}; shorten the text or use /api/rollout"
+            ) from None
+
+    async def compare(self, request: CompareRequest) -> bytes:
+        sources = (self._input(request.a), self._input(request.b))
+
+        async def encode(abandoned: threading.Event) -> bytes:
+            view_a, view_b = await self._compare_views(sources, request.words)
+            make_body = partial(bodies.compare_body, view_a, view_b)
+            return await self._off_loop(bodies.encode_pieces, make_body, abandoned)
+
+        return await self._cached(cache_key("compare", *sources, extra=(request.words,)), encode)
+
+    async def compare_head(self, request: CompareHeadRequest) -> bytes:
+        sources = (self._input(request.a), self._input(request.b))
+        view_a, view_b = await self._compare_views(sources, request.words)
+        view_a.check_head(request.layer, request.head)
+        key = cache_key("compare/head", *sources, extra=(request.words, request.layer, request.head))
+        make_body = partial(bodies.compare_head_body, view_a, view_b, request.layer, request.head)
+        return await self._flights.join(
+            key, lambda abandoned: self._off_loop(bodies.encode_pieces, make_body, abandoned)
+        )
+
+    async def _compare_views(self, sources: tuple[Input, Input], words: bool) -> tuple[Computed, Computed]:
+        view_a, view_b = await asyncio.gather(*(self._view(*source, words=words) for source in sources))
+        shape_a, shape_b = (view_a.layers, view_a.heads), (view_b.layers, view_b.heads)
+        if shape_a != shape_b:
+            raise InvalidInputError(
+                f"models are not comparable: a ({view_a.model!r}) has {shape_a[0]} layers x {shape_a[1]} "
+                f"heads, b ({view_b.model!r}) has {shape_b[0]} layers x {shape_b[1]} heads; they must match"
+            )
+        return view_a, view_b
+
+    # -- caching and sharing ---------------------------------------------------------------------
+
+    def _input(self, request: InputText) -> Input:
+        return (self.registry.resolve(request.model), request.text, request.text_pair)
+
+    async def _cached(self, key: Hashable, compute: Callable[[threading.Event], Awaitable[V]]) -> V:
+        """The cached value of `key`, else computed once for all identical requests in flight and cached."""
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
+        return await self._once(key, compute)
+
+    async def _once(self, key: Hashable, compute: Callable[[threading.Event], Awaitable[V]]) -> V:
+        """compute(abandoned) run once for all identical requests in flight, its value cached under `key`."""
+
+        async def run(abandoned: threading.Event) -> V:
+            value = await compute(abandoned)
+            self.cache.put(key, value, size=len(value) if isinstance(value, bytes) else value.nbytes)
+            return value
+
+        return await self._flights.join(key, run)
+
+    async def _encoded(self, kind: str, request: AttentionRequest, encode: bodies.Encoder) -> bytes:
+        """The cached answer of `kind`: encode(view) of the request's view, off the loop."""
+        source = self._input(request)
+
+        async def compute(abandoned: threading.Event) -> bytes:
+            view = await self._view(*source, words=request.words)
+            return await self._off_loop(encode, view, abandoned)
+
+        return await self._cached(cache_key(kind, source, extra=(request.words,)), compute)
+
+    async def _view(self, name: str, text: str, pair: str | None, *, words: bool) -> Computed:
+        """The token-level result, or (words) its word-level merge, cached apart in the same LRU."""
+        computed = await self._computed(name, text, pair)
+        if not words:
+            return computed
+        return await self._cached(
+            cache_key("words", (name, text, pair)),
+            lambda _abandoned: self._off_loop(merge_words, computed, (text, pair)),
+        )
+
+    async def _computed(self, name: str, text: str, pair: str | None) -> Computed:
+        async def forward(abandoned: threading.Event) -> Computed:
+            try:
+                future = self._batchers[name].submit(text, pair, abandoned=abandoned)
+            except QueueFull as full:
+                raise ModelBusyError(
+                    f"model {name!r} is busy: {full.queued} requests are already waiting for it (the limit)",
+                    full.retry_after,
+                ) from None
+            computed: Computed = await settled(future)
+            self._trimmer.answered(computed.nbytes)
+            return computed
+
+        return await self._cached(cache_key("result", (name, text, pair)), forward)
+
+    # -- off the loop ----------------------------------------------------------------------------
+
+    async def _off_loop(self, work: Callable[..., T], *args: Any) -> T:
+        """CPU work in an encoding thread; waiting for a free one happens in the pool's queue, and work
+        still queued when its caller is cancelled never runs."""
+        return await asyncio.get_running_loop().run_in_executor(self._encoder_pool(), partial(work, *args))
+
+    async def _gunzipped_unless(self, gzipped: bool, body: bytes) -> bytes:
+        # Almost every client accepts gzip; the rare one that does not pays for one decompression.
+        return body if gzipped else await self._off_loop(gzip.decompress, body)
+
+    def _encoder_pool(self) -> ThreadPoolExecutor:
+        if self._encoder is None:  # at start(), or after a stop() (a restarted lifespan)
+            self._encoder = ThreadPoolExecutor(
+                self.settings.max_concurrency, thread_name_prefix="headscope-encode", initializer=background
+            )
+        return self._encoder
+
+    # -- streaming -------------------------------------------------------------------------------
+
+    async def _stream_slot(self) -> asyncio.Semaphore:
+        """Wait for a turn to stream a large answer (on the loop, holding nothing large)."""
+        if self._stream_slots is None:
+            self._stream_slots = asyncio.Semaphore(self.settings.max_streams)
+        if self._stream_waiting >= self.settings.max_queue:
+            raise ModelBusyError(
+                f"{self._stream_waiting} large answers are already waiting to be streamed (the limit); "
+                "the compact route (/api/attention/compact) and one head (/api/attention/head) are lighter",
+                max(1, self._stream_waiting // self.settings.max_streams),
+            )
+        self._stream_waiting += 1
+        try:
+            await self._stream_slots.acquire()
+        finally:
+            self._stream_waiting -= 1
+        return self._stream_slots
+
+    def _stream_closed(
+        self, what: str, slot: asyncio.Semaphore, done: bool, sent: int, seconds: float
+    ) -> None:
+        self._streams -= 1
+        slot.release()
+        if not done:
+            logger.info(
+                "client closed the connection during %s after %.1f MB in %.1f s; encoding stopped",
+                what,
+                sent / 1e6,
+                seconds,
+            )
+        self._trimmer.large_answer_done()
+
+    # -- worker threads --------------------------------------------------------------------------
+
+    def _run_batch(self, name: str, jobs: list[Job]) -> None:
+        """Worker thread: load the model if needed, then run the jobs in as few forwards as sensible."""
+        try:
+            _, model = self.registry.get(name)
+        except ServiceError as exc:
+            for job in jobs:
+                job.future.set_exception(exc)
+            return
+        self._forward(name, model, jobs)  # the Batcher's batches are short texts, or one long one
+
+    def _forward(self, name: str, model: mha.AttentionModel, group: list[Job]) -> None:
+        live = [job for job in group if not drop_if_abandoned(job)]
+        if not live:
+            return
+        limit = min(self.settings.max_tokens, model.info.max_tokens)
+        started = time.perf_counter()
+        try:
+            with torch.inference_mode():
+                results = model.attend_batch(
+                    [(j.text, j.pair) for j in live],
+                    max_tokens=limit,
+                    hidden_state=False,
+                    # Between layers: stop once every client of this batch has gone.
+                    cancel=lambda: all(job.abandoned.is_set() for job in live),
+                )
+        except Cancelled as exc:
+            logger.info("model %r: forward of %d stopped, their clients have gone: %s", name, len(live), exc)
+            for job in live:
+                job.future.set_exception(exc)
+            return
+        except Exception as exc:
+            if len(live) > 1:  # one bad input must not fail its batch-mates: run each alone
+                for job in live:
+                    self._forward(name, model, [job])
+                return
+            live[0].future.set_exception(exc)  # an mha.InputError is mapped to 422 by app/errors.py
+            return
+        # Never log the texts: only sizes and cost.
+        logger.debug(
+            "model %r: batch of %d in %.1f ms", name, len(live), 1000 * (time.perf_counter() - started)
+        )
+        for job, result in zip(live, results, strict=True):
+            computed = from_result(name, model, result)
+            # Cached here too: a batch-mate's result is kept even if its own clients have gone.
+            self.cache.put(cache_key("result", (name, job.text, job.pair)), computed, size=computed.nbytes)
+            job.future.set_result(computed)

@@ -1,0 +1,56 @@
+"""What the registry can load: name -> zero-argument loader, and the cheap startup file checks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import torch
+
+import mha
+from app.registry import scan_models_dir
+from app.settings import Settings
+
+Loader = Callable[[], mha.AttentionModel]
+
+# The size of the "random" model (our layers, untrained weights), documented in /api/models and README.
+RANDOM_MODEL = "random"
+RANDOM_SIZE = {"layers": 4, "heads": 8, "embed_dim": 256}
+
+
+def default_model(settings: Settings) -> str:
+    """The model loaded at startup: the operator's choice, else the embedded one under mha's name."""
+    return settings.default_model or mha.DEFAULT_MODEL_NAME
+
+
+def build_loaders(settings: Settings) -> dict[str, Loader]:
+    """name -> zero-argument loader. Operator entries override scanned ones, which override built-ins."""
+    dtype = None if settings.dtype == "auto" else getattr(torch, settings.dtype)
+    loaders: dict[str, Loader] = {
+        mha.DEFAULT_MODEL_NAME: partial(mha.load_pretrained, device=settings.device, dtype=dtype)
+    }
+    if settings.random_model:
+        loaders[RANDOM_MODEL] = partial(
+            mha.random_model, **RANDOM_SIZE, causal=False, seed=0, device=settings.device, name=RANDOM_MODEL
+        )
+    for name, path in _operator_paths(settings).items():
+        loaders[name] = partial(
+            mha.load_pretrained, str(path), device=settings.device, dtype=dtype, name=name
+        )
+    return loaders
+
+
+def build_checks(settings: Settings) -> dict[str, Callable[[], None]]:
+    """name -> the cheap file check of an operator's checkpoint (milliseconds, no weights read), run at
+    startup so /api/models names a missing config, weights file or vocabulary before any request loads it."""
+    paths = _operator_paths(settings)
+    return {name: partial(mha.check_checkpoint, str(path)) for name, path in paths.items()}
+
+
+def _operator_paths(settings: Settings) -> dict[str, str | Path]:
+    paths: dict[str, str | Path] = {}
+    if settings.models_dir is not None:
+        paths.update(scan_models_dir(settings.models_dir))
+    paths.update(settings.models)  # operator entries override scanned ones
+    return paths
