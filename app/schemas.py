@@ -115,9 +115,16 @@ class Health(BaseModel):
 
 class ModelEntry(BaseModel):
     name: str
-    family: str | None = Field(description="bert, roberta, distilbert, gpt2 or random; null until loaded.")
+    family: str | None = Field(
+        description="The checkpoint's model_type (bert, roberta, distilbert, gpt2, llama, mistral, qwen2, "
+        "qwen3, gemma2, phi3) or random; null until loaded."
+    )
     layers: int | None
     heads: int | None
+    kv_heads: int | None = Field(
+        description="Key/value heads: query head h reads key/value head h // (heads / kv_heads) "
+        "(grouped-query attention); equal to heads for a model without grouping. Null until loaded."
+    )
     max_tokens: int | None
     causal: bool | None
     pretrained: bool | None
@@ -137,6 +144,10 @@ class AttentionHeader(BaseModel):
     special: list[bool] = Field(description="True for the tokenizer's special tokens.")
     layers: int
     heads: int
+    kv_heads: int = Field(
+        description="Key/value heads; query head h shares key/value head h // (heads / kv_heads) with the "
+        "other heads of its group. Equal to heads without grouped-query attention."
+    )
     n: int = Field(description="Number of tokens; each head's matrix is n x n.")
     truncated: bool = Field(
         description="True when the input was longer than the model (or the service) takes and was cut "

@@ -266,3 +266,18 @@ def fetch(name: str) -> Path:
         raise CheckpointNotFoundError(
             f"{name!r} is not a checkpoint directory and could not be fetched from the hub: {exc}"
         ) from exc
+
+
+def load_tensor(files: list[Path], name: str) -> torch.Tensor | None:
+    """One tensor of a checkpoint by its name (None if absent), reading only it from safetensors files: the
+    LM head, needed only to continue a prompt, is never loaded with the rest."""
+    if files[0].suffix == ".bin":
+        return load_weights(files).get(name)
+    from safetensors import safe_open
+
+    for file in files:
+        with safe_open(str(file), framework="pt") as f:
+            if name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                tensor: torch.Tensor = f.get_tensor(name)
+                return tensor
+    return None

@@ -26,6 +26,7 @@ __all__ = [
     "InputError",
     "MaxTokensError",
     "NoRoomError",
+    "NotCausalError",
     "NothingAlignedError",
     "PairNotSupportedError",
     "QueriesOutOfRangeError",
@@ -148,6 +149,19 @@ class PairNotSupportedError(InputError):
 
     def __init__(self, type_id: int, type_vocab_size: int) -> None:
         super().__init__(type_id=type_id, type_vocab_size=type_vocab_size)
+
+
+class NotCausalError(InputError):
+    """Only a causal (decoder) model continues a prompt; `model` is an encoder."""
+
+    template = (
+        "{model!r} is an encoder: it reads the whole text at once and cannot continue it; continuing a "
+        "prompt (max_new_tokens) needs a decoder model"
+    )
+    model: str
+
+    def __init__(self, model: str) -> None:
+        super().__init__(model=model)
 
 
 class FlowTooLongError(InputError):

@@ -10,15 +10,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from mha import checkpoint
+from mha import checkpoint, continuation
 from mha.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint, default_model_path, resolve_device
 from mha.convert import convert_state_dict
-from mha.errors import MaxTokensError
+from mha.errors import MaxTokensError, NotCausalError
 from mha.model import Transformer, TransformerConfig
 from mha.tokenize import TextEncoder
 
@@ -40,9 +41,12 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class ModelInfo:
     name: str
-    family: str  # "bert", "roberta", "distilbert", "gpt2" or "random"
+    family: str  # a model_type of mha.convert.CONVERTERS ("bert", "llama", ...), or "random"
     layers: int
     heads: int
+    # key/value heads: query heads h and h' share one when h // (heads // kv_heads) agree (grouped-query
+    # attention); equal to `heads` for a model without grouping
+    kv_heads: int
     max_tokens: int  # the longest input, special tokens included
     causal: bool
     pretrained: bool
@@ -59,6 +63,7 @@ class ModelInfo:
             family=family,
             layers=config.num_layers,
             heads=config.num_heads,
+            kv_heads=config.num_kv_heads or config.num_heads,
             max_tokens=config.max_tokens,
             causal=config.causal,
             pretrained=family != "random",
@@ -87,10 +92,18 @@ class AttentionResult:
     hidden_state: (
         torch.Tensor | None
     )  # float32, CPU, [n, E], owned: the last layer's output (None if not asked)
+    # Tokens the model wrote after the prompt (attend(..., max_new_tokens=k)): the last `generated` tokens;
+    # a causal model's attention rows for them are exactly what it saw while writing each.
+    generated: int = 0
 
     @property
     def n(self) -> int:
         return len(self.tokens)
+
+    @property
+    def prompt_n(self) -> int:
+        """Tokens of the prompt: the attention's first prompt_n rows and columns."""
+        return self.n - self.generated
 
 
 class AttentionModel:
@@ -103,11 +116,18 @@ class AttentionModel:
         *,
         info: ModelInfo,
         pair_template: bool = True,
+        lm_head: Callable[[], torch.Tensor] | None = None,
+        eos_ids: Sequence[int] = (),
     ) -> None:
         self.network = network.eval()
         self.tokenizer = tokenizer
         self.info = info
         self.pair_template = pair_template
+        # The LM head's weight [V, E], read on first use (only continuing a prompt needs it); None: an
+        # encoder, which cannot continue text.
+        self._lm_head_loader = lm_head
+        self._lm_head: torch.Tensor | None = None
+        self.eos_ids = frozenset(int(i) for i in eos_ids)
         self.device = next(network.parameters()).device
         config = network.config
         self.encoder = TextEncoder(
@@ -140,13 +160,33 @@ class AttentionModel:
         *,
         max_tokens: int | None = None,
         hidden_state: bool = True,
+        max_new_tokens: int = 0,
+        cancel: Callable[[], bool] | None = None,
     ) -> AttentionResult:
         """Every layer's and head's attention for one text (or pair); attentions [L, H, n, n].
 
         hidden_state=False leaves `result.hidden_state` None and skips the work no attention depends on
         (the last layer's value path, output projection and feed-forward): what the service does.
+        max_new_tokens=k (causal models) first continues the text greedily by up to k tokens, as
+        transformers' generate(do_sample=False) does (stopping at an end-of-sequence token or at
+        max_tokens), then returns the attention over prompt and continuation (`result.generated`).
         """
-        return self.attend_batch([(text, text_pair)], max_tokens=max_tokens, hidden_state=hidden_state)[0]
+        if max_new_tokens:
+            return continuation.attend_continued(
+                self, text, text_pair, max_new_tokens, self._max_tokens(max_tokens), hidden_state, cancel
+            )
+        return self.attend_batch(
+            [(text, text_pair)], max_tokens=max_tokens, hidden_state=hidden_state, cancel=cancel
+        )[0]
+
+    def lm_head(self) -> torch.Tensor:
+        """The LM head's weight [V, E] on the model's device, read once; NotCausalError for an encoder."""
+        if self._lm_head is None:
+            if self._lm_head_loader is None or not self.info.causal:
+                raise NotCausalError(self.info.name)
+            weight = self._lm_head_loader()
+            self._lm_head = weight.to(device=self.device, dtype=next(self.network.parameters()).dtype)
+        return self._lm_head
 
     def attend_batch(
         self,
@@ -250,7 +290,25 @@ def load_pretrained(
     network = network.to(device=torch_device, dtype=torch_dtype)
     info = ModelInfo.of(config, name=name, family=converter.family, device=torch_device, dtype=torch_dtype)
     logger.info("loaded %s (%s) from %s on %s", name, converter.family, directory, torch_device)
-    return AttentionModel(network, tokenizer, info=info, pair_template=converter.pair_template)
+    lm_head = None
+    if config.causal:
+        tied = bool(getattr(hf_config, "tie_word_embeddings", False))
+        lm_head = partial(_lm_head_weight, network, weight_files, tied, converter.lm_head)
+    eos = getattr(hf_config, "eos_token_id", None)
+    return AttentionModel(
+        network,
+        tokenizer,
+        info=info,
+        pair_template=converter.pair_template,
+        lm_head=lm_head,
+        eos_ids=[] if eos is None else [eos] if isinstance(eos, int) else list(eos),
+    )
+
+
+def _lm_head_weight(network: Transformer, files: list[Path], tied: bool, name: str) -> torch.Tensor:
+    """The checkpoint's LM head, or the token embeddings where it ties them (GPT-2, Gemma, small Qwens)."""
+    weight = None if tied else checkpoint.load_tensor(files, name)
+    return network.embeddings.token.weight.detach() if weight is None else weight
 
 
 def random_model(

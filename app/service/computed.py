@@ -25,6 +25,7 @@ class Computed:
     special: list[bool]
     truncated: bool
     causal: bool
+    kv_heads: int
     attentions: torch.Tensor
     word_ids: tuple[int | None, ...] = ()
     offsets: tuple[tuple[int, int], ...] = ()
@@ -54,6 +55,7 @@ class Computed:
             "special": self.special,
             "layers": self.layers,
             "heads": self.heads,
+            "kv_heads": self.kv_heads,
             "n": self.n,
             "truncated": self.truncated,
             "causal": self.causal,
@@ -82,6 +84,7 @@ def from_result(name: str, model: mha.AttentionModel, result: mha.AttentionResul
         special=[bool(s) for s in result.special],
         truncated=bool(result.truncated),
         causal=bool(model.info.causal),
+        kv_heads=int(model.info.kv_heads),
         attentions=attentions,
         word_ids=tuple(result.word_ids),
         offsets=tuple((int(start), int(end)) for start, end in result.offsets),

@@ -163,6 +163,7 @@ class AttentionService:
                     family=info.family if info else None,
                     layers=info.layers if info else None,
                     heads=info.heads if info else None,
+                    kv_heads=info.kv_heads if info else None,
                     max_tokens=info.max_tokens if info else None,
                     causal=info.causal if info else None,
                     pretrained=info.pretrained if info else None,

@@ -45,6 +45,8 @@ class Converter:
     key_map: Callable[[TransformerConfig], KeyMap]
     # what the tokenizer's template cannot do for this family (GPT-2 has no pair template)
     pair_template: bool = True
+    # the LM head's name in a causal checkpoint (read only to continue a prompt)
+    lm_head: str = "lm_head.weight"
 
 
 def activation_from_hf(name: str, *, family: str) -> str:

@@ -1,0 +1,89 @@
+"""What a decoder looked at while it wrote: continue a prompt greedily, then its attention over all of it.
+
+The continuation is transformers' generate(do_sample=False): at each step the next token is the argmax of
+the LM head over the last position's hidden state (Gemma 2's final soft-cap is monotonic, so it changes no
+argmax), stopping after an end-of-sequence token, after `max_new_tokens`, or at the model's length limit.
+No sampling settings of a checkpoint's generation_config apply: greedy is greedy. Each step runs the whole
+sequence again without attention weights (the fused kernel): k steps of an n-token prompt cost about k
+forwards, no KV cache to keep. For a causal model the attention of the final forward over prompt and
+continuation is exactly what each step saw when it chose its token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+
+from mha.errors import Cancelled, NotCausalError
+
+if TYPE_CHECKING:
+    from mha.pretrained import AttentionModel, AttentionResult
+
+__all__ = ["attend_continued", "greedy_ids"]
+
+
+def greedy_ids(
+    model: AttentionModel,
+    ids: list[int],
+    max_new_tokens: int,
+    limit: int,
+    cancel: Callable[[], bool] | None = None,
+) -> list[int]:
+    """The token ids greedy decoding appends to `ids` (at most max_new_tokens, ids never beyond `limit`)."""
+    if not model.info.causal:
+        raise NotCausalError(model.info.name)
+    weight = model.lm_head()  # [V, E]
+    new: list[int] = []
+    with torch.no_grad():
+        while len(new) < max_new_tokens and len(ids) + len(new) < limit:
+            if cancel is not None and cancel():
+                raise Cancelled(f"continuation cancelled after {len(new)} of {max_new_tokens} tokens")
+            batch = torch.tensor([ids + new], device=model.device)
+            hidden = model.network(batch, need_weights=False, need_hidden=True).hidden_state
+            assert hidden is not None  # need_hidden=True
+            token = int(torch.argmax(hidden[0, -1] @ weight.T))
+            new.append(token)
+            if token in model.eos_ids:
+                break
+    return new
+
+
+def attend_continued(
+    model: AttentionModel,
+    text: str,
+    text_pair: str | None,
+    max_new_tokens: int,
+    limit: int,
+    hidden_state: bool,
+    cancel: Callable[[], bool] | None,
+) -> AttentionResult:
+    """model.attend(text, max_new_tokens=k): the prompt encoded, continued, then attended in one forward."""
+    from mha.pretrained import AttentionResult, _owned
+
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens ({max_new_tokens}) must be at least 0")
+    prompt = model.encoder.encode_batch([(text, text_pair)], limit)[0]
+    new = greedy_ids(model, prompt.ids, max_new_tokens, limit, cancel)
+    ids = prompt.ids + new
+    with torch.no_grad():
+        out = model.network(torch.tensor([ids], device=model.device), need_hidden=hidden_state, cancel=cancel)
+    assert out.attentions is not None  # need_weights defaults to True
+    special = model.encoder.special_ids
+    last_segment = prompt.segments[-1]
+    return AttentionResult(
+        tokens=model.tokenizer.convert_ids_to_tokens(ids),
+        token_ids=ids,
+        attentions=_owned(out.attentions[:, 0].to(device="cpu", dtype=torch.float32)),
+        segments=prompt.segments + [last_segment] * len(new),
+        type_ids=prompt.type_ids + [0] * len(new),
+        special=prompt.special + [t in special for t in new],
+        offsets=prompt.offsets + [(0, 0)] * len(new),  # written by the model: no span of the text
+        word_ids=prompt.word_ids + [None] * len(new),
+        truncated=prompt.truncated,
+        hidden_state=None
+        if out.hidden_state is None
+        else _owned(out.hidden_state[0].to("cpu", torch.float32)),
+        generated=len(new),
+    )
