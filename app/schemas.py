@@ -8,6 +8,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from app.settings import MAX_NEW_TOKENS
+
 # A character cap independent of the body limit, so a long text fails with a message about text, and the
 # tokenizer never sees more than this many characters (512 tokens need far fewer).
 MAX_TEXT_CHARS = 20_000
@@ -96,6 +98,14 @@ class InputText(BaseModel):
     text: Text
     text_pair: TextPair = None
     model: ModelName = None
+    max_new_tokens: Index = Field(
+        default=0,
+        le=MAX_NEW_TOKENS,
+        description="Decoder models: first continue the text greedily by up to this many tokens (as "
+        "transformers' generate(do_sample=False), stopping at an end-of-sequence token), then answer for "
+        "prompt and continuation; `generated` in the answer counts the tokens written. 0: the text alone. "
+        "Above the service's HEADSCOPE_MAX_NEW_TOKENS, or for an encoder: 422.",
+    )
 
 
 class AttentionRequest(InputText):
@@ -154,6 +164,11 @@ class AttentionHeader(BaseModel):
         "to that many tokens; the answer covers the kept tokens only."
     )
     causal: bool = Field(description="True for decoder models: the upper triangle is exactly 0.")
+    generated: int = Field(
+        default=0,
+        description="How many of the last tokens the model wrote itself (max_new_tokens): its attention "
+        "rows for them are what it looked at while writing each.",
+    )
 
 
 class AttentionResponse(AttentionHeader):

@@ -22,6 +22,10 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# The most new tokens any request may ask for (the schema's bound); HEADSCOPE_MAX_NEW_TOKENS sets the
+# service's own limit below it.
+MAX_NEW_TOKENS = 256
+
 # A DNS name as a Host header carries it (IDNs arrive as punycode), optionally "*." for its subdomains.
 HOST_NAME = re.compile(r"(\*\.)?[a-z0-9_-]+(\.[a-z0-9_-]+)*")
 
@@ -51,6 +55,9 @@ class Settings(BaseSettings):
     # /api/flow refuses longer inputs (cost ~ layers·n⁴ in pure Python; ~1 s at 12 tokens, 6 layers);
     # None: mha.analysis.FLOW_MAX_TOKENS.
     flow_max_tokens: int | None = Field(default=None, ge=1)
+    # A request may ask a decoder to continue its text by up to this many tokens first (max_new_tokens):
+    # each costs about one forward of the whole text.
+    max_new_tokens: int = Field(default=32, ge=0, le=MAX_NEW_TOKENS)
     # -- load shedding, retries and memory (README "Memory and load") --
     # Requests waiting for a model's workers beyond this get 503 with Retry-After, instead of a latency
     # that grows without limit (~20 s of work at 512 tokens, well under a second at 32 tokens).

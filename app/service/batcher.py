@@ -38,6 +38,7 @@ class JobDropped(Exception):
 class Job:
     text: str
     pair: str | None
+    new_tokens: int = 0  # continue the text by up to this many tokens first (a decoder's own words)
     # Set (by the service) when every client waiting for this job has gone: the job is dropped before
     # its forward, or its forward stops between layers.
     abandoned: threading.Event = field(default_factory=threading.Event)
@@ -112,8 +113,19 @@ class Batcher:
         with q.ready:
             return sum(not job.abandoned.is_set() for job in q.jobs)
 
-    def submit(self, text: str, pair: str | None, *, abandoned: threading.Event | None = None) -> Future[Any]:
-        job = Job(text, pair) if abandoned is None else Job(text, pair, abandoned=abandoned)
+    def submit(
+        self,
+        text: str,
+        pair: str | None,
+        *,
+        new_tokens: int = 0,
+        abandoned: threading.Event | None = None,
+    ) -> Future[Any]:
+        job = (
+            Job(text, pair, new_tokens)
+            if abandoned is None
+            else Job(text, pair, new_tokens, abandoned=abandoned)
+        )
         with self._lock:
             if not self._threads:  # first use, or first use after close(): a fresh set of workers
                 self._queue = _Queue()

@@ -27,6 +27,7 @@ class Computed:
     causal: bool
     kv_heads: int
     attentions: torch.Tensor
+    generated: int = 0  # the last `generated` tokens were written by the model (a continuation)
     word_ids: tuple[int | None, ...] = ()
     offsets: tuple[tuple[int, int], ...] = ()
 
@@ -59,6 +60,7 @@ class Computed:
             "n": self.n,
             "truncated": self.truncated,
             "causal": self.causal,
+            "generated": self.generated,
         }
 
     def check_head(self, layer: int, head: int) -> None:
@@ -85,6 +87,7 @@ def from_result(name: str, model: mha.AttentionModel, result: mha.AttentionResul
         truncated=bool(result.truncated),
         causal=bool(model.info.causal),
         kv_heads=int(model.info.kv_heads),
+        generated=int(result.generated),
         attentions=attentions,
         word_ids=tuple(result.word_ids),
         offsets=tuple((int(start), int(end)) for start, end in result.offsets),

@@ -54,7 +54,8 @@ BATCH_CHARS = 600
 
 T = TypeVar("T")
 V = TypeVar("V", bytes, Computed)
-Input = tuple[str, str, str | None]  # (registered model name, text, pair): what a forward depends on
+# (registered model name, text, pair, tokens to continue by): what a forward depends on
+Input = tuple[str, str, str | None, int]
 
 
 class ModelBusyError(HTTPException):
@@ -78,7 +79,8 @@ def _chars(text: str, pair: str | None) -> int:
 
 
 def _is_long(job: Job) -> bool:
-    return _chars(job.text, job.pair) > BATCH_CHARS
+    # A continuation runs its own forwards, one per new token: never batched with others.
+    return job.new_tokens > 0 or _chars(job.text, job.pair) > BATCH_CHARS
 
 
 class AttentionService:
@@ -303,7 +305,13 @@ class AttentionService:
     # -- caching and sharing ---------------------------------------------------------------------
 
     def _input(self, request: InputText) -> Input:
-        return (self.registry.resolve(request.model), request.text, request.text_pair)
+        name = self.registry.resolve(request.model)
+        if request.max_new_tokens > self.settings.max_new_tokens:
+            raise InvalidInputError(
+                f"max_new_tokens ({request.max_new_tokens}) is over this service's limit "
+                f"({self.settings.max_new_tokens}, HEADSCOPE_MAX_NEW_TOKENS)"
+            )
+        return (name, request.text, request.text_pair, request.max_new_tokens)
 
     async def _cached(self, key: Hashable, compute: Callable[[threading.Event], Awaitable[V]]) -> V:
         """The cached value of `key`, else computed once for all identical requests in flight and cached."""
@@ -332,20 +340,22 @@ class AttentionService:
 
         return await self._cached(cache_key(kind, source, extra=(request.words,)), compute)
 
-    async def _view(self, name: str, text: str, pair: str | None, *, words: bool) -> Computed:
+    async def _view(
+        self, name: str, text: str, pair: str | None, new_tokens: int, *, words: bool
+    ) -> Computed:
         """The token-level result, or (words) its word-level merge, cached apart in the same LRU."""
-        computed = await self._computed(name, text, pair)
+        computed = await self._computed(name, text, pair, new_tokens)
         if not words:
             return computed
         return await self._cached(
-            cache_key("words", (name, text, pair)),
+            cache_key("words", (name, text, pair, new_tokens)),
             lambda _abandoned: self._off_loop(merge_words, computed, (text, pair)),
         )
 
-    async def _computed(self, name: str, text: str, pair: str | None) -> Computed:
+    async def _computed(self, name: str, text: str, pair: str | None, new_tokens: int) -> Computed:
         async def forward(abandoned: threading.Event) -> Computed:
             try:
-                future = self._batchers[name].submit(text, pair, abandoned=abandoned)
+                future = self._batchers[name].submit(text, pair, new_tokens=new_tokens, abandoned=abandoned)
             except QueueFull as full:
                 raise ModelBusyError(
                     f"model {name!r} is busy: {full.queued} requests are already waiting for it (the limit)",
@@ -355,7 +365,7 @@ class AttentionService:
             self._trimmer.answered(computed.nbytes)
             return computed
 
-        return await self._cached(cache_key("result", (name, text, pair)), forward)
+        return await self._cached(cache_key("result", (name, text, pair, new_tokens)), forward)
 
     # -- off the loop ----------------------------------------------------------------------------
 
@@ -426,15 +436,29 @@ class AttentionService:
             return
         limit = min(self.settings.max_tokens, model.info.max_tokens)
         started = time.perf_counter()
+
+        # Between layers (and between new tokens): stop once every client of this batch has gone.
+        def cancel() -> bool:
+            return all(job.abandoned.is_set() for job in live)
+
         try:
             with torch.inference_mode():
-                results = model.attend_batch(
-                    [(j.text, j.pair) for j in live],
-                    max_tokens=limit,
-                    hidden_state=False,
-                    # Between layers: stop once every client of this batch has gone.
-                    cancel=lambda: all(job.abandoned.is_set() for job in live),
-                )
+                if live[0].new_tokens:  # a continuation always runs alone (`_is_long`)
+                    job = live[0]
+                    results = [
+                        model.attend(
+                            job.text,
+                            job.pair,
+                            max_tokens=limit,
+                            hidden_state=False,
+                            max_new_tokens=job.new_tokens,
+                            cancel=cancel,
+                        )
+                    ]
+                else:
+                    results = model.attend_batch(
+                        [(j.text, j.pair) for j in live], max_tokens=limit, hidden_state=False, cancel=cancel
+                    )
         except Cancelled as exc:
             logger.info("model %r: forward of %d stopped, their clients have gone: %s", name, len(live), exc)
             for job in live:
@@ -454,5 +478,6 @@ class AttentionService:
         for job, result in zip(live, results, strict=True):
             computed = from_result(name, model, result)
             # Cached here too: a batch-mate's result is kept even if its own clients have gone.
-            self.cache.put(cache_key("result", (name, job.text, job.pair)), computed, size=computed.nbytes)
+            key = cache_key("result", (name, job.text, job.pair, job.new_tokens))
+            self.cache.put(key, computed, size=computed.nbytes)
             job.future.set_result(computed)

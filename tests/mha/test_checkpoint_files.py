@@ -235,11 +235,22 @@ def test_the_family_table_names_what_it_cannot_convert() -> None:
     from mha.convert.gpt2 import GPT2
 
     assert for_model_type("gpt2") is GPT2
-    assert sorted(CONVERTERS) == ["bert", "distilbert", "gpt2", "roberta"]
+    supported = [
+        "bert",
+        "distilbert",
+        "gemma2",
+        "gpt2",
+        "llama",
+        "mistral",
+        "phi3",
+        "qwen2",
+        "qwen3",
+        "roberta",
+    ]
+    assert sorted(CONVERTERS) == supported
     for model_type in ("t5", None):
         with pytest.raises(UnsupportedCheckpointError) as caught:
             for_model_type(model_type, source="x/config.json")
         assert str(caught.value) == (
-            f"model_type {model_type!r} in x/config.json is not supported; "
-            "supported: bert, distilbert, gpt2, roberta"
+            f"model_type {model_type!r} in x/config.json is not supported; supported: {', '.join(supported)}"
         )
