@@ -13,6 +13,14 @@ fixed so freed blocks leave the process: what one extraction adds,
 torch's allocations included (tracemalloc would not see them). Linux only.
 
     .venv/bin/python benchmarks/extract.py [--repeats 20] [--threads N]
+
+--family llama: a random-weight Llama with SmolLM2-135M's shape (30 layers, 9 query heads over 3 KV heads,
+hidden 576, feed-forward 1536, vocabulary 49,152), saved as a checkpoint and loaded by both sides, at
+n = 128, 512 and 2048 random token ids (tokenization is the same for both and left out):
+  ours   = our Transformer's forward with every attention and no hidden state (need_hidden=False)
+  theirs = LlamaForCausalLM's base model, attn_implementation="eager", output_attentions=True
+
+    .venv/bin/python benchmarks/extract.py --family llama [--repeats 5]
 """
 
 from __future__ import annotations
@@ -25,10 +33,25 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 
 SIZES = (32, 128, 512)
+LLAMA_SIZES = (128, 512, 2048)
+# SmolLM2-135M's shape (HuggingFaceTB/SmolLM2-135M config.json)
+SMOLLM2 = {
+    "vocab_size": 49152,
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 100000.0},
+    "tie_word_embeddings": True,
+}
 WORDS = "the quick brown fox jumps over the lazy dog while attention heads watch every token".split()
 
 
@@ -40,6 +63,54 @@ def text_of(n: int, tokenizer) -> str:
     if got != n:
         raise ValueError(f"text gives {got} tokens, wanted {n}")
     return text
+
+
+def llama_checkpoint(directory: str) -> str:
+    """A random SmolLM2-135M-shaped Llama saved in `directory` (weights only: no tokenizer is needed)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**SMOLLM2))
+    with torch.no_grad():  # wider than the init, so heads are sharp as trained ones are
+        for name, p in model.named_parameters():
+            if p.ndim > 1 and "embed" not in name:
+                p.mul_(3.0)
+    model.save_pretrained(directory)
+    return directory
+
+
+def load_llama(which: str, directory: str):
+    """(model, run(ids)) for one side of the llama comparison."""
+    from transformers import AutoConfig, LlamaModel
+
+    from mha import checkpoint
+    from mha.convert import convert_state_dict, for_model_type
+    from mha.model import Transformer
+
+    if which == "ours":
+        converter = for_model_type("llama")
+        config = converter.config_from_hf(AutoConfig.from_pretrained(directory))
+        files = checkpoint.weight_files(Path(directory))
+        weights = convert_state_dict(
+            checkpoint.load_weights(files), converter.key_map(config), config, family="llama"
+        )
+        with torch.device("meta"):
+            network = Transformer(config)
+        network.load_state_dict(weights, strict=True, assign=True)
+        network.eval()
+
+        def run_ours(ids: torch.Tensor):
+            with torch.no_grad():
+                return network(ids, need_hidden=False).attentions
+
+        return network, run_ours
+    theirs = LlamaModel.from_pretrained(directory, attn_implementation="eager").eval()
+
+    def run_theirs(ids: torch.Tensor):
+        with torch.no_grad():
+            return theirs(ids, output_attentions=True).attentions
+
+    return theirs, run_theirs
 
 
 def load(which: str):
@@ -71,9 +142,13 @@ def _status_kib(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def memory_child(which: str, n: int) -> None:
-    _, tokenizer, run = load(which)
-    text = text_of(n, tokenizer)
+def memory_child(which: str, n: int, llama: str | None = None) -> None:
+    if llama is not None:
+        _, run = load_llama(which, llama)
+        text = torch.randint(0, SMOLLM2["vocab_size"], (1, n), generator=torch.Generator().manual_seed(n))
+    else:
+        _, tokenizer, run = load(which)
+        text = text_of(n, tokenizer)
     run(text)  # warm: lazy inits, thread pool
     gc.collect()
     base = _status_kib("VmRSS")
@@ -87,10 +162,11 @@ def memory_child(which: str, n: int) -> None:
     print(json.dumps({"base_kib": base, "peak_kib": peak}))
 
 
-def measure_memory(which: str, n: int, threads: int) -> float:
+def measure_memory(which: str, n: int, threads: int, llama: str | None = None) -> float:
     """MiB the extraction adds to the process's peak RSS (fresh interpreter each time)."""
+    extra = ["--llama-dir", llama] if llama else []
     out = subprocess.run(
-        [sys.executable, __file__, "--child", which, str(n), "--threads", str(threads)],
+        [sys.executable, __file__, "--child", which, str(n), "--threads", str(threads), *extra],
         check=True,
         capture_output=True,
         # A fixed mmap threshold: glibc otherwise raises it after the warm-up call and serves the measured
@@ -109,11 +185,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--no-memory", action="store_true")
+    parser.add_argument("--family", choices=("minilm", "llama"), default="minilm")
     parser.add_argument("--child", nargs=2, metavar=("WHICH", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--llama-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.child:
-        memory_child(args.child[0], int(args.child[1]))
+        memory_child(args.child[0], int(args.child[1]), args.llama_dir)
+        return
+    if args.family == "llama":
+        main_llama(args)
         return
 
     _, tokenizer, ours = load("ours")
@@ -151,6 +232,46 @@ def main() -> None:
             f" {t_ours_h / t_theirs:>8.3f} {b_ours:>9.2f} {b_theirs:>11.2f}"
             f" {b_ours / b_theirs:>7.3f} {m_ours:>9.1f} {m_theirs:>11.1f}"
         )
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
+
+
+def main_llama(args: argparse.Namespace) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as directory:
+        llama_checkpoint(directory)
+        runs = {which: load_llama(which, directory)[1] for which in ("ours", "theirs")}
+        print(
+            f"SmolLM2-135M-shaped Llama (random weights), torch {torch.__version__}, "
+            f"{torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.2f}; "
+            f"median and min of {args.repeats} interleaved repeats"
+        )
+        print(
+            f"{'n':>5} {'ours ms':>9} {'theirs ms':>10} {'ratio':>7} {'min ours':>9} {'min theirs':>11}"
+            f" {'ratio':>7} {'ours MiB':>9} {'theirs MiB':>11}"
+        )
+        for n in LLAMA_SIZES:
+            ids = torch.randint(0, SMOLLM2["vocab_size"], (1, n), generator=torch.Generator().manual_seed(n))
+            for run in runs.values():  # warm-up
+                run(ids)
+            times: dict[str, list[float]] = {name: [] for name in runs}
+            for _ in range(args.repeats):
+                for name, run in runs.items():
+                    start = time.perf_counter()
+                    result = run(ids)
+                    times[name].append(time.perf_counter() - start)
+                    del result
+            t_ours, t_theirs = (statistics.median(times[k]) * 1000 for k in runs)
+            b_ours, b_theirs = (min(times[k]) * 1000 for k in runs)
+            if args.no_memory:
+                m_ours = m_theirs = float("nan")
+            else:
+                m_ours, m_theirs = (measure_memory(k, n, args.threads, directory) for k in runs)
+            print(
+                f"{n:>5} {t_ours:>9.1f} {t_theirs:>10.1f} {t_ours / t_theirs:>7.3f} {b_ours:>9.1f}"
+                f" {b_theirs:>11.1f} {b_ours / b_theirs:>7.3f} {m_ours:>9.1f} {m_theirs:>11.1f}",
+                flush=True,
+            )
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 

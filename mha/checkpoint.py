@@ -128,7 +128,7 @@ def _read_config_json(directory: Path) -> dict[str, Any]:
     return config
 
 
-def _weight_files(directory: Path) -> list[Path]:
+def weight_files(directory: Path) -> list[Path]:
     """The weight files to read: one safetensors file, the shards its index names, or a PyTorch pickle."""
     single = directory / "model.safetensors"
     if single.is_file():
@@ -185,7 +185,7 @@ def check_directory(directory: Path) -> tuple[dict[str, Any], Converter, list[Pa
     """Config, converter and weight files of a checkpoint directory, or the error loading it would give."""
     config = _read_config_json(directory)
     converter = for_model_type(config.get("model_type"), source=str(directory / "config.json"))
-    weights = _weight_files(directory)
+    weights = weight_files(directory)
     _check_tokenizer_files(directory)
     return config, converter, weights
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hsa1_fixtures import FIXTURES, build, expected_json
+from tests.js.hsa1_fixtures import FIXTURES, build, expected_json
 
 
 def test_committed_fixtures_equal_what_the_encoder_makes() -> None:
