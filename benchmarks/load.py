@@ -286,17 +286,23 @@ async def raw_post(base: str, path: str, body: dict[str, object]) -> tuple[int, 
         writer.close()
 
 
-async def heavy_clients(base: str, stop: asyncio.Event, clients: int, done: Timings) -> None:
-    """Clients that each ask for a 512-token /api/attention JSON answer and read all of it, again and
-    again (a new text each time, so every answer is built)."""
-    rng = random.Random(3)
+async def long_text_clients(
+    base: str, stop: asyncio.Event, clients: int, done: Timings, *, seed: int, hang_up: float | None
+) -> None:
+    """Clients that each send a 512-token text to /api/attention (a new text each time, so every answer is
+    built) again and again: reading the whole JSON answer, or hanging up after `hang_up` seconds."""
+    rng = random.Random(seed)
     counter = iter(range(10**9))
 
     async def one() -> None:
         while not stop.is_set():
             started = time.perf_counter()
             try:
-                status, _ = await raw_post(base, ROUTES["json"], {"text": long_text(rng, next(counter))})
+                async with asyncio.timeout(hang_up):
+                    status, _ = await raw_post(base, ROUTES["json"], {"text": long_text(rng, next(counter))})
+            except TimeoutError:
+                done.add_error("hung up")
+                continue
             except OSError as exc:
                 done.add_error(drop_name(exc))
                 continue
@@ -308,31 +314,17 @@ async def heavy_clients(base: str, stop: asyncio.Event, clients: int, done: Timi
     await asyncio.gather(*(one() for _ in range(clients)))
 
 
+async def heavy_clients(base: str, stop: asyncio.Event, clients: int, done: Timings) -> None:
+    """Clients that each ask for a 512-token /api/attention JSON answer and read all of it."""
+    await long_text_clients(base, stop, clients, done, seed=3, hang_up=None)
+
+
 async def abandoning_clients(
     base: str, stop: asyncio.Event, clients: int, after: float, gone: Timings
 ) -> None:
-    """Clients that send a 512-token text to /api/attention and hang up after `after` seconds."""
-    rng = random.Random(4)
-    counter = iter(range(10**9))
-
-    async def one() -> None:
-        while not stop.is_set():
-            started = time.perf_counter()
-            try:
-                async with asyncio.timeout(after):
-                    status, _ = await raw_post(base, ROUTES["json"], {"text": long_text(rng, next(counter))})
-            except TimeoutError:
-                gone.add_error("hung up")
-                continue
-            except OSError as exc:
-                gone.add_error(drop_name(exc))
-                continue
-            if status != 200:
-                gone.add_error(str(status))
-                continue
-            gone.latencies.append(time.perf_counter() - started)  # answered within `after`
-
-    await asyncio.gather(*(one() for _ in range(clients)))
+    """Clients that send a 512-token text to /api/attention and hang up after `after` seconds; those
+    answered within `after` are timed."""
+    await long_text_clients(base, stop, clients, gone, seed=4, hang_up=after)
 
 
 async def isolation_phase(

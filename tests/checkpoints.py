@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -59,42 +60,6 @@ def _sharpen_decoder(model: torch.nn.Module, seed: int, *, gemma: bool) -> None:
                 p.copy_((0.0 if gemma else 1.0) + 0.1 * noise)
             else:
                 p.copy_((0.3 if p.ndim > 1 else 0.1) * noise)
-
-
-def _decoder_tokenizer(directory: Path, *, bos: bool) -> int:
-    """A byte-level BPE whose template adds <s> as Llama's does (single "<s> A", pair "<s> A <s> B") or,
-    bos=False, nothing (Qwen)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["<unk>", "<s>", "</s>", "<pad>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(_CORPUS, trainer=trainer)
-    if bos:
-        tok.post_processor = processors.TemplateProcessing(
-            single="<s>:0 $A:0",
-            pair="<s>:0 $A:0 <s>:1 $B:1",
-            special_tokens=[("<s>", tok.token_to_id("<s>"))],
-        )
-    else:
-        tok.post_processor = processors.ByteLevel(trim_offsets=True)
-    wrapped = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token="<s>",
-        eos_token="</s>",
-        unk_token="<unk>",
-        pad_token="<pad>",
-        model_input_names=["input_ids", "attention_mask"],  # as Llama's: no token type ids
-    )
-    wrapped.model_max_length = D_MAX_POSITIONS
-    wrapped.save_pretrained(directory)
-    return tok.get_vocab_size()
 
 
 def _decoder(family: str, directory: Path, seed: int) -> torch.nn.Module:
@@ -151,12 +116,14 @@ def _decoder(family: str, directory: Path, seed: int) -> torch.nn.Module:
     return model
 
 
-def _byte_level_tokenizer(directory: Path, *, roberta: bool) -> int:
-    """Train a byte-level BPE on a toy corpus, save it as a transformers tokenizer; returns its vocab size."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+def _byte_level_tokenizer(
+    directory: Path, specials: list[str], template: Any, max_length: int, **tokens: Any
+) -> int:
+    """Train a byte-level BPE on a toy corpus with `specials` first, give it the post-processor `template`
+    makes of it, save it as a transformers tokenizer with the named `tokens`; returns its vocab size."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"] if roberta else ["<|endoftext|>"]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -164,29 +131,65 @@ def _byte_level_tokenizer(directory: Path, *, roberta: bool) -> int:
         vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     tok.train_from_iterator(_CORPUS, trainer=trainer)
-    if roberta:
-        tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), trim_offsets=True)
-        wrapped = PreTrainedTokenizerFast(
-            tokenizer_object=tok,
-            bos_token="<s>",
-            eos_token="</s>",
-            sep_token="</s>",
-            cls_token="<s>",
-            pad_token="<pad>",
-            unk_token="<unk>",
-            mask_token="<mask>",
-        )
-    else:
-        tok.post_processor = processors.ByteLevel(trim_offsets=True)
-        wrapped = PreTrainedTokenizerFast(
-            tokenizer_object=tok,
-            bos_token="<|endoftext|>",
-            eos_token="<|endoftext|>",
-            unk_token="<|endoftext|>",
-        )
-    wrapped.model_max_length = MAX_POSITIONS
+    tok.post_processor = template(tok)
+    wrapped = PreTrainedTokenizerFast(tokenizer_object=tok, **tokens)
+    wrapped.model_max_length = max_length
     wrapped.save_pretrained(directory)
     return tok.get_vocab_size()
+
+
+def _roberta_tokenizer(directory: Path) -> int:
+    from tokenizers import processors
+
+    names = {"bos": "<s>", "pad": "<pad>", "eos": "</s>", "unk": "<unk>", "mask": "<mask>"}
+    return _byte_level_tokenizer(
+        directory,
+        list(names.values()),
+        lambda _tok: processors.RobertaProcessing(("</s>", 2), ("<s>", 0), trim_offsets=True),
+        MAX_POSITIONS,
+        sep_token="</s>",
+        cls_token="<s>",
+        **{f"{role}_token": token for role, token in names.items()},
+    )
+
+
+def _gpt2_tokenizer(directory: Path) -> int:
+    from tokenizers import processors
+
+    end = "<|endoftext|>"
+    return _byte_level_tokenizer(
+        directory,
+        [end],
+        lambda _tok: processors.ByteLevel(trim_offsets=True),
+        MAX_POSITIONS,
+        bos_token=end,
+        eos_token=end,
+        unk_token=end,
+    )
+
+
+def _decoder_tokenizer(directory: Path, *, bos: bool) -> int:
+    """A template that adds <s> as Llama's does (single "<s> A", pair "<s> A <s> B") or, bos=False,
+    nothing (Qwen); no token type ids, as Llama's tokenizer gives none."""
+    from tokenizers import processors
+
+    def template(tok: Any) -> Any:
+        if not bos:
+            return processors.ByteLevel(trim_offsets=True)
+        begin = [("<s>", tok.token_to_id("<s>"))]
+        return processors.TemplateProcessing(
+            single="<s>:0 $A:0", pair="<s>:0 $A:0 <s>:1 $B:1", special_tokens=begin
+        )
+
+    names = {"unk": "<unk>", "bos": "<s>", "eos": "</s>", "pad": "<pad>"}
+    return _byte_level_tokenizer(
+        directory,
+        list(names.values()),
+        template,
+        D_MAX_POSITIONS,
+        model_input_names=["input_ids", "attention_mask"],
+        **{f"{role}_token": token for role, token in names.items()},
+    )
 
 
 def build_checkpoint(
@@ -238,7 +241,7 @@ def build_checkpoint(
             tokenizer_config["tokenizer_class"] = "DistilBertTokenizer"
             (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
     elif family == "roberta":
-        vocab = _byte_level_tokenizer(directory, roberta=True)
+        vocab = _roberta_tokenizer(directory)
         config = tf.RobertaConfig(
             vocab_size=vocab,
             hidden_size=HIDDEN,
@@ -257,7 +260,7 @@ def build_checkpoint(
         model.save_pretrained(directory)
         return directory
     elif family == "gpt2":
-        vocab = _byte_level_tokenizer(directory, roberta=False)
+        vocab = _gpt2_tokenizer(directory)
         config = tf.GPT2Config(
             vocab_size=vocab,
             n_embd=HIDDEN,
