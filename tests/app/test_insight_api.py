@@ -157,11 +157,12 @@ def test_words_are_cached_apart_from_tokens(client: TestClient) -> None:
     assert "##ization" in tokens["tokens"] and tokens["n"] > words["n"]
     service = client.app.state.service  # type: ignore[attr-defined]
     name = "all-MiniLM-L6-v2"
-    assert service.cache.get(("result", name, text, None)).n == tokens["n"]
-    assert service.cache.get(("words", name, text, None)).n == words["n"]
+    # Keys: (kind, model, text, pair, tokens to continue by, ...)
+    assert service.cache.get(("result", name, text, None, 0)).n == tokens["n"]
+    assert service.cache.get(("words", name, text, None, 0)).n == words["n"]
     # Every answer kind is cached under its own (kind, ..., words) key of the same LRU.
-    assert service.cache.get(("json", name, text, None, True)) is not None
-    assert service.cache.get(("json", name, text, None, False)) is not None
+    assert service.cache.get(("json", name, text, None, 0, True)) is not None
+    assert service.cache.get(("json", name, text, None, 0, False)) is not None
 
 
 # -- /api/rollout -----------------------------------------------------------------------------------

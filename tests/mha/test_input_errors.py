@@ -26,6 +26,7 @@ EXAMPLES: list[InputError] = [
     errors.ShapeMismatchError((2, 3, 5, 5), (2, 3, 4, 4)),
     errors.HeadsMismatchError((6, 12), (4, 8)),
     errors.NothingAlignedError(),
+    errors.NotCausalError("all-MiniLM-L6-v2"),
 ]
 
 
