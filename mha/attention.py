@@ -146,6 +146,8 @@ def attention_weights(
     stacked buffer), else over the scores: no extra pass.
     """
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
+    if not grad and softcap is None and keep is not None and keep.shape[:-2].numel() == 1:
+        return _biased_weights(q, k, keep, scale=scale, out=out)
     if q.ndim == 3 and not grad:
         # One sequence, (H, T, D): the scale rides on the matmul (BLAS alpha), written straight into `out`.
         scores = q.new_empty(q.shape[0], q.shape[1], k.shape[1]) if out is None else out
@@ -159,15 +161,36 @@ def attention_weights(
     return masked_softmax(scores, keep, out=None if grad else out)
 
 
+def _biased_weights(
+    q: torch.Tensor, k: torch.Tensor, keep: torch.Tensor, *, scale: float, out: torch.Tensor | None
+) -> torch.Tensor:
+    """attention_weights for one keep-mask shared by every sequence and head (a decoder's causal or
+    sliding-window triangle): the mask enters the GEMM as an additive bias, C = bias + scale·q kᵀ, so the
+    scores see one pass fewer than scale, then mask; rows with no key kept are zeroed as everywhere."""
+    length, src, dim = q.shape[-2], k.shape[-2], q.shape[-1]
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    q3 = q.expand(*lead, length, dim).reshape(-1, length, dim)
+    k3 = k.expand(*lead, src, dim).reshape(-1, src, dim)  # a copy only for grouped heads (K is small)
+    drop = ~keep.reshape(1, *keep.shape[-2:])  # (1, T or 1, S): broadcast by baddbmm
+    bias = torch.zeros(drop.shape, dtype=q.dtype, device=q.device).masked_fill_(
+        drop, torch.finfo(q.dtype).min
+    )
+    scores = q.new_empty(*lead, length, src) if out is None else out
+    flat = scores.view(-1, length, src)
+    torch.baddbmm(bias, q3, k3.transpose(1, 2), alpha=scale, out=flat)
+    return masked_softmax(scores, keep, biased=True)
+
+
 def masked_softmax(
-    scores: torch.Tensor, keep: torch.Tensor | None, *, out: torch.Tensor | None = None
+    scores: torch.Tensor, keep: torch.Tensor | None, *, out: torch.Tensor | None = None, biased: bool = False
 ) -> torch.Tensor:
     """softmax over the last dim where `keep` is True; rows with no key kept give zeros, never NaN.
 
-    In place (into `out`, or over `scores`) unless autograd needs softmax's output intact.
+    In place (into `out`, or over `scores`) unless autograd needs softmax's output intact. `biased`: the
+    scores already carry the mask as an additive bias (the lowest finite value where `keep` is False).
     """
     empty = empty_rows(keep)
-    if keep is not None:
+    if keep is not None and not biased:
         # The dtype's lowest finite value, not -inf, as Hugging Face does: exp underflows to exactly 0 and a
         # fully masked row stays finite (its gradients too) until it is zeroed below.
         scores.masked_fill_(~keep, torch.finfo(scores.dtype).min)

@@ -91,7 +91,10 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gated:
             gate, up = self.fc_in(x).chunk(2, dim=-1)
-            return self.fc_out(self.activation(gate) * up)
+            hidden = self.activation(gate)
+            # In place where no gradient needs the activation's output (saves a [T, F] allocation).
+            hidden = hidden * up if torch.is_grad_enabled() else hidden.mul_(up)
+            return self.fc_out(hidden)
         return self.fc_out(self.activation(self.fc_in(x)))
 
 
