@@ -288,10 +288,19 @@ function bindRowClicks(gd) {
   });
   if (labelClicks.has(gd)) return; // a DOM listener outlives Plotly.purge, unlike gd.on's
   labelClicks.add(gd);
+  // The query labels lie partly under Plotly's axis drag strip, which takes the clicks: any click left of
+  // the plot area, within its height, is a click on the label of the row at that height.
   gd.addEventListener("click", (event) => {
-    const tick = event.target.closest?.(".ytick");
-    const index = tick?.__data__?.x; // Plotly's datum of a tick: its value on the axis, the token index
-    if (Number.isInteger(index)) figures.get(gd)?.onRow?.(index);
+    const ya = gd._fullLayout?.yaxis;
+    const xa = gd._fullLayout?.xaxis;
+    if (!ya || !xa) return;
+    const box = gd.getBoundingClientRect();
+    const x = event.clientX - box.left;
+    const y = event.clientY - box.top - ya._offset;
+    if (x >= xa._offset || y < 0 || y > ya._length) return;
+    const row = Math.round(ya.p2l(y));
+    const n = figures.get(gd)?.tokens.length ?? 0;
+    if (row >= 0 && row < n) figures.get(gd)?.onRow?.(row);
   });
 }
 const labelClicks = new WeakSet();
