@@ -122,4 +122,8 @@ export function initForm(state, { defaultModel }, { onRun }) {
     if (!modelBChosen) $("modelB").value = $("model").value;
     showNewTokens();
   });
+  // What is typed is what runs: a count outside 0..MAX_NEW_TOKENS (or not a whole number) is put right.
+  $("newTokens").addEventListener("change", () => {
+    $("newTokens").value = String(parseNewTokens($("newTokens").value));
+  });
 }

@@ -280,6 +280,8 @@ function updateTicks(gd) {
   return same ? Promise.resolve(gd) : window.Plotly.relayout(gd, update);
 }
 
+const labelClicks = new WeakSet(); // figures whose DOM click listener is bound
+
 // A click on a cell, or on a query token's label, calls the figure's onRow(query index) when it has one.
 function bindRowClicks(gd) {
   gd.on("plotly_click", (event) => {
@@ -303,7 +305,6 @@ function bindRowClicks(gd) {
     if (row >= 0 && row < n) figures.get(gd)?.onRow?.(row);
   });
 }
-const labelClicks = new WeakSet();
 
 function bindTickThinning(gd, tokens, size, onRow = null) {
   const known = figures.get(gd);

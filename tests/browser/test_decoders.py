@@ -69,11 +69,15 @@ def renormalised(head: list[list[float]]) -> list[list[float | None]]:
 
 def open_head(session: Any, model: str, layer: int, head: int, *, write: int = 0) -> Any:
     """The page on PROMPT with `model` (continued by `write` tokens), head (layer, head) drawn exactly."""
-    query = f"?text={PROMPT}&model={model}&layer={layer}&head={head}" + (f"&continue={write}" if write else "")
-    page = session.open(query)
+    query = f"?text={PROMPT}&model={model}&layer={layer}&head={head}"
+    page = session.open(query + (f"&continue={write}" if write else ""))
     session.wait_ready()
     page.wait_for_selector("#head-detail[data-exact=true]")
     return page
+
+
+def thumb(page: Any, layer: int, head: int | str) -> Any:
+    return page.locator(f'#grid .thumb[data-layer="{layer}"][data-head="{head}"]')
 
 
 def test_grid_groups_query_heads_by_kv_head(session: Any, grouped_model: str) -> None:
@@ -87,19 +91,20 @@ def test_grid_groups_query_heads_by_kv_head(session: Any, grouped_model: str) ->
     assert labels.all_text_contents() == ["kv 0", "kv 1"]
     assert [label.evaluate("e => e.style.gridColumn") for label in labels.all()] == ["span 2", "span 2"]
     kv = [label.bounding_box() for label in labels.all()]
-    thumbs = [page.locator(f'#grid .thumb[data-layer="0"][data-head="{h}"]').bounding_box() for h in range(4)]
-    assert kv[0]["x"] <= thumbs[0]["x"] and thumbs[1]["x"] + thumbs[1]["width"] <= kv[0]["x"] + kv[0]["width"] + 1
+    thumbs = [thumb(page, 0, h).bounding_box() for h in range(4)]
+    for group, (left, right) in enumerate([(0, 1), (2, 3)]):
+        assert kv[group]["x"] <= thumbs[left]["x"]
+        assert thumbs[right]["x"] + thumbs[right]["width"] <= kv[group]["x"] + kv[group]["width"] + 1
     # ...and a wider gap between the groups than between the heads of one group.
     within = thumbs[1]["x"] - (thumbs[0]["x"] + thumbs[0]["width"])
     between = thumbs[2]["x"] - (thumbs[1]["x"] + thumbs[1]["width"])
     assert between >= within + 6
     # The row of each layer still holds its 4 heads and the mean on one line.
-    row = {page.locator(f'#grid .thumb[data-layer="1"][data-head="{h}"]').bounding_box()["y"] for h in (0, 3, "mean")}
-    assert len(row) == 1
+    assert len({thumb(page, 1, h).bounding_box()["y"] for h in (0, 3, "mean")}) == 1
 
     # Every head's name carries its group: thumbnails and the detail title.
-    assert page.get_attribute('#grid .thumb[data-layer="2"][data-head="3"]', "title").startswith("L2 H3 · kv 1")
-    page.click('#grid .thumb[data-layer="2"][data-head="1"]')
+    assert thumb(page, 2, 3).get_attribute("title").startswith("L2 H3 · kv 1")
+    thumb(page, 2, 1).click()
     assert page.locator("#detail-title").text_content() == "Head detail: L2 H1 · kv 0"
     assert "(2 KV heads)" in page.locator("#status").text_content()
 
@@ -122,7 +127,7 @@ def test_grid_groups_query_heads_by_kv_head(session: Any, grouped_model: str) ->
     # Nothing of this for a model without grouping (the default MiniLM: 12 heads, 12 KV heads).
     session.run(PROMPT, model="all-MiniLM-L6-v2")
     assert page.locator("#grid .kv-label").count() == 0
-    assert page.get_attribute('#grid .thumb[data-layer="0"][data-head="1"]', "title").startswith("layer 0, head 1")
+    assert thumb(page, 0, 1).get_attribute("title").startswith("layer 0, head 1")
     page.wait_for_function("() => ['ready', 'error'].includes(document.body.dataset.insight)")
     assert "kv group" not in page.locator("#stats-table thead").text_content()
 
@@ -186,10 +191,10 @@ def test_continuation_marks_written_tokens_and_shows_what_each_step_looked_at(
     page.select_option("#model", grouped_model)
     assert page.locator("#new-tokens").is_visible()
     bodies: list[dict[str, Any]] = []
-    page.on("request", lambda r: bodies.append(json.loads(r.post_data)) if "/api/" in r.url and r.post_data else None)
+    page.on("request", lambda r: bodies.append(json.loads(r.post_data)) if r.post_data else None)
     page.fill("#new-tokens", str(WRITE))
     session.run(PROMPT, model=grouped_model)
-    page.click(f'#grid .thumb[data-layer="{layer}"][data-head="{head}"]')
+    thumb(page, layer, head).click()
     page.wait_for_selector("#head-detail[data-exact=true]")
 
     assert page.locator("#status").text_content().startswith(f"{prompt} prompt tokens + {WRITE} written")
@@ -208,7 +213,12 @@ def test_continuation_marks_written_tokens_and_shows_what_each_step_looked_at(
     # The panel: one button per written token, reachable by keyboard; Enter on the second shows the
     # row of the step that wrote it (row i - 1) over the prompt, top tokens with their weights as text.
     exact = api(
-        session.base, "/api/attention/head", text=PROMPT, model=grouped_model, layer=layer, head=head,
+        session.base,
+        "/api/attention/head",
+        text=PROMPT,
+        model=grouped_model,
+        layer=layer,
+        head=head,
         max_new_tokens=WRITE,
     )["attention"]
     buttons = page.locator("#written-tokens button")
