@@ -73,6 +73,14 @@ def browser() -> Iterator[Any]:
         instance.close()
 
 
+CELL_CENTER_JS = """([i, j]) => {
+  const gd = document.querySelector('#head-detail');
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+  const box = gd.getBoundingClientRect();
+  return [box.left + xa._offset + xa.l2p(j), box.top + ya._offset + ya.l2p(i)];
+}"""
+
+
 class PageSession:
     """A page plus what it did: every request URL, dialogs that fired, uncaught script errors."""
 
@@ -108,6 +116,11 @@ class PageSession:
         if state != "ready":
             alert = self.page.locator("[role=alert]").text_content()
             raise AssertionError(f"page ended in state {state!r}: {alert!r}")
+
+    def cell_center(self, i: int, j: int) -> tuple[float, float]:
+        """Page coordinates of the centre of cell (query i, key j) of the head detail's heatmap."""
+        x, y = self.page.evaluate(CELL_CENTER_JS, [i, j])
+        return x, y
 
     def run(self, text: str, *, pair: str = "", model: str | None = None) -> None:
         page = self.page

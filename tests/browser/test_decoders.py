@@ -22,24 +22,14 @@ WRITE = 3  # tokens the model continues PROMPT by
 # and one quotient, each rounded to half an ulp: n + 1 half-ulps of a value at most 1.
 EPS64 = sys.float_info.epsilon
 
+# The detail figure: its values, colour-bar title, tick labels and named shapes.
 FIGURE_JS = """() => {
   const gd = document.querySelector('#head-detail');
-  const heatmap = gd.data.find((t) => t.type === 'heatmap');
-  return {
-    z: heatmap.z,
-    colorbar: heatmap.colorbar.title.text,
-    yticktext: gd.layout.yaxis.ticktext,
-    xticktext: gd.layout.xaxis.ticktext,
-    shapes: (gd.layout.shapes || []).map((s) => ({name: s.name, x0: s.x0, y0: s.y0})),
-    exact: gd.dataset.exact,
-  };
-}"""
-
-CELL_CENTER_JS = """([i, j]) => {
-  const gd = document.querySelector('#head-detail');
-  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
-  const box = gd.getBoundingClientRect();
-  return [box.left + xa._offset + xa.l2p(j), box.top + ya._offset + ya.l2p(i)];
+  const [heatmap] = gd.data.filter((t) => t.type === 'heatmap');
+  const {xaxis, yaxis, shapes = []} = gd.layout;
+  const named = shapes.map((s) => ({name: s.name, x0: s.x0, y0: s.y0}));
+  const colorbar = heatmap.colorbar.title.text;
+  return {z: heatmap.z, colorbar, yticktext: yaxis.ticktext, xticktext: xaxis.ticktext, shapes: named};
 }"""
 
 
@@ -161,7 +151,7 @@ def test_hide_first_token_renormalises_the_rows(session: Any, grouped_model: str
     i = n - 1
     j = max(range(1, n), key=lambda k: expected[i][k] or 0.0)
     page.locator("#head-detail").scroll_into_view_if_needed()
-    x, y = page.evaluate(CELL_CENTER_JS, [i, j])
+    x, y = session.cell_center(i, j)
     page.mouse.move(x, y)
     hover = page.locator("#head-detail .hoverlayer .hovertext")
     hover.wait_for()
@@ -248,12 +238,12 @@ def test_continuation_marks_written_tokens_and_shows_what_each_step_looked_at(
     # Clicking a written token's row in the heatmap shows that one.
     last = n - 1
     page.locator("#head-detail").scroll_into_view_if_needed()
-    x, y = page.evaluate(CELL_CENTER_JS, [last, 0])
+    x, y = session.cell_center(last, 0)
     page.mouse.click(x, y)
     page.wait_for_function(f"() => document.querySelector('#written').dataset.chosen === '{last}'")
     assert shown_top() == api_top(last)
     # ...as does a click on its row label, left of the plot.
-    x, y = page.evaluate(CELL_CENTER_JS, [prompt, 0])
+    x, y = session.cell_center(prompt, 0)
     page.mouse.click(x - 40, y)
     page.wait_for_function(f"() => document.querySelector('#written').dataset.chosen === '{prompt}'")
     assert shown_top() == api_top(prompt)
