@@ -47,10 +47,12 @@ async function request(url, options) {
   return response;
 }
 
-// One input as the API names its fields. `words` (merge word pieces) is sent only when set: false is the
-// API's default, so word-less bodies stay as they were.
-function body({ text, pair, model, words }) {
+// One input as the API names its fields. `words` (merge word pieces) and `newTokens` (continue a causal
+// model's text first) are sent only when set: false and 0 are the API's defaults, so plain bodies stay as
+// they were.
+export function body({ text, pair, model, words, newTokens = 0 }) {
   const input = { text, text_pair: pair || null, model: model || null };
+  if (newTokens > 0) input.max_new_tokens = newTokens;
   return words ? { ...input, words: true } : input;
 }
 

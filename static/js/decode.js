@@ -96,9 +96,11 @@ export class Attention {
     this.special = header.special ?? new Array(header.n).fill(false);
     this.layers = header.layers;
     this.heads = header.heads;
+    this.kvHeads = header.kv_heads ?? header.heads; // query head h reads KV head h // (heads / kvHeads)
     this.n = header.n;
     this.causal = Boolean(header.causal);
     this.truncated = Boolean(header.truncated);
+    this.generated = header.generated ?? 0; // the last `generated` tokens were written by the model
     this.model = header.model;
     this.scheme = header.quantization?.scheme ?? "row-max-uint8";
     this.maxAbsError = header.quantization?.max_abs_error ?? 1 / 510;
@@ -166,6 +168,11 @@ export class Attention {
     out.fill(0);
     for (let h = 0; h < this.heads; h++) this.accumulate(layer, h, out, 1 / this.heads, true);
     return out;
+  }
+
+  /** Tokens of the prompt: the ones before those the model wrote. */
+  get prompt() {
+    return this.n - this.generated;
   }
 
   /** Index of the first token of the second segment, or -1 for a single sentence. */

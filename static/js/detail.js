@@ -5,6 +5,7 @@
 import { $, $all } from "./dom.js";
 import { fetchHead } from "./api.js";
 import { AGGREGATES, isAggregate } from "./aggregates.js";
+import { markWritten, withoutFirstToken } from "./decoder.js";
 import { renderHeatmap } from "./heatmap.js";
 import { exportName, selectionLabel } from "./labels.js";
 import { getState } from "./state.js";
@@ -20,7 +21,10 @@ export function showTabs(view) {
   for (const tab of $all("tabs")) tab.setAttribute("aria-selected", String(tab.dataset.view === view));
 }
 
-/** n*n values of (layer, head) in `run`: the exact head when it arrived, else the 8-bit grid data. */
+/**
+ * n*n values of (layer, head) in `run`: the exact head when it arrived, else the 8-bit grid data. The
+ * caller renormalises without the first token when the state asks for it.
+ */
 function detailValues(run, layer, head) {
   const { attention } = run;
   if (isAggregate(head)) return { values: AGGREGATES[head].compute(attention, layer), exact: false };
@@ -30,7 +34,9 @@ function detailValues(run, layer, head) {
 }
 
 export class Detail {
-  constructor() {
+  /** `written`: the WrittenView that follows the selected head (written.js). */
+  constructor({ written }) {
+    this.written = written;
     this.run = null; // the run last drawn
     this.timer = 0;
     this.controller = null; // the exact head in flight; a newer selection aborts it
@@ -47,10 +53,12 @@ export class Detail {
   async draw(run, { keepZoom = true } = {}) {
     this.run = run;
     const { attention } = run;
-    const { layer, head, view } = getState();
-    const { values, exact } = detailValues(run, layer, head);
+    const { layer, head, view, hideFirst } = getState();
+    const { values: drawn, exact } = detailValues(run, layer, head);
+    const values = hideFirst ? withoutFirstToken(drawn, attention.n) : drawn;
     const modelName = attention.model ?? run.query.model ?? "";
-    $("detailTitle").textContent = `Head detail: ${selectionLabel(layer, head)}`;
+    const label = selectionLabel(layer, head, attention);
+    $("detailTitle").textContent = `Head detail: ${label}`;
     const notes = [
       exact
         ? "Exact float32 values."
@@ -60,6 +68,12 @@ export class Detail {
     ];
     if (attention.truncated) notes.push(`Input truncated to ${attention.n} tokens (the model's maximum).`);
     if (attention.causal) notes.push("Hatched cells are masked: a causal model cannot look ahead.");
+    if (hideFirst) notes.push("First token hidden (grey): each row renormalised over the rest.");
+    if (attention.generated > 0) {
+      notes.push(
+        `✎ marks the ${attention.generated} token(s) the model wrote (orange bands); click one's row to see what it looked at.`,
+      );
+    }
     notes.push(view === "heatmap" ? "Drag to zoom, double-click to reset." : "Hover a token to isolate its lines.");
     $("detailCaption").textContent = notes.join(" ");
 
@@ -70,14 +84,17 @@ export class Detail {
     $("exportPng").disabled = !heatmapVisible;
 
     const spec = {
-      tokens: attention.tokens,
+      tokens: markWritten(attention.tokens, attention.generated),
       values,
       causal: attention.causal,
       boundary: attention.boundary,
       segments: attention.segments,
       special: attention.special,
       exact,
-      title: `${modelName} · ${selectionLabel(layer, head)}`,
+      title: `${modelName} · ${label}`,
+      written: attention.generated,
+      renormalised: hideFirst,
+      onRow: (i) => this.written.choose(i),
       filename: exportName(attention.model, layer, head),
       keepZoom, // a new run starts unzoomed; another head of the same run keeps the zoomed region
     };
@@ -86,6 +103,7 @@ export class Detail {
     } else {
       renderTokenView($("tokenView"), spec);
     }
+    this.written.show(run, values, { head: label, renormalised: hideFirst });
     const wantsExact = !exact && !isAggregate(head);
     $("exact").hidden = !(wantsExact && attention.n > AUTO_EXACT_MAX_N);
     if (wantsExact && attention.n <= AUTO_EXACT_MAX_N) this.scheduleExact(run, layer, head);

@@ -49,6 +49,14 @@ export const SELECTORS = Object.freeze({
   compareA: "#compare-a",
   compareB: "#compare-b",
   compareDiff: "#compare-diff",
+  newTokens: "#new-tokens",
+  newTokensField: "#new-tokens-field",
+  hideFirst: "#hide-first",
+  written: "#written",
+  writtenTokens: "#written-tokens",
+  writtenCaption: "#written-caption",
+  writtenPrompt: "#written-prompt",
+  writtenTop: "#written-top",
 });
 
 /** The element registered under `name`; throws if the template lacks it (a bug, not a user error). */

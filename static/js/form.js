@@ -4,6 +4,9 @@
 
 import { $, el } from "./dom.js";
 import { modelLabel } from "./labels.js";
+import { MAX_NEW_TOKENS, parseNewTokens } from "./state.js";
+
+let models = new Map(); // name -> /api/models entry, as fillModels last made it
 
 /** The server-known state of the page's JSON data block (models, limits); {} when it is missing. */
 export function readInitialState() {
@@ -29,7 +32,7 @@ export function showError(message) {
 
 /** Both model selects from GET /api/models's answer; returns {models: name -> model, defaultModel}. */
 export function fillModels(info) {
-  const models = new Map(info.models.map((m) => [m.name, m]));
+  models = new Map(info.models.map((m) => [m.name, m]));
   const defaultModel = info.default ?? info.models[0]?.name ?? "";
   const options = info.models.map((m) => {
     const label = modelLabel(m);
@@ -46,17 +49,31 @@ export function fillModels(info) {
 }
 
 /** A run tells us the size of a model that was not loaded when the page was rendered. */
-export function learnModel(models, attention) {
+export function learnModel(attention) {
   const known = models.get(attention.model);
   if (!known || known.layers != null) return;
-  Object.assign(known, { layers: attention.layers, heads: attention.heads, causal: attention.causal });
-  const option = [...$("model").options].find((o) => o.value === attention.model);
-  if (option) option.textContent = modelLabel(known);
+  const { layers, heads, kvHeads, causal } = attention;
+  Object.assign(known, { layers, heads, kv_heads: kvHeads, causal });
+  for (const select of [$("model"), $("modelB")]) {
+    const option = [...select.options].find((o) => o.value === attention.model);
+    if (option) option.textContent = modelLabel(known);
+  }
+  showNewTokens();
 }
 
-/** A's query as typed: {text, pair, model, words}. */
+/**
+ * "Continue by k tokens" is offered for causal models; for a model not loaded yet (its kind unknown) only
+ * when a link already asks for a continuation, which the run then tries (an encoder answers 422).
+ */
+export function showNewTokens() {
+  const causal = models.get($("model").value)?.causal;
+  $("newTokensField").hidden = !(causal === true || (causal == null && parseNewTokens($("newTokens").value) > 0));
+}
+
+/** A's query as typed: {text, pair, model, words, newTokens}; newTokens is 0 where the control is hidden. */
 export function currentQuery() {
-  return { text: $("text").value, pair: $("textPair").value, model: $("model").value, words: $("words").checked };
+  const newTokens = $("newTokensField").hidden ? 0 : parseNewTokens($("newTokens").value);
+  return { text: $("text").value, pair: $("textPair").value, model: $("model").value, words: $("words").checked, newTokens };
 }
 
 /** Compare mode as typed: {compare, btext, bmodel}. */
@@ -68,7 +85,7 @@ export function currentB() {
  * Put a link's state into the form, and wire what only shapes the form: submit and Ctrl+Enter call
  * onRun(), ticking Compare shows B's inputs, and B's model follows A's until someone picks one for B.
  */
-export function initForm(state, { models, defaultModel }, { onRun }) {
+export function initForm(state, { defaultModel }, { onRun }) {
   $("text").value = state.text;
   $("textPair").value = state.pair;
   $("model").value = models.has(state.model) ? state.model : defaultModel;
@@ -77,6 +94,9 @@ export function initForm(state, { models, defaultModel }, { onRun }) {
   $("compareInputs").hidden = !state.compare;
   $("textB").value = state.btext;
   $("modelB").value = models.has(state.bmodel) ? state.bmodel : $("model").value;
+  $("newTokens").max = String(MAX_NEW_TOKENS);
+  $("newTokens").value = String(state.newTokens);
+  showNewTokens();
 
   $("form").addEventListener("submit", (event) => {
     event.preventDefault();
@@ -100,5 +120,10 @@ export function initForm(state, { models, defaultModel }, { onRun }) {
   });
   $("model").addEventListener("change", () => {
     if (!modelBChosen) $("modelB").value = $("model").value;
+    showNewTokens();
+  });
+  // What is typed is what runs: a count outside 0..MAX_NEW_TOKENS (or not a whole number) is put right.
+  $("newTokens").addEventListener("change", () => {
+    $("newTokens").value = String(parseNewTokens($("newTokens").value));
   });
 }

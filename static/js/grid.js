@@ -5,6 +5,8 @@
 import { el } from "./dom.js";
 import { LUT, MASK_BG, MASK_FG } from "./colors.js";
 import { AGGREGATES, isAggregate } from "./aggregates.js";
+import { isGrouped, kvGroups } from "./decoder.js";
+import { selectionLabel } from "./labels.js";
 
 const THUMB_PX = 64; // canvas backing size; CSS scales it, pixelated
 const SLICE_MS = 12; // budget per background slice, well under a frame
@@ -66,6 +68,7 @@ export class Grid {
     this.container = container;
     this.onSelect = onSelect;
     this.observer = null;
+    this.model = null; // {heads, kvHeads} of the run drawn: names the heads with their KV group
     this.container.addEventListener("click", (event) => {
       const thumb = event.target.closest(".thumb");
       if (!thumb || !this.container.contains(thumb)) return;
@@ -87,19 +90,51 @@ export class Grid {
   render(attention, { signal } = {}) {
     this.clear();
     const { layers: L, heads: H } = attention;
+    this.model = { heads: H, kvHeads: attention.kvHeads };
+    const grouped = isGrouped(this.model);
+    const groups = kvGroups(this.model);
     const aggregates = Object.entries(AGGREGATES);
     this.container.style.setProperty("--cols", String(H + aggregates.length));
+    this.container.classList.toggle("grouped", grouped);
+    // Grouped-query heads: a narrow empty column between KV groups (the row's cells follow it).
+    const gap = () => el("span", { className: "kv-gap", attrs: { "aria-hidden": "true" } });
+    const starts = new Set(groups.slice(1).map((g) => g.first)); // heads that open a group after the first
+    if (grouped) {
+      const heads = groups.map((g) => `repeat(${g.count}, var(--thumb))`).join(" var(--kv-gap) ");
+      this.container.style.setProperty("--grid-template", `30px ${heads} repeat(${aggregates.length}, var(--thumb))`);
+    } else this.container.style.removeProperty("--grid-template");
 
+    const rows = [];
+    if (grouped) {
+      // "kv 0", "kv 1", ... each spanning the query heads that read that key/value head.
+      const kvRow = el("div", { className: "grid-row grid-header kv-header" }, [el("span", { className: "row-label" })]);
+      for (const { group, first, count } of groups) {
+        if (group > 0) kvRow.append(gap());
+        const label = el("span", {
+          className: "kv-label",
+          text: `kv ${group}`,
+          attrs: { title: `heads ${first}–${first + count - 1} share key/value head ${group}` },
+          data: { group },
+        });
+        label.style.gridColumn = `span ${count}`;
+        kvRow.append(label);
+      }
+      rows.push(kvRow);
+    }
     const header = el("div", { className: "grid-row grid-header" }, [el("span", { className: "row-label" })]);
-    for (let h = 0; h < H; h++) header.append(el("span", { className: "col-label", text: `H${h}` }));
+    for (let h = 0; h < H; h++) {
+      if (grouped && starts.has(h)) header.append(gap());
+      header.append(el("span", { className: "col-label", text: `H${h}` }));
+    }
     for (const [, agg] of aggregates) header.append(el("span", { className: "col-label agg", text: agg.label }));
-    const rows = [header];
+    rows.push(header);
     const pending = [];
     for (let l = 0; l < L; l++) {
       const row = el("div", { className: "grid-row" }, [el("span", { className: "row-label", text: `L${l}` })]);
-      const heads = [...Array(H).keys()].map((h) => [h, `layer ${l}, head ${h}`]);
-      const aggs = aggregates.map(([key, agg]) => [key, `layer ${l}, ${agg.title}`]);
+      const heads = [...Array(H).keys()].map((h) => [h, selectionLabel(l, h, this.model)]);
+      const aggs = aggregates.map(([key]) => [key, selectionLabel(l, key)]);
       for (const [head, label] of [...heads, ...aggs]) {
+        if (grouped && starts.has(head)) row.append(gap());
         const canvas = el("canvas", { attrs: { width: THUMB_PX, height: THUMB_PX } });
         const thumb = el(
           "button",
@@ -177,7 +212,7 @@ export class Grid {
       const head = Number(thumb.dataset.head);
       const label = labels?.[layer]?.[head] ?? "";
       const value = values?.[layer]?.[head];
-      const parts = [`layer ${layer}, head ${head}`];
+      const parts = [selectionLabel(layer, head, this.model)];
       if (label) parts.push(label);
       if (values && value !== undefined) parts.push(`${statName} ${describe(value)}`);
       const title = parts.join(" · ");

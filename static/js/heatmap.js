@@ -20,6 +20,8 @@ const FONT_FAMILY = '"Open Sans", verdana, arial, sans-serif'; // Plotly's defau
 const TITLE_PX = 34; // figure title band
 const AXIS_TITLE_PX = 26; // axis title plus its gap
 const COLORBAR_PX = 110;
+const WRITTEN_CSS = "#e8710a"; // the tokens a model wrote: divider and bands beside the axes
+const RENORMALISED = "renormalised without the first token";
 
 /** Plotly parses a small HTML subset in labels; entities make every token literal text. */
 export function plotlyText(s) {
@@ -69,14 +71,35 @@ function maskPolygon(n) {
 }
 
 /**
+ * Shapes that mark the last `written` tokens (those a model wrote itself): a divider before them on both
+ * axes and a band beside each axis (below the plot for keys, right of it for queries), out of the cells.
+ */
+function writtenShapes(n, written, size) {
+  if (!(written > 0) || written > n) return [];
+  const at = n - written - 0.5;
+  const line = { color: WRITTEN_CSS, width: 1.5 };
+  const band = { type: "rect", fillcolor: WRITTEN_CSS, opacity: 0.55, line: { width: 0 } };
+  const px = (p) => p / size; // pixels as a fraction of the plot (paper units)
+  return [
+    { type: "line", name: "written-x", xref: "x", yref: "paper", x0: at, x1: at, y0: 0, y1: 1, line },
+    { type: "line", name: "written-y", xref: "paper", yref: "y", x0: 0, x1: 1, y0: at, y1: at, line },
+    { ...band, name: "written-band-x", xref: "x", yref: "paper", x0: at, x1: n - 0.5, y0: -px(11), y1: -px(4) },
+    { ...band, name: "written-band-y", xref: "paper", yref: "y", x0: 1 + px(2), x1: 1 + px(8), y0: at, y1: n - 0.5 },
+  ];
+}
+
+/**
  * Build the figure. `values` is n*n row-major (a Float32Array of a decoded head, or api.js's flatRows of
- * a JSON answer); NaN is a missing value, drawn as a gap.
+ * a JSON answer); NaN is a missing value, drawn as a gap. `written` marks the last tokens as the model's
+ * own; `renormalised` says the values are decoder.js withoutFirstToken's (key 0 hidden, rows renormalised).
  * `scale` overrides the attention colour scale for other matrices (rollout, flow, A - B):
  * {colorscale, zmin, zmax, title, signed} (a diverging scale gets zmin = -zmax, so 0 is its centre).
  * `minPx` lets side-by-side figures be smaller.
  * Returns {data, layout, labels, size}.
  */
-export function buildFigure({ tokens, values, causal, boundary, title, exact, widthPx = 900, scale, minPx }) {
+export function buildFigure(spec) {
+  const { tokens, values, causal, boundary, title, exact, widthPx = 900, scale, minPx } = spec;
+  const { written = 0, renormalised = false } = spec;
   const n = tokens.length;
   const labels = tokens.map(plotlyText);
   const z = new Array(n);
@@ -132,12 +155,12 @@ export function buildFigure({ tokens, values, causal, boundary, title, exact, wi
     zmax: scale?.zmax ?? 1,
     colorscale: scale?.colorscale ?? COLORSCALE,
     customdata,
-    hovertemplate: `%{customdata}: %{z:${scale?.signed ? "+" : ""}.3f}<extra></extra>`,
+    hovertemplate: `%{customdata}: %{z:${scale?.signed ? "+" : ""}.3f}${renormalised ? ` (${RENORMALISED})` : ""}<extra></extra>`,
     hoverongaps: false,
     xgap: 0,
     ygap: 0,
     colorbar: {
-      title: { text: scale?.title ?? (exact ? "attention" : "attention (8-bit)"), side: "right" },
+      title: { text: scale?.title ?? colorbarTitle(exact, renormalised), side: "right" },
       thickness: 14,
       len: Math.min(1, 420 / size),
       y: 1,
@@ -154,6 +177,12 @@ export function buildFigure({ tokens, values, causal, boundary, title, exact, wi
       { type: "line", name: "segment-boundary-y", xref: "paper", yref: "y", x0: 0, x1: 1, y0: at, y1: at, line },
     );
   }
+  if (renormalised && n > 0) {
+    // The hidden key column reads as set aside (grey), not as zero attention (white).
+    const hidden = { color: MASK_FG_CSS, width: 1 };
+    shapes.push({ type: "rect", name: "first-token-hidden", layer: "below", xref: "x", yref: "paper", x0: -0.5, x1: 0.5, y0: 0, y1: 1, fillcolor: MASK_BG_CSS, line: hidden });
+  }
+  shapes.push(...writtenShapes(n, written, size));
 
   const axis = {
     tickmode: "array",
@@ -199,6 +228,11 @@ export function buildFigure({ tokens, values, causal, boundary, title, exact, wi
   return { data, layout, labels, size };
 }
 
+function colorbarTitle(exact, renormalised) {
+  const base = exact ? "attention" : "attention (8-bit)";
+  return renormalised ? `${base}<br>${RENORMALISED}` : base;
+}
+
 // What a drawn figure needs to thin its ticks on zoom: gd -> {tokens, size, thinning}. A WeakMap, not
 // properties on the element: it goes when the element goes, and Plotly's own fields stay its own.
 const figures = new WeakMap();
@@ -223,7 +257,7 @@ export async function renderHeatmap(gd, spec) {
   await window.Plotly.react(gd, data, layout, config);
   gd.dataset.n = String(spec.tokens.length);
   gd.dataset.exact = spec.exact ? "true" : "false";
-  await bindTickThinning(gd, spec.tokens, size);
+  await bindTickThinning(gd, spec.tokens, size, spec.onRow);
   return gd;
 }
 
@@ -246,10 +280,37 @@ function updateTicks(gd) {
   return same ? Promise.resolve(gd) : window.Plotly.relayout(gd, update);
 }
 
-function bindTickThinning(gd, tokens, size) {
+const labelClicks = new WeakSet(); // figures whose DOM click listener is bound
+
+// A click on a cell, or on a query token's label, calls the figure's onRow(query index) when it has one.
+function bindRowClicks(gd) {
+  gd.on("plotly_click", (event) => {
+    const point = event?.points?.find((p) => p.data.type === "heatmap");
+    if (point) figures.get(gd)?.onRow?.(Math.round(point.y));
+  });
+  if (labelClicks.has(gd)) return; // a DOM listener outlives Plotly.purge, unlike gd.on's
+  labelClicks.add(gd);
+  // The query labels lie partly under Plotly's axis drag strip, which takes the clicks: any click left of
+  // the plot area, within its height, is a click on the label of the row at that height.
+  gd.addEventListener("click", (event) => {
+    const ya = gd._fullLayout?.yaxis;
+    const xa = gd._fullLayout?.xaxis;
+    if (!ya || !xa) return;
+    const box = gd.getBoundingClientRect();
+    const x = event.clientX - box.left;
+    const y = event.clientY - box.top - ya._offset;
+    if (x >= xa._offset || y < 0 || y > ya._length) return;
+    const row = Math.round(ya.p2l(y));
+    const n = figures.get(gd)?.tokens.length ?? 0;
+    if (row >= 0 && row < n) figures.get(gd)?.onRow?.(row);
+  });
+}
+
+function bindTickThinning(gd, tokens, size, onRow = null) {
   const known = figures.get(gd);
-  figures.set(gd, { tokens, size, thinning: true });
+  figures.set(gd, { tokens, size, onRow, thinning: true });
   if (!known?.thinning) {
+    bindRowClicks(gd);
     gd.on("plotly_relayout", (event) => {
       const keys = Object.keys(event ?? {});
       if (keys.some((k) => k.startsWith("xaxis.range") || k.startsWith("yaxis.range") || k.endsWith("autorange"))) {

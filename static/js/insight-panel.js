@@ -90,7 +90,7 @@ export class InsightPanel {
     const { analysis, comparison } = run;
     // Compare mode lists the heads that change most first, unless someone already picked a sort.
     if (comparison && !this.table.sorted) this.table.sort = { key: CHANGE, descending: true };
-    this.table.render(analysis, comparison);
+    this.table.render(analysis, comparison, run.attention);
     const offered = fillColorBy($("colorBy"), analysis, comparison, color);
     if (!update({ color: offered }).has("color")) this.colorGrid(); // a change is coloured by the subscriber
   }
@@ -117,7 +117,7 @@ export class InsightPanel {
     const { layer, head } = getState();
     if (!run.analysis) return;
     this.table.select(layer, head);
-    renderSimilar($("similar"), run.analysis, layer, isAggregate(head) ? -1 : head, this.onOpen);
+    renderSimilar($("similar"), run.analysis, layer, isAggregate(head) ? -1 : head, this.onOpen, run.attention);
     if (run.comparison && withCompare) this.compare.show(layer, head, { causal: run.attention.causal });
   }
 }

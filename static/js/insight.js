@@ -4,6 +4,11 @@
 
 import { el } from "./dom.js";
 import { STAT_GRADIENT, statColor } from "./colors.js";
+import { isGrouped, kvGroup } from "./decoder.js";
+import { shortHeadLabel } from "./labels.js";
+
+const KV_GROUP = "kv group"; // the table's column of a head's key/value group, with grouped-query heads
+const INDEX_COLUMNS = ["layer", "head", KV_GROUP, "label"]; // sorted low-to-high first; the rest high-to-low
 
 // Change score of compare mode, shown as one more statistic (docs/design.md: mean JS divergence, nats).
 export const CHANGE = "change";
@@ -105,13 +110,18 @@ export class StatsTable {
     });
   }
 
-  /** Build the table for an analysis (and a comparison, which adds the change column). */
-  render(analysis, compare) {
+  /**
+   * Build the table for an analysis (and a comparison, which adds the change column); `model` =
+   * {heads, kvHeads} adds the kv group column when query heads share key/value heads.
+   */
+  render(analysis, compare, model = null) {
     this.stats = statTable(analysis, compare);
     const keys = Object.keys(this.stats);
+    const grouped = Boolean(model) && isGrouped(model);
     const columns = [
       ["layer", "Layer index (0 = nearest the input)."],
       ["head", "Head index within the layer."],
+      ...(grouped ? [[KV_GROUP, "The key/value head this query head reads (grouped-query attention)."]] : []),
       ["label", `What the head mostly does (thresholds: ${JSON.stringify(analysis.thresholds ?? {})}).`],
       ...keys.map((key) => [key, describeStat(analysis, key)]),
     ];
@@ -129,23 +139,28 @@ export class StatsTable {
     for (let l = 0; l < analysis.layers; l++) {
       for (let h = 0; h < analysis.heads; h++) {
         const label = analysis.labels?.[l]?.[h] ?? "";
-        const cells = [el("td", { text: String(l) }), el("td", { text: String(h) }), el("td", { text: label })];
+        const group = grouped ? kvGroup(h, model.heads, model.kvHeads) : null;
+        const cells = [el("td", { text: String(l) }), el("td", { text: String(h) })];
+        if (grouped) cells.push(el("td", { className: "num", text: String(group) }));
+        cells.push(el("td", { text: label }));
         for (const key of keys) cells.push(el("td", { className: "num", text: formatStat(key, this.stats[key][l][h]) }));
         const row = el(
           "tr",
           { attrs: { tabindex: "0", title: `Open layer ${l}, head ${h}` }, data: { layer: l, head: h, label } },
           cells,
         );
-        this.rows.push({ row, layer: l, head: h, label });
+        this.rows.push({ row, layer: l, head: h, group, label });
       }
     }
-    if (!["layer", "head", "label", ...keys].includes(this.sort.key)) this.sort = { key: "layer", descending: false };
+    const sortable = [...INDEX_COLUMNS.filter((key) => key !== KV_GROUP || grouped), ...keys];
+    if (!sortable.includes(this.sort.key)) this.sort = { key: "layer", descending: false };
     this.apply();
   }
 
   value(entry, key) {
     if (key === "layer") return entry.layer;
     if (key === "head") return entry.head;
+    if (key === KV_GROUP) return entry.group;
     if (key === "label") return entry.label;
     return this.stats[key][entry.layer][entry.head];
   }
@@ -154,7 +169,7 @@ export class StatsTable {
   sortBy(key) {
     this.sorted = true;
     if (this.sort.key === key) this.sort = { key, descending: !this.sort.descending };
-    else this.sort = { key, descending: !["layer", "head", "label"].includes(key) };
+    else this.sort = { key, descending: !INDEX_COLUMNS.includes(key) };
     this.apply();
   }
 
@@ -185,8 +200,11 @@ export class StatsTable {
   }
 }
 
-/** "Heads like this one": the API's nearest heads for (layer, head), as buttons that open them. */
-export function renderSimilar(container, analysis, layer, head, onOpen) {
+/**
+ * "Heads like this one": the API's nearest heads for (layer, head), as buttons that open them, named with
+ * their key/value group when `model` ({heads, kvHeads}) groups its heads.
+ */
+export function renderSimilar(container, analysis, layer, head, onOpen, model = null) {
   const similar = analysis?.similar?.[layer]?.[head];
   if (!similar) {
     container.replaceChildren(el("span", { className: "hint", text: "Pick a single head to see its neighbours." }));
@@ -196,7 +214,7 @@ export function renderSimilar(container, analysis, layer, head, onOpen) {
     const label = analysis.labels?.[l]?.[h] ?? "";
     const button = el("button", {
       className: "chip",
-      text: `L${l} H${h}${label ? ` ${label}` : ""}`,
+      text: `${shortHeadLabel(l, h, model)}${label ? ` ${label}` : ""}`,
       attrs: { type: "button", title: `layer ${l}, head ${h}: distance ${distance.toFixed(2)} in statistic space` },
       data: { layer: l, head: h },
     });

@@ -2,16 +2,42 @@
 // unit tests in tests/js/ import it as the page does.
 
 import { AGGREGATES, isAggregate } from "./aggregates.js";
+import { isGrouped, kvGroup } from "./decoder.js";
 
-/** "name — 6 layers × 12 heads (causal)"; a model that is not loaded yet does not know its size. */
+/** "name — 6 layers × 12 heads (causal)", "... × 4 heads over 2 KV heads ..."; a model that is not loaded yet does not know its size. */
 export function modelLabel(m) {
-  const size = m.layers == null ? "loads on first use" : `${m.layers} layers × ${m.heads} heads`;
+  const grouped = m.kv_heads != null && m.kv_heads < m.heads ? ` over ${m.kv_heads} KV heads` : "";
+  const size = m.layers == null ? "loads on first use" : `${m.layers} layers × ${m.heads} heads${grouped}`;
   return `${m.name} — ${size}${m.causal ? " (causal)" : ""}`;
 }
 
-/** "layer 2, head 5" or "layer 2, mean of all heads". */
-export function selectionLabel(layer, head) {
-  return isAggregate(head) ? `layer ${layer}, ${AGGREGATES[head].title}` : `layer ${layer}, head ${head}`;
+/**
+ * "layer 2, head 5" or "layer 2, mean of all heads"; with grouped-query heads (`model` = {heads, kvHeads})
+ * a head is named with its key/value group, "L2 H5 · kv 1".
+ */
+export function selectionLabel(layer, head, model = null) {
+  if (isAggregate(head)) return `layer ${layer}, ${AGGREGATES[head].title}`;
+  if (model && isGrouped(model)) return `L${layer} H${head} · kv ${kvGroup(head, model.heads, model.kvHeads)}`;
+  return `layer ${layer}, head ${head}`;
+}
+
+/** A short head name for chips: "L2 H5", with its group when heads share key/values ("L2 H5 · kv 1"). */
+export function shortHeadLabel(layer, head, model = null) {
+  return model && isGrouped(model) ? selectionLabel(layer, head, model) : `L${layer} H${head}`;
+}
+
+/**
+ * The status line after a run: "11 tokens · 6 layers × 12 heads"; with grouped-query heads "... (2 KV heads)";
+ * after a continuation "8 prompt tokens + 3 written · ..." (and "of 5 asked" when the model stopped early).
+ */
+export function runSummary(attention, asked = 0) {
+  const { n, layers, heads, kvHeads, generated = 0 } = attention;
+  const grouped = isGrouped(attention) ? ` (${kvHeads} KV heads)` : "";
+  let tokens = `${n} tokens`;
+  if (asked > 0 || generated > 0) {
+    tokens = `${n - generated} prompt tokens + ${generated} written${generated < asked ? ` (of ${asked} asked)` : ""}`;
+  }
+  return `${tokens} · ${layers} layers × ${heads} heads${grouped}`;
 }
 
 /** A file name stem for exports: the model name reduced to [A-Za-z0-9._-] (never a path), layer, head. */

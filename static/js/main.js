@@ -14,7 +14,9 @@ import { exportAs } from "./export.js";
 import { currentB, currentQuery, fillModels, initForm, learnModel, readInitialState, setBusy, showError } from "./form.js";
 import { Grid } from "./grid.js";
 import { InsightPanel } from "./insight-panel.js";
+import { runSummary } from "./labels.js";
 import { clampSelection, getState, initState, moveSelection, readState, subscribe, update } from "./state.js";
+import { WrittenView } from "./written.js";
 
 initState(readState());
 
@@ -23,11 +25,19 @@ let controller = null; // aborts the latest run
 let known = { models: new Map(), defaultModel: "" };
 
 const grid = new Grid($("grid"), { onSelect: (layer, head) => select(layer, head) });
-const detail = new Detail();
+const written = new WrittenView({
+  panel: $("written"),
+  list: $("writtenTokens"),
+  caption: $("writtenCaption"),
+  prompt: $("writtenPrompt"),
+  top: $("writtenTop"),
+});
+const detail = new Detail({ written });
 const insights = new InsightPanel({ grid, current: () => current, onOpen: (layer, head) => openHead(layer, head) });
 
 subscribe((state, changed) => {
-  if (!changed.has("view")) return;
+  $("hideFirst").checked = state.hideFirst;
+  if (!changed.has("view") && !changed.has("hideFirst")) return;
   if (current) detail.draw(current);
   else showTabs(state.view);
 });
@@ -51,7 +61,7 @@ async function run() {
   try {
     const attention = await fetchCompact(query, { signal });
     if (signal.aborted) return;
-    learnModel(known.models, attention);
+    learnModel(attention);
     const { compare, btext, bmodel } = currentB();
     const b = compare ? queryB(query, { btext, bmodel }) : null;
     const run = { query, queryB: b, attention, signal, exact: new Map(), analysis: null, comparison: null };
@@ -61,6 +71,7 @@ async function run() {
       pair: query.pair,
       model: query.model,
       words: query.words,
+      newTokens: query.newTokens,
       compare,
       btext: compare ? btext : "",
       bmodel: compare && bmodel !== query.model ? bmodel : "",
@@ -76,7 +87,7 @@ async function run() {
     const [complete] = await Promise.all([gridDone, detailDone]);
     if (signal.aborted || !complete) return;
     setBusy("");
-    $("status").textContent = `${attention.n} tokens · ${attention.layers} layers × ${attention.heads} heads`;
+    $("status").textContent = runSummary(attention, query.newTokens);
     performance.mark("headscope-ready");
     document.body.dataset.state = "ready";
     insights.load(run);
@@ -123,6 +134,8 @@ async function boot() {
   }
   const state = getState();
   initForm(state, known, { onRun: run });
+  $("hideFirst").checked = state.hideFirst;
+  $("hideFirst").addEventListener("change", () => update({ hideFirst: $("hideFirst").checked }));
   $("words").addEventListener("change", () => {
     update({ words: $("words").checked });
     if (current) run(); // every view switches: the same input again, merged to words

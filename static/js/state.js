@@ -19,7 +19,13 @@ export const DEFAULT_STATE = Object.freeze({
   compare: false, // compare mode: a second input B next to A
   btext: "", // B's sentence; blank = A's sentence (to compare two models on one input)
   bmodel: "", // B's model; blank = A's model
+  hideFirst: false, // the detail drops key column 0 (the attention sink) and renormalises each row
+  newTokens: 0, // causal models: continue the text by up to this many tokens first (max_new_tokens)
 });
+
+// The page offers up to this many written tokens (the service's default HEADSCOPE_MAX_NEW_TOKENS; a service
+// set lower answers 422 with its own limit, shown in the alert).
+export const MAX_NEW_TOKENS = 32;
 
 // A statistic's name as the API spells it (or "change"); anything else in a URL is ignored.
 const COLOR_NAME = /^[a-z_]{1,32}$/;
@@ -27,6 +33,11 @@ const COLOR_NAME = /^[a-z_]{1,32}$/;
 function parseIndex(value, fallback) {
   if (value === null || !/^\d{1,4}$/.test(value)) return fallback;
   return Number(value);
+}
+
+/** A continuation length from a URL or the form: an integer clamped to 0..MAX_NEW_TOKENS, else 0. */
+export function parseNewTokens(value) {
+  return Math.min(parseIndex(value === null ? null : String(value).trim(), 0), MAX_NEW_TOKENS);
 }
 
 /** State from a query string; unknown or malformed values fall back to defaults. */
@@ -46,6 +57,8 @@ export function readState(search = window.location.search) {
     compare: params.get("compare") === "1",
     btext: params.get("btext") ?? DEFAULT_STATE.btext,
     bmodel: params.get("bmodel") ?? DEFAULT_STATE.bmodel,
+    hideFirst: params.get("nofirst") === "1",
+    newTokens: parseNewTokens(params.get("continue")),
   };
 }
 
@@ -65,6 +78,8 @@ export function encodeState(state) {
     if (state.btext) params.set("btext", state.btext);
     if (state.bmodel) params.set("bmodel", state.bmodel);
   }
+  if (state.hideFirst) params.set("nofirst", "1");
+  if (state.newTokens) params.set("continue", String(state.newTokens));
   return params.toString();
 }
 

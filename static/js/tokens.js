@@ -37,7 +37,7 @@ export function renderTokenView(container, { tokens, values, segments, special, 
     const group = svg("g", { "data-i": i });
     for (let j = 0; j < (causal ? i + 1 : n); j++) {
       const w = values[i * n + j];
-      if (w < threshold) continue;
+      if (!(w >= threshold)) continue; // NaN too: the first token hidden, or a row with nothing left
       group.append(
         svg("line", {
           x1: TEXT_PX,

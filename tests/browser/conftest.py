@@ -1,7 +1,8 @@
 """Browser fixtures: the real app under uvicorn (a subprocess on a free port) and Debian's Chromium.
 
 The app serves the embedded default model plus a tiny random GPT-2 checkpoint ("tiny-gpt2") so the causal
-rendering can be checked. Everything is local: the page must never reach past the app's base URL.
+rendering can be checked, and a tiny random Llama ("llama-tiny": 4 query heads over 2 KV heads) for the
+grouped-query heads and continuations. Everything is local: the page must never reach past the app's base URL.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from benchmarks.launch import CHROMIUM, launch_chromium, serve
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
 TINY_GPT2 = "tiny-gpt2"
+TINY_LLAMA = "llama-tiny"
 SERVER_START_S = 180  # loading the default model on a busy shared machine can take a while
 
 
@@ -28,9 +30,10 @@ def tiny_gpt2_dir(tiny_checkpoints: dict[str, Path]) -> Path:
 
 
 @pytest.fixture(scope="session")
-def server(tiny_gpt2_dir: Path) -> Iterator[str]:
+def server(tiny_gpt2_dir: Path, tiny_checkpoints: dict[str, Path]) -> Iterator[str]:
+    models = {TINY_GPT2: str(tiny_gpt2_dir), TINY_LLAMA: str(tiny_checkpoints["llama"])}
     env = {
-        "HEADSCOPE_MODELS": json.dumps({TINY_GPT2: str(tiny_gpt2_dir)}),
+        "HEADSCOPE_MODELS": json.dumps(models),
         "HEADSCOPE_DEVICE": "cpu",
         "HEADSCOPE_THREADS": "1",
         "HEADSCOPE_LOG_LEVEL": "warning",
@@ -53,6 +56,12 @@ def causal_model() -> str:
 
 
 @pytest.fixture(scope="session")
+def grouped_model() -> str:
+    """The registered name of the tiny Llama: 3 layers, 4 query heads over 2 KV heads, causal."""
+    return TINY_LLAMA
+
+
+@pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
     if not CHROMIUM.exists():
         pytest.skip(f"no Chromium at {CHROMIUM} (make chromium installs Debian's)")
@@ -62,6 +71,14 @@ def browser() -> Iterator[Any]:
         instance = launch_chromium(playwright)
         yield instance
         instance.close()
+
+
+CELL_CENTER_JS = """([i, j]) => {
+  const gd = document.querySelector('#head-detail');
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+  const box = gd.getBoundingClientRect();
+  return [box.left + xa._offset + xa.l2p(j), box.top + ya._offset + ya.l2p(i)];
+}"""
 
 
 class PageSession:
@@ -99,6 +116,11 @@ class PageSession:
         if state != "ready":
             alert = self.page.locator("[role=alert]").text_content()
             raise AssertionError(f"page ended in state {state!r}: {alert!r}")
+
+    def cell_center(self, i: int, j: int) -> tuple[float, float]:
+        """Page coordinates of the centre of cell (query i, key j) of the head detail's heatmap."""
+        x, y = self.page.evaluate(CELL_CENTER_JS, [i, j])
+        return x, y
 
     def run(self, text: str, *, pair: str = "", model: str | None = None) -> None:
         page = self.page

@@ -41,13 +41,6 @@ SHAPE_JS = """() => {
   return {rows: z.length, columns, tickvals: gd.layout.xaxis.tickvals};
 }"""
 
-CELL_CENTER_JS = """([i, j]) => {
-  const gd = document.querySelector('#head-detail');
-  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
-  const box = gd.getBoundingClientRect();
-  return [box.left + xa._offset + xa.l2p(j), box.top + ya._offset + ya.l2p(i)];
-}"""
-
 
 def api_attention(base: str, text: str, pair: str | None = None, model: str | None = None) -> Any:
     return post(base, "/api/attention", {"text": text, "text_pair": pair, "model": model})
@@ -138,7 +131,7 @@ def test_run_draws_every_head_and_an_exact_detail_with_hover(session: Any, artif
     i = tokens.index("cat")
     j = max(range(n), key=lambda k: expected[i][k])
     page.locator("#head-detail").scroll_into_view_if_needed()
-    x, y = page.evaluate(CELL_CENTER_JS, [i, j])
+    x, y = session.cell_center(i, j)
     page.mouse.move(x, y)
     hover = page.locator("#head-detail .hoverlayer .hovertext")
     hover.wait_for()

@@ -40,9 +40,10 @@ test("ranking does not change the scores it was given", () => {
   assert.deepEqual(rankHeads([]), []);
 });
 
-test("B is its own sentence, or A's input (pair included) when B's text is blank", () => {
-  const a = { text: "The cat sat.", pair: "It slept.", model: "m1", words: true };
-  assert.deepEqual(queryB(a, { btext: "The dog sat.", bmodel: "" }), { text: "The dog sat.", pair: "", model: "m1", words: true });
-  assert.deepEqual(queryB(a, { btext: "  \n", bmodel: "m2" }), { text: "The cat sat.", pair: "It slept.", model: "m2", words: true });
+test("B is its own sentence, or A's input (pair included) when B's text is blank; continued as A is", () => {
+  const a = { text: "The cat sat.", pair: "It slept.", model: "m1", words: true, newTokens: 3 };
+  const common = { words: true, newTokens: 3 };
+  assert.deepEqual(queryB(a, { btext: "The dog sat.", bmodel: "" }), { text: "The dog sat.", pair: "", model: "m1", ...common });
+  assert.deepEqual(queryB(a, { btext: "  \n", bmodel: "m2" }), { text: "The cat sat.", pair: "It slept.", model: "m2", ...common });
   assert.deepEqual(queryB({ ...a, words: false }, { btext: "", bmodel: "" }).words, false);
 });

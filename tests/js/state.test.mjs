@@ -5,6 +5,7 @@ import { test } from "node:test";
 
 import {
   DEFAULT_STATE,
+  MAX_NEW_TOKENS,
   clampSelection,
   encodeState,
   getState,
@@ -37,6 +38,8 @@ test("every field round-trips, odd characters included", () => {
     compare: true,
     btext: "B: 100% #1",
     bmodel: "other model",
+    hideFirst: true,
+    newTokens: 7,
   };
   assert.deepEqual(roundTrip(state), state);
   assert.deepEqual(roundTrip({ ...state, head: "mean" }), { ...state, head: "mean" });
@@ -67,6 +70,13 @@ test("malformed values fall back to the defaults", () => {
     "compare=yes": { compare: false },
     "color=Robert');DROP": { color: "" },
     "color=entropy": { color: "entropy" },
+    "nofirst=true": { hideFirst: false },
+    "nofirst=1": { hideFirst: true },
+    "continue=5": { newTokens: 5 },
+    "continue=-1": { newTokens: 0 },
+    "continue=2.5": { newTokens: 0 },
+    "continue=abc": { newTokens: 0 },
+    "continue=99": { newTokens: MAX_NEW_TOKENS }, // above the page's offer: clamped to it, not dropped
   };
   for (const [search, want] of Object.entries(cases)) {
     assert.deepEqual(readState(`?${search}`), { ...DEFAULT_STATE, ...want }, search);

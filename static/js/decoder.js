@@ -1,0 +1,72 @@
+// What today's decoder models add to a run, as pure functions (no DOM; tests/js/ imports them as the page
+// does): grouped-query heads (query head h reads key/value head h // (heads / kvHeads)), the first-token
+// "attention sink" hidden and the rest renormalised, the top-k of a row, and tokens as readable text.
+
+/** KV group of query head `head` in a model of `heads` query heads over `kvHeads` key/value heads. */
+export function kvGroup(head, heads, kvHeads) {
+  if (!(kvHeads > 0) || heads % kvHeads !== 0) return head; // no (or no valid) grouping: a head is its own
+  return Math.floor(head / (heads / kvHeads));
+}
+
+/** True when query heads share key/value heads (kvHeads < heads). */
+export function isGrouped({ heads, kvHeads }) {
+  return kvHeads > 0 && kvHeads < heads && heads % kvHeads === 0;
+}
+
+/** [{group, first, count}] of consecutive query heads per KV head; one group per head without grouping. */
+export function kvGroups({ heads, kvHeads }) {
+  const per = isGrouped({ heads, kvHeads }) ? heads / kvHeads : 1;
+  return Array.from({ length: heads / per }, (_, group) => ({ group, first: group * per, count: per }));
+}
+
+/**
+ * `values` (n*n row-major) without key column 0, each row renormalised over the rest: column 0 becomes NaN
+ * (drawn as a gap), and a row with no weight left (a causal model's first row) NaN throughout. Float64,
+ * summed left to right, so a reference that sums the same way gets the same numbers.
+ */
+export function withoutFirstToken(values, n) {
+  const out = new Float64Array(n * n);
+  for (let i = 0; i < n; i++) {
+    const o = i * n;
+    let rest = 0;
+    for (let j = 1; j < n; j++) rest += values[o + j];
+    out[o] = Number.NaN;
+    for (let j = 1; j < n; j++) out[o + j] = rest > 0 ? values[o + j] / rest : Number.NaN;
+  }
+  return out;
+}
+
+/**
+ * The `k` largest finite weights of row `i` of `values` (n*n), over the keys in [from, to): [{index, weight}],
+ * largest first, ties in token order.
+ */
+export function topK(values, n, i, k, { from = 0, to = n } = {}) {
+  const entries = [];
+  for (let j = Math.max(0, from); j < Math.min(n, to); j++) {
+    const weight = values[i * n + j];
+    if (Number.isFinite(weight)) entries.push({ index: j, weight });
+  }
+  entries.sort((a, b) => b.weight - a.weight || a.index - b.index);
+  return entries.slice(0, k);
+}
+
+// Byte-level BPE (GPT-2, Llama 3, Qwen) writes a leading space as Ġ and a newline as Ċ; SentencePiece
+// (Llama 2, Gemma, Phi-3) writes the space as ▁.
+const MARKS = [
+  [/^[Ġ▁]/u, " "],
+  [/Ċ/gu, "⏎"],
+  [/ĉ/gu, "⇥"],
+];
+
+/** A token as it reads in running text: the tokenizer's space and newline marks turned back into them. */
+export function displayToken(token) {
+  let text = String(token);
+  for (const [mark, replacement] of MARKS) text = text.replace(mark, replacement);
+  return text;
+}
+
+/** Axis labels: the written tokens (the last `generated`) prefixed with ✎. */
+export function markWritten(tokens, generated) {
+  const prompt = tokens.length - generated;
+  return tokens.map((token, i) => (i >= prompt ? `✎ ${token}` : token));
+}
