@@ -166,8 +166,8 @@ class AttentionHeader(BaseModel):
     causal: bool = Field(description="True for decoder models: the upper triangle is exactly 0.")
     generated: int = Field(
         default=0,
-        description="How many of the last tokens the model wrote itself (max_new_tokens): its attention "
-        "rows for them are what it looked at while writing each.",
+        description="How many of the last tokens the model wrote itself (max_new_tokens). Token i was "
+        "chosen from position i - 1, so attention row i - 1 is what the model looked at while writing it.",
     )
 
 

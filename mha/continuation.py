@@ -6,7 +6,8 @@ argmax), stopping after an end-of-sequence token, after `max_new_tokens`, or at 
 No sampling settings of a checkpoint's generation_config apply: greedy is greedy. Each step runs the whole
 sequence again without attention weights (the fused kernel): k steps of an n-token prompt cost about k
 forwards, no KV cache to keep. For a causal model the attention of the final forward over prompt and
-continuation is exactly what each step saw when it chose its token.
+continuation is exactly what each step saw: token i was chosen from position i - 1, so row i - 1 is what
+the model looked at while writing token i.
 """
 
 from __future__ import annotations

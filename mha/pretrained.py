@@ -92,8 +92,8 @@ class AttentionResult:
     hidden_state: (
         torch.Tensor | None
     )  # float32, CPU, [n, E], owned: the last layer's output (None if not asked)
-    # Tokens the model wrote after the prompt (attend(..., max_new_tokens=k)): the last `generated` tokens;
-    # a causal model's attention rows for them are exactly what it saw while writing each.
+    # Tokens the model wrote after the prompt (attend(..., max_new_tokens=k)): the last `generated` tokens.
+    # Token i was chosen from position i - 1: attention row i - 1 is what the model looked at writing it.
     generated: int = 0
 
     @property

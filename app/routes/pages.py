@@ -32,7 +32,11 @@ def index(request: Request, service: ServiceDep, settings: SettingsDep) -> HTMLR
     data: dict[str, Any] = {
         "default": models.default,
         "models": [entry.model_dump() for entry in models.models],
-        "limits": {"max_chars": MAX_TEXT_CHARS, "max_tokens": settings.max_tokens},
+        "limits": {
+            "max_chars": MAX_TEXT_CHARS,
+            "max_tokens": settings.max_tokens,
+            "max_new_tokens": settings.max_new_tokens,
+        },
     }
     root = request.scope.get("root_path", "")
     context = {

@@ -85,7 +85,7 @@ export function currentB() {
  * Put a link's state into the form, and wire what only shapes the form: submit and Ctrl+Enter call
  * onRun(), ticking Compare shows B's inputs, and B's model follows A's until someone picks one for B.
  */
-export function initForm(state, { defaultModel }, { onRun }) {
+export function initForm(state, { defaultModel, limits = {} }, { onRun }) {
   $("text").value = state.text;
   $("textPair").value = state.pair;
   $("model").value = models.has(state.model) ? state.model : defaultModel;
@@ -94,7 +94,8 @@ export function initForm(state, { defaultModel }, { onRun }) {
   $("compareInputs").hidden = !state.compare;
   $("textB").value = state.btext;
   $("modelB").value = models.has(state.bmodel) ? state.bmodel : $("model").value;
-  $("newTokens").max = String(MAX_NEW_TOKENS);
+  // The service's own limit (HEADSCOPE_MAX_NEW_TOKENS) where it is below the page's.
+  $("newTokens").max = String(Math.min(MAX_NEW_TOKENS, limits.max_new_tokens ?? MAX_NEW_TOKENS));
   $("newTokens").value = String(state.newTokens);
   showNewTokens();
 

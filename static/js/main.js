@@ -133,7 +133,7 @@ async function boot() {
     showError(error instanceof ApiError ? error.message : "Could not load the model list.");
   }
   const state = getState();
-  initForm(state, known, { onRun: run });
+  initForm(state, { ...known, limits: initial.limits }, { onRun: run });
   $("hideFirst").checked = state.hideFirst;
   $("hideFirst").addEventListener("change", () => update({ hideFirst: $("hideFirst").checked }));
   $("words").addEventListener("change", () => {
