@@ -106,6 +106,13 @@ class InputText(BaseModel):
         "prompt and continuation; `generated` in the answer counts the tokens written. 0: the text alone. "
         "Above the service's HEADSCOPE_MAX_NEW_TOKENS, or for an encoder: 422.",
     )
+    chat: StrictBool = Field(
+        default=False,
+        description="Put the text in the model's chat template as the user's turn, the assistant's turn "
+        "opened (transformers' apply_chat_template(add_generation_prompt=True)): the tokens are the "
+        "templated ones. Only for models whose /api/models entry has chat_template true, without "
+        "text_pair; otherwise 422.",
+    )
 
 
 class AttentionRequest(InputText):
@@ -131,6 +138,9 @@ class ModelEntry(BaseModel):
     )
     layers: int | None
     heads: int | None
+    chat_template: bool | None = Field(
+        default=None, description="The tokenizer has a chat template (the `chat` input); null until loaded."
+    )
     kv_heads: int | None = Field(
         description="Key/value heads: query head h reads key/value head h // (heads / kv_heads) "
         "(grouped-query attention); equal to heads for a model without grouping. Null until loaded."

@@ -59,13 +59,14 @@ def attend_continued(
     limit: int,
     hidden_state: bool,
     cancel: Callable[[], bool] | None,
+    chat: bool = False,
 ) -> AttentionResult:
     """model.attend(text, max_new_tokens=k): the prompt encoded, continued, then attended in one forward."""
     from mha.pretrained import AttentionResult, _owned
 
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens ({max_new_tokens}) must be at least 0")
-    prompt = model.encoder.encode_batch([(text, text_pair)], limit)[0]
+    prompt = model.encoder.encode_batch([(text, text_pair)], limit, chat=chat)[0]
     new = greedy_ids(model, prompt.ids, max_new_tokens, limit, cancel)
     ids = prompt.ids + new
     with torch.no_grad():
@@ -87,4 +88,5 @@ def attend_continued(
         if out.hidden_state is None
         else _owned(out.hidden_state[0].to("cpu", torch.float32)),
         generated=len(new),
+        texts=(model.encoder.chat_text(text), None) if chat else (text, text_pair),
     )

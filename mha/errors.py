@@ -16,6 +16,7 @@ from typing import Any
 
 __all__ = [
     "Cancelled",
+    "ChatPairError",
     "CheckpointError",
     "CheckpointMismatchError",
     "CheckpointNotFoundError",
@@ -25,6 +26,7 @@ __all__ = [
     "HeadsMismatchError",
     "InputError",
     "MaxTokensError",
+    "NoChatTemplateError",
     "NoRoomError",
     "NotCausalError",
     "NothingAlignedError",
@@ -149,6 +151,24 @@ class PairNotSupportedError(InputError):
 
     def __init__(self, type_id: int, type_vocab_size: int) -> None:
         super().__init__(type_id=type_id, type_vocab_size=type_vocab_size)
+
+
+class NoChatTemplateError(InputError):
+    """The tokenizer has no chat template to put the text in."""
+
+    template = "this model's tokenizer has no chat template; send the text without chat"
+
+    def __init__(self) -> None:
+        super().__init__()
+
+
+class ChatPairError(InputError):
+    """A chat template takes one user turn: no pair."""
+
+    template = "a chat-templated input is one user turn: send it without text_pair"
+
+    def __init__(self) -> None:
+        super().__init__()
 
 
 class NotCausalError(InputError):

@@ -52,6 +52,7 @@ class ModelInfo:
     pretrained: bool
     device: str
     dtype: str  # "float32", "float16" or "bfloat16"
+    chat_template: bool = False  # the tokenizer has a chat template (attend(..., chat=True))
 
     @classmethod
     def of(
@@ -95,6 +96,8 @@ class AttentionResult:
     # Tokens the model wrote after the prompt (attend(..., max_new_tokens=k)): the last `generated` tokens.
     # Token i was chosen from position i - 1: attention row i - 1 is what the model looked at writing it.
     generated: int = 0
+    # The strings `offsets` index into: (text, text_pair) as given, or (the rendered chat template, None).
+    texts: tuple[str, str | None] = ("", None)
 
     @property
     def n(self) -> int:
@@ -161,6 +164,7 @@ class AttentionModel:
         max_tokens: int | None = None,
         hidden_state: bool = True,
         max_new_tokens: int = 0,
+        chat: bool = False,
         cancel: Callable[[], bool] | None = None,
     ) -> AttentionResult:
         """Every layer's and head's attention for one text (or pair); attentions [L, H, n, n].
@@ -170,13 +174,22 @@ class AttentionModel:
         max_new_tokens=k (causal models) first continues the text greedily by up to k tokens, as
         transformers' generate(do_sample=False) does (stopping at an end-of-sequence token or at
         max_tokens), then returns the attention over prompt and continuation (`result.generated`).
+        chat=True puts the text in the tokenizer's chat template as the user's turn, the assistant's turn
+        opened (apply_chat_template(add_generation_prompt=True)); `result.texts[0]` is the rendered string.
         """
         if max_new_tokens:
             return continuation.attend_continued(
-                self, text, text_pair, max_new_tokens, self._max_tokens(max_tokens), hidden_state, cancel
+                self,
+                text,
+                text_pair,
+                max_new_tokens,
+                self._max_tokens(max_tokens),
+                hidden_state,
+                cancel,
+                chat,
             )
         return self.attend_batch(
-            [(text, text_pair)], max_tokens=max_tokens, hidden_state=hidden_state, cancel=cancel
+            [(text, text_pair)], max_tokens=max_tokens, hidden_state=hidden_state, chat=chat, cancel=cancel
         )[0]
 
     def lm_head(self) -> torch.Tensor:
@@ -194,6 +207,7 @@ class AttentionModel:
         *,
         max_tokens: int | None = None,
         hidden_state: bool = True,
+        chat: bool = False,
         cancel: Callable[[], bool] | None = None,
     ) -> list[AttentionResult]:
         """Several texts (or (text, pair) tuples) in one padded forward; one AttentionResult each.
@@ -201,7 +215,8 @@ class AttentionModel:
         if not items:
             return []
         limit = self._max_tokens(max_tokens)
-        encoded = self.encoder.encode_batch([(i, None) if isinstance(i, str) else i for i in items], limit)
+        pairs = [(i, None) if isinstance(i, str) else i for i in items]
+        encoded = self.encoder.encode_batch(pairs, limit, chat=chat)
         lengths = [len(e.ids) for e in encoded]
         width = max(lengths)
         ids = torch.full((len(encoded), width), self.encoder.pad_id, dtype=torch.long)
@@ -238,8 +253,9 @@ class AttentionModel:
                 word_ids=e.word_ids,
                 truncated=e.truncated,
                 hidden_state=None if hidden is None else _owned(hidden[row, :n]),
+                texts=(self.encoder.chat_text(text), None) if chat else (text, pair),
             )
-            for row, (e, n) in enumerate(zip(encoded, lengths, strict=True))
+            for row, (e, n, (text, pair)) in enumerate(zip(encoded, lengths, pairs, strict=True))
         ]
 
 
@@ -289,6 +305,7 @@ def load_pretrained(
     network.load_state_dict(weights, strict=True, assign=True)
     network = network.to(device=torch_device, dtype=torch_dtype)
     info = ModelInfo.of(config, name=name, family=converter.family, device=torch_device, dtype=torch_dtype)
+    info = replace(info, chat_template=bool(getattr(tokenizer, "chat_template", None)))
     logger.info("loaded %s (%s) from %s on %s", name, converter.family, directory, torch_device)
     lm_head = None
     if config.causal:

@@ -11,7 +11,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mha.errors import EmptyInputError, NoRoomError, PairNotSupportedError, TokenIdOutOfRangeError
+from mha.errors import (
+    ChatPairError,
+    EmptyInputError,
+    NoChatTemplateError,
+    NoRoomError,
+    PairNotSupportedError,
+    TokenIdOutOfRangeError,
+)
 
 __all__ = ["Encoded", "TextEncoder", "display_segments"]
 
@@ -79,18 +86,45 @@ class TextEncoder:
         # A fast tokenizer's truncation setting is shared state that each call may change: concurrent
         # calls from threads (the web service) must not interleave, or one gets the other's truncation.
         self._lock = threading.Lock()
+        self._special_tokens = True  # False while a rendered chat template is encoded (under the lock)
 
-    def encode_batch(self, pairs: Sequence[tuple[str, str | None]], limit: int) -> list[Encoded]:
-        """Each (text, pair) cut to at most `limit` tokens, special tokens included."""
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def chat_text(self, text: str) -> str:
+        """`text` as the user's turn of the tokenizer's chat template, the assistant's turn opened after it:
+        the string transformers' apply_chat_template(..., add_generation_prompt=True) renders."""
+        if not self.has_chat_template:
+            raise NoChatTemplateError()
+        rendered: str = self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        )
+        return rendered
+
+    def encode_batch(
+        self, pairs: Sequence[tuple[str, str | None]], limit: int, *, chat: bool = False
+    ) -> list[Encoded]:
+        """Each (text, pair) cut to at most `limit` tokens, special tokens included. chat=True: each text
+        is a user's turn of the chat template (`chat_text`), tokenized as rendered (the template writes
+        its own special tokens, so none are added), as apply_chat_template(tokenize=True) does."""
         with self._lock:
-            return [self._encode(text, pair, limit) for text, pair in pairs]
+            return [self._encode(text, pair, limit, chat=chat) for text, pair in pairs]
 
-    def _encode(self, text: str, text_pair: str | None, limit: int) -> Encoded:
+    def _encode(self, text: str, text_pair: str | None, limit: int, *, chat: bool = False) -> Encoded:
         if not isinstance(text, str) or not text.strip():
             raise EmptyInputError("text", text)
         if text_pair is not None and (not isinstance(text_pair, str) or not text_pair.strip()):
             raise EmptyInputError("text_pair", text_pair)
-        if self.pair_template or text_pair is None:
+        if chat:
+            if text_pair is not None:
+                raise ChatPairError()
+            self._special_tokens = False
+            try:
+                encoded = self._encode_template(self.chat_text(text), None, limit)
+            finally:
+                self._special_tokens = True
+        elif self.pair_template or text_pair is None:
             encoded = self._encode_template(text, text_pair, limit)
         else:
             encoded = self._encode_concatenated(text, text_pair, limit)
@@ -120,7 +154,7 @@ class TextEncoder:
         return self.tokenizer(
             text,
             text_pair,
-            add_special_tokens=True,
+            add_special_tokens=self._special_tokens,
             truncation=limit is not None,
             max_length=limit,
             return_offsets_mapping=True,

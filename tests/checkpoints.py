@@ -66,7 +66,9 @@ def _decoder(family: str, directory: Path, seed: int) -> torch.nn.Module:
     """A tiny random rotary decoder of `family` (with its LM head), its tokenizer saved beside it."""
     import transformers as tf
 
-    vocab = _decoder_tokenizer(directory, bos=family not in ("qwen2", "qwen3"))
+    vocab = _decoder_tokenizer(
+        directory, bos=family not in ("qwen2", "qwen3"), chat_template=CHAT_TEMPLATES.get(family)
+    )
     common = {
         "vocab_size": vocab,
         "hidden_size": D_HIDDEN,
@@ -117,7 +119,12 @@ def _decoder(family: str, directory: Path, seed: int) -> torch.nn.Module:
 
 
 def _byte_level_tokenizer(
-    directory: Path, specials: list[str], template: Any, max_length: int, **tokens: Any
+    directory: Path,
+    specials: list[str],
+    template: Any,
+    max_length: int,
+    chat_template: str | None = None,
+    **tokens: Any,
 ) -> int:
     """Train a byte-level BPE on a toy corpus with `specials` first, give it the post-processor `template`
     makes of it, save it as a transformers tokenizer with the named `tokens`; returns its vocab size."""
@@ -134,6 +141,8 @@ def _byte_level_tokenizer(
     tok.post_processor = template(tok)
     wrapped = PreTrainedTokenizerFast(tokenizer_object=tok, **tokens)
     wrapped.model_max_length = max_length
+    if chat_template is not None:
+        wrapped.chat_template = chat_template
     wrapped.save_pretrained(directory)
     return tok.get_vocab_size()
 
@@ -168,7 +177,18 @@ def _gpt2_tokenizer(directory: Path) -> int:
     )
 
 
-def _decoder_tokenizer(directory: Path, *, bos: bool) -> int:
+# Chat templates in the families' styles, written with the tokens the tiny vocabularies have: Llama 3's
+# header-per-turn (the BOS written by the template itself), ChatML-like turns for Qwen. Mistral, Gemma 2
+# and Phi-3 get none, so the page's chat checkbox is tested both ways.
+CHAT_TEMPLATES = {
+    "llama": "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}</s>{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}",
+    "qwen2": "{% for m in messages %}<s>{{ m['role'] }}\n{{ m['content'] }}</s>\n{% endfor %}"
+    "{% if add_generation_prompt %}<s>assistant\n{% endif %}",
+}
+
+
+def _decoder_tokenizer(directory: Path, *, bos: bool, chat_template: str | None = None) -> int:
     """A template that adds <s> as Llama's does (single "<s> A", pair "<s> A <s> B") or, bos=False,
     nothing (Qwen); no token type ids, as Llama's tokenizer gives none."""
     from tokenizers import processors
@@ -187,6 +207,7 @@ def _decoder_tokenizer(directory: Path, *, bos: bool) -> int:
         list(names.values()),
         template,
         D_MAX_POSITIONS,
+        chat_template=chat_template,
         model_input_names=["input_ids", "attention_mask"],
         **{f"{role}_token": token for role, token in names.items()},
     )

@@ -39,6 +39,7 @@ class Job:
     text: str
     pair: str | None
     new_tokens: int = 0  # continue the text by up to this many tokens first (a decoder's own words)
+    chat: bool = False  # the text as a user's turn of the model's chat template
     # Set (by the service) when every client waiting for this job has gone: the job is dropped before
     # its forward, or its forward stops between layers.
     abandoned: threading.Event = field(default_factory=threading.Event)
@@ -119,12 +120,13 @@ class Batcher:
         pair: str | None,
         *,
         new_tokens: int = 0,
+        chat: bool = False,
         abandoned: threading.Event | None = None,
     ) -> Future[Any]:
         job = (
-            Job(text, pair, new_tokens)
+            Job(text, pair, new_tokens, chat)
             if abandoned is None
-            else Job(text, pair, new_tokens, abandoned=abandoned)
+            else Job(text, pair, new_tokens, chat, abandoned=abandoned)
         )
         with self._lock:
             if not self._threads:  # first use, or first use after close(): a fresh set of workers

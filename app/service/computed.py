@@ -28,6 +28,8 @@ class Computed:
     kv_heads: int
     attentions: torch.Tensor
     generated: int = 0  # the last `generated` tokens were written by the model (a continuation)
+    # the strings `offsets` index into: (text, pair), or the rendered chat template
+    texts: tuple[str, str | None] = ("", None)
     word_ids: tuple[int | None, ...] = ()
     offsets: tuple[tuple[int, int], ...] = ()
 
@@ -88,17 +90,18 @@ def from_result(name: str, model: mha.AttentionModel, result: mha.AttentionResul
         causal=bool(model.info.causal),
         kv_heads=int(model.info.kv_heads),
         generated=int(result.generated),
+        texts=result.texts,
         attentions=attentions,
         word_ids=tuple(result.word_ids),
         offsets=tuple((int(start), int(end)) for start, end in result.offsets),
     )
 
 
-def merge_words(computed: Computed, texts: tuple[str, str | None]) -> Computed:
+def merge_words(computed: Computed) -> Computed:
     """Word-level view: pieces grouped by the tokenizer's word ids, labels sliced from the text by offsets."""
     groups = analysis.word_groups_from(computed.word_ids, computed.segments, computed.special).groups
     labels = analysis.word_labels(
-        computed.tokens, groups, offsets=computed.offsets, segments=computed.segments, texts=texts
+        computed.tokens, groups, offsets=computed.offsets, segments=computed.segments, texts=computed.texts
     )
     return replace(
         computed,

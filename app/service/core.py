@@ -54,8 +54,8 @@ BATCH_CHARS = 600
 
 T = TypeVar("T")
 V = TypeVar("V", bytes, Computed)
-# (registered model name, text, pair, tokens to continue by): what a forward depends on
-Input = tuple[str, str, str | None, int]
+# (registered model name, text, pair, tokens to continue by, chat template): what a forward depends on
+Input = tuple[str, str, str | None, int, bool]
 
 
 class ModelBusyError(HTTPException):
@@ -80,7 +80,8 @@ def _chars(text: str, pair: str | None) -> int:
 
 def _is_long(job: Job) -> bool:
     # A continuation runs its own forwards, one per new token: never batched with others.
-    return job.new_tokens > 0 or _chars(job.text, job.pair) > BATCH_CHARS
+    # A chat-templated text too: a batch is all one way (attend_batch's chat flag).
+    return job.new_tokens > 0 or job.chat or _chars(job.text, job.pair) > BATCH_CHARS
 
 
 class AttentionService:
@@ -166,6 +167,7 @@ class AttentionService:
                     layers=info.layers if info else None,
                     heads=info.heads if info else None,
                     kv_heads=info.kv_heads if info else None,
+                    chat_template=info.chat_template if info else None,
                     max_tokens=info.max_tokens if info else None,
                     causal=info.causal if info else None,
                     pretrained=info.pretrained if info else None,
@@ -311,7 +313,7 @@ class AttentionService:
                 f"max_new_tokens ({request.max_new_tokens}) is over this service's limit "
                 f"({self.settings.max_new_tokens}, HEADSCOPE_MAX_NEW_TOKENS)"
             )
-        return (name, request.text, request.text_pair, request.max_new_tokens)
+        return (name, request.text, request.text_pair, request.max_new_tokens, request.chat)
 
     async def _cached(self, key: Hashable, compute: Callable[[threading.Event], Awaitable[V]]) -> V:
         """The cached value of `key`, else computed once for all identical requests in flight and cached."""
@@ -341,21 +343,25 @@ class AttentionService:
         return await self._cached(cache_key(kind, source, extra=(request.words,)), compute)
 
     async def _view(
-        self, name: str, text: str, pair: str | None, new_tokens: int, *, words: bool
+        self, name: str, text: str, pair: str | None, new_tokens: int, chat: bool, *, words: bool
     ) -> Computed:
         """The token-level result, or (words) its word-level merge, cached apart in the same LRU."""
-        computed = await self._computed(name, text, pair, new_tokens)
+        computed = await self._computed(name, text, pair, new_tokens, chat)
         if not words:
             return computed
         return await self._cached(
-            cache_key("words", (name, text, pair, new_tokens)),
-            lambda _abandoned: self._off_loop(merge_words, computed, (text, pair)),
+            cache_key("words", (name, text, pair, new_tokens, chat)),
+            lambda _abandoned: self._off_loop(merge_words, computed),
         )
 
-    async def _computed(self, name: str, text: str, pair: str | None, new_tokens: int) -> Computed:
+    async def _computed(
+        self, name: str, text: str, pair: str | None, new_tokens: int, chat: bool
+    ) -> Computed:
         async def forward(abandoned: threading.Event) -> Computed:
             try:
-                future = self._batchers[name].submit(text, pair, new_tokens=new_tokens, abandoned=abandoned)
+                future = self._batchers[name].submit(
+                    text, pair, new_tokens=new_tokens, chat=chat, abandoned=abandoned
+                )
             except QueueFull as full:
                 raise ModelBusyError(
                     f"model {name!r} is busy: {full.queued} requests are already waiting for it (the limit)",
@@ -365,7 +371,7 @@ class AttentionService:
             self._trimmer.answered(computed.nbytes)
             return computed
 
-        return await self._cached(cache_key("result", (name, text, pair, new_tokens)), forward)
+        return await self._cached(cache_key("result", (name, text, pair, new_tokens, chat)), forward)
 
     # -- off the loop ----------------------------------------------------------------------------
 
@@ -452,12 +458,17 @@ class AttentionService:
                             max_tokens=limit,
                             hidden_state=False,
                             max_new_tokens=job.new_tokens,
+                            chat=job.chat,
                             cancel=cancel,
                         )
                     ]
                 else:
                     results = model.attend_batch(
-                        [(j.text, j.pair) for j in live], max_tokens=limit, hidden_state=False, cancel=cancel
+                        [(j.text, j.pair) for j in live],
+                        max_tokens=limit,
+                        hidden_state=False,
+                        chat=live[0].chat,  # a chat job runs alone (`_is_long`)
+                        cancel=cancel,
                     )
         except Cancelled as exc:
             logger.info("model %r: forward of %d stopped, their clients have gone: %s", name, len(live), exc)
@@ -478,6 +489,6 @@ class AttentionService:
         for job, result in zip(live, results, strict=True):
             computed = from_result(name, model, result)
             # Cached here too: a batch-mate's result is kept even if its own clients have gone.
-            key = cache_key("result", (name, job.text, job.pair, job.new_tokens))
+            key = cache_key("result", (name, job.text, job.pair, job.new_tokens, job.chat))
             self.cache.put(key, computed, size=computed.nbytes)
             job.future.set_result(computed)

@@ -53,6 +53,7 @@ def test_models_lists_default_loaded_and_random_lazy(client: TestClient) -> None
         "layers": 6,
         "heads": 12,
         "kv_heads": 12,
+        "chat_template": False,
         "max_tokens": 512,
         "causal": False,
         "pretrained": True,

@@ -71,3 +71,26 @@ def test_continuations_refused_clearly(decoders: TestClient) -> None:
     for bad in (-1, 1.5, "3", 10**6):
         r = decoders.post("/api/attention", json={"text": PROMPT, "model": "llama", "max_new_tokens": bad})
         assert r.status_code == 422
+
+
+def test_chat_template_is_asked_for_never_silent(
+    decoders: TestClient, tiny_checkpoints: dict[str, Path]
+) -> None:
+    plain = decoders.post("/api/attention", json={"text": PROMPT, "model": "llama"}).json()
+    chat = decoders.post("/api/attention", json={"text": PROMPT, "model": "llama", "chat": True}).json()
+    expected = mha.load_pretrained(tiny_checkpoints["llama"], device="cpu").attend(PROMPT, chat=True)
+    assert chat["tokens"] == expected.tokens and chat["n"] > plain["n"]  # the template's tokens, shown
+    words = decoders.post(
+        "/api/attention", json={"text": PROMPT, "model": "llama", "chat": True, "words": True}
+    )
+    # Words are sliced from the rendered template (offsets index into it), not from the bare prompt.
+    labels = [label.strip() for label in words.json()["tokens"]]
+    assert words.status_code == 200 and {"cat", "sat", "mat"} <= set(labels)
+    entries = {m["name"]: m for m in decoders.get("/api/models").json()["models"]}
+    assert entries["llama"]["chat_template"] is True and entries["mistral"]["chat_template"] is False
+    no_template = decoders.post("/api/attention", json={"text": PROMPT, "model": "mistral", "chat": True})
+    assert no_template.status_code == 422 and "no chat template" in no_template.json()["detail"]
+    with_pair = decoders.post(
+        "/api/attention", json={"text": PROMPT, "text_pair": "Hi.", "model": "llama", "chat": True}
+    )
+    assert with_pair.status_code == 422 and "one user turn" in with_pair.json()["detail"]

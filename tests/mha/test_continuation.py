@@ -60,3 +60,39 @@ def test_an_encoder_cannot_continue(tiny_checkpoints: dict[str, Path]) -> None:
     model = load_pretrained(tiny_checkpoints["bert"], device="cpu")
     with pytest.raises(NotCausalError, match="encoder"):
         model.attend(PROMPT, max_new_tokens=3)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_chat_template_tokens_are_apply_chat_templates(
+    family: str, tiny_checkpoints: dict[str, Path]
+) -> None:
+    from transformers import AutoTokenizer
+
+    directory = tiny_checkpoints[family]
+    model = load_pretrained(directory, device="cpu")
+    assert model.info.chat_template is True
+    tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    expected = tokenizer.apply_chat_template(
+        [{"role": "user", "content": PROMPT}], tokenize=True, add_generation_prompt=True
+    )
+    expected = list(expected["input_ids"] if hasattr(expected, "keys") else expected)  # BatchEncoding in v5
+    result = model.attend(PROMPT, chat=True)
+    assert result.token_ids == expected and result.token_ids.count(model.tokenizer.bos_token_id) <= 2
+    rendered = result.texts[0]
+    assert PROMPT in rendered and rendered != PROMPT
+    # Offsets index into the rendered template: the prompt's tokens spell the prompt there.
+    spans = [rendered[a:b] for (a, b), sp in zip(result.offsets, result.special, strict=True) if not sp]
+    assert PROMPT.split()[1] in "".join(spans)
+    continued = model.attend(PROMPT, chat=True, max_new_tokens=3)
+    assert continued.token_ids[: continued.prompt_n] == expected
+
+
+def test_chat_refused_clearly_without_a_template_or_with_a_pair(tiny_checkpoints: dict[str, Path]) -> None:
+    from mha.errors import ChatPairError, NoChatTemplateError
+
+    mistral = load_pretrained(tiny_checkpoints["mistral"], device="cpu")
+    assert mistral.info.chat_template is False
+    with pytest.raises(NoChatTemplateError, match="no chat template"):
+        mistral.attend(PROMPT, chat=True)
+    with pytest.raises(ChatPairError, match="one user turn"):
+        load_pretrained(tiny_checkpoints["llama"], device="cpu").attend(PROMPT, "and a pair", chat=True)
