@@ -47,12 +47,13 @@ async function request(url, options) {
   return response;
 }
 
-// One input as the API names its fields. `words` (merge word pieces) and `newTokens` (continue a causal
-// model's text first) are sent only when set: false and 0 are the API's defaults, so plain bodies stay as
+// One input as the API names its fields. `words` (merge word pieces), `newTokens` (continue a causal
+// model's text first) and `chat` (the model's chat template) are sent only when set: false and 0 are the API's defaults, so plain bodies stay as
 // they were.
-export function body({ text, pair, model, words, newTokens = 0 }) {
+export function body({ text, pair, model, words, newTokens = 0, chat = false }) {
   const input = { text, text_pair: pair || null, model: model || null };
   if (newTokens > 0) input.max_new_tokens = newTokens;
+  if (chat) input.chat = true;
   return words ? { ...input, words: true } : input;
 }
 

@@ -16,7 +16,8 @@ const HEAD_DELAY_MS = 250; // let arrow-key bursts settle before fetching a head
 /** B's input: its own sentence (no pair), or A's sentence and pair when B's text is blank. */
 export function queryB(a, { btext, bmodel }) {
   const text = btext.trim() ? btext : a.text;
-  return { text, pair: btext.trim() ? "" : a.pair, model: bmodel || a.model, words: a.words, newTokens: a.newTokens };
+  const pair = btext.trim() ? "" : a.pair;
+  return { text, pair, model: bmodel || a.model, words: a.words, newTokens: a.newTokens, chat: a.chat };
 }
 
 /** Heads ordered by change score, largest first, ties in model order, a missing score last: [{layer, head, score}]. */

@@ -51,6 +51,8 @@ export const SELECTORS = Object.freeze({
   compareDiff: "#compare-diff",
   newTokens: "#new-tokens",
   newTokensField: "#new-tokens-field",
+  chat: "#chat",
+  chatField: "#chat-field",
   hideFirst: "#hide-first",
   written: "#written",
   writtenTokens: "#written-tokens",

@@ -66,14 +66,26 @@ export function learnModel(attention) {
  * when a link already asks for a continuation, which the run then tries (an encoder answers 422).
  */
 export function showNewTokens() {
-  const causal = models.get($("model").value)?.causal;
+  const known = models.get($("model").value);
+  const causal = known?.causal;
   $("newTokensField").hidden = !(causal === true || (causal == null && parseNewTokens($("newTokens").value) > 0));
+  // The chat template likewise: offered where the tokenizer has one, or tried where a link asks for it.
+  const chat = known?.chat_template;
+  $("chatField").hidden = !(chat === true || (chat == null && $("chat").checked));
 }
 
-/** A's query as typed: {text, pair, model, words, newTokens}; newTokens is 0 where the control is hidden. */
+/** A's query as typed: {text, pair, model, words, newTokens, chat}; 0 and false where a control is hidden. */
 export function currentQuery() {
   const newTokens = $("newTokensField").hidden ? 0 : parseNewTokens($("newTokens").value);
-  return { text: $("text").value, pair: $("textPair").value, model: $("model").value, words: $("words").checked, newTokens };
+  const chat = !$("chatField").hidden && $("chat").checked;
+  return {
+    text: $("text").value,
+    pair: $("textPair").value,
+    model: $("model").value,
+    words: $("words").checked,
+    newTokens,
+    chat,
+  };
 }
 
 /** Compare mode as typed: {compare, btext, bmodel}. */
@@ -97,6 +109,7 @@ export function initForm(state, { defaultModel, limits = {} }, { onRun }) {
   // The service's own limit (HEADSCOPE_MAX_NEW_TOKENS) where it is below the page's.
   $("newTokens").max = String(Math.min(MAX_NEW_TOKENS, limits.max_new_tokens ?? MAX_NEW_TOKENS));
   $("newTokens").value = String(state.newTokens);
+  $("chat").checked = state.chat;
   showNewTokens();
 
   $("form").addEventListener("submit", (event) => {

@@ -72,6 +72,7 @@ async function run() {
       model: query.model,
       words: query.words,
       newTokens: query.newTokens,
+      chat: query.chat,
       compare,
       btext: compare ? btext : "",
       bmodel: compare && bmodel !== query.model ? bmodel : "",

@@ -21,6 +21,7 @@ export const DEFAULT_STATE = Object.freeze({
   bmodel: "", // B's model; blank = A's model
   hideFirst: false, // the detail drops key column 0 (the attention sink) and renormalises each row
   newTokens: 0, // causal models: continue the text by up to this many tokens first (max_new_tokens)
+  chat: false, // the text as a user's turn of the model's chat template (the API's `chat: true`)
 });
 
 // The page offers up to this many written tokens (the service's default HEADSCOPE_MAX_NEW_TOKENS; a service
@@ -59,6 +60,7 @@ export function readState(search = window.location.search) {
     bmodel: params.get("bmodel") ?? DEFAULT_STATE.bmodel,
     hideFirst: params.get("nofirst") === "1",
     newTokens: parseNewTokens(params.get("continue")),
+    chat: params.get("chat") === "1",
   };
 }
 
@@ -80,6 +82,7 @@ export function encodeState(state) {
   }
   if (state.hideFirst) params.set("nofirst", "1");
   if (state.newTokens) params.set("continue", String(state.newTokens));
+  if (state.chat) params.set("chat", "1");
   return params.toString();
 }
 

@@ -247,3 +247,16 @@ def test_continuation_marks_written_tokens_and_shows_what_each_step_looked_at(
     page.mouse.click(x - 40, y)
     page.wait_for_function(f"() => document.querySelector('#written').dataset.chosen === '{prompt}'")
     assert shown_top() == api_top(prompt)
+
+
+def test_chat_template_is_a_visible_choice_and_shows_its_tokens(session: Any, grouped_model: str) -> None:
+    page = session.open()
+    assert not page.locator("#chat-field").is_visible()  # the default model has no chat template
+    session.run(PROMPT, model=grouped_model)  # the tiny Llama has one: the choice appears, unticked
+    assert page.locator("#chat-field").is_visible() and not page.locator("#chat").is_checked()
+    page.check("#chat")
+    session.run(PROMPT, model=grouped_model)
+    templated = api(session.base, "/api/attention", text=PROMPT, model=grouped_model, chat=True)
+    figure = page.evaluate(FIGURE_JS)
+    assert len(figure["xticktext"]) == templated["n"] > len(PROMPT.split())  # the template's tokens, drawn
+    assert parse_qs(urlparse(page.url).query).get("chat") == ["1"]  # and kept in the link

@@ -41,8 +41,8 @@ test("ranking does not change the scores it was given", () => {
 });
 
 test("B is its own sentence, or A's input (pair included) when B's text is blank; continued as A is", () => {
-  const a = { text: "The cat sat.", pair: "It slept.", model: "m1", words: true, newTokens: 3 };
-  const common = { words: true, newTokens: 3 };
+  const a = { text: "The cat sat.", pair: "It slept.", model: "m1", words: true, newTokens: 3, chat: true };
+  const common = { words: true, newTokens: 3, chat: true };
   assert.deepEqual(queryB(a, { btext: "The dog sat.", bmodel: "" }), { text: "The dog sat.", pair: "", model: "m1", ...common });
   assert.deepEqual(queryB(a, { btext: "  \n", bmodel: "m2" }), { text: "The cat sat.", pair: "It slept.", model: "m2", ...common });
   assert.deepEqual(queryB({ ...a, words: false }, { btext: "", bmodel: "" }).words, false);

@@ -40,6 +40,7 @@ test("every field round-trips, odd characters included", () => {
     bmodel: "other model",
     hideFirst: true,
     newTokens: 7,
+    chat: true,
   };
   assert.deepEqual(roundTrip(state), state);
   assert.deepEqual(roundTrip({ ...state, head: "mean" }), { ...state, head: "mean" });
