@@ -48,12 +48,16 @@ export function fillModels(info) {
   return { models, defaultModel };
 }
 
-/** A run tells us the size of a model that was not loaded when the page was rendered. */
-export function learnModel(attention) {
+/**
+ * A run tells us the size of a model that was not loaded when the page was rendered; `entries` (the
+ * /api/models list, fetched after that run) what the answer does not carry, such as its chat template.
+ */
+export function learnModel(attention, entries = []) {
   const known = models.get(attention.model);
   if (!known || known.layers != null) return;
   const { layers, heads, kvHeads, causal } = attention;
-  Object.assign(known, { layers, heads, kv_heads: kvHeads, causal });
+  const listed = entries.find((entry) => entry.name === attention.model);
+  Object.assign(known, { layers, heads, kv_heads: kvHeads, causal, chat_template: listed?.chat_template });
   for (const select of [$("model"), $("modelB")]) {
     const option = [...select.options].find((o) => o.value === attention.model);
     if (option) option.textContent = modelLabel(known);

@@ -61,7 +61,11 @@ async function run() {
   try {
     const attention = await fetchCompact(query, { signal });
     if (signal.aborted) return;
-    learnModel(attention);
+    // A model loaded by this run: its /api/models entry now says what the answer does not (chat template).
+    const unloaded = known.models.get(attention.model)?.layers == null;
+    const entries = unloaded ? (await fetchModels().catch(() => ({ models: [] }))).models : [];
+    if (signal.aborted) return;
+    learnModel(attention, entries);
     const { compare, btext, bmodel } = currentB();
     const b = compare ? queryB(query, { btext, bmodel }) : null;
     const run = { query, queryB: b, attention, signal, exact: new Map(), analysis: null, comparison: null };

@@ -27,6 +27,8 @@ EXAMPLES: list[InputError] = [
     errors.HeadsMismatchError((6, 12), (4, 8)),
     errors.NothingAlignedError(),
     errors.NotCausalError("all-MiniLM-L6-v2"),
+    errors.NoChatTemplateError(),
+    errors.ChatPairError(),
 ]
 
 
