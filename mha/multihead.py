@@ -202,25 +202,35 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool,
         weights_out: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Grouped-query attention: q (B, H, T, D) viewed as (B, H_kv, G, T, D) against k and v
-        (B, H_kv, 1, S, D), so each key/value head serves its G query heads by broadcasting."""
+        """Grouped-query attention: the weights of `_weights`, then each key/value head's values mixed for
+        its G query heads by broadcasting, (B, H_kv, G, T, S) @ (B, H_kv, 1, S, D)."""
         batch, heads, length, _ = q.shape
-        kv_heads, group, src = self.num_kv_heads, self.num_heads // self.num_kv_heads, k.shape[2]
-        q5 = q.reshape(batch, kv_heads, group, length, self.head_dim)
-        k5, v5 = k.unsqueeze(2), v.unsqueeze(2)
-        keep5 = None
-        if keep is not None:  # (B|1, 1|H, T, S) -> broadcastable to (B, H_kv, G, T, S)
-            keep5 = (
-                keep.unsqueeze(2)
-                if keep.shape[1] == 1
-                else keep.view(keep.shape[0], kv_heads, group, length, src)
-            )
-        out5 = None if weights_out is None else weights_out.view(batch, kv_heads, group, length, src)
-        weights = attention_weights(q5, k5, keep5, scale=self.scale, softcap=self.softcap, out=out5)
+        weights = self._weights(q, k, keep, weights_out)  # (B, H, T, S)
         if self.training and self.dropout > 0:
             weights = F.dropout(weights, p=self.dropout, training=True)
-        out = torch.matmul(weights, v5).view(batch, heads, length, self.head_dim)  # (B, H, T, D)
-        return out, (weights.view(batch, heads, length, src) if need_weights else None)
+        grouped = weights.view(batch, self.num_kv_heads, heads // self.num_kv_heads, length, k.shape[2])
+        out = torch.matmul(grouped, v.unsqueeze(2)).view(batch, heads, length, self.head_dim)  # (B, H, T, D)
+        return out, (weights if need_weights else None)
+
+    def _weights(
+        self, q: torch.Tensor, k: torch.Tensor, keep: torch.Tensor | None, weights_out: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Weights (B, H, T, S) of q (B, H, T, D) against k (B, H_kv, S, D); with grouping, q is viewed as
+        (B, H_kv, G, T, D) against k (B, H_kv, 1, S, D), so each key/value head serves its G query heads
+        by broadcasting, never copied per head."""
+        if self.num_kv_heads == self.num_heads:
+            return attention_weights(q, k, keep, scale=self.scale, softcap=self.softcap, out=weights_out)
+        batch, heads, length, _ = q.shape
+        kv_heads, group, src = self.num_kv_heads, heads // self.num_kv_heads, k.shape[2]
+        q5 = q.reshape(batch, kv_heads, group, length, self.head_dim)
+        if keep is not None:  # (B|1, 1|H, T, S) -> broadcastable to (B, H_kv, G, T, S)
+            per_head = keep.shape[1] != 1
+            keep = keep.view(keep.shape[0], kv_heads, group, length, src) if per_head else keep.unsqueeze(2)
+        out5 = None if weights_out is None else weights_out.view(batch, kv_heads, group, length, src)
+        weights = attention_weights(
+            q5, k.unsqueeze(2), keep, scale=self.scale, softcap=self.softcap, out=out5
+        )
+        return weights.view(batch, heads, length, src)
 
     def attention_weights(
         self,
@@ -242,21 +252,7 @@ class MultiHeadAttention(nn.Module):
         if not (self.training and self.dropout > 0) and not torch.is_grad_enabled():
             # No value path: q and k alone (the value projection of a fused layer is computed and dropped).
             q, k, _ = self._heads(x, x, x, True, rotary)
-            if self.num_kv_heads != self.num_heads:
-                batch, length = x.shape[0], x.shape[1]
-                group = self.num_heads // self.num_kv_heads
-                q = q.reshape(batch, self.num_kv_heads, group, length, self.head_dim)
-                k = k.unsqueeze(2)
-                if keep is not None:
-                    keep = (
-                        keep.unsqueeze(2)
-                        if keep.shape[1] == 1
-                        else keep.view(batch, self.num_kv_heads, group, length, length)
-                    )
-                out = None if weights_out is None else weights_out.view(q.shape[:-1] + (length,))
-                weights = attention_weights(q, k, keep, scale=self.scale, softcap=self.softcap, out=out)
-                return weights.view(batch, self.num_heads, length, length)
-            return attention_weights(q, k, keep, scale=self.scale, softcap=self.softcap, out=weights_out)
+            return self._weights(q, k, keep, weights_out)
         weights = self(x, keep=keep, rotary=rotary, need_weights=True, weights_out=weights_out)[1]
         assert weights is not None  # need_weights=True always gives weights
         return weights
