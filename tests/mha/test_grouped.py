@@ -158,3 +158,15 @@ def test_bad_grouping_and_rotary_cross_attention_are_refused() -> None:
     cos = sin = torch.ones(1, 3, 12)
     with pytest.raises(ValueError, match="self-attention only"):
         m(torch.randn(1, 3, E), torch.randn(1, 5, 10), torch.randn(1, 5, 10), rotary=(cos, sin))
+
+
+def test_a_per_head_mask_shared_by_the_batch_reaches_every_path() -> None:
+    # (1, H, T, S): one pattern per head for every sequence of the batch; each path must broadcast it.
+    m = module(8, 2)
+    x = torch.randn(2, 6, E, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    keep = keep_mask("per-head", 1, 8, 6)
+    assert keep is not None and keep.shape == (1, 8, 6, 6)
+    reference_weights = reference(m, x, keep)[1]
+    torch.testing.assert_close(m(x, keep=keep)[1], reference_weights, **TOL)
+    with torch.inference_mode():
+        torch.testing.assert_close(m.attention_weights(x, keep=keep), reference_weights, **TOL)
