@@ -15,7 +15,7 @@ export const EXAMPLES = Object.freeze([
   Object.freeze({
     id: "pair",
     label: "Sentence pair",
-    title: "A question and its answer as a pair: look for heads that cross the [SEP] boundary",
+    title: "A question and its answer as a pair: look for heads that reach across from one to the other",
     text: "Where did the cat sleep after lunch?",
     pair: "The cat slept on the warm windowsill all afternoon.",
   }),

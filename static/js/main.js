@@ -144,6 +144,7 @@ async function boot() {
   renderExamples($("examples"), ({ text, pair }) => {
     $("text").value = text;
     $("textPair").value = pair;
+    if (pair) $("chat").checked = false; // a chat template takes one text: the pair example must still run
     run();
   });
   $("hideFirst").checked = state.hideFirst;

@@ -100,3 +100,15 @@ def test_placeholders_are_instructions_drawn_lighter_than_text(session: Any) -> 
     assert (
         sum(hint) > sum(text) + 150
     )  # lighter: ink and hint channel sums are 116 and 498; 150 rules out a dark hint
+
+
+def test_the_pair_example_runs_where_the_chat_template_was_on(session: Any, grouped_model: str) -> None:
+    # The tiny Llama has a chat template, which takes no pair: the pair chip turns it off to run.
+    page = session.open(f"?text=&model={grouped_model}&chat=1")
+    assert page.is_checked("#chat")
+    pair = examples(page)[1]
+    page.locator("#examples button.chip").nth(1).click()
+    session.wait_ready()
+    assert not page.is_checked("#chat")
+    params = parse_qs(urlparse(page.url).query)
+    assert params["pair"] == [pair["pair"]] and "chat" not in params
