@@ -52,13 +52,20 @@ export function topK(values, n, i, k, { from = 0, to = n } = {}) {
 
 // Byte-level BPE (GPT-2, Llama 3, Qwen) writes a leading space as Ġ and a newline as Ċ; SentencePiece
 // (Llama 2, Gemma, Phi-3) writes the space as ▁.
+// Byte-level BPE (GPT-2, RoBERTa, Llama 3) spells the bytes of a space, newline and tab "Ġ", "Ċ", "ĉ";
+// SentencePiece spells a space "▁". Each one of them is that character, wherever it sits in the token. The
+// page shows them as visible signs: a bare space would vanish at the start of an axis label, yet it is what
+// tells "␣cat" (a new word) from "cat" (a word's continuation).
 const MARKS = [
-  [/^[Ġ▁]/u, " "],
-  [/Ċ/gu, "⏎"],
+  [/[Ġ▁]/gu, "␣"],
+  [/Ċ/gu, "↵"],
   [/ĉ/gu, "⇥"],
 ];
 
-/** A token as it reads in running text: the tokenizer's space and newline marks turned back into them. */
+/**
+ * A token as every view of the page shows it (axes, hover, token lines, panels, image exports): the
+ * tokenizer's marks as visible signs, "Ġcat" -> "␣cat", "Ċ" -> "↵". The API's JSON keeps the raw tokens.
+ */
 export function displayToken(token) {
   let text = String(token);
   for (const [mark, replacement] of MARKS) text = text.replace(mark, replacement);

@@ -4,6 +4,7 @@
 export const SELECTORS = Object.freeze({
   initialState: "#initial-state",
   form: "#input-form",
+  examples: "#examples",
   text: "#text",
   textPair: "#text-pair",
   model: "#model",

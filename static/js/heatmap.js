@@ -8,6 +8,7 @@
 // stays off. Zooming in brings the labels of the visible range back.
 
 import { COLORSCALE, MASK_BG_CSS, MASK_FG_CSS } from "./colors.js";
+import { displayToken } from "./decoder.js";
 
 const LABEL_PX = 14; // minimum spacing between two axis labels
 const MAX_LABELS = 48; // per axis and view: more costs Plotly seconds and reads no better
@@ -98,8 +99,9 @@ function writtenShapes(n, written, size) {
  * Returns {data, layout, labels, size}.
  */
 export function buildFigure(spec) {
-  const { tokens, values, causal, boundary, title, exact, widthPx = 900, scale, minPx } = spec;
+  const { values, causal, boundary, title, exact, widthPx = 900, scale, minPx } = spec;
   const { written = 0, renormalised = false } = spec;
+  const tokens = spec.tokens.map(displayToken); // axes, hover and image exports alike
   const n = tokens.length;
   const labels = tokens.map(plotlyText);
   const z = new Array(n);
@@ -257,7 +259,7 @@ export async function renderHeatmap(gd, spec) {
   await window.Plotly.react(gd, data, layout, config);
   gd.dataset.n = String(spec.tokens.length);
   gd.dataset.exact = spec.exact ? "true" : "false";
-  await bindTickThinning(gd, spec.tokens, size, spec.onRow);
+  await bindTickThinning(gd, spec.tokens.map(displayToken), size, spec.onRow);
   return gd;
 }
 

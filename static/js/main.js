@@ -10,6 +10,7 @@ import { $, $all } from "./dom.js";
 import { ApiError, fetchCompact, fetchModels } from "./api.js";
 import { queryB } from "./compare.js";
 import { Detail, showTabs } from "./detail.js";
+import { firstExample, renderExamples } from "./examples.js";
 import { exportAs } from "./export.js";
 import { currentB, currentQuery, fillModels, initForm, learnModel, readInitialState, setBusy, showError } from "./form.js";
 import { Grid } from "./grid.js";
@@ -18,7 +19,8 @@ import { runSummary } from "./labels.js";
 import { clampSelection, getState, initState, moveSelection, readState, subscribe, update } from "./state.js";
 import { WrittenView } from "./written.js";
 
-initState(readState());
+// A first visit (no text in the URL) starts from an example, run like any other: the URL then holds it.
+initState({ ...readState(), ...firstExample(window.location.search) });
 
 let current = null; // the run on screen (its attention decoded), or null before the first
 let controller = null; // aborts the latest run
@@ -139,6 +141,12 @@ async function boot() {
   }
   const state = getState();
   initForm(state, { ...known, limits: initial.limits }, { onRun: run });
+  renderExamples($("examples"), ({ text, pair }) => {
+    $("text").value = text;
+    $("textPair").value = pair;
+    if (pair) $("chat").checked = false; // a chat template takes one text: the pair example must still run
+    run();
+  });
   $("hideFirst").checked = state.hideFirst;
   $("hideFirst").addEventListener("change", () => update({ hideFirst: $("hideFirst").checked }));
   $("words").addEventListener("change", () => {

@@ -2,6 +2,7 @@
 // attends to on the right; line opacity and width follow the weight. Hovering a token isolates its
 // lines. SVG, with every token written through textContent.
 
+import { displayToken } from "./decoder.js";
 import { svg } from "./dom.js";
 
 const ROW_PX = 20;
@@ -14,7 +15,8 @@ export function lineThreshold(n) {
 }
 
 /** Draw into `container`; `values` is n*n row-major. Returns the number of lines drawn. */
-export function renderTokenView(container, { tokens, values, segments, special, causal, exact = false }) {
+export function renderTokenView(container, { tokens: raw, values, segments, special, causal, exact = false }) {
+  const tokens = raw.map(displayToken); // the page's spelling, in the drawing and its SVG export
   const n = tokens.length;
   const width = 2 * TEXT_PX + COL_GAP_PX;
   const height = n * ROW_PX + 10;

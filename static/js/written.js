@@ -12,7 +12,7 @@ import { displayToken, topK } from "./decoder.js";
 
 export const TOP_K = 5;
 
-/** "“ sat”": a token as readable text, in quotes so a leading space shows. */
+/** "“␣sat”": a token as the page spells it, in quotes. */
 function quoted(token) {
   return `“${displayToken(token)}”`;
 }
@@ -114,10 +114,10 @@ export class WrittenView {
         const { background, dark } = shade(peak > 0 ? weight / peak : 0);
         span.style.backgroundColor = background;
         span.classList.toggle("dark", dark);
-        span.title = `${tokens[j]}: ${weight.toFixed(3)}`;
+        span.title = `${displayToken(tokens[j])}: ${weight.toFixed(3)}`;
       } else {
         span.classList.add("hidden-token");
-        span.title = `${tokens[j]}: hidden (the first token)`;
+        span.title = `${displayToken(tokens[j])}: hidden (the first token)`;
       }
       span.setAttribute("aria-label", span.title);
       spans.push(span);

@@ -104,7 +104,9 @@ class PageSession:
         self.dialogs.append(dialog.message)
         dialog.dismiss()
 
-    def open(self, query: str = "") -> Any:
+    def open(self, query: str = "?text=") -> Any:
+        """The page at `query`. The default names an empty text, so no first example runs behind the test's
+        back; open("") is a first visit (the example runs)."""
         self.page.goto(f"{self.base}/{query}")
         return self.page
 

@@ -233,7 +233,9 @@ def test_continuation_marks_written_tokens_and_shows_what_each_step_looked_at(
     assert shown_top() == api_top(chosen)
     shaded = page.locator("#written-prompt span")
     assert shaded.count() == prompt
-    assert shaded.nth(2).get_attribute("title") == f"{tokens[2]}: {exact[chosen - 1][2]:.3f}"
+    # The token as the page spells it: the byte-level space "Ġ" shown as "␣".
+    spelled = tokens[2].replace("Ġ", "␣")
+    assert shaded.nth(2).get_attribute("title") == f"{spelled}: {exact[chosen - 1][2]:.3f}"
 
     # Clicking a written token's row in the heatmap shows that one.
     last = n - 1

@@ -92,11 +92,15 @@ test("top-k of a row: largest first, ties in token order, NaN skipped, within [f
 test("written tokens: ✎ on the axes, readable text, the status line", () => {
   assert.deepEqual(markWritten(["<s>", "The", "Ġcat", "Ġsat"], 2), ["<s>", "The", "✎ Ġcat", "✎ Ġsat"]);
   assert.deepEqual(markWritten(["a", "b"], 0), ["a", "b"]);
-  assert.equal(displayToken("Ġcat"), " cat");
-  assert.equal(displayToken("▁cat"), " cat");
-  assert.equal(displayToken("ĠĠx"), " Ġx"); // only the leading mark is a space
-  assert.equal(displayToken("ĊĊ"), "⏎⏎");
+  assert.equal(displayToken("Ġcat"), "␣cat");
+  assert.equal(displayToken("▁cat"), "␣cat");
+  assert.equal(displayToken("ĠĠĠ"), "␣␣␣"); // indentation: every mark is a space byte
+  assert.equal(displayToken("ĊĊ"), "↵↵");
+  assert.equal(displayToken("Ċĉx"), "↵⇥x");
+  assert.equal(displayToken("✎ Ġsat"), "✎ ␣sat"); // after markWritten too
+  assert.equal(displayToken(displayToken("Ġcat")), "␣cat"); // idempotent: views may apply it twice
   assert.equal(displayToken("<b>"), "<b>");
+  assert.equal(displayToken("##ing"), "##ing"); // WordPiece tokens are shown as they are
   const plain = { n: 11, layers: 6, heads: 12, kvHeads: 12, generated: 0 };
   assert.equal(runSummary(plain), "11 tokens · 6 layers × 12 heads"); // as before decoders
   const continued = { n: 17, layers: 3, heads: 4, kvHeads: 2, generated: 5 };
