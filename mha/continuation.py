@@ -13,20 +13,34 @@ the model looked at while writing token i.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
 
 from mha.errors import Cancelled, NotCausalError
+from mha.model import Transformer
+from mha.result import AttentionResult, ModelInfo, owned
+from mha.tokenize import TextEncoder
 
-if TYPE_CHECKING:
-    from mha.pretrained import AttentionModel, AttentionResult
+__all__ = ["Writer", "attend_continued", "greedy_ids"]
 
-__all__ = ["attend_continued", "greedy_ids"]
+
+class Writer(Protocol):
+    """What continuing a prompt needs of a loaded model (mha.pretrained.AttentionModel)."""
+
+    info: ModelInfo
+    network: Transformer
+    encoder: TextEncoder
+    tokenizer: Any
+    device: torch.device
+    eos_ids: frozenset[int]
+
+    def lm_head(self) -> torch.Tensor: ...
+
 
 
 def greedy_ids(
-    model: AttentionModel,
+    model: Writer,
     ids: list[int],
     max_new_tokens: int,
     limit: int,
@@ -52,7 +66,7 @@ def greedy_ids(
 
 
 def attend_continued(
-    model: AttentionModel,
+    model: Writer,
     text: str,
     text_pair: str | None,
     max_new_tokens: int,
@@ -62,8 +76,6 @@ def attend_continued(
     chat: bool = False,
 ) -> AttentionResult:
     """model.attend(text, max_new_tokens=k): the prompt encoded, continued, then attended in one forward."""
-    from mha.pretrained import AttentionResult, _owned
-
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens ({max_new_tokens}) must be at least 0")
     prompt = model.encoder.encode_batch([(text, text_pair)], limit, chat=chat)[0]
@@ -77,7 +89,7 @@ def attend_continued(
     return AttentionResult(
         tokens=model.tokenizer.convert_ids_to_tokens(ids),
         token_ids=ids,
-        attentions=_owned(out.attentions[:, 0].to(device="cpu", dtype=torch.float32)),
+        attentions=owned(out.attentions[:, 0].to(device="cpu", dtype=torch.float32)),
         segments=prompt.segments + [last_segment] * len(new),
         type_ids=prompt.type_ids + [0] * len(new),
         special=prompt.special + [t in special for t in new],
@@ -86,7 +98,7 @@ def attend_continued(
         truncated=prompt.truncated,
         hidden_state=None
         if out.hidden_state is None
-        else _owned(out.hidden_state[0].to("cpu", torch.float32)),
+        else owned(out.hidden_state[0].to("cpu", torch.float32)),
         generated=len(new),
         texts=(model.encoder.chat_text(text), None) if chat else (text, text_pair),
     )

@@ -14,28 +14,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mha.config import ACTIVATIONS, TransformerConfig
 from mha.multihead import MultiHeadAttention
 from mha.norm import RMSNorm
 
-if TYPE_CHECKING:
-    from mha.model import TransformerConfig
-
 __all__ = ["ACTIVATIONS", "Block", "Embeddings", "FeedForward", "make_norm"]
 
-# name -> function; the config names one of them ("gelu_tanh" is GPT-2's gelu_new, "silu" Llama's)
+# name -> function, for each name mha.config.ACTIVATIONS lets a config name
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu": F.gelu,
     "gelu_tanh": partial(F.gelu, approximate="tanh"),
     "relu": F.relu,
     "silu": F.silu,
 }
-ACTIVATIONS = tuple(_ACTIVATIONS)
+assert tuple(_ACTIVATIONS) == ACTIVATIONS  # one list of names, checked where the functions are
 
 Rotary = tuple[torch.Tensor, torch.Tensor]
 

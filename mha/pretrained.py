@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from mha.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint, default_model_p
 from mha.convert import convert_state_dict
 from mha.errors import MaxTokensError, NotCausalError
 from mha.model import Transformer, TransformerConfig
+from mha.result import AttentionResult, ModelInfo, owned
 from mha.tokenize import TextEncoder
 
 __all__ = [
@@ -36,77 +37,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    name: str
-    family: str  # a model_type of mha.convert.CONVERTERS ("bert", "llama", ...), or "random"
-    layers: int
-    heads: int
-    # key/value heads: query heads h and h' share one when h // (heads // kv_heads) agree (grouped-query
-    # attention); equal to `heads` for a model without grouping
-    kv_heads: int
-    max_tokens: int  # the longest input, special tokens included
-    causal: bool
-    pretrained: bool
-    device: str
-    dtype: str  # "float32", "float16" or "bfloat16"
-    chat_template: bool = False  # the tokenizer has a chat template (attend(..., chat=True))
-
-    @classmethod
-    def of(
-        cls, config: TransformerConfig, *, name: str, family: str, device: torch.device, dtype: torch.dtype
-    ) -> ModelInfo:
-        """The info of a network built from `config`; pretrained unless the family is "random"."""
-        return cls(
-            name=name,
-            family=family,
-            layers=config.num_layers,
-            heads=config.num_heads,
-            kv_heads=config.num_kv_heads or config.num_heads,
-            max_tokens=config.max_tokens,
-            causal=config.causal,
-            pretrained=family != "random",
-            device=str(device),
-            dtype=checkpoint.dtype_name(dtype),
-        )
-
-
-@dataclass
-class AttentionResult:
-    tokens: list[str]  # as the tokenizer spells them, special tokens included
-    token_ids: list[int]
-    # float32, CPU, contiguous, [L, H, n, n]; rows sum to 1. Owns its storage: never a view into the
-    # batch's buffer, so keeping, changing or freeing it leaves every other result alone.
-    attentions: torch.Tensor
-    segments: list[int]  # for display: 0 for the first text and its specials, 1 for the pair
-    # What the model was fed as token type ids: the tokenizer's own (as transformers feeds them), zeros when
-    # it gives none or the model has no segment embeddings. Not `segments`: RoBERTa's tokenizer gives none.
-    type_ids: list[int]
-    special: list[bool]  # the token's id is one of the tokenizer's special ids, typed in the text or not
-    # Character spans into the segment's own text, a typed special token's included; (0, 0) for the
-    # special tokens the tokenizer's template adds.
-    offsets: list[tuple[int, int]]
-    word_ids: list[int | None]  # the tokenizer's word index per token; None for special tokens
-    truncated: bool
-    hidden_state: (
-        torch.Tensor | None
-    )  # float32, CPU, [n, E], owned: the last layer's output (None if not asked)
-    # Tokens the model wrote after the prompt (attend(..., max_new_tokens=k)): the last `generated` tokens.
-    # Token i was chosen from position i - 1: attention row i - 1 is what the model looked at writing it.
-    generated: int = 0
-    # The strings `offsets` index into: (text, text_pair) as given, or (the rendered chat template, None).
-    texts: tuple[str, str | None] = ("", None)
-
-    @property
-    def n(self) -> int:
-        return len(self.tokens)
-
-    @property
-    def prompt_n(self) -> int:
-        """Tokens of the prompt: the attention's first prompt_n rows and columns."""
-        return self.n - self.generated
 
 
 class AttentionModel:
@@ -245,28 +175,18 @@ class AttentionModel:
             AttentionResult(
                 tokens=self.tokenizer.convert_ids_to_tokens(e.ids),
                 token_ids=e.ids,
-                attentions=_owned(attentions[:, row, :, :n, :n]),  # (L, H, n, n)
+                attentions=owned(attentions[:, row, :, :n, :n]),  # (L, H, n, n)
                 segments=e.segments,
                 type_ids=e.type_ids,
                 special=e.special,
                 offsets=e.offsets,
                 word_ids=e.word_ids,
                 truncated=e.truncated,
-                hidden_state=None if hidden is None else _owned(hidden[row, :n]),
+                hidden_state=None if hidden is None else owned(hidden[row, :n]),
                 texts=(self.encoder.chat_text(text), None) if chat else (text, pair),
             )
             for row, (e, n, (text, pair)) in enumerate(zip(encoded, lengths, pairs, strict=True))
         ]
-
-
-def _owned(view: torch.Tensor) -> torch.Tensor:
-    """`view` as a contiguous tensor that owns its storage. A view spanning all of it (a batch of one) is
-    kept as is; any other is copied, so no result keeps the batch's buffer alive or shares memory with
-    another (even where a slice happens to be contiguous: one layer, or the longest text)."""
-    whole = (
-        view.storage_offset() == 0 and view.untyped_storage().nbytes() == view.numel() * view.element_size()
-    )
-    return view if whole and view.is_contiguous() else view.clone(memory_format=torch.contiguous_format)
 
 
 def load_pretrained(
