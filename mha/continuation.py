@@ -38,7 +38,6 @@ class Writer(Protocol):
     def lm_head(self) -> torch.Tensor: ...
 
 
-
 def greedy_ids(
     model: Writer,
     ids: list[int],
