@@ -19,7 +19,7 @@ import torch
 
 from mha.errors import Cancelled, NotCausalError
 from mha.model import Transformer
-from mha.result import AttentionResult, ModelInfo, owned
+from mha.result import AttentionResult, ModelInfo
 from mha.tokenize import TextEncoder
 
 __all__ = ["Writer", "attend_continued", "greedy_ids"]
@@ -79,25 +79,16 @@ def attend_continued(
         raise ValueError(f"max_new_tokens ({max_new_tokens}) must be at least 0")
     prompt = model.encoder.encode_batch([(text, text_pair)], limit, chat=chat)[0]
     new = greedy_ids(model, prompt.ids, max_new_tokens, limit, cancel)
-    ids = prompt.ids + new
+    encoded = prompt.extended(new, model.encoder.special_ids)
+    ids = encoded.ids
     with torch.no_grad():
         out = model.network(torch.tensor([ids], device=model.device), need_hidden=hidden_state, cancel=cancel)
     assert out.attentions is not None  # need_weights defaults to True
-    special = model.encoder.special_ids
-    last_segment = prompt.segments[-1]
-    return AttentionResult(
-        tokens=model.tokenizer.convert_ids_to_tokens(ids),
-        token_ids=ids,
-        attentions=owned(out.attentions[:, 0].to(device="cpu", dtype=torch.float32)),
-        segments=prompt.segments + [last_segment] * len(new),
-        type_ids=prompt.type_ids + [0] * len(new),
-        special=prompt.special + [t in special for t in new],
-        offsets=prompt.offsets + [(0, 0)] * len(new),  # written by the model: no span of the text
-        word_ids=prompt.word_ids + [None] * len(new),
-        truncated=prompt.truncated,
-        hidden_state=None
-        if out.hidden_state is None
-        else owned(out.hidden_state[0].to("cpu", torch.float32)),
+    hidden = None if out.hidden_state is None else out.hidden_state[0].to("cpu", torch.float32)
+    return AttentionResult.of(
+        encoded,
+        model.tokenizer.convert_ids_to_tokens(ids),
+        out.attentions[:, 0].to(device="cpu", dtype=torch.float32),
+        hidden,
         generated=len(new),
-        texts=(model.encoder.chat_text(text), None) if chat else (text, text_pair),
     )

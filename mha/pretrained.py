@@ -21,7 +21,7 @@ from mha.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint, default_model_p
 from mha.convert import convert_state_dict
 from mha.errors import MaxTokensError, NotCausalError
 from mha.model import Transformer, TransformerConfig
-from mha.result import AttentionResult, ModelInfo, owned
+from mha.result import AttentionResult, ModelInfo
 from mha.tokenize import TextEncoder
 
 __all__ = [
@@ -172,20 +172,13 @@ class AttentionModel:
             attentions = attentions.to(device="cpu", dtype=torch.float32)
             hidden = None if out.hidden_state is None else out.hidden_state.to("cpu", torch.float32)
         return [
-            AttentionResult(
-                tokens=self.tokenizer.convert_ids_to_tokens(e.ids),
-                token_ids=e.ids,
-                attentions=owned(attentions[:, row, :, :n, :n]),  # (L, H, n, n)
-                segments=e.segments,
-                type_ids=e.type_ids,
-                special=e.special,
-                offsets=e.offsets,
-                word_ids=e.word_ids,
-                truncated=e.truncated,
-                hidden_state=None if hidden is None else owned(hidden[row, :n]),
-                texts=(self.encoder.chat_text(text), None) if chat else (text, pair),
+            AttentionResult.of(
+                e,
+                self.tokenizer.convert_ids_to_tokens(e.ids),
+                attentions[:, row, :, :n, :n],  # (L, H, n, n)
+                None if hidden is None else hidden[row, :n],
             )
-            for row, (e, n, (text, pair)) in enumerate(zip(encoded, lengths, pairs, strict=True))
+            for row, (e, n) in enumerate(zip(encoded, lengths, strict=True))
         ]
 
 

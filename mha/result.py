@@ -9,6 +9,7 @@ import torch
 
 from mha import checkpoint
 from mha.config import TransformerConfig
+from mha.tokenize import Encoded
 
 __all__ = ["AttentionResult", "ModelInfo", "owned"]
 
@@ -82,6 +83,33 @@ class AttentionResult:
     def prompt_n(self) -> int:
         """Tokens of the prompt: the attention's first prompt_n rows and columns."""
         return self.n - self.generated
+
+    @classmethod
+    def of(
+        cls,
+        encoded: Encoded,
+        tokens: list[str],
+        attentions: torch.Tensor,
+        hidden_state: torch.Tensor | None,
+        *,
+        generated: int = 0,
+    ) -> AttentionResult:
+        """The result of one encoded input: `attentions` (L, H, n, n) and `hidden_state` (n, E) on the CPU in
+        float32, made to own their storage."""
+        return cls(
+            tokens=tokens,
+            token_ids=encoded.ids,
+            attentions=owned(attentions),
+            segments=encoded.segments,
+            type_ids=encoded.type_ids,
+            special=encoded.special,
+            offsets=encoded.offsets,
+            word_ids=encoded.word_ids,
+            truncated=encoded.truncated,
+            hidden_state=None if hidden_state is None else owned(hidden_state),
+            generated=generated,
+            texts=encoded.texts,
+        )
 
 
 def owned(view: torch.Tensor) -> torch.Tensor:

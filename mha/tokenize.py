@@ -35,6 +35,8 @@ class Encoded:
     offsets: list[tuple[int, int]]  # character spans into the segment's own text; (0, 0) for the template's
     word_ids: list[int | None]  # the tokenizer's word index; None for special tokens
     truncated: bool
+    # The strings `offsets` index into: (text, text_pair) as given, or (the rendered chat template, None).
+    texts: tuple[str, str | None] = ("", None)
 
     def __getitem__(self, keep: slice) -> Encoded:
         return Encoded(
@@ -46,6 +48,22 @@ class Encoded:
             self.offsets[keep],
             self.word_ids[keep],
             self.truncated,
+            self.texts,
+        )
+
+    def extended(self, new_ids: Sequence[int], special_ids: frozenset[int]) -> Encoded:
+        """These tokens followed by `new_ids` the model wrote: in the last segment, type 0, no span of the
+        text and no word of it."""
+        n = len(new_ids)
+        return replace(
+            self,
+            ids=self.ids + list(new_ids),
+            sources=self.sources + [None] * n,
+            segments=self.segments + self.segments[-1:] * n,
+            type_ids=self.type_ids + [0] * n,
+            special=self.special + [i in special_ids for i in new_ids],
+            offsets=self.offsets + [(0, 0)] * n,
+            word_ids=self.word_ids + [None] * n,
         )
 
 
@@ -86,7 +104,6 @@ class TextEncoder:
         # A fast tokenizer's truncation setting is shared state that each call may change: concurrent
         # calls from threads (the web service) must not interleave, or one gets the other's truncation.
         self._lock = threading.Lock()
-        self._special_tokens = True  # False while a rendered chat template is encoded (under the lock)
 
     @property
     def has_chat_template(self) -> bool:
@@ -119,11 +136,8 @@ class TextEncoder:
         if chat:
             if text_pair is not None:
                 raise ChatPairError()
-            self._special_tokens = False
-            try:
-                encoded = self._encode_template(self.chat_text(text), None, limit)
-            finally:
-                self._special_tokens = True
+            # The rendered template writes its own special tokens: none are added.
+            encoded = self._encode_template(self.chat_text(text), None, limit, special_tokens=False)
         elif self.pair_template or text_pair is None:
             encoded = self._encode_template(text, text_pair, limit)
         else:
@@ -148,23 +162,27 @@ class TextEncoder:
         if self.type_vocab_size and max(encoded.type_ids) >= self.type_vocab_size:
             raise PairNotSupportedError(max(encoded.type_ids), self.type_vocab_size)
 
-    def _call_tokenizer(self, text: str, text_pair: str | None, limit: int | None) -> Any:
+    def _call_tokenizer(
+        self, text: str, text_pair: str | None, limit: int | None, *, special_tokens: bool = True
+    ) -> Any:
         # Token type ids as the tokenizer gives them by default: what transformers' model(**tokenizer(...))
         # is fed (BERT's tokenizer gives 0/1, RoBERTa's none, which the model reads as zeros).
         return self.tokenizer(
             text,
             text_pair,
-            add_special_tokens=self._special_tokens,
+            add_special_tokens=special_tokens,
             truncation=limit is not None,
             max_length=limit,
             return_offsets_mapping=True,
         )
 
-    def _encode_template(self, text: str, text_pair: str | None, limit: int) -> Encoded:
-        enc = self._call_tokenizer(text, text_pair, None)
+    def _encode_template(
+        self, text: str, text_pair: str | None, limit: int, *, special_tokens: bool = True
+    ) -> Encoded:
+        enc = self._call_tokenizer(text, text_pair, None, special_tokens=special_tokens)
         truncated = len(enc["input_ids"]) > limit
         if truncated:
-            enc = self._call_tokenizer(text, text_pair, limit)
+            enc = self._call_tokenizer(text, text_pair, limit, special_tokens=special_tokens)
             if len(enc["input_ids"]) > limit:
                 raise NoRoomError(limit)
         ids = [int(i) for i in enc["input_ids"]]
@@ -181,7 +199,9 @@ class TextEncoder:
         ]
         word_ids = [None if sp else w for sp, w in zip(special, enc.word_ids(0), strict=True)]
         segments = display_segments(sources)
-        return Encoded(ids, sources, segments, type_ids, special, offsets, word_ids, truncated)
+        return Encoded(
+            ids, sources, segments, type_ids, special, offsets, word_ids, truncated, (text, text_pair)
+        )
 
     def _encode_concatenated(self, text: str, text_pair: str, limit: int) -> Encoded:
         """Tokenizers with no pair template (GPT-2): encode each text, join, cut the longer one first."""
@@ -203,4 +223,5 @@ class TextEncoder:
             offsets=a.offsets + b.offsets,
             word_ids=a.word_ids + b.word_ids,
             truncated=truncated,
+            texts=(text, text_pair),
         )
