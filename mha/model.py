@@ -75,11 +75,10 @@ class Transformer(nn.Module):
     def _rotary(
         self, position_ids: torch.Tensor, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """cos and sin (B|1, T, rotary dim) for every layer, or None without rotary positions."""
+        """cos and sin (1, T, rotary dim) for every layer and row, or None without rotary positions: a
+        batch is right-padded, so every row's positions are 0..T-1, those of its first."""
         rope = self.config.rope
-        if rope is None:
-            return None
-        return rope.cos_sin(position_ids[:1] if position_ids.shape[0] > 1 else position_ids, dtype=dtype)
+        return None if rope is None else rope.cos_sin(position_ids[:1], dtype=dtype)
 
     def forward(
         self,

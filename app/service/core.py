@@ -201,7 +201,7 @@ class AttentionService:
         hit = self.cache.get(key)
         if hit is not None:
             return hit  # type: ignore[no-any-return]
-        view_of = partial(self._view, *source, words=request.words)
+        view_of = partial(self._view, source, words=request.words)
         slot = None
         if _chars(request.text, request.text_pair) > BATCH_CHARS:
             slot = await self._stream_slot()
@@ -236,7 +236,7 @@ class AttentionService:
         return await self._gunzipped_unless(gzipped, body)
 
     async def head(self, request: HeadRequest) -> bytes:
-        view = await self._view(*self._input(request), words=request.words)
+        view = await self._view(self._input(request), words=request.words)
         make_body = partial(bodies.head_body, view, request.layer, request.head)
         return await self._off_loop(bodies.encode_pieces, make_body)
 
@@ -295,7 +295,7 @@ class AttentionService:
         )
 
     async def _compare_views(self, sources: tuple[Input, Input], words: bool) -> tuple[Computed, Computed]:
-        view_a, view_b = await asyncio.gather(*(self._view(*source, words=words) for source in sources))
+        view_a, view_b = await asyncio.gather(*(self._view(source, words=words) for source in sources))
         shape_a, shape_b = (view_a.layers, view_a.heads), (view_b.layers, view_b.heads)
         if shape_a != shape_b:
             raise InvalidInputError(
@@ -337,26 +337,23 @@ class AttentionService:
         source = self._input(request)
 
         async def compute(abandoned: threading.Event) -> bytes:
-            view = await self._view(*source, words=request.words)
+            view = await self._view(source, words=request.words)
             return await self._off_loop(encode, view, abandoned)
 
         return await self._cached(cache_key(kind, source, extra=(request.words,)), compute)
 
-    async def _view(
-        self, name: str, text: str, pair: str | None, new_tokens: int, chat: bool, *, words: bool
-    ) -> Computed:
+    async def _view(self, source: Input, *, words: bool) -> Computed:
         """The token-level result, or (words) its word-level merge, cached apart in the same LRU."""
-        computed = await self._computed(name, text, pair, new_tokens, chat)
+        computed = await self._computed(source)
         if not words:
             return computed
         return await self._cached(
-            cache_key("words", (name, text, pair, new_tokens, chat)),
-            lambda _abandoned: self._off_loop(merge_words, computed),
+            cache_key("words", source), lambda _abandoned: self._off_loop(merge_words, computed)
         )
 
-    async def _computed(
-        self, name: str, text: str, pair: str | None, new_tokens: int, chat: bool
-    ) -> Computed:
+    async def _computed(self, source: Input) -> Computed:
+        name, text, pair, new_tokens, chat = source
+
         async def forward(abandoned: threading.Event) -> Computed:
             try:
                 future = self._batchers[name].submit(
@@ -371,7 +368,7 @@ class AttentionService:
             self._trimmer.answered(computed.nbytes)
             return computed
 
-        return await self._cached(cache_key("result", (name, text, pair, new_tokens, chat)), forward)
+        return await self._cached(cache_key("result", source), forward)
 
     # -- off the loop ----------------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ def served(client: TestClient, text: str, pair: str | None = None, *, words: boo
     against mha.analysis on the very same tensor: equal up to the answer's own rounding. That the service's
     attention equals mha's own forward is tests/app/test_api.py's concern."""
     service = client.app.state.service  # type: ignore[attr-defined]
-    return asyncio.run(service._view(MODEL, text, pair, 0, False, words=words))
+    return asyncio.run(service._view((MODEL, text, pair, 0, False), words=words))
 
 
 def js_atol(m: int) -> float:
