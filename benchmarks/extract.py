@@ -84,20 +84,14 @@ def load_llama(which: str, directory: str):
     from transformers import AutoConfig, LlamaModel
 
     from mha import checkpoint
-    from mha.convert import convert_state_dict, for_model_type
-    from mha.model import Transformer
+    from mha.convert import for_model_type
+    from mha.pretrained import build_network
 
     if which == "ours":
+        # No tokenizer: the ids are random, so the network alone, loaded as load_pretrained loads it.
         converter = for_model_type("llama")
         config = converter.config_from_hf(AutoConfig.from_pretrained(directory))
-        files = checkpoint.weight_files(Path(directory))
-        weights = convert_state_dict(
-            checkpoint.load_weights(files), converter.key_map(config), config, family="llama"
-        )
-        with torch.device("meta"):
-            network = Transformer(config)
-        network.load_state_dict(weights, strict=True, assign=True)
-        network.eval()
+        network = build_network(config, converter, checkpoint.weight_files(Path(directory)))
 
         def run_ours(ids: torch.Tensor):
             with torch.no_grad():

@@ -18,7 +18,7 @@ import torch
 
 from mha import checkpoint, continuation
 from mha.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint, default_model_path, resolve_device
-from mha.convert import convert_state_dict
+from mha.convert import Converter, convert_state_dict
 from mha.errors import MaxTokensError, NotCausalError
 from mha.model import Transformer, TransformerConfig
 from mha.result import AttentionResult, ModelInfo
@@ -29,6 +29,7 @@ __all__ = [
     "AttentionModel",
     "AttentionResult",
     "ModelInfo",
+    "build_network",
     "check_checkpoint",
     "default_model_path",
     "load_pretrained",
@@ -209,14 +210,7 @@ def load_pretrained(
     hf_config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
     config = converter.config_from_hf(hf_config)
     tokenizer = checkpoint.load_tokenizer(directory, config.vocab_size)  # before the weights: fails cheaply
-    weights = convert_state_dict(
-        checkpoint.load_weights(weight_files), converter.key_map(config), config, family=converter.family
-    )
-    with torch.device("meta"):
-        network = Transformer(config)
-    # assign=True adopts the checkpoint's tensors instead of copying into freshly initialised ones.
-    network.load_state_dict(weights, strict=True, assign=True)
-    network = network.to(device=torch_device, dtype=torch_dtype)
+    network = build_network(config, converter, weight_files).to(device=torch_device, dtype=torch_dtype)
     info = ModelInfo.of(config, name=name, family=converter.family, device=torch_device, dtype=torch_dtype)
     info = replace(info, chat_template=bool(getattr(tokenizer, "chat_template", None)))
     logger.info("loaded %s (%s) from %s on %s", name, converter.family, directory, torch_device)
@@ -233,6 +227,19 @@ def load_pretrained(
         lm_head=lm_head,
         eos_ids=[] if eos is None else [eos] if isinstance(eos, int) else list(eos),
     )
+
+
+def build_network(config: TransformerConfig, converter: Converter, weight_files: list[Path]) -> Transformer:
+    """Our network for `config` holding the checkpoint's weights, converted (every key problem reported
+    at once, mha.convert) and adopted as they are, on the CPU in the checkpoint's dtype."""
+    weights = convert_state_dict(
+        checkpoint.load_weights(weight_files), converter.key_map(config), config, family=converter.family
+    )
+    with torch.device("meta"):
+        network = Transformer(config)
+    # assign=True adopts the checkpoint's tensors instead of copying into freshly initialised ones.
+    network.load_state_dict(weights, strict=True, assign=True)
+    return network.eval()
 
 
 def _lm_head_weight(network: Transformer, files: list[Path], tied: bool, name: str) -> torch.Tensor:
