@@ -17,7 +17,9 @@ import torch
 import torch.nn.functional as F
 
 __all__ = [
+    "attention_scores",
     "attention_weights",
+    "band_keep",
     "build_keep_mask",
     "empty_rows",
     "masked_softmax",
@@ -101,19 +103,34 @@ def build_keep_mask(
     if valid_lens is not None:
         lens = valid_lens_mask(valid_lens.to(device), batch=batch, tgt_len=tgt_len, src_len=src_len)
         keep = lens if keep is None else keep & lens
-    if causal:
-        # Top-left aligned like torch's is_causal: query i sees keys 0..i.
-        tri = (
-            torch.ones(tgt_len, src_len, dtype=torch.bool, device=device).tril_().view(1, 1, tgt_len, src_len)
-        )
-        keep = tri if keep is None else keep & tri
+    band = band_keep((0, tgt_len), (0, src_len), causal=causal, window=window, device=device)
+    if band is not None:
+        band = band.view(1, 1, tgt_len, src_len)
+        keep = band if keep is None else keep & band
+    return keep
+
+
+def band_keep(
+    rows: tuple[int, int],
+    cols: tuple[int, int],
+    *,
+    causal: bool,
+    window: int | None = None,
+    device: torch.device | str = "cpu",
+) -> torch.Tensor | None:
+    """(q1 - q0, k1 - k0) bool keep-mask of one sequence's query rows q0..q1-1 against its keys k0..k1-1:
+    with `causal` key j <= query i (top-left aligned, as torch's is_causal); with `window` W also
+    j > i - W (the W latest keys, itself included, as transformers' sliding_window_overlay). Any block of
+    the full mask is built alone, so long inputs never hold all T x S of it. None when nothing is masked."""
+    if window is not None and window < 1:
+        raise ValueError(f"window ({window}) must be at least 1")
+    if not causal and window is None:
+        return None
+    i = torch.arange(*rows, device=device).view(-1, 1)
+    j = torch.arange(*cols, device=device).view(1, -1)
+    keep = j <= i if causal else None
     if window is not None:
-        if window < 1:
-            raise ValueError(f"window ({window}) must be at least 1")
-        rows = torch.arange(tgt_len, device=device).view(tgt_len, 1)
-        recent = (torch.arange(src_len, device=device).view(1, src_len) > rows - window).view(
-            1, 1, tgt_len, src_len
-        )
+        recent = j > i - window
         keep = recent if keep is None else keep & recent
     return keep
 
@@ -148,6 +165,21 @@ def attention_weights(
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
     if not grad and softcap is None and keep is not None and keep.shape[:-2].numel() == 1:
         return _biased_weights(q, k, keep, scale=scale, out=out)
+    scores = attention_scores(q, k, scale=scale, softcap=softcap, out=None if grad else out)
+    return masked_softmax(scores, keep, out=None if grad else out)
+
+
+def attention_scores(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    *,
+    scale: float,
+    softcap: float | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The logits softmax reads, q k^T * scale, soft-capped: (..., T, S), unmasked. Written into `out` if
+    given (no autograd). `attention_weights` and a trace's windows (mha.trace) both start here."""
+    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
     if q.ndim == 3 and not grad:
         # One sequence, (H, T, D): the scale rides on the matmul (BLAS alpha), written straight into `out`.
         scores = q.new_empty(q.shape[0], q.shape[1], k.shape[1]) if out is None else out
@@ -158,7 +190,7 @@ def attention_weights(
     if softcap is not None:
         # tanh's backward reads its output, so autograd needs the out-of-place form.
         scores = (scores / softcap).tanh() * softcap if grad else scores.div_(softcap).tanh_().mul_(softcap)
-    return masked_softmax(scores, keep, out=None if grad else out)
+    return scores
 
 
 def _biased_weights(

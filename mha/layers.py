@@ -129,15 +129,23 @@ class Block(nn.Module):
         rotary: Rotary | None = None,
         need_weights: bool,
         weights_out: torch.Tensor | None,
+        attention: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`attention`, if given, stands in for self.attn on the sub-layer's input and returns its output
+        (B, T, E), no weights: how mha.trace runs a long input's attention in row blocks through the
+        same residual and norm wiring."""
+
+        def attend(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+            if attention is not None:
+                return attention(h), None
+            return self.attn(h, keep=keep, rotary=rotary, need_weights=need_weights, weights_out=weights_out)
+
         if not self.pre_norm:
-            attn, weights = self.attn(x, keep=keep, need_weights=need_weights, weights_out=weights_out)
+            attn, weights = attend(x)
             x = self.attn_norm(x + self.dropout(attn))
             x = self.ffn_norm(x + self.dropout(self.ffn(x)))
             return x, weights
-        attn, weights = self.attn(
-            self.attn_norm(x), keep=keep, rotary=rotary, need_weights=need_weights, weights_out=weights_out
-        )
+        attn, weights = attend(self.attn_norm(x))
         if self.attn_post_norm is not None:
             attn = self.attn_post_norm(attn)
         x = x + self.dropout(attn)

@@ -72,7 +72,7 @@ class Transformer(nn.Module):
             device=input_ids.device,
         )
 
-    def _rotary(
+    def rotary(
         self, position_ids: torch.Tensor, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """cos and sin (1, T, rotary dim) for every layer and row, or None without rotary positions: a
@@ -114,7 +114,7 @@ class Transformer(nn.Module):
         window_keep = (
             self._keep_mask(input_ids, attention_mask, window=cfg.sliding_window) if windowed else None
         )
-        rotary = self._rotary(position_ids, x.dtype)
+        rotary = self.rotary(position_ids, x.dtype)
 
         buffer = None
         if need_weights and not torch.is_grad_enabled():

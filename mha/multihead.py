@@ -152,7 +152,7 @@ class MultiHeadAttention(nn.Module):
         if need_weights and rotary is None and self._single_sequence(query, self_attention):
             return self._single_self_attention(query, keep, weights_out)
 
-        q, k, v = self._heads(query, key, value, self_attention, rotary)
+        q, k, v = self.heads(query, key, value, self_attention, rotary)
         if self.num_kv_heads != self.num_heads:
             out, weights = self._grouped(q, k, v, keep, need_weights=need_weights, weights_out=weights_out)
         else:
@@ -171,7 +171,7 @@ class MultiHeadAttention(nn.Module):
         out = out.transpose(1, 2).reshape(query.shape[0], query.shape[1], self.widths[0])  # (B, T, H·D)
         return self.out_proj(out), weights
 
-    def _heads(
+    def heads(
         self,
         query: torch.Tensor,
         key: torch.Tensor,
@@ -251,7 +251,7 @@ class MultiHeadAttention(nn.Module):
             return self._single_weights(x, keep, weights_out, with_values=False)[1].unsqueeze(0)
         if not (self.training and self.dropout > 0) and not torch.is_grad_enabled():
             # No value path: q and k alone (the value projection of a fused layer is computed and dropped).
-            q, k, _ = self._heads(x, x, x, True, rotary)
+            q, k, _ = self.heads(x, x, x, True, rotary)
             return self._weights(q, k, keep, weights_out)
         weights = self(x, keep=keep, rotary=rotary, need_weights=True, weights_out=weights_out)[1]
         assert weights is not None  # need_weights=True always gives weights

@@ -23,6 +23,7 @@ from mha.errors import MaxTokensError, NotCausalError
 from mha.model import Transformer, TransformerConfig
 from mha.result import AttentionResult, ModelInfo
 from mha.tokenize import TextEncoder
+from mha.trace import Trace
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
@@ -122,6 +123,23 @@ class AttentionModel:
         return self.attend_batch(
             [(text, text_pair)], max_tokens=max_tokens, hidden_state=hidden_state, chat=chat, cancel=cancel
         )[0]
+
+    def trace(
+        self,
+        text: str,
+        text_pair: str | None = None,
+        *,
+        max_tokens: int | None = None,
+        overview_size: int | None = 128,
+        chat: bool = False,
+        cancel: Callable[[], bool] | None = None,
+    ) -> Trace:
+        """One forward of a long input that keeps what any window of any head needs (mha.trace), never
+        every head's [n, n]; the overview at `overview_size` is pooled on the way (None: none)."""
+        limit = self._max_tokens(max_tokens)
+        encoded = self.encoder.encode_batch([(text, text_pair)], limit, chat=chat)[0]
+        tokens = self.tokenizer.convert_ids_to_tokens(encoded.ids)
+        return Trace.of(self.network, encoded, tokens, self.info, overview_size=overview_size, cancel=cancel)
 
     def lm_head(self) -> torch.Tensor:
         """The LM head's weight [V, E] on the model's device, read once; NotCausalError for an encoder."""

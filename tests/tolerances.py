@@ -58,3 +58,11 @@ def quant8(*, heads: int = 1) -> float:
     2u from the encoder's float32 a·(255/scale) (two roundings move the rounding point by 2u·255 steps, so
     2u·scale <= 2u in value); and the decoder's float32 store, one rounding per head summed (u each, <= 1)."""
     return QUANT8 + 2 * U32 + heads * U32
+
+
+def recomputed_weight(dim: int, max_score: float) -> float:
+    """|w - w'| between a weight recomputed as exp(s - lse) (mha.trace) and the softmax of another forward:
+    each score is a dim-term dot product, moved by up to dim·u·max_score in another GEMM kernel (Higham's
+    gamma_dim; |s| <= scale·|q|·|k| by Cauchy-Schwarz gives max_score), and w = exp(s - lse) moves by
+    w·(Δs + Δlse) <= 2·dim·u·max_score; on top, the FORWARD reordering of the layers below."""
+    return FORWARD + 2 * dim * U32 * max_score

@@ -1,0 +1,381 @@
+"""Attention of long inputs without ever holding [L, H, n, n].
+
+One forward, in row blocks, keeps per layer only what any window of any head needs to be recomputed
+exactly: the post-rotary (post q/k-norm) q and k of every head, and each query row's log-sum-exp of its
+masked scores. Weight (i, j) is then exp(score(i, j) - lse(i)), the identity FlashAttention is built on,
+so a window, a row or a pooled overview costs only its own cells: memory per trace is O(L·(H + H_kv)·n·D),
+never O(L·H·n²). At 8,192 tokens on a SmolLM2-135M shape that is 0.75 GB, against the 72 GB of every
+head's full matrix.
+
+    trace = model.trace(text)                    # mha.pretrained.AttentionModel.trace
+    trace.overview(size=128, reduce="max")       # Pooled: values [L, H, s, s], s = min(size, n)
+    trace.window(layer, head, rows=(q0, q1), cols=(k0, k1), max_cells=512, reduce="max")
+    trace.row(layer, head, q)                    # [n], one query's exact weights
+
+Pooling is declared: "max" keeps a single sharp spike visible, "mean" keeps mass (a block's mean over
+all its cells, masked ones counting as zero). Block edges are deterministic, `edges(lo, hi, cells)`, and
+travel with every pooled result so a page can label its axes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal, cast
+
+import torch
+
+from mha.attention import attention_scores, band_keep
+from mha.errors import Cancelled
+from mha.layers import Block
+from mha.model import Transformer
+from mha.multihead import MultiHeadAttention
+from mha.result import ModelInfo
+from mha.tokenize import Encoded
+
+__all__ = ["REDUCTIONS", "ROW_BLOCK", "LayerTrace", "Pooled", "Trace", "edges", "trace_forward"]
+
+Reduce = Literal["max", "mean"]
+REDUCTIONS: tuple[Reduce, ...] = ("max", "mean")
+# Query rows whose scores are alive at once: H·ROW_BLOCK·n floats (36 MiB for 9 heads at n = 8,192).
+ROW_BLOCK = 128
+
+
+def edges(lo: int, hi: int, cells: int) -> torch.Tensor:
+    """cells + 1 token boundaries splitting lo..hi-1 into `cells` blocks whose sizes differ by at most one:
+    block c covers tokens edges[c] .. edges[c + 1] - 1. cells = hi - lo gives one token per block."""
+    if not 1 <= cells <= hi - lo:
+        raise ValueError(f"cannot split {hi - lo} tokens into {cells} blocks")
+    return lo + torch.arange(cells + 1) * (hi - lo) // cells
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """Weights pooled into blocks: values [..., rows, cols] float32 on the CPU; block r covers query tokens
+    row_edges[r] .. row_edges[r + 1] - 1, block c key tokens col_edges[c] .. col_edges[c + 1] - 1."""
+
+    values: torch.Tensor
+    row_edges: list[int]
+    col_edges: list[int]
+    reduce: Reduce
+
+    @property
+    def exact(self) -> bool:
+        """One token per block on both axes: the values are the weights themselves."""
+        return self.values.shape[-2] == self.row_edges[-1] - self.row_edges[0] and (
+            self.values.shape[-1] == self.col_edges[-1] - self.col_edges[0]
+        )
+
+    @property
+    def factor(self) -> tuple[int, int]:
+        """The largest block's (rows, cols) in tokens: "pooled x k" on each axis."""
+        rows, cols = torch.tensor(self.row_edges).diff(), torch.tensor(self.col_edges).diff()
+        return int(rows.max()), int(cols.max())
+
+
+class _Pool:
+    """Accumulates blocks of weights [h, r, c] into [h, R, C] pooled cells by `reduce`."""
+
+    def __init__(self, heads: int, row_edges: torch.Tensor, col_edges: torch.Tensor, reduce: Reduce) -> None:
+        self.reduce = reduce
+        self.row_edges, self.col_edges = row_edges, col_edges
+        rows, cols = len(row_edges) - 1, len(col_edges) - 1
+        # Weights are >= 0, so 0 is max's identity as well as sum's.
+        self.acc = torch.zeros(heads, rows, cols, dtype=torch.float32)
+
+    def _bins(self, boundaries: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+        return torch.bucketize(torch.arange(lo, hi), boundaries[1:], right=True)
+
+    def add(self, weights: torch.Tensor, rows: tuple[int, int], cols: tuple[int, int]) -> None:
+        """weights [h, r, c] of query rows rows[0]..rows[1]-1 against keys cols[0]..cols[1]-1."""
+        w = weights.to(device="cpu", dtype=torch.float32)
+        heads, r, c = w.shape
+        how = "amax" if self.reduce == "max" else "sum"
+        col_bins = self._bins(self.col_edges, *cols)
+        by_col = torch.zeros(heads, r, self.acc.shape[2]).scatter_reduce_(
+            2, col_bins.expand(heads, r, c), w, how
+        )
+        row_bins = self._bins(self.row_edges, *rows).view(1, r, 1)
+        self.acc.scatter_reduce_(1, row_bins.expand(heads, r, self.acc.shape[2]), by_col, how)
+
+    def result(self) -> Pooled:
+        values = self.acc
+        if self.reduce == "mean":
+            area = self.row_edges.diff().view(-1, 1) * self.col_edges.diff().view(1, -1)
+            values = values / area
+        return Pooled(values, self.row_edges.tolist(), self.col_edges.tolist(), self.reduce)
+
+
+@dataclass
+class LayerTrace:
+    """What one layer keeps: q [H, n, D] and k [H_kv, n, D] as its scores read them (q/k-normed, rotated),
+    each query row's log-sum-exp [H, n] of its masked scores, and the sliding window it attends in."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    lse: torch.Tensor
+    window: int | None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.q, self.k, self.lse))
+
+
+@dataclass
+class Trace:
+    """One input's forward, kept so any window of any head can be recomputed exactly (module docstring)."""
+
+    encoded: Encoded
+    tokens: list[str]
+    info: ModelInfo
+    layers: list[LayerTrace]
+    scale: float
+    softcap: float | None
+    causal: bool
+    first_overview: Pooled | None = field(default=None, repr=False)  # computed during the forward
+
+    @classmethod
+    def of(
+        cls,
+        network: Transformer,
+        encoded: Encoded,
+        tokens: list[str],
+        info: ModelInfo,
+        *,
+        overview_size: int | None = 128,
+        cancel: Callable[[], bool] | None = None,
+    ) -> Trace:
+        """Trace `encoded` (one text or pair, as the model is fed it) through `network`."""
+        device = next(network.parameters()).device
+        ids = torch.tensor([encoded.ids], device=device)
+        typed = network.config.type_vocab_size > 0
+        segment_ids = torch.tensor([encoded.type_ids], device=device) if typed else None
+        layers, overview = trace_forward(
+            network, ids, segment_ids=segment_ids, overview_size=overview_size, cancel=cancel
+        )
+        attn = cast("Block", network.layers[0]).attn
+        return cls(encoded, tokens, info, layers, attn.scale, attn.softcap, network.config.causal, overview)
+
+    @property
+    def n(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the trace holds (tensors only): what a cache of traces budgets."""
+        held = sum(layer.nbytes for layer in self.layers)
+        return held + (0 if self.first_overview is None else self.first_overview.values.numel() * 4)
+
+    def _check(self, layer: int, head: int) -> LayerTrace:
+        if not 0 <= layer < len(self.layers):
+            raise IndexError(f"layer {layer} out of range: the model has {len(self.layers)} layers")
+        heads = self.layers[layer].q.shape[0]
+        if not 0 <= head < heads:
+            raise IndexError(f"head {head} out of range: the model has {heads} heads")
+        return self.layers[layer]
+
+    def _span(self, span: tuple[int, int] | None, what: str) -> tuple[int, int]:
+        lo, hi = (0, self.n) if span is None else (int(span[0]), int(span[1]))
+        if not 0 <= lo < hi <= self.n:
+            raise ValueError(f"{what} {lo}..{hi} is not a non-empty range within 0..{self.n}")
+        return lo, hi
+
+    def weights(
+        self, layer: int, heads: slice | int, rows: tuple[int, int], cols: tuple[int, int]
+    ) -> torch.Tensor:
+        """Exact weights [h, r, c] of `heads` (query heads) for query rows rows[0]..rows[1]-1 against keys
+        cols[0]..cols[1]-1, in the model's dtype on its device."""
+        kept = self.layers[layer]
+        picked = range(kept.q.shape[0])[heads] if isinstance(heads, slice) else range(heads, heads + 1)
+        group = kept.q.shape[0] // kept.k.shape[0]
+        q = kept.q[picked.start : picked.stop : picked.step, rows[0] : rows[1]]
+        k = kept.k[[h // group for h in picked], cols[0] : cols[1]]
+        lse = kept.lse[picked.start : picked.stop : picked.step, rows[0] : rows[1]]
+        return _weights_from_lse(q, k, lse, rows, cols, self, kept.window)
+
+    def row(self, layer: int, head: int, q: int) -> torch.Tensor:
+        """Float32 [n] on the CPU: query q's exact weights over every key."""
+        self._check(layer, head)
+        if not 0 <= q < self.n:
+            raise IndexError(f"query {q} out of range: the input has {self.n} tokens")
+        return self.weights(layer, head, (q, q + 1), (0, self.n))[0, 0].to("cpu", torch.float32)
+
+    def window(
+        self,
+        layer: int,
+        head: int,
+        rows: tuple[int, int] | None = None,
+        cols: tuple[int, int] | None = None,
+        *,
+        max_cells: int = 512,
+        reduce: Reduce = "max",
+    ) -> Pooled:
+        """Weights of query rows rows[0]..rows[1]-1 against keys cols[0]..cols[1]-1 (default: all): exact
+        (one token per cell) on each side no longer than max_cells, else block-pooled to max_cells."""
+        self._check(layer, head)
+        _check_reduce(reduce)
+        if max_cells < 1:
+            raise ValueError(f"max_cells ({max_cells}) must be at least 1")
+        rows, cols = self._span(rows, "rows"), self._span(cols, "cols")
+        row_edges = edges(*rows, min(max_cells, rows[1] - rows[0]))
+        col_edges = edges(*cols, min(max_cells, cols[1] - cols[0]))
+        pool = _Pool(1, row_edges, col_edges, reduce)
+        for start in range(rows[0], rows[1], ROW_BLOCK):
+            block = (start, min(start + ROW_BLOCK, rows[1]))
+            pool.add(self.weights(layer, head, block, cols), block, cols)
+        pooled = pool.result()
+        return Pooled(pooled.values[0], pooled.row_edges, pooled.col_edges, reduce)
+
+    def overview(self, size: int = 128, reduce: Reduce = "max") -> Pooled:
+        """Every head block-pooled: values [L, H, s, s], s = min(size, n)."""
+        _check_reduce(reduce)
+        if size < 1:
+            raise ValueError(f"size ({size}) must be at least 1")
+        cells = min(size, self.n)
+        first = self.first_overview
+        if first is not None and first.reduce == reduce and len(first.row_edges) == cells + 1:
+            return first
+        per_layer = []
+        for index, kept in enumerate(self.layers):
+            pool = _Pool(kept.q.shape[0], edges(0, self.n, cells), edges(0, self.n, cells), reduce)
+            for start in range(0, self.n, ROW_BLOCK):
+                block = (start, min(start + ROW_BLOCK, self.n))
+                cols = _key_span(block, self.causal, kept.window, self.n)
+                pool.add(self.weights(index, slice(None), block, cols), block, cols)
+            per_layer.append(pool.result())
+        return Pooled(
+            torch.stack([p.values for p in per_layer]), per_layer[0].row_edges, per_layer[0].col_edges, reduce
+        )
+
+
+def _check_reduce(reduce: str) -> None:
+    if reduce not in REDUCTIONS:
+        raise ValueError(f"reduce must be one of {', '.join(REDUCTIONS)}, got {reduce!r}")
+
+
+def _key_span(rows: tuple[int, int], causal: bool, window: int | None, n: int) -> tuple[int, int]:
+    """The keys any of these query rows can see: in a decoder none after the last row, and with a sliding
+    window none before the first row's window."""
+    lo = max(0, rows[0] - window + 1) if window is not None else 0
+    return lo, rows[1] if causal else n
+
+
+def _weights_from_lse(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    lse: torch.Tensor,
+    rows: tuple[int, int],
+    cols: tuple[int, int],
+    trace: Trace,
+    window: int | None,
+) -> torch.Tensor:
+    scores = attention_scores(q, k, scale=trace.scale, softcap=trace.softcap)
+    weights = scores.sub_(lse.unsqueeze(-1)).exp_()
+    keep = band_keep(rows, cols, causal=trace.causal, window=window, device=q.device)
+    return weights if keep is None else weights.masked_fill_(~keep, 0.0)
+
+
+class _Recorder:
+    """Runs one layer's self-attention in row blocks (Block's `attention` hook) and keeps its LayerTrace."""
+
+    def __init__(
+        self,
+        attn: MultiHeadAttention,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None,
+        causal: bool,
+        window: int | None,
+        pool: _Pool | None,
+        values: bool,
+    ) -> None:
+        self.attn, self.rotary, self.causal, self.window = attn, rotary, causal, window
+        self.pool, self.values = pool, values
+        self.kept: LayerTrace | None = None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        attn = self.attn
+        q, k, v = attn.heads(x, x, x, True, self.rotary)  # (1, H, n, D), (1, H_kv, n, D) x 2
+        q, k, v = q[0], k[0], v[0]
+        heads, n, dim = q.shape
+        kv_heads = k.shape[0]
+        group = heads // kv_heads
+        lse = q.new_empty(heads, n)
+        out = q.new_zeros(heads, n, v.shape[-1]) if self.values else None
+        for start in range(0, n, ROW_BLOCK):
+            rows = (start, min(start + ROW_BLOCK, n))
+            cols = _key_span(rows, self.causal, self.window, n)
+            # (H_kv, G, r, D) against (H_kv, 1, c, D): each key head serves its G query heads, never copied.
+            q5 = q[:, rows[0] : rows[1]].reshape(kv_heads, group, rows[1] - rows[0], dim)
+            scores = attention_scores(
+                q5, k[:, None, cols[0] : cols[1]], scale=attn.scale, softcap=attn.softcap
+            ).view(heads, rows[1] - rows[0], cols[1] - cols[0])
+            keep = band_keep(rows, cols, causal=self.causal, window=self.window, device=q.device)
+            if keep is not None:
+                scores.masked_fill_(~keep, float("-inf"))  # every row keeps its own token: no row is empty
+            row_lse = torch.logsumexp(scores, dim=-1)
+            lse[:, rows[0] : rows[1]] = row_lse
+            weights = scores.sub_(row_lse.unsqueeze(-1)).exp_()
+            if self.pool is not None:
+                self.pool.add(weights, rows, cols)
+            if out is not None:
+                mixed = torch.matmul(
+                    weights.view(kv_heads, group, rows[1] - rows[0], -1), v[:, None, cols[0] : cols[1]]
+                )
+                out[:, rows[0] : rows[1]] = mixed.view(heads, rows[1] - rows[0], -1)
+        self.kept = LayerTrace(q=q, k=k, lse=lse, window=self.window)
+        if out is None:
+            return x  # the last layer: nothing reads its output
+        return attn.out_proj(out.transpose(0, 1).reshape(1, n, heads * v.shape[-1]))
+
+
+def trace_forward(
+    network: Transformer,
+    input_ids: torch.Tensor,
+    *,
+    segment_ids: torch.Tensor | None = None,
+    overview_size: int | None = 128,
+    cancel: Callable[[], bool] | None = None,
+) -> tuple[list[LayerTrace], Pooled | None]:
+    """One sequence's forward (input_ids (1, n)) in row blocks: every layer's LayerTrace, and the max-pooled
+    overview of every head at `overview_size` (None: none), pooled from the weights as they pass."""
+    cfg = network.config
+    if input_ids.ndim != 2 or input_ids.shape[0] != 1:
+        raise ValueError(f"a trace is of one sequence: input_ids (1, n), got {tuple(input_ids.shape)}")
+    n = input_ids.shape[1]
+    if n > cfg.max_tokens:
+        raise ValueError(f"input length ({n}) exceeds the model's maximum ({cfg.max_tokens})")
+    position_ids = network.position_ids(input_ids)
+    windowed = set(cfg.window_layers)
+    layers: list[LayerTrace] = []
+    pools: list[_Pool] = []
+    with torch.no_grad():
+        x = network.embeddings(input_ids, position_ids, segment_ids)
+        rotary = network.rotary(position_ids, x.dtype)
+        last = len(network.layers) - 1
+        for i, layer in enumerate(cast("list[Block]", network.layers)):
+            if cancel is not None and cancel():
+                raise Cancelled(f"trace cancelled before layer {i} of {len(network.layers)}")
+            pool = None
+            if overview_size is not None:
+                cells = edges(0, n, min(overview_size, n))
+                pool = _Pool(cfg.num_heads, cells, cells, "max")
+                pools.append(pool)
+            recorder = _Recorder(
+                layer.attn,
+                rotary,
+                cfg.causal,
+                cfg.sliding_window if i in windowed else None,
+                pool,
+                values=i < last,
+            )
+            if i < last:
+                x = layer(x, None, rotary=rotary, need_weights=False, weights_out=None, attention=recorder)[0]
+            else:
+                # Only q and k matter in the last layer: its value path and feed-forward feed nothing.
+                recorder(layer.attn_norm(x) if layer.pre_norm else x)
+            assert recorder.kept is not None
+            layers.append(recorder.kept)
+    if not pools:
+        return layers, None
+    results = [p.result() for p in pools]
+    stacked = torch.stack([r.values for r in results])
+    return layers, Pooled(stacked, results[0].row_edges, results[0].col_edges, "max")

@@ -1,0 +1,194 @@
+"""A trace (mha.trace) gives attend's weights, window by window, without ever holding an [n, n] matrix.
+
+Every family's tiny checkpoint, with the row block shrunk to 8 so that a 60-token text runs through many
+blocks, sliding windows straddling their edges, against `attend` (proven equal to transformers' eager
+attention by test_fidelity.py). Pooled results are checked against pooling attend's matrices in plain
+Python loops over the same block edges.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from checkpoints import FAMILIES
+from tolerances import recomputed_weight
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from mha import AttentionModel, load_pretrained
+from mha import trace as trace_module
+from mha.trace import Trace, edges
+
+# ~60 tokens for every tokenizer here: longer than the sliding window (6) and than several row blocks.
+TEXT = (
+    "The animal didn't cross the street because it was too tired. Attention heads look at tokens; some "
+    "look at the previous token, some at punctuation, and some at the first token of all."
+)
+PAIR = "It was happy there, said the dog."
+ROW_BLOCK = 8
+
+
+@pytest.fixture(autouse=True)
+def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trace_module, "ROW_BLOCK", ROW_BLOCK)
+
+
+@pytest.fixture(scope="module")
+def models(tiny_checkpoints: dict[str, Path]) -> dict[str, AttentionModel]:
+    return {family: load_pretrained(tiny_checkpoints[family], device="cpu") for family in FAMILIES}
+
+
+def pool_reference(matrix: torch.Tensor, rows: list[int], cols: list[int], reduce: str) -> torch.Tensor:
+    """[..., R, C] pooled from [..., n, n] by the block edges, one block at a time."""
+    out = torch.zeros(*matrix.shape[:-2], len(rows) - 1, len(cols) - 1)
+    for r in range(len(rows) - 1):
+        for c in range(len(cols) - 1):
+            block = matrix[..., rows[r] : rows[r + 1], cols[c] : cols[c + 1]]
+            out[..., r, c] = block.amax(dim=(-2, -1)) if reduce == "max" else block.mean(dim=(-2, -1))
+    return out
+
+
+def tolerance(trace: Trace, layers: range | int) -> float:
+    """The trace recomputes each weight as exp(s - lse), in another kernel than attend's softmax: bounded
+    by the largest score those layers can produce (tests/tolerances.py recomputed_weight)."""
+    kept = [trace.layers[i] for i in (range(layers, layers + 1) if isinstance(layers, int) else layers)]
+    max_score = max(float(k.q.norm(dim=-1).amax() * k.k.norm(dim=-1).amax()) * trace.scale for k in kept)
+    return recomputed_weight(kept[0].q.shape[-1], max_score)
+
+
+def check(got: torch.Tensor, want: torch.Tensor, tol: float) -> None:
+    assert got.shape == want.shape
+    assert (got - want).abs().max().item() <= tol
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_windows_and_rows_equal_attend(models: dict[str, AttentionModel], family: str) -> None:
+    model = models[family]
+    want = model.attend(TEXT, hidden_state=False)
+    trace = model.trace(TEXT)
+    assert trace.tokens == want.tokens and trace.n == want.n > 4 * ROW_BLOCK
+    for layer in range(model.info.layers):
+        for head in range(model.info.heads):
+            window = trace.window(layer, head)
+            assert window.exact and window.factor == (1, 1)
+            check(window.values, want.attentions[layer, head], tolerance(trace, layer))
+            for q in (0, trace.n // 2, trace.n - 1):
+                check(trace.row(layer, head, q), want.attentions[layer, head, q], tolerance(trace, layer))
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_a_pair_traces_like_attend(models: dict[str, AttentionModel], family: str) -> None:
+    want = models[family].attend(TEXT, PAIR, hidden_state=False)
+    trace = models[family].trace(TEXT, PAIR)
+    assert trace.encoded.segments == want.segments
+    for layer in range(models[family].info.layers):
+        check(trace.window(layer, 1).values, want.attentions[layer, 1], tolerance(trace, layer))
+
+
+@pytest.mark.parametrize("family", ["gpt2", "mistral", "gemma2", "bert"])
+@pytest.mark.parametrize("reduce", ["max", "mean"])
+def test_pooled_results_equal_pooling_the_full_matrices(
+    models: dict[str, AttentionModel], family: str, reduce: str
+) -> None:
+    model = models[family]
+    full = model.attend(TEXT, hidden_state=False).attentions
+    trace = model.trace(TEXT, overview_size=None)
+    n = trace.n
+    overview = trace.overview(size=7, reduce=reduce)
+    assert overview.values.shape == (model.info.layers, model.info.heads, 7, 7) and not overview.exact
+    # A max or a mean of values each within the bound is within it too.
+    every = tolerance(trace, range(model.info.layers))
+    check(overview.values, pool_reference(full, overview.row_edges, overview.col_edges, reduce), every)
+    # A window that is pooled on one side and exact on the other.
+    window = trace.window(2 % model.info.layers, 1, rows=(3, n - 2), cols=(5, 12), max_cells=9, reduce=reduce)
+    assert window.row_edges == edges(3, n - 2, 9).tolist() and window.col_edges == list(range(5, 13))
+    sub = full[2 % model.info.layers, 1]
+    check(window.values, pool_reference(sub, window.row_edges, window.col_edges, reduce), every)
+
+
+def test_the_overview_pooled_in_the_forward_is_reused(models: dict[str, AttentionModel]) -> None:
+    model = models["qwen2"]
+    first = model.trace(TEXT, overview_size=16)
+    again = model.trace(TEXT, overview_size=None).overview(size=16)
+    assert first.first_overview is not None and first.overview(size=16) is first.first_overview
+    check(first.first_overview.values, again.values, tolerance(first, range(model.info.layers)))
+
+
+def test_a_short_input_overview_is_exact(models: dict[str, AttentionModel]) -> None:
+    model = models["llama"]
+    want = model.attend("Hi there.", hidden_state=False).attentions
+    trace = model.trace("Hi there.")
+    overview = trace.overview(size=128)
+    assert overview.exact
+    check(overview.values, want, tolerance(trace, range(model.info.layers)))
+
+
+def test_the_longest_input_traces_like_attend(models: dict[str, AttentionModel]) -> None:
+    model = models["mistral"]  # every layer windowed
+    long = " ".join([TEXT] * 4)
+    want = model.attend(long, hidden_state=False)
+    trace = model.trace(long)
+    assert want.truncated and trace.n == want.n == model.info.max_tokens
+    for layer in range(model.info.layers):
+        check(trace.window(layer, 3).values, want.attentions[layer, 3], tolerance(trace, layer))
+
+
+class _Shapes(TorchDispatchMode):
+    """Every shape an operator returns while active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shapes: list[tuple[int, ...]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, tuple | list) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.shapes.append(tuple(t.shape))
+        return out
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "bert"])
+def test_no_square_matrix_is_ever_held(models: dict[str, AttentionModel], family: str) -> None:
+    model = models[family]
+    text = TEXT[:100]  # under every model's limit, so n is none of the layer widths (32, 64, 96)
+    n = len(model.encoder.encode_batch([(text, None)], model.info.max_tokens)[0].ids)
+    cfg = model.config
+    assert n not in (cfg.embed_dim, cfg.ffn_dim, 2 * cfg.ffn_dim) and n > 3 * ROW_BLOCK
+    with _Shapes() as seen:
+        trace = model.trace(text, overview_size=16)
+        trace.window(1, 2, max_cells=16)
+        trace.row(1, 2, n - 1)
+    assert seen.shapes and trace.n == n
+    assert not [s for s in seen.shapes if s[-2:] == (n, n)]
+    # Nothing grows as n²: the largest tensor is one row block's scores [H, block, n], a per-token
+    # activation [n, width] (the widest: the gated feed-forward's gate and up, 2F) or a weight's view.
+    width = max(2 * cfg.ffn_dim, cfg.embed_dim, 3 * cfg.num_heads * (cfg.head_dim or 0))
+    weight = max(p.numel() for p in model.network.parameters())
+    largest = max(torch.Size(s).numel() for s in seen.shapes)
+    assert largest <= max(cfg.num_heads * ROW_BLOCK * n, n * width, weight)
+
+
+def test_bad_requests_name_what_is_wrong(models: dict[str, AttentionModel]) -> None:
+    trace: Trace = models["llama"].trace("A short text.")
+    with pytest.raises(IndexError, match="layer 3"):
+        trace.window(3, 0)
+    with pytest.raises(IndexError, match="head 4"):
+        trace.row(0, 4, 0)
+    with pytest.raises(IndexError, match="query"):
+        trace.row(0, 0, trace.n)
+    with pytest.raises(ValueError, match="rows 2..1"):
+        trace.window(0, 0, rows=(2, 1))
+    with pytest.raises(ValueError, match="cols"):
+        trace.window(0, 0, cols=(0, trace.n + 1))
+    with pytest.raises(ValueError, match="reduce"):
+        trace.overview(reduce="sum")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("lo", "hi", "cells"), [(0, 10, 3), (5, 12, 7), (0, 8192, 128), (3, 1000, 511)])
+def test_edges_cover_the_span_in_nearly_equal_blocks(lo: int, hi: int, cells: int) -> None:
+    e = edges(lo, hi, cells)
+    sizes = e.diff()
+    assert e[0] == lo and e[-1] == hi and len(e) == cells + 1
+    assert int(sizes.min()) >= 1 and int(sizes.max()) - int(sizes.min()) <= 1
