@@ -68,6 +68,7 @@ export class Detail {
             isAggregate(head) || attention.n > AUTO_EXACT_MAX_N ? "" : "; exact values on the way"
           }.`,
     ];
+    if (overlay) notes.shift(); // the selected head's precision: the lines note says that of every head
     if (attention.truncated) notes.push(`Input truncated to ${attention.n} tokens (the model's maximum).`);
     if (attention.causal) notes.push("Hatched cells are masked: a causal model cannot look ahead.");
     if (hideFirst) notes.push("First token hidden (grey): each row renormalised over the rest.");

@@ -49,7 +49,7 @@ export const PAIR_FILTERS = Object.freeze({
 
 /** Predicate (i, j) for the filter `name` over `segments` (0/1 per token); unknown names keep every line. */
 export function pairFilter(name, segments) {
-  const filter = PAIR_FILTERS[name] ?? PAIR_FILTERS.all;
+  const filter = Object.hasOwn(PAIR_FILTERS, name) ? PAIR_FILTERS[name] : PAIR_FILTERS.all; // never __proto__
   if (filter.from === null) return () => true;
   const seg = (k) => (segments?.[k] === 1 ? 1 : 0);
   return (i, j) => seg(i) === filter.from && seg(j) === filter.to;
