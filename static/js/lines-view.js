@@ -71,7 +71,6 @@ export class LinesView {
         $("linesReadout").textContent = text;
       },
     });
-    $("linesReadout").textContent = "";
     const view = $("tokenView");
     Object.assign(view.dataset, { lines: String(drawn), threshold: String(threshold), exact: String(spec.exact) });
     view.dataset.mode = all ? "layer" : "head";

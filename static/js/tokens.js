@@ -108,6 +108,7 @@ export function renderTokenView(container, spec) {
     onRead(pin ? summary(pin) : "");
   };
   isolate(pin);
+  onRead(pin ? summary(pin) : ""); // a redraw (another head, a swatch) keeps a pinned token and says what it shows
 
   columns.addEventListener("mouseover", (event) => {
     const text = event.target.closest("text");
