@@ -134,7 +134,9 @@ def read(page: Any) -> tuple[int, int, str, str, float]:
     return int(layer), int(head), query, key, float(value)
 
 
-def test_line_values_read_the_api_on_hover_and_keys(desktop: PageSession, grouped_model: str) -> None:
+def test_line_values_read_the_api_on_hover_and_keys(
+    desktop: PageSession, grouped_model: str, artifacts: Path
+) -> None:
     page = desktop.open()
     text = "The cat sat on the mat because it was warm"
     desktop.run(text, model=grouped_model)
@@ -164,3 +166,4 @@ def test_line_values_read_the_api_on_hover_and_keys(desktop: PageSession, groupe
     layer, head, _, key, value = read(page)
     row = api["attention"][1][2][n - 1]
     assert abs(value - max(row)) <= READ_TOLERANCE
+    page.locator(".detail-panel").screenshot(path=artifacts / "lines-grouped-pinned.png")
