@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from tests.browser.conftest import PageSession
-from tests.browser.test_page import api_attention
+from tests.browser.test_page import api_attention, post
 
 A, B = "The animal didn't cross the street.", "It was too tired."
 # A line's readout: "L2 H3: 'it' → 'animal' ≈0.412" (≈: the page's 8-bit values).
@@ -52,7 +52,7 @@ def test_all_heads_draw_a_colour_each_and_swatches_toggle_them(desktop: PageSess
     heads = api_attention(desktop.base, A, B)["heads"]
     lines = all_heads(page)
     colours = {line["h"]: line["stroke"] for line in lines}
-    assert sorted(colours) == list(range(heads))  # every head has lines at this length
+    assert sorted(colours) == list(range(heads))  # a row's largest weight is >= 1/n > 0.01: every head draws
     assert len(set(colours.values())) == heads  # each its own colour
     assert all(colours[line["h"]] == line["stroke"] for line in lines)
     assert page.text_content("#detail-title") == "Head detail: layer 0, all heads"
@@ -94,6 +94,17 @@ def test_pair_filter_keeps_only_lines_from_a_to_b(desktop: PageSession) -> None:
         assert lines and sorted(map(str, lines)) == sorted(map(str, expected)), name
     page.select_option("#lines-pairs", "all")
     assert len(visible(page)) == len(everything)
+
+    # Words mode: the same overlay and filter over whole words (the API merges them).
+    page.select_option("#lines-pairs", "ab")
+    page.evaluate("document.body.dataset.state = 'idle'")
+    page.check("#words")
+    desktop.wait_ready()
+    words = post(desktop.base, "/api/attention", {"text": A, "text_pair": B, "words": True})
+    assert page.locator("#token-lines text.left").all_text_contents() == words["tokens"]
+    lines = visible(page)
+    assert lines and all(words["segments"][x["i"]] == 0 and words["segments"][x["j"]] == 1 for x in lines)
+    assert len({x["h"] for x in visible(page)}) > 1
 
 
 def test_a_tap_or_enter_isolates_a_token_and_escape_clears(desktop: PageSession) -> None:
