@@ -80,7 +80,8 @@ export class Detail {
     notes.push(
       view === "heatmap"
         ? "Drag to zoom, double-click to reset."
-        : "Hover or tap a token to isolate its lines (Escape or a second tap clears); hover or tap a line for its value.",
+        : "Hover or tap a token to isolate its lines (Escape or a second tap clears); " +
+          "hover or tap a line for its value.",
     );
     $("detailCaption").textContent = notes.join(" ");
 

@@ -97,7 +97,8 @@ export class LinesView {
   showControls(attention, { layer, head, all, pairs, segmented }) {
     $("linesOneLabel").textContent = typeof head === "number" ? `One head (L${layer} H${head})` : "The selected head";
     $("linesAllLabel").textContent = `All heads of layer ${layer}`;
-    for (const radio of $("linesMode").querySelectorAll("input")) radio.checked = radio.value === (all ? "layer" : "head");
+    const mode = all ? "layer" : "head";
+    for (const radio of $("linesMode").querySelectorAll("input")) radio.checked = radio.value === mode;
     $("linesPairsField").hidden = !segmented;
     $("linesPairs").value = pairs;
     const swatches = $("linesSwatches");

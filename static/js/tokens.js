@@ -79,7 +79,8 @@ export function renderTokenView(container, spec) {
   let pin = pinned && pinned.index < n ? pinned : null;
   let cursor = pin?.side === "left" ? pin.index : -1; // the query token the arrow keys are on
   let step = -1; // which of the pinned token's lines ←/→ is on
-  const textOf = ({ side, index }) => columns.querySelector(`text.${side}[data-${side === "left" ? "i" : "j"}="${index}"]`);
+  const textOf = ({ side, index }) =>
+    columns.querySelector(`text.${side}[data-${side === "left" ? "i" : "j"}="${index}"]`);
   const linesOf = ({ side, index }) =>
     side === "left" ? [...groups[index].children] : [...links.querySelectorAll(`line[data-j="${index}"]`)];
   const mark = (selector, nodes) => {
@@ -144,7 +145,7 @@ export function renderTokenView(container, spec) {
       setPin(pin ? null : { side: "left", index: cursor });
       mark(".cursor", [textOf({ side: "left", index: cursor })]);
     } else if ((key === "ArrowLeft" || key === "ArrowRight") && pin) {
-      const own = linesOf(pin).sort((a, b) => lines[b.dataset.k].w - lines[a.dataset.k].w);
+      const own = linesOf(pin).sort((a, b) => lines[Number(b.dataset.k)].w - lines[Number(a.dataset.k)].w);
       if (own.length === 0) return;
       step = (step + (key === "ArrowRight" ? 1 : own.length - 1)) % own.length;
       mark(".current", [own[step]]);

@@ -108,7 +108,8 @@ test("the budget keeps the strongest lines in drawing order and says where it cu
 test("a line reads as head, tokens and value; 8-bit values say they are approximate", () => {
   const tokens = ["the", "animal", "it"];
   assert.equal(lineText({ layer: 2, h: 3, i: 2, j: 1, w: 0.41234 }, tokens), "L2 H3: 'it' → 'animal' 0.412");
-  assert.equal(lineText({ layer: 0, h: 1, i: 0, j: 0, w: 1 }, tokens, { exact: false }), "L0 H1: 'the' → 'the' ≈1.000");
+  const approximate = lineText({ layer: 0, h: 1, i: 0, j: 0, w: 1 }, tokens, { exact: false });
+  assert.equal(approximate, "L0 H1: 'the' → 'the' ≈1.000");
   assert.equal(lineText({ layer: 1, h: "mean", i: 0, j: 2, w: 0.05 }, tokens), "L1 mean: 'the' → 'it' 0.050");
 });
 
