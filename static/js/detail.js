@@ -8,8 +8,8 @@ import { AGGREGATES, isAggregate } from "./aggregates.js";
 import { markWritten, withoutFirstToken } from "./decoder.js";
 import { renderHeatmap } from "./heatmap.js";
 import { exportName, selectionLabel } from "./labels.js";
+import { LinesView } from "./lines-view.js";
 import { getState } from "./state.js";
-import { renderTokenView } from "./tokens.js";
 
 const EXACT_DELAY_MS = 350; // wait for arrow-key bursts to settle before asking for exact values
 // The exact head is binary float32, ~3.3 bytes a value after gzip: fetched by itself up to this n (~220 KB),
@@ -40,6 +40,7 @@ export class Detail {
     this.run = null; // the run last drawn
     this.timer = 0;
     this.controller = null; // the exact head in flight; a newer selection aborts it
+    this.lines = new LinesView();
     $("exact").addEventListener("click", () => {
       if (!this.run) return;
       const { layer, head } = getState();
@@ -53,12 +54,13 @@ export class Detail {
   async draw(run, { keepZoom = true } = {}) {
     this.run = run;
     const { attention } = run;
-    const { layer, head, view, hideFirst } = getState();
+    const { layer, head, view, hideFirst, lines } = getState();
     const { values: drawn, exact } = detailValues(run, layer, head);
     const values = hideFirst ? withoutFirstToken(drawn, attention.n) : drawn;
     const modelName = attention.model ?? run.query.model ?? "";
     const label = selectionLabel(layer, head, attention);
-    $("detailTitle").textContent = `Head detail: ${label}`;
+    const overlay = view === "tokens" && lines === "layer"; // token lines of every head of the layer
+    $("detailTitle").textContent = `Head detail: ${overlay ? `layer ${layer}, all heads` : label}`;
     const notes = [
       exact
         ? "Exact float32 values."
@@ -66,6 +68,7 @@ export class Detail {
             isAggregate(head) || attention.n > AUTO_EXACT_MAX_N ? "" : "; exact values on the way"
           }.`,
     ];
+    if (overlay) notes.shift(); // the selected head's precision: the lines note says that of every head
     if (attention.truncated) notes.push(`Input truncated to ${attention.n} tokens (the model's maximum).`);
     if (attention.causal) notes.push("Hatched cells are masked: a causal model cannot look ahead.");
     if (hideFirst) notes.push("First token hidden (grey): each row renormalised over the rest.");
@@ -74,7 +77,12 @@ export class Detail {
         `✎ marks the ${attention.generated} token(s) the model wrote (orange bands); click one's row to see what it looked at.`,
       );
     }
-    notes.push(view === "heatmap" ? "Drag to zoom, double-click to reset." : "Hover a token to isolate its lines.");
+    notes.push(
+      view === "heatmap"
+        ? "Drag to zoom, double-click to reset."
+        : "Hover or tap a token to isolate its lines (Escape or a second tap clears); " +
+          "hover or tap a line for its value.",
+    );
     $("detailCaption").textContent = notes.join(" ");
 
     const heatmapVisible = view === "heatmap";
@@ -101,7 +109,7 @@ export class Detail {
     if (heatmapVisible) {
       await renderHeatmap($("headDetail"), spec);
     } else {
-      renderTokenView($("tokenView"), spec);
+      this.lines.draw(run, spec);
     }
     this.written.show(run, values, { head: label, renormalised: hideFirst });
     const wantsExact = !exact && !isAggregate(head);

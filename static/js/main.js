@@ -39,7 +39,7 @@ const insights = new InsightPanel({ grid, current: () => current, onOpen: (layer
 
 subscribe((state, changed) => {
   $("hideFirst").checked = state.hideFirst;
-  if (!changed.has("view") && !changed.has("hideFirst")) return;
+  if (!["view", "hideFirst", "lines", "pairs"].some((key) => changed.has(key))) return;
   if (current) detail.draw(current);
   else showTabs(state.view);
 });

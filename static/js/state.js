@@ -4,8 +4,10 @@
 // Pure apart from the default URL writer, so Node's test runner imports it as the page does (tests/js/).
 
 import { AGGREGATES, isAggregate } from "./aggregates.js";
+import { PAIR_FILTERS } from "./lines.js";
 
 const VIEWS = ["heatmap", "tokens"];
+const LINES = ["head", "layer"];
 
 export const DEFAULT_STATE = Object.freeze({
   text: "",
@@ -22,6 +24,8 @@ export const DEFAULT_STATE = Object.freeze({
   hideFirst: false, // the detail drops key column 0 (the attention sink) and renormalises each row
   newTokens: 0, // causal models: continue the text by up to this many tokens first (max_new_tokens)
   chat: false, // the text as a user's turn of the model's chat template (the API's `chat: true`)
+  lines: "head", // token lines of the selected head, or of every head of its layer ("layer")
+  pairs: "all", // token lines of a pair: all, or only A -> B, B -> A, A -> A, B -> B (lines.js PAIR_FILTERS)
 });
 
 // The page offers up to this many written tokens (the service's default HEADSCOPE_MAX_NEW_TOKENS; a service
@@ -61,6 +65,8 @@ export function readState(search = window.location.search) {
     hideFirst: params.get("nofirst") === "1",
     newTokens: parseNewTokens(params.get("continue")),
     chat: params.get("chat") === "1",
+    lines: LINES.includes(params.get("lines")) ? params.get("lines") : DEFAULT_STATE.lines,
+    pairs: Object.hasOwn(PAIR_FILTERS, params.get("pairs") ?? "") ? params.get("pairs") : DEFAULT_STATE.pairs,
   };
 }
 
@@ -83,6 +89,8 @@ export function encodeState(state) {
   if (state.hideFirst) params.set("nofirst", "1");
   if (state.newTokens) params.set("continue", String(state.newTokens));
   if (state.chat) params.set("chat", "1");
+  if (state.lines !== DEFAULT_STATE.lines) params.set("lines", state.lines);
+  if (state.pairs !== DEFAULT_STATE.pairs) params.set("pairs", state.pairs);
   return params.toString();
 }
 

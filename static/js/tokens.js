@@ -1,21 +1,33 @@
 // Token view (the one people know from bertviz): each token on the left draws lines to the tokens it
-// attends to on the right; line opacity and width follow the weight. Hovering a token isolates its
-// lines. SVG, with every token written through textContent.
+// attends to on the right; line opacity and width follow the weight, its colour the head (one head, or
+// every head of a layer: lines.js). Hovering a token isolates its lines; a tap, or Enter on the focused
+// drawing, pins that isolation until Escape or a second tap. A line's values show on hover, tap or
+// ←/→ through a pinned token's lines. SVG, with every token written through textContent.
 
 import { displayToken } from "./decoder.js";
 import { svg } from "./dom.js";
+import { collectLines, lineText } from "./lines.js";
 
 const ROW_PX = 20;
 const COL_GAP_PX = 220;
 const TEXT_PX = 150;
+const HEAD_SPREAD_PX = 10; // the heads of a layer fan out over this much of a row, so their lines do not coincide
 
 /** Weights below this are not drawn; larger inputs prune harder so the SVG stays light. */
 export function lineThreshold(n) {
   return n <= 64 ? 0.01 : n <= 192 ? 0.03 : 0.06;
 }
 
-/** Draw into `container`; `values` is n*n row-major. Returns the number of lines drawn. */
-export function renderTokenView(container, { tokens: raw, values, segments, special, causal, exact = false }) {
+/**
+ * Draw into `container`. `heads` is [{h, values, color, dash, slot}] (values n*n row-major; slot in
+ * [-0.5, 0.5] places the head's line ends within a row); or one head's `values` alone. `keep(i, j)` filters
+ * lines (pairs), `budget` caps them, `pinned` ({side, index} or null) is the token isolated at first;
+ * `onPin(pin)` hears a change of it, `onRead(text)` each line or token read out. Returns {drawn, threshold, cut}.
+ */
+export function renderTokenView(container, spec) {
+  const { tokens: raw, values, segments, special, causal, layer = 0, head = 0, exact = false } = spec;
+  const { keep, budget = Infinity, pinned = null, onPin = () => {}, onRead = () => {} } = spec;
+  const heads = spec.heads ?? [{ h: head, values, color: null, dash: "", slot: 0 }];
   const tokens = raw.map(displayToken); // the page's spelling, in the drawing and its SVG export
   const n = tokens.length;
   const width = 2 * TEXT_PX + COL_GAP_PX;
@@ -24,37 +36,35 @@ export function renderTokenView(container, { tokens: raw, values, segments, spec
   const rightX = TEXT_PX + COL_GAP_PX + 6;
   const y = (i) => 5 + i * ROW_PX + ROW_PX / 2;
   const threshold = lineThreshold(n);
+  const { lines, cut } = collectLines(heads, { n, causal, threshold, keep, budget });
+  const style = new Map(heads.map((entry) => [entry.h, entry]));
+  const read = (line) => lineText({ layer, ...line }, tokens, { exact });
 
   const root = svg("svg", {
     class: "token-lines",
     width,
     height,
     viewBox: `0 0 ${width} ${height}`,
-    role: "img",
-    "aria-label": "Attention from each query token (left) to key tokens (right)",
+    tabindex: 0,
+    role: "group",
+    "aria-label":
+      "Attention from each query token (left) to key tokens (right). ↑/↓ choose a token, Enter shows only its " +
+      "lines, ←/→ read them one by one, Escape shows all again.",
   });
   const links = svg("g", { class: "links" });
-  let drawn = 0;
-  for (let i = 0; i < n; i++) {
-    const group = svg("g", { "data-i": i });
-    for (let j = 0; j < (causal ? i + 1 : n); j++) {
-      const w = values[i * n + j];
-      if (!(w >= threshold)) continue; // NaN too: the first token hidden, or a row with nothing left
-      group.append(
-        svg("line", {
-          x1: TEXT_PX,
-          y1: y(i),
-          x2: TEXT_PX + COL_GAP_PX,
-          y2: y(j),
-          "data-j": j,
-          "stroke-opacity": Math.min(1, w).toFixed(3),
-          "stroke-width": (1 + 3 * w).toFixed(2),
-        }),
-      );
-      drawn++;
-    }
-    links.append(group);
-  }
+  const groups = Array.from({ length: n }, (_, i) => svg("g", { "data-i": i }));
+  lines.forEach((line, k) => {
+    const { color, dash, slot } = style.get(line.h);
+    const dy = slot * HEAD_SPREAD_PX;
+    const attrs = { x1: TEXT_PX, y1: y(line.i) + dy, x2: TEXT_PX + COL_GAP_PX, y2: y(line.j) + dy };
+    Object.assign(attrs, { "data-j": line.j, "data-h": line.h, "data-k": k });
+    if (color) attrs.stroke = color; // an attribute, not CSS, so the SVG export keeps the colours
+    if (dash) attrs["stroke-dasharray"] = dash;
+    attrs["stroke-opacity"] = Math.min(1, line.w).toFixed(3);
+    attrs["stroke-width"] = (1 + 3 * Math.min(1, line.w)).toFixed(2);
+    groups[line.i].append(svg("line", attrs, undefined));
+  });
+  links.append(...groups);
   const columns = svg("g", { class: "columns" });
   for (let i = 0; i < n; i++) {
     const cls = `tok${segments?.[i] === 1 ? " seg1" : ""}${special?.[i] ? " special" : ""}`;
@@ -65,28 +75,90 @@ export function renderTokenView(container, { tokens: raw, values, segments, spec
   }
   root.append(links, columns);
 
-  // Hover isolation: a query token shows only its own lines; a key token only the lines into it.
-  const clear = () => {
-    root.classList.remove("isolate");
-    for (const node of root.querySelectorAll(".active")) node.classList.remove("active");
+  // Isolation: a query token (left) shows only its own lines; a key token (right) only the lines into it.
+  let pin = pinned && pinned.index < n ? pinned : null;
+  let cursor = pin?.side === "left" ? pin.index : -1; // the query token the arrow keys are on
+  let step = -1; // which of the pinned token's lines ←/→ is on
+  const textOf = ({ side, index }) =>
+    columns.querySelector(`text.${side}[data-${side === "left" ? "i" : "j"}="${index}"]`);
+  const linesOf = ({ side, index }) =>
+    side === "left" ? [...groups[index].children] : [...links.querySelectorAll(`line[data-j="${index}"]`)];
+  const mark = (selector, nodes) => {
+    for (const node of root.querySelectorAll(selector)) node.classList.remove(selector.slice(1));
+    for (const node of nodes) node.classList.add(selector.slice(1));
   };
+  const isolate = (target) => {
+    root.classList.toggle("isolate", target !== null);
+    mark(".active", target ? [textOf(target), ...linesOf(target)] : []);
+  };
+  const summary = (target) => {
+    const strongest = linesOf(target)
+      .map((node) => lines[Number(node.dataset.k)])
+      .sort((a, b) => b.w - a.w);
+    const name = `'${tokens[target.index]}' (${target.side === "left" ? "query" : "key"})`;
+    if (strongest.length === 0) return `${name}: no line above ${threshold}.`;
+    const top = strongest.slice(0, 3).map(read).join("; ");
+    return `${name}: ${strongest.length} line(s); strongest ${top}.`;
+  };
+  const setPin = (target) => {
+    pin = target;
+    step = -1;
+    mark(".current", []);
+    isolate(pin);
+    onPin(pin);
+    onRead(pin ? summary(pin) : "");
+  };
+  isolate(pin);
+  onRead(pin ? summary(pin) : ""); // a redraw (another head, a swatch) keeps a pinned token and says what it shows
+
   columns.addEventListener("mouseover", (event) => {
     const text = event.target.closest("text");
-    if (!text) return;
-    clear();
-    root.classList.add("isolate");
-    text.classList.add("active");
-    if (text.classList.contains("left")) {
-      links.querySelector(`g[data-i="${text.dataset.i}"]`)?.classList.add("active");
-    } else {
-      for (const line of links.querySelectorAll(`line[data-j="${text.dataset.j}"]`)) line.classList.add("active");
-    }
+    if (!text || pin) return;
+    const side = text.classList.contains("left") ? "left" : "right";
+    isolate({ side, index: Number(side === "left" ? text.dataset.i : text.dataset.j) });
   });
-  columns.addEventListener("mouseleave", clear);
+  columns.addEventListener("mouseleave", () => isolate(pin));
+  columns.addEventListener("click", (event) => {
+    const text = event.target.closest("text");
+    if (!text) return;
+    const side = text.classList.contains("left") ? "left" : "right";
+    const target = { side, index: Number(side === "left" ? text.dataset.i : text.dataset.j) };
+    setPin(pin && pin.side === target.side && pin.index === target.index ? null : target);
+  });
+  const readLine = (event) => {
+    const line = event.target.closest("line");
+    if (line) onRead(read(lines[Number(line.dataset.k)]));
+  };
+  links.addEventListener("mouseover", readLine);
+  links.addEventListener("click", readLine);
+
+  root.addEventListener("keydown", (event) => {
+    const { key } = event;
+    if (key === "ArrowUp" || key === "ArrowDown") {
+      cursor = Math.max(0, Math.min(n - 1, cursor + (key === "ArrowUp" ? -1 : 1)));
+      const target = { side: "left", index: cursor };
+      mark(".cursor", [textOf(target)]);
+      if (pin) setPin(target);
+      else onRead(summary(target));
+    } else if (key === "Enter" || key === " ") {
+      if (cursor < 0) cursor = 0;
+      setPin(pin ? null : { side: "left", index: cursor });
+      mark(".cursor", [textOf({ side: "left", index: cursor })]);
+    } else if ((key === "ArrowLeft" || key === "ArrowRight") && pin) {
+      const own = linesOf(pin).sort((a, b) => lines[Number(b.dataset.k)].w - lines[Number(a.dataset.k)].w);
+      if (own.length === 0) return;
+      step = (step + (key === "ArrowRight" ? 1 : own.length - 1)) % own.length;
+      mark(".current", [own[step]]);
+      onRead(read(lines[Number(own[step].dataset.k)]));
+    } else if (key === "Escape" && pin) {
+      setPin(null);
+    } else {
+      return;
+    }
+    event.preventDefault();
+    event.stopPropagation(); // the page's arrow keys move the head selection; here they move in the drawing
+  });
 
   container.replaceChildren(root);
-  container.dataset.lines = String(drawn);
-  container.dataset.threshold = String(threshold);
-  container.dataset.exact = String(exact); // the redraw with exact values resets any hover
-  return drawn;
+  return { drawn: lines.length, threshold, cut };
 }

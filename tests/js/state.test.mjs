@@ -41,6 +41,8 @@ test("every field round-trips, odd characters included", () => {
     hideFirst: true,
     newTokens: 7,
     chat: true,
+    lines: "layer",
+    pairs: "ab",
   };
   assert.deepEqual(roundTrip(state), state);
   assert.deepEqual(roundTrip({ ...state, head: "mean" }), { ...state, head: "mean" });

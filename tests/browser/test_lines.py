@@ -1,0 +1,180 @@
+"""Token lines of every head of a layer (bertviz's head view), at the desktop size: a colour per head, swatch
+toggles and isolation, the sentence-pair filter, tapping or Enter on a token, and the values lines read as."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from tests.browser.conftest import PageSession
+from tests.browser.test_page import api_attention, post
+
+A, B = "The animal didn't cross the street.", "It was too tired."
+# A line's readout: "L2 H3: 'it' → 'animal' ≈0.412" (≈: the page's 8-bit values).
+READOUT = re.compile(r"^L(\d+) H(\d+): '(.*)' → '(.*)' (≈?)(\d\.\d{3})$")
+# The page's 8-bit value is within scale/510 <= 1/510 of the model's (app/compact.py), its readout rounds to
+# 3 decimals (5e-4) and the JSON API to 6 (5e-7).
+READ_TOLERANCE = 1 / 510 + 5e-4 + 5e-7
+
+LINES_JS = """() => [...document.querySelectorAll('#token-lines line')]
+  .filter((l) => getComputedStyle(l).display !== 'none')
+  .map((l) => ({i: +l.parentNode.dataset.i, j: +l.dataset.j, h: +l.dataset.h,
+                 stroke: l.getAttribute('stroke')}))"""
+
+
+@pytest.fixture
+def desktop(session: PageSession) -> PageSession:
+    """conftest's `session` (no outside request, no script error) at the desktop size."""
+    session.page.set_viewport_size({"width": 1440, "height": 900})
+    return session
+
+
+def all_heads(page: Any) -> list[dict[str, Any]]:
+    page.click("#tab-tokens")
+    page.check("#lines-mode input[value=layer]")
+    page.wait_for_selector("#token-view[data-mode=layer]")
+    lines: list[dict[str, Any]] = page.evaluate(LINES_JS)
+    return lines
+
+
+def visible(page: Any) -> list[dict[str, Any]]:
+    lines: list[dict[str, Any]] = page.evaluate(LINES_JS)
+    return lines
+
+
+def test_all_heads_draw_a_colour_each_and_swatches_toggle_them(desktop: PageSession, artifacts: Path) -> None:
+    page = desktop.open()
+    desktop.run(A, pair=B)
+    heads = api_attention(desktop.base, A, B)["heads"]
+    lines = all_heads(page)
+    colours = {line["h"]: line["stroke"] for line in lines}
+    assert sorted(colours) == list(range(heads))  # a row's largest weight is >= 1/n > 0.01: every head draws
+    assert len(set(colours.values())) == heads  # each its own colour
+    assert all(colours[line["h"]] == line["stroke"] for line in lines)
+    assert page.text_content("#detail-title") == "Head detail: layer 0, all heads"
+    assert parse_qs(urlparse(page.url).query)["lines"] == ["layer"]
+    page.locator(".detail-panel").screenshot(path=artifacts / "lines-all-heads.png")
+
+    # A swatch press hides that head's lines and says so; a second press brings them back.
+    swatch = page.locator("#lines-swatches .swatch[data-h='3']")
+    swatch.click()
+    assert swatch.get_attribute("aria-pressed") == "false"
+    assert {line["h"] for line in visible(page)} == set(range(heads)) - {3}
+    swatch.click()
+    assert {line["h"] for line in visible(page)} == set(range(heads))
+
+    # "only" (keyboard and touch) and a double-click both leave one head; "All heads" shows them all again.
+    page.locator("#lines-swatches .swatch-only[data-h='5']").press("Enter")
+    assert {line["h"] for line in visible(page)} == {5}
+    page.locator("#lines-swatches .swatch[data-h='2']").dblclick()
+    assert {line["h"] for line in visible(page)} == {2}
+    page.click("#lines-swatches .swatch-all")
+    assert {line["h"] for line in visible(page)} == set(range(heads))
+
+    # Hiding the first token renormalises every head without it: no line ends there.
+    page.check("#hide-first")
+    page.wait_for_function("() => !document.querySelector('#token-lines line[data-j=\"0\"]')")
+    assert visible(page)
+
+
+def test_pair_filter_keeps_only_lines_from_a_to_b(desktop: PageSession) -> None:
+    page = desktop.open()
+    desktop.run(A, pair=B)
+    segments = api_attention(desktop.base, A, B)["segments"]
+    everything = all_heads(page)
+    for name, (src, dst) in {"ab": (0, 1), "ba": (1, 0), "aa": (0, 0), "bb": (1, 1)}.items():
+        page.select_option("#lines-pairs", name)
+        page.wait_for_function(f"() => new URL(location).searchParams.get('pairs') === '{name}'")
+        lines = visible(page)
+        expected = [x for x in everything if segments[x["i"]] == src and segments[x["j"]] == dst]
+        assert lines and sorted(map(str, lines)) == sorted(map(str, expected)), name
+    page.select_option("#lines-pairs", "all")
+    assert len(visible(page)) == len(everything)
+
+    # Words mode: the same overlay and filter over whole words (the API merges them).
+    page.select_option("#lines-pairs", "ab")
+    page.evaluate("document.body.dataset.state = 'idle'")
+    page.check("#words")
+    desktop.wait_ready()
+    words = post(desktop.base, "/api/attention", {"text": A, "text_pair": B, "words": True})
+    assert page.locator("#token-lines text.left").all_text_contents() == words["tokens"]
+    lines = visible(page)
+    assert lines and all(words["segments"][x["i"]] == 0 and words["segments"][x["j"]] == 1 for x in lines)
+    assert len({x["h"] for x in visible(page)}) > 1
+
+
+def test_a_tap_or_enter_isolates_a_token_and_escape_clears(desktop: PageSession) -> None:
+    page = desktop.open()
+    desktop.run(A, pair=B)
+    all_heads(page)
+    for mode in ("layer", "head"):
+        page.check(f"#lines-mode input[value={mode}]")
+        page.wait_for_selector(f"#token-view[data-mode={mode}]")
+        total = len(visible(page))
+        page.click("#token-lines text.left[data-i='2']")
+        page.mouse.move(0, 0)  # off the tokens: a pinned token stays isolated without the pointer
+        assert {line["i"] for line in visible(page)} == {2}
+        page.click("#token-lines text.left[data-i='2']")  # a second tap clears
+        page.mouse.move(0, 0)
+        assert len(visible(page)) == total
+
+        before = parse_qs(urlparse(page.url).query)
+        page.focus("#token-lines svg")
+        page.keyboard.press("ArrowDown")
+        page.keyboard.press("ArrowDown")
+        page.keyboard.press("Enter")
+        assert {line["i"] for line in visible(page)} == {1}
+        page.keyboard.press("ArrowDown")  # a pinned token follows the cursor
+        assert {line["i"] for line in visible(page)} == {2}
+        page.keyboard.press("Escape")
+        assert len(visible(page)) == total
+        after = parse_qs(urlparse(page.url).query)
+        # The arrows moved in the drawing, not the head selection.
+        assert (after["layer"], after["head"]) == (before["layer"], before["head"])
+
+
+def read(page: Any) -> tuple[int, int, str, str, float]:
+    text = page.text_content("#lines-readout")
+    match = READOUT.match(text or "")
+    assert match, text
+    layer, head, query, key, _, value = match.groups()
+    return int(layer), int(head), query, key, float(value)
+
+
+def test_line_values_read_the_api_on_hover_and_keys(
+    desktop: PageSession, grouped_model: str, artifacts: Path
+) -> None:
+    page = desktop.open()
+    text = "The cat sat on the mat because it was warm"
+    desktop.run(text, model=grouped_model)
+    page.click("#grid .thumb[data-layer='1'][data-head='0']")
+    api = api_attention(desktop.base, text, model=grouped_model)
+    lines = all_heads(page)
+    assert all(line["j"] <= line["i"] for line in lines)  # causal: nothing looks ahead
+    groups = page.locator("#lines-swatches .swatch-group")
+    assert groups.count() == 2 and groups.first.text_content().startswith("kv 0:")
+    assert groups.nth(1).locator(".swatch").all_text_contents() == ["H2", "H3"]
+
+    # One head alone, one token pinned: its lines fan out, so the pointer can rest on one of them.
+    page.click("#lines-swatches .swatch-only[data-h='2']")
+    n = api["n"]
+    page.click(f"#token-lines text.left[data-i='{n - 1}']")
+    line = page.locator(f"#token-lines g[data-i='{n - 1}'] line").last
+    box = line.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    layer, head, _, key, value = read(page)
+    j = int(line.get_attribute("data-j") or -1)
+    assert (layer, head) == (1, 2) and key == api["tokens"][j].replace("▁", "␣")
+    assert abs(value - api["attention"][1][2][n - 1][j]) <= READ_TOLERANCE
+
+    # The keyboard reads the pinned token's lines one by one, strongest first.
+    page.focus("#token-lines svg")
+    page.keyboard.press("ArrowRight")
+    layer, head, _, key, value = read(page)
+    row = api["attention"][1][2][n - 1]
+    assert abs(value - max(row)) <= READ_TOLERANCE
+    page.locator(".detail-panel").screenshot(path=artifacts / "lines-grouped-pinned.png")
