@@ -8,6 +8,7 @@ import { AGGREGATES, isAggregate } from "./aggregates.js";
 import { markWritten, withoutFirstToken } from "./decoder.js";
 import { renderHeatmap } from "./heatmap.js";
 import { exportName, selectionLabel } from "./labels.js";
+import { showExportAvailability } from "./notices.js";
 import { getState } from "./state.js";
 import { renderTokenView } from "./tokens.js";
 
@@ -57,7 +58,8 @@ export class Detail {
     const { values: drawn, exact } = detailValues(run, layer, head);
     const values = hideFirst ? withoutFirstToken(drawn, attention.n) : drawn;
     const modelName = attention.model ?? run.query.model ?? "";
-    const label = selectionLabel(layer, head, attention);
+    // Words mode changes what every row and column is: the titles say so.
+    const label = `${selectionLabel(layer, head, attention)}${run.query.words ? " · words" : ""}`;
     $("detailTitle").textContent = `Head detail: ${label}`;
     const notes = [
       exact
@@ -66,7 +68,6 @@ export class Detail {
             isAggregate(head) || attention.n > AUTO_EXACT_MAX_N ? "" : "; exact values on the way"
           }.`,
     ];
-    if (attention.truncated) notes.push(`Input truncated to ${attention.n} tokens (the model's maximum).`);
     if (attention.causal) notes.push("Hatched cells are masked: a causal model cannot look ahead.");
     if (hideFirst) notes.push("First token hidden (grey): each row renormalised over the rest.");
     if (attention.generated > 0) {
@@ -81,7 +82,7 @@ export class Detail {
     $("detailScroll").hidden = !heatmapVisible;
     $("tokenView").hidden = heatmapVisible;
     showTabs(view);
-    $("exportPng").disabled = !heatmapVisible;
+    showExportAvailability(view);
 
     const spec = {
       tokens: markWritten(attention.tokens, attention.generated),
