@@ -4,15 +4,17 @@
 import { $ } from "./dom.js";
 
 /**
- * The notice for a run's attention, or "" when there is nothing to say. `limit` is the token limit the
- * server applied (the smaller of the model's and the server's), when the page knows it.
+ * The notice for a run's attention, or "" when there is nothing to say. A truncated input's prompt tokens
+ * are exactly the limit the server applied; with words the page shows fewer items than that, so it names
+ * `limit` (tokenLimit), when it knows it.
  */
 export function truncationNotice(attention, { words = false, limit = null } = {}) {
   if (!attention?.truncated) return "";
   const prompt = attention.n - (attention.generated ?? 0);
-  const cap = Number.isFinite(limit) ? `the limit of ${limit} tokens` : "the model's token limit";
-  const shown = words ? `${prompt} words` : `${prompt} tokens`;
-  return `Input truncated to ${cap}: only the first ${shown} are shown; the rest of the text was not read.`;
+  const rest = "the rest of the text was not read.";
+  if (!words) return `Input truncated to ${prompt} tokens, the most this model reads here: ${rest}`;
+  const cap = Number.isFinite(limit) ? `${limit} tokens` : "the model's token limit";
+  return `Input truncated to ${cap}: the ${prompt} words shown are what fit; ${rest}`;
 }
 
 /** Show `message` in the notice under the form (hidden when empty). */
