@@ -92,7 +92,7 @@ def test_headers_glossary_and_badges(session: Any) -> None:
     )
     assert {(layer, head): text for layer, head, text in shown} == expected
     assert len(shown) < analysis["layers"] * analysis["heads"] / 2
-    explained = set(page.eval_on_selector_all("#glossary [data-badge]", "bs => bs.map((b) => b.dataset.badge)"))
+    explained = set(page.eval_on_selector_all("#glossary [data-badge]", "bs => bs.map((b) => b.textContent)"))
     assert {badge for badge, _ in BADGED.values()} <= explained
     page.uncheck("#show-badges")
     assert page.locator("#grid .thumb .badge").count() == 0
@@ -101,7 +101,8 @@ def test_headers_glossary_and_badges(session: Any) -> None:
 
     # The table fits its box, or a visible cue says more columns lie to the right (until scrolled there).
     box = page.evaluate(
-        "(() => { const b = document.querySelector('#table-scroll'); return [b.scrollWidth, b.clientWidth]; })()"
+        "(() => { const b = document.querySelector('#table-scroll');"
+        " return [b.scrollWidth, b.clientWidth]; })()"
     )
     cue = page.locator("#table-scroll-cue")
     assert cue.is_visible() == (box[0] > box[1])
