@@ -6,8 +6,10 @@ import { el } from "./dom.js";
 import { describeStat, statTable } from "./insight.js";
 import { ROLES, badgeRule, statName, thresholdSentences } from "./names.js";
 
+// The API's descriptions start in lower case ("mean row entropy in nats: ..."); a definition list reads as sentences.
 function entry(term, definition) {
-  return [el("dt", { text: term }), el("dd", { text: definition })];
+  const text = definition ? definition[0].toUpperCase() + definition.slice(1) : "";
+  return [el("dt", { text: term }), el("dd", { text })];
 }
 
 /** Fill `container` (the glossary's body) for `analysis` and its comparison (which adds the change column). */

@@ -133,6 +133,13 @@ def test_words_title_and_png_reason(session: Any) -> None:
     page.check("#words")  # runs again, merged to words
     session.wait_ready()
     assert page.locator("#detail-title").text_content().endswith("· words")
+    # This head's JSON in words mode: named so, holding the words' n x n.
+    with page.expect_download() as info:
+        page.click("#export-json-head")
+    assert info.value.suggested_filename == f"headscope-{MODEL}-L0-H0-words.json"
+    one = json.loads(Path(info.value.path()).read_text())
+    n = page.evaluate("+document.querySelector('#head-detail').dataset.n")
+    assert len(one["tokens"]) == len(one["attention"]) == n
 
     reason = page.locator("#export-png-reason")
     assert page.is_enabled("#export-png") and reason.is_hidden()
