@@ -101,7 +101,12 @@ export async function fetchHead(query, layer, head, { signal } = {}) {
   return postCompact("/api/attention/head/compact", { ...body(query), layer, head }, signal);
 }
 
-/** POST /api/attention as a Blob (the JSON export). */
+/** POST /api/attention/head as a Blob: one head's tokens and matrix at full precision (the head's JSON export). */
+export async function fetchHeadBlob(query, layer, head, { signal } = {}) {
+  return (await post("/api/attention/head", { ...body(query), layer, head }, signal)).blob();
+}
+
+/** POST /api/attention as a Blob (the JSON export of every head). */
 export async function fetchFullBlob(query, { signal } = {}) {
   return (await post("/api/attention", body(query), signal)).blob();
 }

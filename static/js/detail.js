@@ -9,6 +9,7 @@ import { markWritten, withoutFirstToken } from "./decoder.js";
 import { renderHeatmap } from "./heatmap.js";
 import { exportName, selectionLabel } from "./labels.js";
 import { LinesView } from "./lines-view.js";
+import { showExportAvailability } from "./notices.js";
 import { getState } from "./state.js";
 
 const EXACT_DELAY_MS = 350; // wait for arrow-key bursts to settle before asking for exact values
@@ -58,9 +59,12 @@ export class Detail {
     const { values: drawn, exact } = detailValues(run, layer, head);
     const values = hideFirst ? withoutFirstToken(drawn, attention.n) : drawn;
     const modelName = attention.model ?? run.query.model ?? "";
-    const label = selectionLabel(layer, head, attention);
     const overlay = view === "tokens" && lines === "layer"; // token lines of every head of the layer
-    $("detailTitle").textContent = `Head detail: ${overlay ? `layer ${layer}, all heads` : label}`;
+    // Words mode changes what every row and column is: the titles say so.
+    const label = `${overlay ? `layer ${layer}, all heads` : selectionLabel(layer, head, attention)}${
+      run.query.words ? " · words" : ""
+    }`;
+    $("detailTitle").textContent = `Head detail: ${label}`;
     const notes = [
       exact
         ? "Exact float32 values."
@@ -69,7 +73,6 @@ export class Detail {
           }.`,
     ];
     if (overlay) notes.shift(); // the selected head's precision: the lines note says that of every head
-    if (attention.truncated) notes.push(`Input truncated to ${attention.n} tokens (the model's maximum).`);
     if (attention.causal) notes.push("Hatched cells are masked: a causal model cannot look ahead.");
     if (hideFirst) notes.push("First token hidden (grey): each row renormalised over the rest.");
     if (attention.generated > 0) {
@@ -89,7 +92,7 @@ export class Detail {
     $("detailScroll").hidden = !heatmapVisible;
     $("tokenView").hidden = heatmapVisible;
     showTabs(view);
-    $("exportPng").disabled = !heatmapVisible;
+    showExportAvailability(view);
 
     const spec = {
       tokens: markWritten(attention.tokens, attention.generated),

@@ -69,6 +69,15 @@ export const SELECTORS = Object.freeze({
   writtenCaption: "#written-caption",
   writtenPrompt: "#written-prompt",
   writtenTop: "#written-top",
+  showBadges: "#show-badges",
+  tableScroll: "#table-scroll",
+  tableScrollCue: "#table-scroll-cue",
+  glossaryBody: "#glossary-body",
+  exportJsonHead: "#export-json-head",
+  exportPngReason: "#export-png-reason",
+  copyLink: "#copy-link",
+  shareStatus: "#share-status",
+  notice: "#notice",
 });
 
 /** The element registered under `name`; throws if the template lacks it (a bug, not a user error). */

@@ -1,11 +1,13 @@
-// Export of the run on screen: the detail figure as PNG or SVG (Plotly), the token lines as SVG, or the
-// whole answer as JSON (POST /api/attention, under the run's AbortSignal).
+// Export of the run on screen: the detail figure as PNG or SVG (Plotly), the token lines as SVG, every head
+// as JSON (POST /api/attention) or the selected head alone as JSON (POST /api/attention/head), under the
+// run's AbortSignal. Each file is named for what it holds (labels.js).
 
 import { $, el } from "./dom.js";
-import { ApiError, fetchFullBlob } from "./api.js";
+import { ApiError, fetchFullBlob, fetchHeadBlob } from "./api.js";
+import { AGGREGATES, isAggregate } from "./aggregates.js";
 import { setBusy, showError } from "./form.js";
 import { exportImage } from "./heatmap.js";
-import { exportName } from "./labels.js";
+import { allHeadsName, exportName, headJsonName } from "./labels.js";
 import { getState } from "./state.js";
 
 function download(blob, filename) {
@@ -17,7 +19,44 @@ function download(blob, filename) {
   setTimeout(() => URL.revokeObjectURL(url), 10_000);
 }
 
-/** Export `run` (null before the first run) as "png", "svg" or "json". */
+/** n*n row-major values as n rows of numbers, rounded to 6 decimals as the API's JSON answers are. */
+export function matrixRows(values, n) {
+  return Array.from({ length: n }, (_, i) => Array.from(values.subarray(i * n, (i + 1) * n), (v) => +v.toFixed(6)));
+}
+
+// An aggregate is computed in the page from the 8-bit grid data: the file says so and gives the error bound
+// (a mean of values each within ±e is within ±e).
+function aggregateBlob(attention, layer, head) {
+  const { n, tokens } = attention;
+  const values = AGGREGATES[head].compute(attention, layer);
+  const doc = {
+    model: attention.model,
+    tokens,
+    layer,
+    head,
+    description: `${AGGREGATES[head].title}, from the page's 8-bit values`,
+    max_abs_error: attention.maxAbsError,
+    attention: matrixRows(values, n),
+  };
+  return new Blob([JSON.stringify(doc)], { type: "application/json" });
+}
+
+async function exportJson(run, { layer, head, alone }) {
+  const { attention, query } = run;
+  const words = Boolean(query.words);
+  setBusy(alone ? "Preparing this head's JSON…" : "Preparing JSON of every head…");
+  if (!alone) {
+    download(await fetchFullBlob(query, { signal: run.signal }), allHeadsName(attention.model, { words }));
+  } else if (isAggregate(head)) {
+    download(aggregateBlob(attention, layer, head), headJsonName(attention.model, layer, head, { words }));
+  } else {
+    const blob = await fetchHeadBlob(query, layer, head, { signal: run.signal });
+    download(blob, headJsonName(attention.model, layer, head, { words }));
+  }
+  setBusy("");
+}
+
+/** Export `run` (null before the first run) as "png", "svg", "json" (every head) or "json-head" (this head). */
 export async function exportAs(run, format) {
   if (!run) {
     showError("Run a sentence first, then export it.");
@@ -27,10 +66,8 @@ export async function exportAs(run, format) {
   const { layer, head, view } = getState();
   const name = exportName(run.attention.model, layer, head);
   try {
-    if (format === "json") {
-      setBusy("Preparing JSON…");
-      download(await fetchFullBlob(run.query, { signal: run.signal }), `${name}.json`);
-      setBusy("");
+    if (format === "json" || format === "json-head") {
+      await exportJson(run, { layer, head, alone: format === "json-head" });
     } else if (view === "tokens" && format === "svg") {
       const source = new XMLSerializer().serializeToString($("tokenView").querySelector("svg"));
       download(new Blob([source], { type: "image/svg+xml" }), `${name}-tokens.svg`);

@@ -58,6 +58,7 @@ export function learnModel(attention, entries = []) {
   const { layers, heads, kvHeads, causal } = attention;
   const listed = entries.find((entry) => entry.name === attention.model);
   Object.assign(known, { layers, heads, kv_heads: kvHeads, causal, chat_template: listed?.chat_template });
+  known.max_tokens ??= listed?.max_tokens; // the model's own limit, known once it is loaded
   for (const select of [$("model"), $("modelB")]) {
     const option = [...select.options].find((o) => o.value === attention.model);
     if (option) option.textContent = modelLabel(known);

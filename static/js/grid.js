@@ -10,18 +10,6 @@ import { selectionLabel } from "./labels.js";
 
 const THUMB_PX = 64; // canvas backing size; CSS scales it, pixelated
 const SLICE_MS = 12; // budget per background slice, well under a frame
-// Short badge text per head label (mha.analysis.LABELS); the full label is in the title.
-const BADGES = Object.freeze({
-  "previous-token": "prev",
-  "next-token": "next",
-  self: "self",
-  "special-sink": "spec",
-  "first-token-sink": "1st",
-  punctuation: "punc",
-  broad: "broad",
-  local: "local",
-  mixed: "",
-});
 
 /**
  * Paint `matrix` (n*n, query rows) into an S x S ImageData. When n > S each pixel shows the max of its
@@ -202,11 +190,12 @@ export class Grid {
   }
 
   /**
-   * Label and colour the head thumbnails (not the aggregates): `labels` L x H strings shown in the title
-   * and as a badge; `values` L x H numbers coloured by `color(value)` on the frame, with `describe(value)`
-   * in the title. Either may be null (clears it). Survives until the next render.
+   * Label and colour the head thumbnails (not the aggregates): `labels` L x H strings shown in the title;
+   * `badges` L x H short texts ("" for none: names.js decides which heads carry one); `values` L x H
+   * numbers coloured by `color(value)` on the frame, with `describe(value)` in the title. Any may be null
+   * (clears it). Survives until the next render.
    */
-  decorate({ labels = null, values = null, color = null, describe = String, statName = "" } = {}) {
+  decorate({ labels = null, badges = null, values = null, color = null, describe = String, statName = "" } = {}) {
     for (const thumb of this.container.querySelectorAll(".thumb:not(.thumb-agg)")) {
       const layer = Number(thumb.dataset.layer);
       const head = Number(thumb.dataset.head);
@@ -220,7 +209,7 @@ export class Grid {
       thumb.setAttribute("aria-label", title);
       thumb.dataset.label = label;
       let badge = thumb.querySelector(".badge");
-      const short = label ? (BADGES[label] ?? label.slice(0, 5)) : "";
+      const short = badges?.[layer]?.[head] ?? "";
       if (short) {
         badge ??= thumb.appendChild(el("span", { className: "badge", attrs: { "aria-hidden": "true" } }));
         badge.textContent = short;

@@ -251,6 +251,9 @@ export async function renderHeatmap(gd, spec) {
   }
   const config = {
     displaylogo: false,
+    // Plotly's "Double-click to zoom back out" tip pops up over the page's top right (the tabs and
+    // export buttons); the caption under the title says it instead.
+    showTips: false,
     responsive: false,
     scrollZoom: false,
     modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"],

@@ -9,6 +9,8 @@ import { isAggregate } from "./aggregates.js";
 import { CompareView } from "./compare.js";
 import { CHANGE, StatsTable, colorScaleFor, fillColorBy, formatStat, renderLegend, renderSimilar, statTable } from "./insight.js";
 import { showError } from "./form.js";
+import { renderGlossary, watchOverflow } from "./glossary.js";
+import { statName, standoutBadges } from "./names.js";
 import { RolloutView } from "./rollout.js";
 import { getState, subscribe, update } from "./state.js";
 
@@ -43,6 +45,8 @@ export class InsightPanel {
       { onOpen },
     );
     $("colorBy").addEventListener("change", () => update({ color: $("colorBy").value }));
+    $("showBadges").addEventListener("change", () => this.colorGrid());
+    this.checkOverflow = watchOverflow($("tableScroll"), $("tableScrollCue"));
     subscribe((state, changed) => {
       if (changed.has("color")) this.colorGrid();
     });
@@ -91,6 +95,8 @@ export class InsightPanel {
     // Compare mode lists the heads that change most first, unless someone already picked a sort.
     if (comparison && !this.table.sorted) this.table.sort = { key: CHANGE, descending: true };
     this.table.render(analysis, comparison, run.attention);
+    renderGlossary($("glossaryBody"), analysis, comparison);
+    this.checkOverflow();
     const offered = fillColorBy($("colorBy"), analysis, comparison, color);
     if (!update({ color: offered }).has("color")) this.colorGrid(); // a change is coloured by the subscriber
   }
@@ -104,10 +110,11 @@ export class InsightPanel {
     const scale = values ? colorScaleFor(values) : null;
     this.grid.decorate({
       labels: analysis.labels,
+      badges: $("showBadges").checked ? standoutBadges(analysis) : null,
       values,
       color: scale?.color,
       describe: (v) => formatStat(key, v),
-      statName: key,
+      statName: key ? statName(key) : "",
     });
     renderLegend($("colorLegend"), analysis, comparison, key);
   }

@@ -6,6 +6,7 @@ import { el } from "./dom.js";
 import { STAT_GRADIENT, statColor } from "./colors.js";
 import { isGrouped, kvGroup } from "./decoder.js";
 import { shortHeadLabel } from "./labels.js";
+import { statName, thresholdSentences } from "./names.js";
 
 const KV_GROUP = "kv group"; // the table's column of a head's key/value group, with grouped-query heads
 const INDEX_COLUMNS = ["layer", "head", KV_GROUP, "label"]; // sorted low-to-high first; the rest high-to-low
@@ -27,7 +28,8 @@ export function statTable(analysis, compare) {
   return stats;
 }
 
-function describeStat(analysis, key) {
+/** What a statistic measures: the API's one line (the change score's own for compare mode). */
+export function describeStat(analysis, key) {
   if (key === CHANGE) return CHANGE_DESCRIPTION;
   return analysis.stat_descriptions?.[key] ?? key;
 }
@@ -57,7 +59,7 @@ export function fillColorBy(select, analysis, compare, chosen) {
   const keys = Object.keys(statTable(analysis, compare));
   const options = [el("option", { text: "nothing", attrs: { value: "" } })];
   for (const key of keys) {
-    options.push(el("option", { text: key, attrs: { value: key, title: describeStat(analysis, key) } }));
+    options.push(el("option", { text: statName(key), attrs: { value: key, title: describeStat(analysis, key) } }));
   }
   select.replaceChildren(...options);
   select.value = keys.includes(chosen) ? chosen : "";
@@ -75,7 +77,7 @@ export function renderLegend(container, analysis, compare, key) {
   const bar = el("span", { className: "legend-bar", attrs: { "aria-hidden": "true" } });
   bar.style.backgroundImage = STAT_GRADIENT;
   container.replaceChildren(
-    el("span", { className: "legend-name", text: key }),
+    el("span", { className: "legend-name", text: statName(key) }),
     el("span", { className: "legend-min", text: formatStat(key, lo) }),
     bar,
     el("span", { className: "legend-max", text: formatStat(key, hi) }),
@@ -122,7 +124,7 @@ export class StatsTable {
       ["layer", "Layer index (0 = nearest the input)."],
       ["head", "Head index within the layer."],
       ...(grouped ? [[KV_GROUP, "The key/value head this query head reads (grouped-query attention)."]] : []),
-      ["label", `What the head mostly does (thresholds: ${JSON.stringify(analysis.thresholds ?? {})}).`],
+      ["label", ["What the head mostly does.", ...thresholdSentences(analysis.thresholds)].join(" ")],
       ...keys.map((key) => [key, describeStat(analysis, key)]),
     ];
     const header = el(
@@ -130,7 +132,7 @@ export class StatsTable {
       {},
       columns.map(([key, help]) =>
         el("th", { attrs: { scope: "col", "aria-sort": "none" }, data: { key } }, [
-          el("button", { className: "sort", text: key, attrs: { type: "button", title: help }, data: { key } }),
+          el("button", { className: "sort", text: statName(key), attrs: { type: "button", title: help }, data: { key } }),
         ]),
       ),
     );

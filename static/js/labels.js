@@ -40,8 +40,21 @@ export function runSummary(attention, asked = 0) {
   return `${tokens} · ${layers} layers × ${heads} heads${grouped}`;
 }
 
+function safeModel(model) {
+  return (model || "model").replace(/[^A-Za-z0-9._-]+/g, "_");
+}
+
 /** A file name stem for exports: the model name reduced to [A-Za-z0-9._-] (never a path), layer, head. */
 export function exportName(model, layer, head) {
-  const safe = (model || "model").replace(/[^A-Za-z0-9._-]+/g, "_");
-  return `headscope-${safe}-L${layer}-${isAggregate(head) ? head : `H${head}`}`;
+  return `headscope-${safeModel(model)}-L${layer}-${isAggregate(head) ? head : `H${head}`}`;
+}
+
+/** The JSON export of every head names what it holds: "headscope-<model>-all-heads.json" (words: "-words"). */
+export function allHeadsName(model, { words = false } = {}) {
+  return `headscope-${safeModel(model)}-all-heads${words ? "-words" : ""}.json`;
+}
+
+/** The JSON export of the selected head alone: "headscope-<model>-L2-H7.json" (words: "-words"). */
+export function headJsonName(model, layer, head, { words = false } = {}) {
+  return `${exportName(model, layer, head)}${words ? "-words" : ""}.json`;
 }

@@ -16,6 +16,7 @@ import { currentB, currentQuery, fillModels, initForm, learnModel, readInitialSt
 import { Grid } from "./grid.js";
 import { InsightPanel } from "./insight-panel.js";
 import { runSummary } from "./labels.js";
+import { copyLink, showNotice, tokenLimit, truncationNotice } from "./notices.js";
 import { clampSelection, getState, initState, moveSelection, readState, subscribe, update } from "./state.js";
 import { WrittenView } from "./written.js";
 
@@ -56,6 +57,7 @@ async function run() {
   controller = new AbortController();
   const { signal } = controller;
   showError("");
+  showNotice(""); // the notices speak of the run on screen: the next one brings its own
   setBusy("Running the model…");
   document.body.dataset.state = "loading";
   document.body.dataset.insight = "idle"; // the insight views follow this run once it is drawn
@@ -72,6 +74,8 @@ async function run() {
     const b = compare ? queryB(query, { btext, bmodel }) : null;
     const run = { query, queryB: b, attention, signal, exact: new Map(), analysis: null, comparison: null };
     current = run;
+    const limit = tokenLimit(known.models.get(attention.model), readInitialState().limits);
+    showNotice(truncationNotice(attention, { words: query.words, limit }));
     update({
       text: query.text,
       pair: query.pair,
@@ -154,9 +158,9 @@ async function boot() {
     if (current) run(); // every view switches: the same input again, merged to words
   });
   for (const tab of $all("tabs")) tab.addEventListener("click", () => update({ view: tab.dataset.view }));
-  for (const [name, format] of [["exportPng", "png"], ["exportSvg", "svg"], ["exportJson", "json"]]) {
-    $(name).addEventListener("click", () => exportAs(current, format));
-  }
+  const exports = [["exportPng", "png"], ["exportSvg", "svg"], ["exportJson", "json"], ["exportJsonHead", "json-head"]];
+  for (const [name, format] of exports) $(name).addEventListener("click", () => exportAs(current, format));
+  $("copyLink").addEventListener("click", copyLink);
   document.addEventListener("keydown", onArrow);
   showTabs(state.view);
   if (state.text.trim()) run();

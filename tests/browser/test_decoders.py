@@ -102,7 +102,7 @@ def test_grid_groups_query_heads_by_kv_head(session: Any, grouped_model: str) ->
     page.wait_for_function("() => ['ready', 'error'].includes(document.body.dataset.insight)")
     assert page.evaluate("document.body.dataset.insight") == "ready"
     header = page.locator("#stats-table thead th").all_text_contents()
-    assert header[:4] == ["layer", "head", "kv group", "label"]
+    assert header[:4] == ["Layer", "Head", "KV group", "Role"]
     page.click('#stats-table th button[data-key="kv group"]')
     assert page.get_attribute('#stats-table th[data-key="kv group"]', "aria-sort") == "ascending"
     rows = page.evaluate(

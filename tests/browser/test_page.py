@@ -309,7 +309,7 @@ def test_512_tokens_scroll_thin_labels_and_zoom_brings_them_back(session: Any) -
     # The service's "random" model (4 x 8, untrained, 512 positions) keeps the forward pass cheap.
     session.run(text, model="random")
     assert page.evaluate("document.querySelector('#head-detail').dataset.n") == "512"
-    assert "truncated to 512 tokens" in page.locator("#detail-caption").text_content()
+    assert "truncated to 512 tokens" in page.locator("#notice").text_content()
     assert page.locator("#grid .thumb[data-drawn=true]").count() == 4 * (8 + 1)
     # The detail is larger than its panel, which scrolls; the labels are thinned, not overlapping.
     scroll = page.evaluate(
