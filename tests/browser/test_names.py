@@ -205,7 +205,7 @@ def test_copy_link_reopens_the_view(session: Any, browser: Any) -> None:
 
     again = page.context.new_page()
     again.goto(copied)
-    again.wait_for_function("document.body.dataset.state === 'ready'")
+    again.wait_for_function("() => document.body.dataset.state === 'ready'")
     assert again.locator("#text").input_value() == SENTENCE
     assert again.locator("#detail-title").text_content() == "Head detail: layer 3, head 4"
     assert again.get_attribute("#tab-tokens", "aria-selected") == "true"
@@ -221,7 +221,7 @@ def test_zoom_shows_no_plotly_tip_over_the_tabs(session: Any) -> None:
     page.mouse.down()
     page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] * 0.6, steps=5)
     page.mouse.up()
-    page.wait_for_function("document.querySelector('#head-detail').layout.xaxis.autorange === false")
+    page.wait_for_function("() => document.querySelector('#head-detail').layout.xaxis.autorange === false")
     # Plotly's tip ("Double-click to zoom back out") is a fixed note at the page's top right when shown.
     notes = page.locator(".plotly-notifier .notifier-note").all_text_contents()
     assert not [note for note in notes if re.search("double-click", note, re.IGNORECASE)]
