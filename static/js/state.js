@@ -4,6 +4,7 @@
 // Pure apart from the default URL writer, so Node's test runner imports it as the page does (tests/js/).
 
 import { AGGREGATES, isAggregate } from "./aggregates.js";
+import { DEFAULT_SCALE, parseScale } from "./scale.js";
 
 const VIEWS = ["heatmap", "tokens"];
 
@@ -22,6 +23,7 @@ export const DEFAULT_STATE = Object.freeze({
   hideFirst: false, // the detail drops key column 0 (the attention sink) and renormalises each row
   newTokens: 0, // causal models: continue the text by up to this many tokens first (max_new_tokens)
   chat: false, // the text as a user's turn of the model's chat template (the API's `chat: true`)
+  scale: DEFAULT_SCALE, // the detail heatmap's colour scale (scale.js SCALES); 0–1 keeps heads comparable
 });
 
 // The page offers up to this many written tokens (the service's default HEADSCOPE_MAX_NEW_TOKENS; a service
@@ -61,6 +63,7 @@ export function readState(search = window.location.search) {
     hideFirst: params.get("nofirst") === "1",
     newTokens: parseNewTokens(params.get("continue")),
     chat: params.get("chat") === "1",
+    scale: parseScale(params.get("scale")),
   };
 }
 
@@ -83,6 +86,7 @@ export function encodeState(state) {
   if (state.hideFirst) params.set("nofirst", "1");
   if (state.newTokens) params.set("continue", String(state.newTokens));
   if (state.chat) params.set("chat", "1");
+  if (state.scale !== DEFAULT_SCALE) params.set("scale", state.scale);
   return params.toString();
 }
 
