@@ -7,6 +7,7 @@ import { fetchHead } from "./api.js";
 import { AGGREGATES, isAggregate } from "./aggregates.js";
 import { markWritten, withoutFirstToken } from "./decoder.js";
 import { renderHeatmap } from "./heatmap.js";
+import { DEFAULT_SCALE, SCALES } from "./scale.js";
 import { exportName, selectionLabel } from "./labels.js";
 import { getState } from "./state.js";
 import { renderTokenView } from "./tokens.js";
@@ -53,7 +54,7 @@ export class Detail {
   async draw(run, { keepZoom = true } = {}) {
     this.run = run;
     const { attention } = run;
-    const { layer, head, view, hideFirst } = getState();
+    const { layer, head, view, hideFirst, scale } = getState();
     const { values: drawn, exact } = detailValues(run, layer, head);
     const values = hideFirst ? withoutFirstToken(drawn, attention.n) : drawn;
     const modelName = attention.model ?? run.query.model ?? "";
@@ -69,6 +70,9 @@ export class Detail {
     if (attention.truncated) notes.push(`Input truncated to ${attention.n} tokens (the model's maximum).`);
     if (attention.causal) notes.push("Hatched cells are masked: a causal model cannot look ahead.");
     if (hideFirst) notes.push("First token hidden (grey): each row renormalised over the rest.");
+    if (scale !== DEFAULT_SCALE && view === "heatmap") {
+      notes.push(`Colour scale: ${SCALES[scale].label}; the hover shows the true weight.`);
+    }
     if (attention.generated > 0) {
       notes.push(
         `✎ marks the ${attention.generated} token(s) the model wrote (orange bands); click one's row to see what it looked at.`,
@@ -94,6 +98,7 @@ export class Detail {
       title: `${modelName} · ${label}`,
       written: attention.generated,
       renormalised: hideFirst,
+      colorScale: scale, // scale.js: the colours only; the hover reads `values`
       onRow: (i) => this.written.choose(i),
       filename: exportName(attention.model, layer, head),
       keepZoom, // a new run starts unzoomed; another head of the same run keeps the zoomed region

@@ -60,6 +60,8 @@ export const SELECTORS = Object.freeze({
   writtenCaption: "#written-caption",
   writtenPrompt: "#written-prompt",
   writtenTop: "#written-top",
+  colorScale: "#color-scale",
+  colorScaleNote: "#color-scale-note",
 });
 
 /** The element registered under `name`; throws if the template lacks it (a bug, not a user error). */

@@ -9,6 +9,7 @@
 
 import { COLORSCALE, MASK_BG_CSS, MASK_FG_CSS } from "./colors.js";
 import { displayToken } from "./decoder.js";
+import { scaleValues } from "./scale.js";
 
 const LABEL_PX = 14; // minimum spacing between two axis labels
 const MAX_LABELS = 48; // per axis and view: more costs Plotly seconds and reads no better
@@ -95,15 +96,18 @@ function writtenShapes(n, written, size) {
  * own; `renormalised` says the values are decoder.js withoutFirstToken's (key 0 hidden, rows renormalised).
  * `scale` overrides the attention colour scale for other matrices (rollout, flow, A - B):
  * {colorscale, zmin, zmax, title, signed} (a diverging scale gets zmin = -zmax, so 0 is its centre).
+ * `colorScale` names a scale.js scale (default 0–1): it changes the colours and the colour bar, never the
+ * hover, which reads the true value.
  * `minPx` lets side-by-side figures be smaller.
  * Returns {data, layout, labels, size}.
  */
 export function buildFigure(spec) {
   const { values, causal, boundary, title, exact, widthPx = 900, scale, minPx } = spec;
-  const { written = 0, renormalised = false } = spec;
+  const { written = 0, renormalised = false, colorScale } = spec;
   const tokens = spec.tokens.map(displayToken); // axes, hover and image exports alike
   const n = tokens.length;
   const labels = tokens.map(plotlyText);
+  const painted = scaleValues(values, n, colorScale);
   const z = new Array(n);
   const customdata = new Array(n);
   for (let i = 0; i < n; i++) {
@@ -113,8 +117,9 @@ export function buildFigure(spec) {
     const o = i * n;
     for (let j = 0; j < n; j++) {
       const v = values[o + j];
-      row[j] = (causal && j > i) || Number.isNaN(v) ? null : v;
-      cd[j] = `${q} → ${labels[j]}`;
+      row[j] = (causal && j > i) || Number.isNaN(v) ? null : painted.z[o + j];
+      // A transformed z is a colour, not a weight: the hover reads the weight beside the label.
+      cd[j] = painted.transformed ? [`${q} → ${labels[j]}`, v] : `${q} → ${labels[j]}`;
     }
     z[i] = row;
     customdata[i] = cd;
@@ -127,6 +132,10 @@ export function buildFigure(spec) {
   const shown = ticks.map((i) => shorten(tokens[i]));
   const fontSize = cellPx >= 14 ? 12 : cellPx >= 8 ? 11 : 10;
   const labelPx = widestLabel(shown, fontSize) + 10; // + tick mark and its gap
+
+  const hoverValue = painted.transformed
+    ? "%{customdata[0]}: %{customdata[1]:.3f}"
+    : `%{customdata}: %{z:${scale?.signed ? "+" : ""}.3f}`;
 
   const data = [];
   if (causal && n > 1) {
@@ -153,16 +162,17 @@ export function buildFigure(spec) {
     dx: 1,
     y0: 0,
     dy: 1,
-    zmin: scale?.zmin ?? 0,
-    zmax: scale?.zmax ?? 1,
+    zmin: scale?.zmin ?? painted.zmin,
+    zmax: scale?.zmax ?? painted.zmax,
     colorscale: scale?.colorscale ?? COLORSCALE,
     customdata,
-    hovertemplate: `%{customdata}: %{z:${scale?.signed ? "+" : ""}.3f}${renormalised ? ` (${RENORMALISED})` : ""}<extra></extra>`,
+    hovertemplate: `${hoverValue}${renormalised ? ` (${RENORMALISED})` : ""}<extra></extra>`,
     hoverongaps: false,
     xgap: 0,
     ygap: 0,
     colorbar: {
-      title: { text: scale?.title ?? colorbarTitle(exact, renormalised), side: "right" },
+      title: { text: withScale(scale?.title ?? colorbarTitle(exact, renormalised), painted.title), side: "right" },
+      ...(painted.tickvals ? { tickvals: painted.tickvals, ticktext: painted.ticktext } : {}),
       thickness: 14,
       len: Math.min(1, 420 / size),
       y: 1,
@@ -228,6 +238,11 @@ export function buildFigure(spec) {
     uirevision: `${n}`,
   };
   return { data, layout, labels, size };
+}
+
+/** The colour bar's title with a line saying which colour scale is on (none for the default 0–1). */
+function withScale(title, scaleTitle) {
+  return scaleTitle ? `${title}<br>${plotlyText(scaleTitle)}` : title;
 }
 
 function colorbarTitle(exact, renormalised) {

@@ -16,6 +16,7 @@ import { currentB, currentQuery, fillModels, initForm, learnModel, readInitialSt
 import { Grid } from "./grid.js";
 import { InsightPanel } from "./insight-panel.js";
 import { runSummary } from "./labels.js";
+import { initScaleMenu } from "./scale-menu.js";
 import { clampSelection, getState, initState, moveSelection, readState, subscribe, update } from "./state.js";
 import { WrittenView } from "./written.js";
 
@@ -39,7 +40,7 @@ const insights = new InsightPanel({ grid, current: () => current, onOpen: (layer
 
 subscribe((state, changed) => {
   $("hideFirst").checked = state.hideFirst;
-  if (!changed.has("view") && !changed.has("hideFirst")) return;
+  if (!["view", "hideFirst", "scale"].some((key) => changed.has(key))) return;
   if (current) detail.draw(current);
   else showTabs(state.view);
 });
@@ -148,6 +149,7 @@ async function boot() {
     run();
   });
   $("hideFirst").checked = state.hideFirst;
+  initScaleMenu();
   $("hideFirst").addEventListener("change", () => update({ hideFirst: $("hideFirst").checked }));
   $("words").addEventListener("change", () => {
     update({ words: $("words").checked });
