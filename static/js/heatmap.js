@@ -22,6 +22,7 @@ const FONT_FAMILY = '"Open Sans", verdana, arial, sans-serif'; // Plotly's defau
 const TITLE_PX = 34; // figure title band
 const AXIS_TITLE_PX = 26; // axis title plus its gap
 const COLORBAR_PX = 110;
+const TITLE_LINE_PX = 18; // one more line of the colour bar's title (12 px text and its leading)
 const WRITTEN_CSS = "#e8710a"; // the tokens a model wrote: divider and bands beside the axes
 const RENORMALISED = "renormalised without the first token";
 
@@ -124,8 +125,11 @@ export function buildFigure(spec) {
     z[i] = row;
     customdata[i] = cd;
   }
+  const barTitle = withScale(scale?.title ?? colorbarTitle(exact, renormalised), painted.title);
+  // Each line of the colour bar's title past the first (renormalised, a colour scale) takes its own band.
+  const colorbarPx = COLORBAR_PX + (barTitle.split("<br>").length - 1) * TITLE_LINE_PX;
   // The widest of all labels bounds the margin, so the plot can be sized to the room left beside it.
-  const roomPx = widthPx - (widestLabel(tokens.map(shorten), 12) + 10 + AXIS_TITLE_PX + COLORBAR_PX);
+  const roomPx = widthPx - (widestLabel(tokens.map(shorten), 12) + 10 + AXIS_TITLE_PX + colorbarPx);
   const size = plotSize(n, roomPx, minPx);
   const cellPx = size / Math.max(n, 1);
   const ticks = thinTicks(0, n - 1, cellPx);
@@ -171,7 +175,7 @@ export function buildFigure(spec) {
     xgap: 0,
     ygap: 0,
     colorbar: {
-      title: { text: withScale(scale?.title ?? colorbarTitle(exact, renormalised), painted.title), side: "right" },
+      title: { text: barTitle, side: "right" },
       ...(painted.tickvals ? { tickvals: painted.tickvals, ticktext: painted.ticktext } : {}),
       thickness: 14,
       len: Math.min(1, 420 / size),
@@ -208,7 +212,7 @@ export function buildFigure(spec) {
     linecolor: "#c0c6d2",
     mirror: true,
   };
-  const margin = { l: labelPx + AXIS_TITLE_PX, r: COLORBAR_PX, t: TITLE_PX + labelPx + AXIS_TITLE_PX, b: 16 };
+  const margin = { l: labelPx + AXIS_TITLE_PX, r: colorbarPx, t: TITLE_PX + labelPx + AXIS_TITLE_PX, b: 16 };
   const layout = {
     title: { text: plotlyText(title), x: 0.01, xanchor: "left", y: 1, yanchor: "top", yref: "container", pad: { t: 10 }, font: { size: 14 } },
     width: margin.l + size + margin.r,
