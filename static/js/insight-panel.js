@@ -45,6 +45,7 @@ export class InsightPanel {
     $("colorBy").addEventListener("change", () => update({ color: $("colorBy").value }));
     subscribe((state, changed) => {
       if (changed.has("color")) this.colorGrid();
+      if (changed.has("scale")) this.rollout.recolor();
     });
   }
 

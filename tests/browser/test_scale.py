@@ -188,6 +188,20 @@ def test_hide_first_token_then_scale_per_row(session: Any, causal_model: str) ->
     assert f": {renormalised[i][j]:.3f}" in text and "renormalised" in text
 
 
+def test_rollout_follows_the_colour_scale(session: Any) -> None:
+    page = session.open(f"?text={PROMPT}")
+    session.wait_ready()
+    page.locator("#rollout-panel").scroll_into_view_if_needed()
+    page.wait_for_selector("#rollout[data-state=ready]")
+    rollout_js = "() => document.querySelector('#rollout').data.find((t) => t.type === 'heatmap')"
+    unit = page.evaluate(f"() => ({rollout_js})().z")
+    page.select_option("#color-scale", "row")
+    page.wait_for_function(f"() => ({rollout_js})().colorbar.title.text.includes('each row')")
+    heatmap = page.evaluate(f"() => {{ const h = ({rollout_js})(); return [h.z, h.colorbar.title.text]; }}")
+    assert heatmap[0] == per_row(unit)  # the same float64 divisions of the same 8-bit values: exact
+    assert heatmap[1].startswith("rollout (8-bit)")
+
+
 def test_grid_legend_sits_against_the_grid_and_the_marker_is_no_scale_colour(session: Any) -> None:
     page = session.open(f"?text={PROMPT}&layer=2&head=3")
     session.wait_ready()
