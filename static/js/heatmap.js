@@ -111,16 +111,19 @@ export function buildFigure(spec) {
   const painted = scaleValues(values, n, colorScale);
   const z = new Array(n);
   const customdata = new Array(n);
+  // A transformed z is a colour, not a weight: then the hover reads the weights from here, as numbers that
+  // Plotly formats as it formats z (a formatted string a cell costs more to build), and the labels from text.
+  const weights = painted.transformed ? new Array(n) : null;
   for (let i = 0; i < n; i++) {
     const row = new Array(n);
     const cd = new Array(n);
+    if (weights) weights[i] = Array.from({ length: n }, (_, j) => values[i * n + j]);
     const q = labels[i];
     const o = i * n;
     for (let j = 0; j < n; j++) {
       const v = values[o + j];
       row[j] = (causal && j > i) || Number.isNaN(v) ? null : painted.z[o + j];
-      // A transformed z is a colour, not a weight: the hover reads the weight beside the label.
-      cd[j] = painted.transformed ? [`${q} → ${labels[j]}`, v] : `${q} → ${labels[j]}`;
+      cd[j] = `${q} → ${labels[j]}`;
     }
     z[i] = row;
     customdata[i] = cd;
@@ -137,9 +140,7 @@ export function buildFigure(spec) {
   const fontSize = cellPx >= 14 ? 12 : cellPx >= 8 ? 11 : 10;
   const labelPx = widestLabel(shown, fontSize) + 10; // + tick mark and its gap
 
-  const hoverValue = painted.transformed
-    ? "%{customdata[0]}: %{customdata[1]:.3f}"
-    : `%{customdata}: %{z:${scale?.signed ? "+" : ""}.3f}`;
+  const hoverValue = weights ? "%{text}: %{customdata:.3f}" : `%{customdata}: %{z:${scale?.signed ? "+" : ""}.3f}`;
 
   const data = [];
   if (causal && n > 1) {
@@ -169,7 +170,7 @@ export function buildFigure(spec) {
     zmin: scale?.zmin ?? painted.zmin,
     zmax: scale?.zmax ?? painted.zmax,
     colorscale: scale?.colorscale ?? COLORSCALE,
-    customdata,
+    ...(weights ? { text: customdata, customdata: weights } : { customdata }),
     hovertemplate: `${hoverValue}${renormalised ? ` (${RENORMALISED})` : ""}<extra></extra>`,
     hoverongaps: false,
     xgap: 0,
