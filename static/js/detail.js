@@ -72,6 +72,11 @@ export class Detail {
     if (hideFirst) notes.push("First token hidden (grey): each row renormalised over the rest.");
     if (scale !== DEFAULT_SCALE && view === "heatmap") {
       notes.push(`Colour scale: ${SCALES[scale].label}; the hover shows the true weight.`);
+      // 8-bit values stop a decade or two above the log floor: say where, and what shows the rest.
+      if (scale === "log" && !exact) {
+        const under = attention.maxAbsError.toFixed(4);
+        notes.push(`8-bit weights under ${under} read as 0, drawn at the floor; exact values show the lower decades.`);
+      }
     }
     if (attention.generated > 0) {
       notes.push(

@@ -171,6 +171,18 @@ def test_each_scale_recolours_the_detail_but_the_hover_reads_the_true_weight(
     assert page.locator("#color-scale").is_enabled() and page.locator("#color-scale-note").is_hidden()
 
 
+def test_log_scale_on_8_bit_values_says_where_they_stop(session: Any) -> None:
+    page = session.page
+    page.route("**/api/attention/head/compact", lambda route: route.abort())  # the exact head never comes
+    session.open(f"?text={PROMPT}&scale=log")
+    session.wait_ready()
+    caption = page.locator("#detail-caption")
+    assert "8-bit weights under 0.0020 read as 0" in caption.text_content()  # the transport's 1/510
+    page.wait_for_function("() => document.querySelector('#detail-caption').textContent.includes('Exact')")
+    page.select_option("#color-scale", "row")
+    assert "read as 0" not in caption.text_content()
+
+
 def test_hide_first_token_then_scale_per_row(session: Any, causal_model: str) -> None:
     page = session.open(f"?text={PROMPT}&model={causal_model}&layer={LAYER}&head=1&scale=row&nofirst=1")
     session.wait_ready()
