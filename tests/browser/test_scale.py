@@ -12,6 +12,7 @@ import json
 import math
 import sys
 import urllib.request
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -69,7 +70,7 @@ def api(base: str, path: str, **fields: Any) -> Any:
         return json.load(answer)
 
 
-def masked(rows: list[list[float | None]]) -> list[list[float | None]]:
+def masked(rows: Sequence[Sequence[float | None]]) -> list[list[float | None]]:
     """A causal head as the page draws it: cells j > i are gaps, whatever the scale."""
     return [[v if j <= i else None for j, v in enumerate(row)] for i, row in enumerate(rows)]
 
@@ -90,7 +91,8 @@ def without_first(rows: list[list[float]]) -> list[list[float | None]]:
         rest = 0.0
         for v in row[1:]:
             rest += v
-        out.append([None] + [v / rest if rest > 0 else None for v in row[1:]])
+        first: list[float | None] = [None]
+        out.append(first + [v / rest if rest > 0 else None for v in row[1:]])
     return out
 
 
