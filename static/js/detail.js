@@ -7,6 +7,7 @@ import { fetchHead } from "./api.js";
 import { AGGREGATES, isAggregate } from "./aggregates.js";
 import { markWritten, withoutFirstToken } from "./decoder.js";
 import { renderHeatmap } from "./heatmap.js";
+import { DEFAULT_SCALE, SCALES } from "./scale.js";
 import { exportName, selectionLabel } from "./labels.js";
 import { LinesView } from "./lines-view.js";
 import { showExportAvailability } from "./notices.js";
@@ -55,7 +56,7 @@ export class Detail {
   async draw(run, { keepZoom = true } = {}) {
     this.run = run;
     const { attention } = run;
-    const { layer, head, view, hideFirst, lines } = getState();
+    const { layer, head, view, hideFirst, lines, scale } = getState();
     const { values: drawn, exact } = detailValues(run, layer, head);
     const values = hideFirst ? withoutFirstToken(drawn, attention.n) : drawn;
     const modelName = attention.model ?? run.query.model ?? "";
@@ -75,6 +76,14 @@ export class Detail {
     if (overlay) notes.shift(); // the selected head's precision: the lines note says that of every head
     if (attention.causal) notes.push("Hatched cells are masked: a causal model cannot look ahead.");
     if (hideFirst) notes.push("First token hidden (grey): each row renormalised over the rest.");
+    if (scale !== DEFAULT_SCALE && view === "heatmap") {
+      notes.push(`Colour scale: ${SCALES[scale].label}; the hover shows the true weight.`);
+      // 8-bit values stop a decade or two above the log floor: say where, and what shows the rest.
+      if (scale === "log" && !exact) {
+        const under = attention.maxAbsError.toFixed(4);
+        notes.push(`8-bit weights under ${under} read as 0, drawn at the floor; exact values show the lower decades.`);
+      }
+    }
     if (attention.generated > 0) {
       notes.push(
         `✎ marks the ${attention.generated} token(s) the model wrote (orange bands); click one's row to see what it looked at.`,
@@ -105,6 +114,7 @@ export class Detail {
       title: `${modelName} · ${label}`,
       written: attention.generated,
       renormalised: hideFirst,
+      colorScale: scale, // scale.js: the colours only; the hover reads `values`
       onRow: (i) => this.written.choose(i),
       filename: exportName(attention.model, layer, head),
       keepZoom, // a new run starts unzoomed; another head of the same run keeps the zoomed region

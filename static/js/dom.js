@@ -78,6 +78,8 @@ export const SELECTORS = Object.freeze({
   copyLink: "#copy-link",
   shareStatus: "#share-status",
   notice: "#notice",
+  colorScale: "#color-scale",
+  colorScaleNote: "#color-scale-note",
 });
 
 /** The element registered under `name`; throws if the template lacks it (a bug, not a user error). */

@@ -232,10 +232,15 @@ export class Grid {
       thumb.classList.remove("selected");
       thumb.setAttribute("aria-pressed", "false");
     }
+    for (const label of this.container.querySelectorAll(".current")) label.classList.remove("current");
     const thumb = this.container.querySelector(`.thumb[data-layer="${layer}"][data-head="${head}"]`);
     if (thumb) {
       thumb.classList.add("selected");
       thumb.setAttribute("aria-pressed", "true");
+      // Its layer and head labels in bold too: the marker reads without colour.
+      thumb.closest(".grid-row")?.querySelector(".row-label")?.classList.add("current");
+      const column = isAggregate(head) ? this.model.heads + Object.keys(AGGREGATES).indexOf(head) : head;
+      this.container.querySelectorAll(".grid-header:not(.kv-header) .col-label")[column]?.classList.add("current");
       thumb.scrollIntoView({ block: "nearest", inline: "nearest" });
     }
   }

@@ -9,6 +9,7 @@
 
 import { COLORSCALE, MASK_BG_CSS, MASK_FG_CSS } from "./colors.js";
 import { displayToken } from "./decoder.js";
+import { scaleValues } from "./scale.js";
 
 const LABEL_PX = 14; // minimum spacing between two axis labels
 const MAX_LABELS = 48; // per axis and view: more costs Plotly seconds and reads no better
@@ -21,6 +22,7 @@ const FONT_FAMILY = '"Open Sans", verdana, arial, sans-serif'; // Plotly's defau
 const TITLE_PX = 34; // figure title band
 const AXIS_TITLE_PX = 26; // axis title plus its gap
 const COLORBAR_PX = 110;
+const TITLE_LINE_PX = 18; // one more line of the colour bar's title (12 px text and its leading)
 const WRITTEN_CSS = "#e8710a"; // the tokens a model wrote: divider and bands beside the axes
 const RENORMALISED = "renormalised without the first token";
 
@@ -95,38 +97,50 @@ function writtenShapes(n, written, size) {
  * own; `renormalised` says the values are decoder.js withoutFirstToken's (key 0 hidden, rows renormalised).
  * `scale` overrides the attention colour scale for other matrices (rollout, flow, A - B):
  * {colorscale, zmin, zmax, title, signed} (a diverging scale gets zmin = -zmax, so 0 is its centre).
+ * `colorScale` names a scale.js scale (default 0–1): it changes the colours and the colour bar, never the
+ * hover, which reads the true value.
  * `minPx` lets side-by-side figures be smaller.
  * Returns {data, layout, labels, size}.
  */
 export function buildFigure(spec) {
   const { values, causal, boundary, title, exact, widthPx = 900, scale, minPx } = spec;
-  const { written = 0, renormalised = false } = spec;
+  const { written = 0, renormalised = false, colorScale } = spec;
   const tokens = spec.tokens.map(displayToken); // axes, hover and image exports alike
   const n = tokens.length;
   const labels = tokens.map(plotlyText);
+  const painted = scaleValues(values, n, colorScale);
   const z = new Array(n);
   const customdata = new Array(n);
+  // A transformed z is a colour, not a weight: then the hover reads the weights from here, as numbers that
+  // Plotly formats as it formats z (a formatted string a cell costs more to build), and the labels from text.
+  const weights = painted.transformed ? new Array(n) : null;
   for (let i = 0; i < n; i++) {
     const row = new Array(n);
     const cd = new Array(n);
+    if (weights) weights[i] = Array.from({ length: n }, (_, j) => values[i * n + j]);
     const q = labels[i];
     const o = i * n;
     for (let j = 0; j < n; j++) {
       const v = values[o + j];
-      row[j] = (causal && j > i) || Number.isNaN(v) ? null : v;
+      row[j] = (causal && j > i) || Number.isNaN(v) ? null : painted.z[o + j];
       cd[j] = `${q} → ${labels[j]}`;
     }
     z[i] = row;
     customdata[i] = cd;
   }
+  const barTitle = withScale(scale?.title ?? colorbarTitle(exact, renormalised), painted.title);
+  // Each line of the colour bar's title past the first (renormalised, a colour scale) takes its own band.
+  const colorbarPx = COLORBAR_PX + (barTitle.split("<br>").length - 1) * TITLE_LINE_PX;
   // The widest of all labels bounds the margin, so the plot can be sized to the room left beside it.
-  const roomPx = widthPx - (widestLabel(tokens.map(shorten), 12) + 10 + AXIS_TITLE_PX + COLORBAR_PX);
+  const roomPx = widthPx - (widestLabel(tokens.map(shorten), 12) + 10 + AXIS_TITLE_PX + colorbarPx);
   const size = plotSize(n, roomPx, minPx);
   const cellPx = size / Math.max(n, 1);
   const ticks = thinTicks(0, n - 1, cellPx);
   const shown = ticks.map((i) => shorten(tokens[i]));
   const fontSize = cellPx >= 14 ? 12 : cellPx >= 8 ? 11 : 10;
   const labelPx = widestLabel(shown, fontSize) + 10; // + tick mark and its gap
+
+  const hoverValue = weights ? "%{text}: %{customdata:.3f}" : `%{customdata}: %{z:${scale?.signed ? "+" : ""}.3f}`;
 
   const data = [];
   if (causal && n > 1) {
@@ -153,16 +167,17 @@ export function buildFigure(spec) {
     dx: 1,
     y0: 0,
     dy: 1,
-    zmin: scale?.zmin ?? 0,
-    zmax: scale?.zmax ?? 1,
+    zmin: scale?.zmin ?? painted.zmin,
+    zmax: scale?.zmax ?? painted.zmax,
     colorscale: scale?.colorscale ?? COLORSCALE,
-    customdata,
-    hovertemplate: `%{customdata}: %{z:${scale?.signed ? "+" : ""}.3f}${renormalised ? ` (${RENORMALISED})` : ""}<extra></extra>`,
+    ...(weights ? { text: customdata, customdata: weights } : { customdata }),
+    hovertemplate: `${hoverValue}${renormalised ? ` (${RENORMALISED})` : ""}<extra></extra>`,
     hoverongaps: false,
     xgap: 0,
     ygap: 0,
     colorbar: {
-      title: { text: scale?.title ?? colorbarTitle(exact, renormalised), side: "right" },
+      title: { text: barTitle, side: "right" },
+      ...(painted.tickvals ? { tickvals: painted.tickvals, ticktext: painted.ticktext } : {}),
       thickness: 14,
       len: Math.min(1, 420 / size),
       y: 1,
@@ -198,7 +213,7 @@ export function buildFigure(spec) {
     linecolor: "#c0c6d2",
     mirror: true,
   };
-  const margin = { l: labelPx + AXIS_TITLE_PX, r: COLORBAR_PX, t: TITLE_PX + labelPx + AXIS_TITLE_PX, b: 16 };
+  const margin = { l: labelPx + AXIS_TITLE_PX, r: colorbarPx, t: TITLE_PX + labelPx + AXIS_TITLE_PX, b: 16 };
   const layout = {
     title: { text: plotlyText(title), x: 0.01, xanchor: "left", y: 1, yanchor: "top", yref: "container", pad: { t: 10 }, font: { size: 14 } },
     width: margin.l + size + margin.r,
@@ -228,6 +243,11 @@ export function buildFigure(spec) {
     uirevision: `${n}`,
   };
   return { data, layout, labels, size };
+}
+
+/** The colour bar's title with a line saying which colour scale is on (none for the default 0–1). */
+function withScale(title, scaleTitle) {
+  return scaleTitle ? `${title}<br>${plotlyText(scaleTitle)}` : title;
 }
 
 function colorbarTitle(exact, renormalised) {

@@ -49,6 +49,7 @@ export class InsightPanel {
     this.checkOverflow = watchOverflow($("tableScroll"), $("tableScrollCue"));
     subscribe((state, changed) => {
       if (changed.has("color")) this.colorGrid();
+      if (changed.has("scale")) this.rollout.recolor();
     });
   }
 

@@ -17,6 +17,7 @@ import { Grid } from "./grid.js";
 import { InsightPanel } from "./insight-panel.js";
 import { runSummary } from "./labels.js";
 import { copyLink, showNotice, tokenLimit, truncationNotice } from "./notices.js";
+import { initScaleMenu } from "./scale-menu.js";
 import { clampSelection, getState, initState, moveSelection, readState, subscribe, update } from "./state.js";
 import { WrittenView } from "./written.js";
 
@@ -40,7 +41,7 @@ const insights = new InsightPanel({ grid, current: () => current, onOpen: (layer
 
 subscribe((state, changed) => {
   $("hideFirst").checked = state.hideFirst;
-  if (!["view", "hideFirst", "lines", "pairs"].some((key) => changed.has(key))) return;
+  if (!["view", "hideFirst", "lines", "pairs", "scale"].some((key) => changed.has(key))) return;
   if (current) detail.draw(current);
   else showTabs(state.view);
 });
@@ -152,6 +153,7 @@ async function boot() {
     run();
   });
   $("hideFirst").checked = state.hideFirst;
+  initScaleMenu();
   $("hideFirst").addEventListener("change", () => update({ hideFirst: $("hideFirst").checked }));
   $("words").addEventListener("change", () => {
     update({ words: $("words").checked });

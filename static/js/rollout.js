@@ -10,6 +10,7 @@
 
 import { ApiError, fetchFlow, fetchRollout } from "./api.js";
 import { clearHeatmap, renderHeatmap } from "./heatmap.js";
+import { getState } from "./state.js";
 
 const SIDE_MIN_PX = 280; // side-by-side with the statistics table: smaller than the detail's minimum
 
@@ -117,6 +118,7 @@ export class RolloutView {
       keepZoom: true,
       minPx: SIDE_MIN_PX,
       scale: { title: "rollout (8-bit)" },
+      colorScale: getState().scale, // the detail's colour scale: its colour bar says which
     });
     plot.dataset.layer = String(layer);
   }
@@ -138,11 +140,18 @@ export class RolloutView {
       keepZoom: false,
       minPx: SIDE_MIN_PX,
       scale: { title: normalized ? "flow share" : "max-flow" },
+      colorScale: getState().scale,
     });
     flowMessage.textContent = normalized
       ? "Row i: the share of output token i's flow that reaches each input token (each row sums to 1, as published)."
       : "Entry [i, j]: the most attention that can flow from output token i to input token j (raw; rows need not sum to 1).";
     flowMessage.dataset.state = "ready";
+  }
+
+  /** Redraw what is drawn (rollout, flow) in the state's colour scale. */
+  async recolor() {
+    if (this.rollout) await this.draw(Number(this.els.slider.value));
+    if (this.flowResult) await this.drawFlow(this.flowResult);
   }
 
   /** Attention flow of the loaded query; the API's limit (422) becomes the message itself. */

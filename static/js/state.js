@@ -5,6 +5,7 @@
 
 import { AGGREGATES, isAggregate } from "./aggregates.js";
 import { PAIR_FILTERS } from "./lines.js";
+import { DEFAULT_SCALE, parseScale } from "./scale.js";
 
 const VIEWS = ["heatmap", "tokens"];
 const LINES = ["head", "layer"];
@@ -26,6 +27,7 @@ export const DEFAULT_STATE = Object.freeze({
   chat: false, // the text as a user's turn of the model's chat template (the API's `chat: true`)
   lines: "head", // token lines of the selected head, or of every head of its layer ("layer")
   pairs: "all", // token lines of a pair: all, or only A -> B, B -> A, A -> A, B -> B (lines.js PAIR_FILTERS)
+  scale: DEFAULT_SCALE, // the detail heatmap's colour scale (scale.js SCALES); 0–1 keeps heads comparable
 });
 
 // The page offers up to this many written tokens (the service's default HEADSCOPE_MAX_NEW_TOKENS; a service
@@ -67,6 +69,7 @@ export function readState(search = window.location.search) {
     chat: params.get("chat") === "1",
     lines: LINES.includes(params.get("lines")) ? params.get("lines") : DEFAULT_STATE.lines,
     pairs: Object.hasOwn(PAIR_FILTERS, params.get("pairs") ?? "") ? params.get("pairs") : DEFAULT_STATE.pairs,
+    scale: parseScale(params.get("scale")),
   };
 }
 
@@ -91,6 +94,7 @@ export function encodeState(state) {
   if (state.chat) params.set("chat", "1");
   if (state.lines !== DEFAULT_STATE.lines) params.set("lines", state.lines);
   if (state.pairs !== DEFAULT_STATE.pairs) params.set("pairs", state.pairs);
+  if (state.scale !== DEFAULT_SCALE) params.set("scale", state.scale);
   return params.toString();
 }
 

@@ -43,6 +43,7 @@ test("every field round-trips, odd characters included", () => {
     chat: true,
     lines: "layer",
     pairs: "ab",
+    scale: "log",
   };
   assert.deepEqual(roundTrip(state), state);
   assert.deepEqual(roundTrip({ ...state, head: "mean" }), { ...state, head: "mean" });
@@ -80,12 +81,22 @@ test("malformed values fall back to the defaults", () => {
     "continue=2.5": { newTokens: 0 },
     "continue=abc": { newTokens: 0 },
     "continue=99": { newTokens: MAX_NEW_TOKENS }, // above the page's offer: clamped to it, not dropped
+    "scale=row": { scale: "row" },
+    "scale=Log": { scale: "unit" }, // only the offered names
+    "scale=__proto__": { scale: "unit" },
   };
   for (const [search, want] of Object.entries(cases)) {
     assert.deepEqual(readState(`?${search}`), { ...DEFAULT_STATE, ...want }, search);
   }
   // Repeated keys: the first wins, as URLSearchParams.get says.
   assert.equal(readState("?layer=2&layer=3").layer, 2);
+});
+
+test("the colour scale: the default stays out of links, so links made before it read the same", () => {
+  assert.equal(DEFAULT_STATE.scale, "unit");
+  assert.equal(readState("?text=a&layer=1&head=2&view=heatmap").scale, "unit");
+  assert.equal(new URLSearchParams(encodeState({ ...DEFAULT_STATE, scale: "unit" })).has("scale"), false);
+  for (const scale of ["head", "row", "log"]) assert.equal(roundTrip({ ...DEFAULT_STATE, scale }).scale, scale);
 });
 
 test("arrow keys walk heads, then the aggregate column, and stop at the edges", () => {
