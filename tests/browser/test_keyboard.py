@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,22 +20,21 @@ SENTENCE = "The cat sat on the mat because the cat was tired."
 # value to 6. They differ by at most half a unit of the 3rd decimal plus the JSON's rounding.
 READOUT = 5e-4 + ROUND6
 
-# What has focus, named for the assertions: an id, or a thumbnail's (layer, head).
-ACTIVE_JS = """() => {
-  const e = document.activeElement;
-  if (e.matches('#grid .thumb')) return `thumb ${e.dataset.layer} ${e.dataset.head}`;
-  return e.id || e.tagName.toLowerCase();
-}"""
+# An element named for the assertions: its id, or a thumbnail's "thumb <layer> <head>".
+NAME_JS = """(e) => e.matches('#grid .thumb') ? `thumb ${e.dataset.layer} ${e.dataset.head}`
+  : e.id || e.tagName.toLowerCase()"""
+ACTIVE_JS = f"() => ({NAME_JS})(document.activeElement)"
 
 # The tab stops DOM order implies between the text box and the heatmap, each named as ACTIVE_JS names it.
-TAB_STOPS_JS = """() => {
+TAB_STOPS_JS = f"""() => {{
   const all = [...document.querySelectorAll('a[href], button, input, select, textarea, [tabindex]')];
-  const name = (e) => e.matches('#grid .thumb') ? `thumb ${e.dataset.layer} ${e.dataset.head}` : e.id || e.tagName.toLowerCase();
-  const stops = all.filter((e) => e.tabIndex >= 0 && !e.disabled && e.checkVisibility({visibilityProperty: true}));
+  const name = {NAME_JS};
+  const visible = (e) => e.checkVisibility({{visibilityProperty: true}});
+  const stops = all.filter((e) => e.tabIndex >= 0 && !e.disabled && visible(e));
   const from = stops.indexOf(document.querySelector('#text'));
   const to = stops.indexOf(document.querySelector('#head-detail'));
   return stops.slice(from + 1, to + 1).map(name);
-}"""
+}}"""
 
 
 @pytest.fixture
@@ -47,7 +47,8 @@ def desktop(session: Any) -> Any:
 def api_attention(base: str, text: str) -> Any:
     """/api/attention for `text` on the default model: every head, values rounded to 6 decimals."""
     body = json.dumps({"text": text}).encode()
-    request = urllib.request.Request(f"{base}/api/attention", data=body, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    request = urllib.request.Request(f"{base}/api/attention", data=body, headers=headers)
     with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 (local test server)
         return json.load(response)
 
@@ -58,10 +59,16 @@ def active(page: Any) -> str:
 
 def selected(page: Any) -> str:
     """The highlighted thumbnail, named as ACTIVE_JS names a focused one."""
-    return str(page.locator("#grid .thumb.selected").evaluate("t => `thumb ${t.dataset.layer} ${t.dataset.head}`"))
+    return str(page.locator("#grid .thumb.selected").evaluate(NAME_JS))
 
 
-def test_the_grid_is_one_tab_stop_on_the_selected_head(desktop: Any) -> None:
+def wait_title(page: Any, names: str) -> None:
+    """Until the detail's title names `names` ("layer 2, head 6")."""
+    title = "(s) => document.querySelector('#detail-title').textContent.includes(s)"
+    page.wait_for_function(title, arg=names)
+
+
+def test_the_grid_is_one_tab_stop_on_the_selected_head(desktop: Any, artifacts: Path) -> None:
     page = desktop.open()
     desktop.run(SENTENCE)
     reference = api_attention(desktop.base, SENTENCE)
@@ -92,9 +99,11 @@ def test_the_grid_is_one_tab_stop_on_the_selected_head(desktop: Any) -> None:
         page.keyboard.press("Shift+Tab")
         assert active(page) != "text", "Shift+Tab passed the grid"
     ring = page.evaluate(
-        "() => [document.activeElement.matches(':focus-visible'), getComputedStyle(document.activeElement, '::after').boxShadow]"
+        "() => [document.activeElement.matches(':focus-visible'),"
+        " getComputedStyle(document.activeElement, '::after').boxShadow]"
     )
     assert ring[0] is True and ring[1] != "none"
+    page.locator(".grid-panel").screenshot(path=str(artifacts / "keyboard-grid.png"))
 
 
 def test_arrow_keys_move_focus_with_the_selection_and_enter_opens_the_focused_head(desktop: Any) -> None:
@@ -108,7 +117,7 @@ def test_arrow_keys_move_focus_with_the_selection_and_enter_opens_the_focused_he
     assert active(page) == selected(page) == "thumb 2 6"
     # Enter opens the cell that has focus (the old page re-opened the clicked head 5).
     page.keyboard.press("Enter")
-    page.wait_for_function("() => document.querySelector('#detail-title').textContent.includes('layer 2, head 6')")
+    wait_title(page, "layer 2, head 6")
     assert selected(page) == "thumb 2 6"
 
     moves = [
@@ -126,11 +135,11 @@ def test_arrow_keys_move_focus_with_the_selection_and_enter_opens_the_focused_he
         assert (key, active(page), selected(page)) == (key, where, where)
         assert page.locator('#grid .thumb[tabindex="0"]').evaluate("t => t === document.activeElement")
     page.keyboard.press(" ")  # Space opens it too
-    page.wait_for_function("() => document.querySelector('#detail-title').textContent.includes('layer 0, head 0')")
+    wait_title(page, "layer 0, head 0")
     assert page.locator("#grid .thumb[aria-selected=true]").count() == 1
 
 
-def test_the_heatmap_cursor_reads_cells_as_the_api_gives_them(desktop: Any) -> None:
+def test_the_heatmap_cursor_reads_cells_as_the_api_gives_them(desktop: Any, artifacts: Path) -> None:
     page = desktop.open()
     desktop.run(SENTENCE)
     reference = api_attention(desktop.base, SENTENCE)
@@ -158,6 +167,7 @@ def test_the_heatmap_cursor_reads_cells_as_the_api_gives_them(desktop: Any) -> N
     x, y = desktop.cell_center(i, j)
     assert cursor.is_visible() and box is not None
     assert box["x"] < x < box["x"] + box["width"] and box["y"] < y < box["y"] + box["height"]
+    page.locator(".detail-panel").screenshot(path=str(artifacts / "keyboard-cursor.png"))
 
     # Home/End within the row; the grid's selection never moved.
     page.keyboard.press("End")
@@ -179,9 +189,10 @@ def test_the_cursor_says_masked_on_a_causal_model(desktop: Any, causal_model: st
     desktop.run("The cat sat.", model=causal_model)
     page.focus("#head-detail")
     page.keyboard.press("ArrowRight")  # query 0 cannot see key 1
-    assert page.locator("#cell-readout").text_content().endswith(": masked (a causal model cannot look ahead)")
+    readout = page.locator("#cell-readout")
+    assert readout.text_content().endswith(": masked (a causal model cannot look ahead)")
     page.keyboard.press("ArrowDown")  # query 1 sees key 1
-    assert re.search(r"\(1\) → key '.*' \(1\): \d\.\d{3}$", page.locator("#cell-readout").text_content())
+    assert re.search(r"\(1\) → key '.*' \(1\): \d\.\d{3}$", readout.text_content())
 
 
 def test_the_view_switch_is_a_tab_list(desktop: Any) -> None:
