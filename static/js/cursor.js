@@ -9,7 +9,7 @@ export class CellCursor {
   constructor(gd, readout) {
     this.gd = gd;
     this.readout = readout;
-    this.info = null; // {tokens, causal, renormalised} of the figure drawn
+    this.info = null; // {tokens, causal, renormalised, onRow} of the figure drawn
     this.at = { i: 0, j: 0 };
     this.shown = false;
     this.outline = document.createElement("div");
@@ -24,7 +24,10 @@ export class CellCursor {
     gd.addEventListener("blur", () => this.hide());
   }
 
-  /** After each draw of the heatmap: the figure's tokens (display text) and how its cells read. */
+  /**
+   * After each draw of the heatmap: the figure's tokens (display text), how its cells read, and `onRow(i)`
+   * (what a click on row i does; Enter on the cursor does the same).
+   */
   follow(info) {
     const other = this.info?.tokens.join("\u0000") !== info.tokens.join("\u0000");
     this.info = info;
@@ -39,6 +42,10 @@ export class CellCursor {
     if (event.key === "Escape") {
       if (this.shown) event.preventDefault();
       this.hide();
+      return;
+    }
+    if (event.key === "Enter" && this.shown) {
+      this.info.onRow?.(this.at.i);
       return;
     }
     const next = cellKey(this.at, event.key, event.ctrlKey, this.info.tokens.length);

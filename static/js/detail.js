@@ -122,7 +122,8 @@ export class Detail {
     };
     if (heatmapVisible) {
       await renderHeatmap($("headDetail"), spec);
-      this.cursor.follow({ tokens: spec.tokens.map(displayToken), causal: attention.causal, renormalised: hideFirst });
+      const tokens = spec.tokens.map(displayToken);
+      this.cursor.follow({ tokens, causal: attention.causal, renormalised: hideFirst, onRow: spec.onRow });
     } else {
       this.cursor.hide();
       renderTokenView($("tokenView"), spec);

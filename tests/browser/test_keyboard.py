@@ -3,13 +3,12 @@ the heatmap's cell cursor read out in a live region, the detail's view switch as
 
 from __future__ import annotations
 
-import json
 import re
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from api_client import post_json
 from tolerances import ROUND6
 
 pytestmark = pytest.mark.browser
@@ -46,11 +45,7 @@ def desktop(session: Any) -> Any:
 
 def api_attention(base: str, text: str) -> Any:
     """/api/attention for `text` on the default model: every head, values rounded to 6 decimals."""
-    body = json.dumps({"text": text}).encode()
-    headers = {"Content-Type": "application/json"}
-    request = urllib.request.Request(f"{base}/api/attention", data=body, headers=headers)
-    with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 (local test server)
-        return json.load(response)
+    return post_json(base, "/api/attention", {"text": text})
 
 
 def active(page: Any) -> str:
@@ -150,6 +145,12 @@ def test_the_heatmap_cursor_reads_cells_as_the_api_gives_them(desktop: Any, arti
     page.focus("#export-json")
     page.keyboard.press("Tab")  # a keyboard arrival (not a click): the cursor shows on the first cell
     assert active(page) == "head-detail"
+    # Its ring is drawn over the figure (Plotly's opaque paper covers an outline inside the element).
+    ring = page.evaluate(
+        "() => { const s = getComputedStyle(document.activeElement, '::after');"
+        " return [s.boxShadow, s.zIndex]; }"
+    )
+    assert ring[0] != "none" and int(ring[1]) > 0
     readout = page.locator("#cell-readout")
     cursor = page.locator("#detail-scroll .cell-cursor")
     assert readout.get_attribute("aria-live") == "polite"
@@ -184,15 +185,23 @@ def test_the_heatmap_cursor_reads_cells_as_the_api_gives_them(desktop: Any, arti
     assert readout.text_content().startswith(f"query 'cat' ({i}) → key '{tokens[1]}' (1): ")
 
 
-def test_the_cursor_says_masked_on_a_causal_model(desktop: Any, causal_model: str) -> None:
-    page = desktop.open()
-    desktop.run("The cat sat.", model=causal_model)
+def test_the_cursor_says_masked_and_enter_chooses_a_written_row(desktop: Any, grouped_model: str) -> None:
+    page = desktop.open(f"?text=The+cat+sat.&model={grouped_model}&continue=2")  # a link's text runs
+    desktop.wait_ready()
+    n = int(page.get_attribute("#head-detail", "data-n") or 0)
     page.focus("#head-detail")
     page.keyboard.press("ArrowRight")  # query 0 cannot see key 1
     readout = page.locator("#cell-readout")
     assert readout.text_content().endswith(": masked (a causal model cannot look ahead)")
     page.keyboard.press("ArrowDown")  # query 1 sees key 1
     assert re.search(r"\(1\) → key '.*' \(1\): \d\.\d{3}$", readout.text_content())
+    # Enter on a written token's row chooses it, as a click on the row does.
+    page.keyboard.press("PageDown")
+    assert readout.text_content().startswith("query '✎ ")
+    page.keyboard.press("Enter")
+    chosen = page.locator("#written-tokens button[aria-pressed=true]")
+    assert chosen.get_attribute("data-i") == str(n - 1)
+    assert active(page) == "head-detail"
 
 
 def test_the_view_switch_is_a_tab_list(desktop: Any) -> None:

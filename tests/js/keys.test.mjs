@@ -31,25 +31,19 @@ test("grid: Home/End, Ctrl+Home/End and PageUp/PageDown", () => {
   assert.equal(gridKey(at, "ArrowRight", true, MODEL), null);
 });
 
-test("cell cursor: arrows step within the n x n figure and stop at its edges", () => {
+test("cell cursor: arrows step and stop at the edges; Home/End in the row, Ctrl the corners, PageUp/Down the column", () => {
   const n = 5;
-  assert.deepEqual(cellKey({ i: 2, j: 2 }, "ArrowUp", false, n), { i: 1, j: 2 });
-  assert.deepEqual(cellKey({ i: 2, j: 2 }, "ArrowDown", false, n), { i: 3, j: 2 });
-  assert.deepEqual(cellKey({ i: 2, j: 2 }, "ArrowLeft", false, n), { i: 2, j: 1 });
-  assert.deepEqual(cellKey({ i: 2, j: 2 }, "ArrowRight", false, n), { i: 2, j: 3 });
-  assert.deepEqual(cellKey({ i: 0, j: 0 }, "ArrowUp", false, n), { i: 0, j: 0 });
-  assert.deepEqual(cellKey({ i: 4, j: 4 }, "ArrowRight", false, n), { i: 4, j: 4 });
-  assert.deepEqual(cellKey({ i: 4, j: 4 }, "ArrowDown", false, n), { i: 4, j: 4 });
-});
-
-test("cell cursor: Home/End within the row, Ctrl for the corners, PageUp/PageDown in the column", () => {
-  const n = 5;
-  assert.deepEqual(cellKey({ i: 2, j: 3 }, "Home", false, n), { i: 2, j: 0 });
-  assert.deepEqual(cellKey({ i: 2, j: 1 }, "End", false, n), { i: 2, j: 4 });
-  assert.deepEqual(cellKey({ i: 2, j: 3 }, "Home", true, n), { i: 0, j: 0 });
-  assert.deepEqual(cellKey({ i: 2, j: 3 }, "End", true, n), { i: 4, j: 4 });
-  assert.deepEqual(cellKey({ i: 2, j: 3 }, "PageUp", false, n), { i: 0, j: 3 });
-  assert.deepEqual(cellKey({ i: 2, j: 3 }, "PageDown", false, n), { i: 4, j: 3 });
+  // from (i j), key (^ = with Ctrl), to (i j)
+  const cases = `
+    2 2 ArrowUp 1 2 | 2 2 ArrowDown 3 2 | 2 2 ArrowLeft 2 1 | 2 2 ArrowRight 2 3
+    0 0 ArrowUp 0 0 | 4 4 ArrowRight 4 4 | 4 4 ArrowDown 4 4 | 0 0 ArrowLeft 0 0
+    2 3 Home 2 0 | 2 1 End 2 4 | 2 3 ^Home 0 0 | 2 3 ^End 4 4 | 2 3 PageUp 0 3 | 2 3 PageDown 4 3`;
+  for (const row of cases.split(/[|\n]/).filter((c) => c.trim())) {
+    const [i, j, key, ti, tj] = row.trim().split(/\s+/);
+    const ctrl = key.startsWith("^");
+    const got = cellKey({ i: Number(i), j: Number(j) }, key.replace("^", ""), ctrl, n);
+    assert.deepEqual(got, { i: Number(ti), j: Number(tj) }, row);
+  }
   assert.equal(cellKey({ i: 2, j: 3 }, "Escape", false, n), null);
   assert.equal(cellKey({ i: 0, j: 0 }, "ArrowDown", false, 0), null); // nothing drawn
 });
