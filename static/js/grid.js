@@ -131,8 +131,9 @@ export class Grid {
     const aggregates = Object.entries(AGGREGATES);
     this.container.style.setProperty("--cols", String(H + aggregates.length));
     this.container.classList.toggle("grouped", grouped);
-    // Grouped-query heads: a narrow empty column between KV groups (the row's cells follow it).
+    // The header rows' first cell, over the layer labels.
     const corner = () => el("span", { className: "row-label", attrs: { role: "columnheader", "aria-label": "layer" } });
+    // Grouped-query heads: a narrow empty column between KV groups (the row's cells follow it).
     const gap = () => el("span", { className: "kv-gap", attrs: { "aria-hidden": "true" } });
     const starts = new Set(groups.slice(1).map((g) => g.first)); // heads that open a group after the first
     if (grouped) {
