@@ -5,9 +5,11 @@
 import { $, $all } from "./dom.js";
 import { fetchHead } from "./api.js";
 import { AGGREGATES, isAggregate } from "./aggregates.js";
-import { markWritten, withoutFirstToken } from "./decoder.js";
+import { CellCursor } from "./cursor.js";
+import { displayToken, markWritten, withoutFirstToken } from "./decoder.js";
 import { renderHeatmap } from "./heatmap.js";
 import { DEFAULT_SCALE, SCALES } from "./scale.js";
+import { tabKey } from "./keys.js";
 import { exportName, selectionLabel } from "./labels.js";
 import { LinesView } from "./lines-view.js";
 import { showExportAvailability } from "./notices.js";
@@ -18,9 +20,28 @@ const EXACT_DELAY_MS = 350; // wait for arrow-key bursts to settle before asking
 // on request above it (~0.85 MB at 512 tokens, for every head a person settles on).
 export const AUTO_EXACT_MAX_N = 256;
 
-/** Mark the tab of `view` selected. */
+/** Mark the tab of `view` selected: the one tab stop of the tab list (roving tabindex). */
 export function showTabs(view) {
-  for (const tab of $all("tabs")) tab.setAttribute("aria-selected", String(tab.dataset.view === view));
+  for (const tab of $all("tabs")) {
+    const selected = tab.dataset.view === view;
+    tab.setAttribute("aria-selected", String(selected));
+    tab.tabIndex = selected ? 0 : -1;
+  }
+}
+
+/** Tabs pattern: a click, or Left/Right/Home/End on the focused tab, calls `onChoose(view)` (which redraws). */
+export function bindTabs(onChoose) {
+  const tabs = $all("tabs");
+  tabs.forEach((tab, index) => {
+    tab.addEventListener("click", () => onChoose(tab.dataset.view));
+    tab.addEventListener("keydown", (event) => {
+      const next = event.altKey || event.ctrlKey || event.metaKey ? null : tabKey(index, event.key, tabs.length);
+      if (next === null) return;
+      event.preventDefault();
+      tabs[next].focus();
+      onChoose(tabs[next].dataset.view); // automatic activation: a view switch is quick
+    });
+  });
 }
 
 /**
@@ -43,6 +64,7 @@ export class Detail {
     this.timer = 0;
     this.controller = null; // the exact head in flight; a newer selection aborts it
     this.lines = new LinesView();
+    this.cursor = new CellCursor($("headDetail"), $("cellReadout"));
     $("exact").addEventListener("click", () => {
       if (!this.run) return;
       const { layer, head } = getState();
@@ -121,7 +143,10 @@ export class Detail {
     };
     if (heatmapVisible) {
       await renderHeatmap($("headDetail"), spec);
+      const tokens = spec.tokens.map(displayToken);
+      this.cursor.follow({ tokens, causal: attention.causal, renormalised: hideFirst, onRow: spec.onRow });
     } else {
+      this.cursor.hide();
       this.lines.draw(run, spec);
     }
     this.written.show(run, values, { head: label, renormalised: hideFirst });

@@ -17,6 +17,7 @@ export const SELECTORS = Object.freeze({
   exact: "#exact",
   detailScroll: "#detail-scroll",
   headDetail: "#head-detail",
+  cellReadout: "#cell-readout",
   tokenView: "#token-view",
   tokenLines: "#token-lines",
   linesMode: "#lines-mode",

@@ -7,6 +7,7 @@ import { LUT, MASK_BG, MASK_FG } from "./colors.js";
 import { AGGREGATES, isAggregate } from "./aggregates.js";
 import { isGrouped, kvGroups } from "./decoder.js";
 import { selectionLabel } from "./labels.js";
+import { gridKey } from "./keys.js";
 
 const THUMB_PX = 64; // canvas backing size; CSS scales it, pixelated
 const SLICE_MS = 12; // budget per background slice, well under a frame
@@ -51,19 +52,52 @@ export function paintThumbnail(image, matrix, n, causal) {
   }
 }
 
+/** (layer, head) of a thumbnail (head: an index or an aggregate key). */
+function cellOf(thumb) {
+  const head = thumb.dataset.head;
+  return { layer: Number(thumb.dataset.layer), head: isAggregate(head) ? head : Number(head) };
+}
+
+// The grid is one tab stop (WAI-ARIA grid pattern): only the selected cell has tabindex 0, and the keys
+// move selection and focus together, so there is one ring and Enter opens the cell that has it.
 export class Grid {
-  constructor(container, { onSelect }) {
+  /** `onSelect(layer, head)`: a click or a key chose a head; `onOpen(layer, head)`: Enter or Space on it. */
+  constructor(container, { onSelect, onOpen = onSelect }) {
     this.container = container;
     this.onSelect = onSelect;
+    this.onOpen = onOpen;
     this.observer = null;
     this.model = null; // {heads, kvHeads} of the run drawn: names the heads with their KV group
+    this.layers = 0;
     this.container.addEventListener("click", (event) => {
       const thumb = event.target.closest(".thumb");
       if (!thumb || !this.container.contains(thumb)) return;
-      const layer = Number(thumb.dataset.layer);
-      const head = isAggregate(thumb.dataset.head) ? thumb.dataset.head : Number(thumb.dataset.head);
+      const { layer, head } = cellOf(thumb);
       this.onSelect(layer, head);
+      this.focusSelected(); // Safari does not focus a clicked button: the keys must go on from here
     });
+    this.container.addEventListener("keydown", (event) => this.onKey(event));
+  }
+
+  onKey(event) {
+    const thumb = event.target.closest(".thumb");
+    if (!thumb || event.altKey || event.metaKey || !this.model) return;
+    const { layer, head } = cellOf(thumb);
+    if (event.key === "Enter" || event.key === " ") {
+      event.preventDefault(); // not the button's own click as well
+      this.onOpen(layer, head);
+      return;
+    }
+    const next = gridKey({ layer, head }, event.key, event.ctrlKey, { layers: this.layers, heads: this.model.heads });
+    if (!next) return;
+    event.preventDefault(); // the keys move in the grid, never scroll the page
+    this.onSelect(next.layer, next.head);
+    this.focusSelected();
+  }
+
+  /** Focus the selected cell (the grid's one tab stop). */
+  focusSelected() {
+    this.container.querySelector('.thumb[tabindex="0"]')?.focus();
   }
 
   clear() {
@@ -79,11 +113,14 @@ export class Grid {
     this.clear();
     const { layers: L, heads: H } = attention;
     this.model = { heads: H, kvHeads: attention.kvHeads };
+    this.layers = L;
     const grouped = isGrouped(this.model);
     const groups = kvGroups(this.model);
     const aggregates = Object.entries(AGGREGATES);
     this.container.style.setProperty("--cols", String(H + aggregates.length));
     this.container.classList.toggle("grouped", grouped);
+    // The header rows' first cell, over the layer labels.
+    const corner = () => el("span", { className: "row-label", attrs: { role: "columnheader", "aria-label": "layer" } });
     // Grouped-query heads: a narrow empty column between KV groups (the row's cells follow it).
     const gap = () => el("span", { className: "kv-gap", attrs: { "aria-hidden": "true" } });
     const starts = new Set(groups.slice(1).map((g) => g.first)); // heads that open a group after the first
@@ -95,13 +132,17 @@ export class Grid {
     const rows = [];
     if (grouped) {
       // "kv 0", "kv 1", ... each spanning the query heads that read that key/value head.
-      const kvRow = el("div", { className: "grid-row grid-header kv-header" }, [el("span", { className: "row-label" })]);
+      const kvRow = el("div", { className: "grid-row grid-header kv-header", attrs: { role: "row" } }, [corner()]);
       for (const { group, first, count } of groups) {
         if (group > 0) kvRow.append(gap());
         const label = el("span", {
           className: "kv-label",
           text: `kv ${group}`,
-          attrs: { title: `heads ${first}–${first + count - 1} share key/value head ${group}` },
+          attrs: {
+            title: `heads ${first}–${first + count - 1} share key/value head ${group}`,
+            role: "columnheader",
+            "aria-colspan": String(count),
+          },
           data: { group },
         });
         label.style.gridColumn = `span ${count}`;
@@ -109,16 +150,20 @@ export class Grid {
       }
       rows.push(kvRow);
     }
-    const header = el("div", { className: "grid-row grid-header" }, [el("span", { className: "row-label" })]);
+    const header = el("div", { className: "grid-row grid-header", attrs: { role: "row" } }, [corner()]);
+    const columnHeader = { role: "columnheader" };
     for (let h = 0; h < H; h++) {
       if (grouped && starts.has(h)) header.append(gap());
-      header.append(el("span", { className: "col-label", text: `H${h}` }));
+      header.append(el("span", { className: "col-label", text: `H${h}`, attrs: columnHeader }));
     }
-    for (const [, agg] of aggregates) header.append(el("span", { className: "col-label agg", text: agg.label }));
+    for (const [, agg] of aggregates) {
+      header.append(el("span", { className: "col-label agg", text: agg.label, attrs: columnHeader }));
+    }
     rows.push(header);
     const pending = [];
     for (let l = 0; l < L; l++) {
-      const row = el("div", { className: "grid-row" }, [el("span", { className: "row-label", text: `L${l}` })]);
+      const rowLabel = el("span", { className: "row-label", text: `L${l}`, attrs: { role: "rowheader" } });
+      const row = el("div", { className: "grid-row", attrs: { role: "row" } }, [rowLabel]);
       const heads = [...Array(H).keys()].map((h) => [h, selectionLabel(l, h, this.model)]);
       const aggs = aggregates.map(([key]) => [key, selectionLabel(l, key)]);
       for (const [head, label] of [...heads, ...aggs]) {
@@ -128,7 +173,15 @@ export class Grid {
           "button",
           {
             className: typeof head === "number" ? "thumb" : "thumb thumb-agg",
-            attrs: { type: "button", title: label, "aria-label": label, "aria-pressed": "false" },
+            // A cell of the grid; a tab stop only while selected (select() moves it; the first until then).
+            attrs: {
+              type: "button",
+              role: "gridcell",
+              title: label,
+              "aria-label": label,
+              "aria-selected": "false",
+              tabindex: pending.length === 0 ? "0" : "-1",
+            },
             data: { layer: l, head, drawn: "false" },
           },
           [canvas],
@@ -226,22 +279,23 @@ export class Grid {
     }
   }
 
-  /** Highlight the selected thumbnail (head is an index or an aggregate key). */
+  /** Highlight the selected thumbnail (head is an index or an aggregate key) and make it the tab stop. */
   select(layer, head) {
-    for (const thumb of this.container.querySelectorAll(".thumb.selected")) {
-      thumb.classList.remove("selected");
-      thumb.setAttribute("aria-pressed", "false");
+    const thumb = this.container.querySelector(`.thumb[data-layer="${layer}"][data-head="${head}"]`);
+    if (!thumb) return; // the old cell keeps the tab stop: the grid never loses its one
+    for (const old of this.container.querySelectorAll('.thumb.selected, .thumb[tabindex="0"]')) {
+      old.classList.remove("selected");
+      old.setAttribute("aria-selected", "false");
+      old.tabIndex = -1;
     }
     for (const label of this.container.querySelectorAll(".current")) label.classList.remove("current");
-    const thumb = this.container.querySelector(`.thumb[data-layer="${layer}"][data-head="${head}"]`);
-    if (thumb) {
-      thumb.classList.add("selected");
-      thumb.setAttribute("aria-pressed", "true");
-      // Its layer and head labels in bold too: the marker reads without colour.
-      thumb.closest(".grid-row")?.querySelector(".row-label")?.classList.add("current");
-      const column = isAggregate(head) ? this.model.heads + Object.keys(AGGREGATES).indexOf(head) : head;
-      this.container.querySelectorAll(".grid-header:not(.kv-header) .col-label")[column]?.classList.add("current");
-      thumb.scrollIntoView({ block: "nearest", inline: "nearest" });
-    }
+    // Its layer and head labels in bold too: the marker reads without colour.
+    thumb.closest(".grid-row")?.querySelector(".row-label")?.classList.add("current");
+    const column = isAggregate(head) ? this.model.heads + Object.keys(AGGREGATES).indexOf(head) : head;
+    this.container.querySelectorAll(".grid-header:not(.kv-header) .col-label")[column]?.classList.add("current");
+    thumb.classList.add("selected");
+    thumb.setAttribute("aria-selected", "true");
+    thumb.tabIndex = 0;
+    thumb.scrollIntoView({ block: "nearest", inline: "nearest" });
   }
 }

@@ -6,10 +6,10 @@
 // The view state changes only through state.js update(); a run is {query, queryB, attention, signal, exact,
 // analysis, comparison}, and a new run aborts the old one's signal: its fetches stop and nothing of it draws.
 
-import { $, $all } from "./dom.js";
+import { $ } from "./dom.js";
 import { ApiError, fetchCompact, fetchModels } from "./api.js";
 import { queryB } from "./compare.js";
-import { Detail, showTabs } from "./detail.js";
+import { bindTabs, Detail, showTabs } from "./detail.js";
 import { firstExample, renderExamples } from "./examples.js";
 import { exportAs } from "./export.js";
 import { currentB, currentQuery, fillModels, initForm, learnModel, readInitialState, setBusy, showError } from "./form.js";
@@ -28,7 +28,10 @@ let current = null; // the run on screen (its attention decoded), or null before
 let controller = null; // aborts the latest run
 let known = { models: new Map(), defaultModel: "" };
 
-const grid = new Grid($("grid"), { onSelect: (layer, head) => select(layer, head) });
+const grid = new Grid($("grid"), {
+  onSelect: (layer, head) => select(layer, head),
+  onOpen: (layer, head) => openHead(layer, head),
+});
 const written = new WrittenView({
   panel: $("written"),
   list: $("writtenTokens"),
@@ -127,14 +130,16 @@ function openHead(layer, head) {
   $("headDetail").scrollIntoView({ block: "nearest" });
 }
 
-// Arrow keys move the selection (state.js: moveSelection); not while typing.
+// With nothing focused, arrow keys move the selection (state.js: moveSelection) and take focus into the grid,
+// whose own keys go on from there (grid.js). Focus anywhere else keeps its keys: the text boxes, the
+// heatmap's cell cursor, the tabs.
 function onArrow(event) {
-  if (!current || event.altKey || event.ctrlKey || event.metaKey) return;
-  if (event.target.closest("input, textarea, select")) return;
+  if (!current || event.altKey || event.ctrlKey || event.metaKey || event.target !== document.body) return;
   const next = moveSelection(getState(), event.key, current.attention);
   if (!next) return;
   event.preventDefault();
   select(next.layer, next.head);
+  grid.focusSelected();
 }
 
 async function boot() {
@@ -159,7 +164,7 @@ async function boot() {
     update({ words: $("words").checked });
     if (current) run(); // every view switches: the same input again, merged to words
   });
-  for (const tab of $all("tabs")) tab.addEventListener("click", () => update({ view: tab.dataset.view }));
+  bindTabs((view) => update({ view }));
   const exports = [["exportPng", "png"], ["exportSvg", "svg"], ["exportJson", "json"], ["exportJsonHead", "json-head"]];
   for (const [name, format] of exports) $(name).addEventListener("click", () => exportAs(current, format));
   $("copyLink").addEventListener("click", copyLink);
