@@ -142,7 +142,7 @@ def test_the_heatmap_cursor_reads_cells_as_the_api_gives_them(desktop: Any, arti
     page.wait_for_selector("#head-detail[data-exact=true]")  # the exact head, as the API rounds it
     exact = reference["attention"][0][0]
 
-    page.focus("#export-json")
+    page.focus("#copy-link")  # the last stop before the heatmap
     page.keyboard.press("Tab")  # a keyboard arrival (not a click): the cursor shows on the first cell
     assert active(page) == "head-detail"
     # Its ring is drawn over the figure (Plotly's opaque paper covers an outline inside the element).
