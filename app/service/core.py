@@ -168,6 +168,7 @@ class AttentionService:
                     heads=info.heads if info else None,
                     kv_heads=info.kv_heads if info else None,
                     chat_template=info.chat_template if info else None,
+                    byte_level=info.byte_level if info else None,
                     max_tokens=info.max_tokens if info else None,
                     causal=info.causal if info else None,
                     pretrained=info.pretrained if info else None,
