@@ -93,6 +93,7 @@ export class Detail {
       exact,
       title: `${modelName} · ${label}`,
       written: attention.generated,
+      byteLevel: attention.byteLevel,
       renormalised: hideFirst,
       onRow: (i) => this.written.choose(i),
       filename: exportName(attention.model, layer, head),

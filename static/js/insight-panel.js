@@ -60,7 +60,7 @@ export class InsightPanel {
     const problems = [];
     // B is the person's own input: a comparison that cannot be made (other shapes, blank) goes to the alert.
     const comparing = run.queryB
-      ? this.compare.load(query, run.queryB, { signal }).catch((error) => {
+      ? this.compare.load(query, run.queryB, { signal, byteLevel: attention.byteLevel }).catch((error) => {
           if (!signal.aborted) showError(`Could not compare A and B: ${error.message}`);
           return null;
         })

@@ -15,8 +15,8 @@ export function lineThreshold(n) {
 }
 
 /** Draw into `container`; `values` is n*n row-major. Returns the number of lines drawn. */
-export function renderTokenView(container, { tokens: raw, values, segments, special, causal, exact = false }) {
-  const tokens = raw.map(displayToken); // the page's spelling, in the drawing and its SVG export
+export function renderTokenView(container, { tokens: raw, values, segments, special, causal, exact = false, byteLevel }) {
+  const tokens = raw.map((token) => displayToken(token, byteLevel)); // the page's spelling, drawn and exported
   const n = tokens.length;
   const width = 2 * TEXT_PX + COL_GAP_PX;
   const height = n * ROW_PX + 10;

@@ -101,6 +101,12 @@ test("written tokens: ✎ on the axes, readable text, the status line", () => {
   assert.equal(displayToken(displayToken("Ġcat")), "␣cat"); // idempotent: views may apply it twice
   assert.equal(displayToken("<b>"), "<b>");
   assert.equal(displayToken("##ing"), "##ing"); // WordPiece tokens are shown as they are
+  // Byte-level marks only for a byte-level tokenizer (the API's byte_level): a WordPiece "Ġ" is a letter.
+  assert.equal(displayToken("Ġcat", true), "␣cat");
+  assert.equal(displayToken("Ġcat", false), "Ġcat");
+  assert.equal(displayToken("Ċĉ", false), "Ċĉ");
+  assert.equal(displayToken("▁cat", false), "␣cat"); // SentencePiece's space mark is no byte
+  assert.equal(displayToken("Ġcat", undefined), "␣cat"); // left out: as before the flag
   const plain = { n: 11, layers: 6, heads: 12, kvHeads: 12, generated: 0 };
   assert.equal(runSummary(plain), "11 tokens · 6 layers × 12 heads"); // as before decoders
   const continued = { n: 17, layers: 3, heads: 4, kvHeads: 2, generated: 5 };
