@@ -272,7 +272,7 @@ class AttentionService:
             unit = "words" if request.words else "tokens"
             raise InvalidInputError(
                 f"attention flow is limited to {exc.limit} {unit} (it solves n² max-flow problems), this "
-                f"input has {exc.n}; shorten the text or use /api/rollout"
+                f"input has {exc.n}; shorten the text (attention rollout has no such limit)"
             ) from None
 
     async def compare(self, request: CompareRequest) -> bytes:

@@ -72,6 +72,15 @@ export function displayToken(token, byteLevel = true) {
   return text;
 }
 
+/**
+ * The whole-answer JSON `blob` (POST /api/attention) with `display_tokens`, the page's spelling of its
+ * `tokens`, as its first field: written in front of the text, so an answer of 150 MB is never parsed.
+ */
+export function withDisplayTokens(blob, { tokens, byteLevel }) {
+  const spelled = JSON.stringify(tokens.map((token) => displayToken(token, byteLevel)));
+  return new Blob([`{"display_tokens":${spelled},`, blob.slice(1)], { type: "application/json" });
+}
+
 /** Axis labels: the written tokens (the last `generated`) prefixed with ✎. */
 export function markWritten(tokens, generated) {
   const prompt = tokens.length - generated;

@@ -1,9 +1,11 @@
 // Export of the run on screen: the detail figure as PNG or SVG (Plotly), the token lines as SVG, or the
-// whole answer as JSON (POST /api/attention, under the run's AbortSignal).
+// whole answer as JSON (POST /api/attention, under the run's AbortSignal) with the tokens as the page spells
+// them beside the raw ones (display_tokens).
 
 import { $, el } from "./dom.js";
 import { ApiError, fetchFullBlob } from "./api.js";
 import { setBusy, showError } from "./form.js";
+import { withDisplayTokens } from "./decoder.js";
 import { exportImage } from "./heatmap.js";
 import { exportName } from "./labels.js";
 import { getState } from "./state.js";
@@ -29,7 +31,7 @@ export async function exportAs(run, format) {
   try {
     if (format === "json") {
       setBusy("Preparing JSON…");
-      download(await fetchFullBlob(run.query, { signal: run.signal }), `${name}.json`);
+      download(withDisplayTokens(await fetchFullBlob(run.query, { signal: run.signal }), run.attention), `${name}.json`);
       setBusy("");
     } else if (view === "tokens" && format === "svg") {
       const source = new XMLSerializer().serializeToString($("tokenView").querySelector("svg"));

@@ -57,7 +57,7 @@ export function compareProblem(a, b) {
 
 /** The flow button's words: its limit in the unit the run counts (tokens, or words with Words on). */
 export function flowButtonLabel(limit, words) {
-  return limit ? `Flow: up to ${limit} ${words ? "words" : "tokens"}` : "Compute attention flow";
+  return limit ? `Compute attention flow (up to ${limit} ${words ? "words" : "tokens"})` : "Compute attention flow";
 }
 
 /** Why flow is off for an input of `n` over `limit`, or null when it is within. */

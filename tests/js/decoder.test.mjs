@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { body } from "../../static/js/api.js";
-import { displayToken, isGrouped, kvGroup, kvGroups, markWritten, topK, withoutFirstToken } from "../../static/js/decoder.js";
+import { displayToken, isGrouped, kvGroup, kvGroups, markWritten, topK, withDisplayTokens, withoutFirstToken } from "../../static/js/decoder.js";
 import { modelLabel, runSummary, selectionLabel, shortHeadLabel } from "../../static/js/labels.js";
 
 const EPS64 = 2 ** -52; // float64 machine epsilon
@@ -124,4 +124,14 @@ test("max_new_tokens is sent only when a continuation is asked for", () => {
     max_new_tokens: 4,
     words: true,
   });
+});
+
+test("the JSON export gains display_tokens in front, the answer itself untouched", async () => {
+  const answer = { model: "m", tokens: ["<s>", "Ġcat", "Ċ"], attention: [[[[1]]]] };
+  const blob = new Blob([JSON.stringify(answer)]);
+  const spelled = JSON.parse(await withDisplayTokens(blob, { tokens: answer.tokens, byteLevel: true }).text());
+  assert.deepEqual(spelled, { display_tokens: ["<s>", "␣cat", "↵"], ...answer });
+  assert.deepEqual(Object.keys(spelled)[0], "display_tokens");
+  const wordPiece = JSON.parse(await withDisplayTokens(blob, { tokens: answer.tokens, byteLevel: false }).text());
+  assert.deepEqual(wordPiece.display_tokens, answer.tokens);
 });

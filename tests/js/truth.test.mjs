@@ -75,8 +75,9 @@ test("compare pairs models of the same layers and heads; an unloaded size is not
 });
 
 test("flow shows its limit and, above it, why it is off, never an API route", () => {
-  assert.equal(flowButtonLabel(14, false), "Flow: up to 14 tokens");
-  assert.equal(flowButtonLabel(14, true), "Flow: up to 14 words");
+  assert.equal(flowButtonLabel(14, false), "Compute attention flow (up to 14 tokens)");
+  assert.equal(flowButtonLabel(14, true), "Compute attention flow (up to 14 words)");
+  assert.equal(flowButtonLabel(undefined, false), "Compute attention flow");
   assert.equal(flowLimitNote(14, 14, false), null); // the limit itself is allowed
   const note = flowLimitNote(29, 14, false);
   assert.match(note, /limited to 14 tokens.*this input has 29/);
