@@ -345,7 +345,8 @@ def test_markup_stays_literal_in_every_insight_view(session: Any) -> None:
         assert drawn == [tokens[i] for i in figure["tickvals"]]
         shown += drawn
     assert "<" in shown and ">" in shown
-    page.click("#flow-run")
+    if page.locator("#flow-run").is_enabled():  # off above its limit, the note already says why
+        page.click("#flow-run")
     page.wait_for_selector("#flow-message:is([data-state=ready], [data-state=limit])")
     rerun_with_words(session)
     assert session.dialogs == []
