@@ -120,7 +120,7 @@ async function run() {
 /** Compare's B menu after A's model or a size changed: models of another shape off, with the reason. */
 function refreshB() {
   const was = refreshModelB(known.models, $("model").value);
-  if (was) notices.set("bmodel", modelBNotice(was, known.models, $("model").value));
+  if (was && $("compare").checked) notices.set("bmodel", modelBNotice(was, known.models, $("model").value));
 }
 
 /** After a comparison B's model is loaded: learn its size, so the B menu can say what pairs with A. */

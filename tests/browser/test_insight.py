@@ -323,6 +323,12 @@ def test_compare_two_sentences_scores_heads_and_draws_a_b_and_diff(session: Any)
     assert status == 422 and "4 layers x 8 heads" in refusal["detail"]
     assert page.locator("#error").text_content() == f"Could not compare A and B: {refusal['detail']}"
     assert page.locator("#compare-panel").is_hidden()
+    # That comparison loaded B's model: its size is known now, so the B menu turns it off, says why, and
+    # B falls back to A's model (test_truth.py has the menu from the start).
+    page.wait_for_function("() => document.querySelector('#model-b option[value=random]').disabled")
+    assert "4 layers × 8 heads" in (page.get_attribute("#model-b option[value=random]", "title") or "")
+    assert page.input_value("#model-b") == page.input_value("#model")
+    assert "B model “random” cannot be compared" in (page.locator("#state-notice").text_content() or "")
 
 
 def test_markup_stays_literal_in_every_insight_view(session: Any) -> None:
