@@ -145,6 +145,11 @@ class ModelEntry(BaseModel):
         description="Key/value heads: query head h reads key/value head h // (heads / kv_heads) "
         "(grouped-query attention); equal to heads for a model without grouping. Null until loaded."
     )
+    byte_level: bool | None = Field(
+        default=None,
+        description='The tokenizer is a byte-level BPE (GPT-2, RoBERTa, Llama 3, Qwen): a token\'s "Ġ", '
+        '"Ċ", "ĉ" are the bytes of a space, newline and tab. Null until loaded.',
+    )
     max_tokens: int | None
     causal: bool | None
     pretrained: bool | None
@@ -178,6 +183,12 @@ class AttentionHeader(BaseModel):
         default=0,
         description="How many of the last tokens the model wrote itself (max_new_tokens). Token i was "
         "chosen from position i - 1, so attention row i - 1 is what the model looked at while writing it.",
+    )
+    byte_level: bool = Field(
+        default=False,
+        description="True when `tokens` are a byte-level BPE's (GPT-2, RoBERTa, Llama 3, Qwen): "
+        '"Ġ", "Ċ", "ĉ" in a token are the bytes of a space, newline and tab. False for other '
+        "tokenizers and for words (`words: true`), which are slices of the text.",
     )
 
 

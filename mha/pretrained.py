@@ -22,7 +22,7 @@ from mha.convert import Converter, convert_state_dict
 from mha.errors import MaxTokensError, NotCausalError
 from mha.model import Transformer, TransformerConfig
 from mha.result import AttentionResult, ModelInfo
-from mha.tokenize import TextEncoder
+from mha.tokenize import TextEncoder, is_byte_level
 from mha.trace import Trace
 
 __all__ = [
@@ -230,7 +230,8 @@ def load_pretrained(
     tokenizer = checkpoint.load_tokenizer(directory, config.vocab_size)  # before the weights: fails cheaply
     network = build_network(config, converter, weight_files).to(device=torch_device, dtype=torch_dtype)
     info = ModelInfo.of(config, name=name, family=converter.family, device=torch_device, dtype=torch_dtype)
-    info = replace(info, chat_template=bool(getattr(tokenizer, "chat_template", None)))
+    chat_template = bool(getattr(tokenizer, "chat_template", None))
+    info = replace(info, chat_template=chat_template, byte_level=is_byte_level(tokenizer))
     logger.info("loaded %s (%s) from %s on %s", name, converter.family, directory, torch_device)
     lm_head = None
     if config.causal:
@@ -305,4 +306,5 @@ def random_model(
     network = network.to(torch_device)
     name = name or f"random-{'decoder' if causal else 'encoder'}-L{layers}-H{heads}-E{embed_dim}"
     info = ModelInfo.of(config, name=name, family="random", device=torch_device, dtype=torch.float32)
+    info = replace(info, byte_level=is_byte_level(tokenizer))
     return AttentionModel(network, tokenizer, info=info)

@@ -29,6 +29,7 @@ class ModelInfo:
     device: str
     dtype: str  # "float32", "float16" or "bfloat16"
     chat_template: bool = False  # the tokenizer has a chat template (attend(..., chat=True))
+    byte_level: bool = False  # a byte-level BPE tokenizer: "Ġ" in a token is a space (tokenize.is_byte_level)
 
     @classmethod
     def of(

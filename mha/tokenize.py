@@ -6,6 +6,7 @@ with one token type), segment inference for display, and pairs for tokenizers wi
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -20,7 +21,7 @@ from mha.errors import (
     TokenIdOutOfRangeError,
 )
 
-__all__ = ["Encoded", "TextEncoder", "display_segments"]
+__all__ = ["Encoded", "TextEncoder", "display_segments", "is_byte_level"]
 
 
 @dataclass
@@ -80,6 +81,22 @@ def display_segments(sources: Sequence[int | None]) -> list[int]:
             current = source
         segments.append(current)
     return segments
+
+
+def is_byte_level(tokenizer: Any) -> bool:
+    """True when a fast tokenizer is a byte-level BPE (GPT-2, RoBERTa, Llama 3, Qwen): its pre-tokenizer or
+    decoder is ByteLevel, alone or inside a Sequence, so its tokens spell the bytes of a space, newline and
+    tab as "Ġ", "Ċ", "ĉ". Read from the tokenizer itself, not the family: Llama 2 is SentencePiece, Llama 3
+    byte-level; a WordPiece token may hold a literal "Ġ"."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    parts = (getattr(backend, "pre_tokenizer", None), getattr(backend, "decoder", None))
+    return any(part is not None and _names_byte_level(json.loads(part.__getstate__())) for part in parts)
+
+
+def _names_byte_level(node: Any) -> bool:
+    if isinstance(node, dict):
+        return node.get("type") == "ByteLevel" or any(_names_byte_level(value) for value in node.values())
+    return isinstance(node, list) and any(_names_byte_level(item) for item in node)
 
 
 class TextEncoder:

@@ -15,6 +15,7 @@ from fastapi.templating import Jinja2Templates
 
 from app.deps import ServiceDep, SettingsDep
 from app.schemas import MAX_TEXT_CHARS
+from app.service import FLOW_MAX_TOKENS
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).resolve().parents[2] / "templates")
@@ -36,6 +37,7 @@ def index(request: Request, service: ServiceDep, settings: SettingsDep) -> HTMLR
             "max_chars": MAX_TEXT_CHARS,
             "max_tokens": settings.max_tokens,
             "max_new_tokens": settings.max_new_tokens,
+            "flow_max_tokens": settings.flow_max_tokens or FLOW_MAX_TOKENS,  # the flow button's limit
         },
     }
     root = request.scope.get("root_path", "")

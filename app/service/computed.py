@@ -28,6 +28,7 @@ class Computed:
     kv_heads: int
     attentions: torch.Tensor
     generated: int = 0  # the last `generated` tokens were written by the model (a continuation)
+    byte_level: bool = False  # `tokens` are a byte-level BPE's ("Ġ" = a space byte); False for words
     # the strings `offsets` index into: (text, pair), or the rendered chat template
     texts: tuple[str, str | None] = ("", None)
     word_ids: tuple[int | None, ...] = ()
@@ -63,6 +64,7 @@ class Computed:
             "truncated": self.truncated,
             "causal": self.causal,
             "generated": self.generated,
+            "byte_level": self.byte_level,
         }
 
     def check_head(self, layer: int, head: int) -> None:
@@ -90,6 +92,7 @@ def from_result(name: str, model: mha.AttentionModel, result: mha.AttentionResul
         causal=bool(model.info.causal),
         kv_heads=int(model.info.kv_heads),
         generated=int(result.generated),
+        byte_level=bool(model.info.byte_level),
         texts=result.texts,
         attentions=attentions,
         word_ids=tuple(result.word_ids),
@@ -110,6 +113,7 @@ def merge_words(computed: Computed) -> Computed:
         segments=[computed.segments[group[0]] for group in groups],
         special=[computed.special[group[0]] for group in groups],
         attentions=analysis.merge_to_words(computed.attentions, groups).contiguous(),
+        byte_level=False,  # words are sliced from the text, not spelled by the tokenizer
         word_ids=(),
         offsets=(),
     )

@@ -168,6 +168,7 @@ class AttentionService:
                     heads=info.heads if info else None,
                     kv_heads=info.kv_heads if info else None,
                     chat_template=info.chat_template if info else None,
+                    byte_level=info.byte_level if info else None,
                     max_tokens=info.max_tokens if info else None,
                     causal=info.causal if info else None,
                     pretrained=info.pretrained if info else None,
@@ -271,7 +272,7 @@ class AttentionService:
             unit = "words" if request.words else "tokens"
             raise InvalidInputError(
                 f"attention flow is limited to {exc.limit} {unit} (it solves n² max-flow problems), this "
-                f"input has {exc.n}; shorten the text or use /api/rollout"
+                f"input has {exc.n}; shorten the text (attention rollout has no such limit)"
             ) from None
 
     async def compare(self, request: CompareRequest) -> bytes:

@@ -55,11 +55,14 @@ export class CompareView {
     delete panel.dataset.head;
   }
 
-  /** Fetch the comparison of `a` and `b` for the run of `signal`; resolves to the API's answer. */
-  async load(a, b, { signal }) {
+  /**
+   * Fetch the comparison of `a` and `b` for the run of `signal`; resolves to the API's answer. `byteLevel`:
+   * A's tokens (the aligned labels) are a byte-level BPE's (decoder.js displayToken).
+   */
+  async load(a, b, { signal, byteLevel = true }) {
     this.clear();
     const result = await fetchCompare(a, b, a.words, { signal });
-    Object.assign(this, { result, a, b, signal });
+    Object.assign(this, { result, a, b, signal, byteLevel });
     const { panel, summary, ranking } = this.els;
     const sameText = a.text === b.text && (a.pair || "") === (b.pair || "");
     const what = sameText ? `the same input on ${result.a.model} (A) and ${result.b.model} (B)` : "two inputs";
@@ -123,7 +126,8 @@ export class CompareView {
     headCaption.textContent =
       `Layer ${layer}, head ${head}: change ${score.toFixed(4)} nats. Rows renormalised over the aligned tokens; ` +
       `A − B is red where A attends more, blue where B does (scale ±${peak.toFixed(3)}).`;
-    const common = { tokens: maps.tokens, causal, boundary: -1, exact: true, keepZoom: true, minPx: SIDE_MIN_PX };
+    const { byteLevel } = this;
+    const common = { tokens: maps.tokens, causal, byteLevel, boundary: -1, exact: true, keepZoom: true, minPx: SIDE_MIN_PX };
     const title = (which) => `${which} · layer ${layer}, head ${head}`;
     await Promise.all([
       renderHeatmap(a, { ...common, values: maps.a, title: title(`A (${this.result.a.model})`), filename: `headscope-A-L${layer}-H${head}` }),

@@ -101,6 +101,7 @@ export class Attention {
     this.causal = Boolean(header.causal);
     this.truncated = Boolean(header.truncated);
     this.generated = header.generated ?? 0; // the last `generated` tokens were written by the model
+    this.byteLevel = header.byte_level !== false; // "Ġ" is a space byte (decoder.js displayToken)
     this.model = header.model;
     this.scheme = header.quantization?.scheme ?? "row-max-uint8";
     this.maxAbsError = header.quantization?.max_abs_error ?? 1 / 510;

@@ -50,26 +50,35 @@ export function topK(values, n, i, k, { from = 0, to = n } = {}) {
   return entries.slice(0, k);
 }
 
-// Byte-level BPE (GPT-2, Llama 3, Qwen) writes a leading space as Ġ and a newline as Ċ; SentencePiece
-// (Llama 2, Gemma, Phi-3) writes the space as ▁.
 // Byte-level BPE (GPT-2, RoBERTa, Llama 3) spells the bytes of a space, newline and tab "Ġ", "Ċ", "ĉ";
 // SentencePiece spells a space "▁". Each one of them is that character, wherever it sits in the token. The
 // page shows them as visible signs: a bare space would vanish at the start of an axis label, yet it is what
 // tells "␣cat" (a new word) from "cat" (a word's continuation).
-const MARKS = [
-  [/[Ġ▁]/gu, "␣"],
-  [/Ċ/gu, "↵"],
-  [/ĉ/gu, "⇥"],
-];
+// The byte-level marks are respelled only for a byte-level tokenizer (the API's `byte_level`): in a
+// WordPiece model's token "Ġ" is a letter someone typed, and shown as it is.
+const SENTENCEPIECE_MARKS = [[/▁/gu, "␣"]];
+const BYTE_LEVEL_MARKS = [[/Ġ/gu, "␣"], [/Ċ/gu, "↵"], [/ĉ/gu, "⇥"], ...SENTENCEPIECE_MARKS];
 
 /**
  * A token as every view of the page shows it (axes, hover, token lines, panels, image exports): the
- * tokenizer's marks as visible signs, "Ġcat" -> "␣cat", "Ċ" -> "↵". The API's JSON keeps the raw tokens.
+ * tokenizer's marks as visible signs, "Ġcat" -> "␣cat", "Ċ" -> "↵" where `byteLevel` (the answer's
+ * `byte_level`; left out: true), "▁cat" -> "␣cat" always. The API's JSON keeps the raw tokens.
  */
-export function displayToken(token) {
+export function displayToken(token, byteLevel = true) {
   let text = String(token);
-  for (const [mark, replacement] of MARKS) text = text.replace(mark, replacement);
+  for (const [mark, replacement] of byteLevel ? BYTE_LEVEL_MARKS : SENTENCEPIECE_MARKS) {
+    text = text.replace(mark, replacement);
+  }
   return text;
+}
+
+/**
+ * The whole-answer JSON `blob` (POST /api/attention) with `display_tokens`, the page's spelling of its
+ * `tokens`, as its first field: written in front of the text, so an answer of 150 MB is never parsed.
+ */
+export function withDisplayTokens(blob, { tokens, byteLevel }) {
+  const spelled = JSON.stringify(tokens.map((token) => displayToken(token, byteLevel)));
+  return new Blob([`{"display_tokens":${spelled},`, blob.slice(1)], { type: "application/json" });
 }
 
 /** Axis labels: the written tokens (the last `generated`) prefixed with ✎. */

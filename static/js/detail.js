@@ -135,6 +135,7 @@ export class Detail {
       exact,
       title: `${modelName} · ${label}`,
       written: attention.generated,
+      byteLevel: attention.byteLevel,
       renormalised: hideFirst,
       colorScale: scale, // scale.js: the colours only; the hover reads `values`
       onRow: (i) => this.written.choose(i),
@@ -143,7 +144,7 @@ export class Detail {
     };
     if (heatmapVisible) {
       await renderHeatmap($("headDetail"), spec);
-      const tokens = spec.tokens.map(displayToken);
+      const tokens = spec.tokens.map((token) => displayToken(token, attention.byteLevel));
       this.cursor.follow({ tokens, causal: attention.causal, renormalised: hideFirst, onRow: spec.onRow });
     } else {
       this.cursor.hide();

@@ -1,11 +1,13 @@
 // Export of the run on screen: the detail figure as PNG or SVG (Plotly), the token lines as SVG, every head
 // as JSON (POST /api/attention) or the selected head alone as JSON (POST /api/attention/head), under the
-// run's AbortSignal. Each file is named for what it holds (labels.js).
+// run's AbortSignal, with the tokens as the page spells them beside the raw ones (display_tokens). Each file
+// is named for what it holds (labels.js).
 
 import { $, el } from "./dom.js";
 import { ApiError, fetchFullBlob, fetchHeadBlob } from "./api.js";
 import { AGGREGATES, isAggregate } from "./aggregates.js";
 import { setBusy, showError } from "./form.js";
+import { withDisplayTokens } from "./decoder.js";
 import { exportImage } from "./heatmap.js";
 import { allHeadsName, exportName, headJsonName } from "./labels.js";
 import { getState } from "./state.js";
@@ -46,12 +48,14 @@ async function exportJson(run, { layer, head, alone }) {
   const words = Boolean(query.words);
   setBusy(alone ? "Preparing this head's JSON…" : "Preparing JSON of every head…");
   if (!alone) {
-    download(await fetchFullBlob(query, { signal: run.signal }), allHeadsName(attention.model, { words }));
+    const blob = await fetchFullBlob(query, { signal: run.signal });
+    download(withDisplayTokens(blob, attention), allHeadsName(attention.model, { words }));
   } else if (isAggregate(head)) {
-    download(aggregateBlob(attention, layer, head), headJsonName(attention.model, layer, head, { words }));
+    const blob = withDisplayTokens(aggregateBlob(attention, layer, head), attention);
+    download(blob, headJsonName(attention.model, layer, head, { words }));
   } else {
     const blob = await fetchHeadBlob(query, layer, head, { signal: run.signal });
-    download(blob, headJsonName(attention.model, layer, head, { words }));
+    download(withDisplayTokens(blob, attention), headJsonName(attention.model, layer, head, { words }));
   }
   setBusy("");
 }

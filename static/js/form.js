@@ -5,6 +5,7 @@
 import { $, el } from "./dom.js";
 import { modelLabel } from "./labels.js";
 import { MAX_NEW_TOKENS, parseNewTokens } from "./state.js";
+import { servable } from "./truth.js";
 
 let models = new Map(); // name -> /api/models entry, as fillModels last made it
 
@@ -66,6 +67,22 @@ export function learnModel(attention, entries = []) {
   showNewTokens();
 }
 
+/** Sizes of models loaded since the list was read (/api/models `entries`); true when one was learnt. */
+export function learnEntries(entries) {
+  let learnt = false;
+  for (const entry of entries) {
+    const known = models.get(entry.name);
+    if (!known || known.layers != null || entry.layers == null) continue;
+    Object.assign(known, entry);
+    for (const select of [$("model"), $("modelB")]) {
+      const option = [...select.options].find((o) => o.value === entry.name);
+      if (option) option.textContent = modelLabel(known);
+    }
+    learnt = true;
+  }
+  return learnt;
+}
+
 /**
  * "Continue by k tokens" is offered for causal models; for a model not loaded yet (its kind unknown) only
  * when a link already asks for a continuation, which the run then tries (an encoder answers 422).
@@ -105,12 +122,12 @@ export function currentB() {
 export function initForm(state, { defaultModel, limits = {} }, { onRun }) {
   $("text").value = state.text;
   $("textPair").value = state.pair;
-  $("model").value = models.has(state.model) ? state.model : defaultModel;
+  $("model").value = servable(models, state.model) ? state.model : defaultModel;
   $("words").checked = state.words;
   $("compare").checked = state.compare;
   $("compareInputs").hidden = !state.compare;
   $("textB").value = state.btext;
-  $("modelB").value = models.has(state.bmodel) ? state.bmodel : $("model").value;
+  $("modelB").value = servable(models, state.bmodel) ? state.bmodel : $("model").value;
   // The service's own limit (HEADSCOPE_MAX_NEW_TOKENS) where it is below the page's.
   $("newTokens").max = String(Math.min(MAX_NEW_TOKENS, limits.max_new_tokens ?? MAX_NEW_TOKENS));
   $("newTokens").value = String(state.newTokens);

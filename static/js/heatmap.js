@@ -105,7 +105,7 @@ function writtenShapes(n, written, size) {
 export function buildFigure(spec) {
   const { values, causal, boundary, title, exact, widthPx = 900, scale, minPx } = spec;
   const { written = 0, renormalised = false, colorScale } = spec;
-  const tokens = spec.tokens.map(displayToken); // axes, hover and image exports alike
+  const tokens = spec.tokens.map((token) => displayToken(token, spec.byteLevel)); // axes, hover, image exports
   const n = tokens.length;
   const labels = tokens.map(plotlyText);
   const painted = scaleValues(values, n, colorScale);
@@ -282,7 +282,7 @@ export async function renderHeatmap(gd, spec) {
   await window.Plotly.react(gd, data, layout, config);
   gd.dataset.n = String(spec.tokens.length);
   gd.dataset.exact = spec.exact ? "true" : "false";
-  await bindTickThinning(gd, spec.tokens.map(displayToken), size, spec.onRow);
+  await bindTickThinning(gd, spec.tokens.map((token) => displayToken(token, spec.byteLevel)), size, spec.onRow);
   return gd;
 }
 

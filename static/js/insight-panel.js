@@ -8,7 +8,7 @@ import { fetchAnalysis } from "./api.js";
 import { isAggregate } from "./aggregates.js";
 import { CompareView } from "./compare.js";
 import { CHANGE, StatsTable, colorScaleFor, fillColorBy, formatStat, renderLegend, renderSimilar, statTable } from "./insight.js";
-import { showError } from "./form.js";
+import { readInitialState, showError } from "./form.js";
 import { renderGlossary, watchOverflow } from "./glossary.js";
 import { statName, standoutBadges } from "./names.js";
 import { RolloutView } from "./rollout.js";
@@ -31,7 +31,7 @@ export class InsightPanel {
       flowMessage: $("flowMessage"),
       flowNormalized: $("flowNormalized"),
       flowPlot: $("flow"),
-    });
+    }, { flowLimit: readInitialState().limits?.flow_max_tokens });
     this.compare = new CompareView(
       {
         panel: $("comparePanel"),
@@ -65,7 +65,7 @@ export class InsightPanel {
     const problems = [];
     // B is the person's own input: a comparison that cannot be made (other shapes, blank) goes to the alert.
     const comparing = run.queryB
-      ? this.compare.load(query, run.queryB, { signal }).catch((error) => {
+      ? this.compare.load(query, run.queryB, { signal, byteLevel: attention.byteLevel }).catch((error) => {
           if (!signal.aborted) showError(`Could not compare A and B: ${error.message}`);
           return null;
         })
@@ -79,7 +79,8 @@ export class InsightPanel {
       return comparison ? this.compare.show(layer, head, { delay: 0, causal: attention.causal }) : null;
     });
     // Below the statistics: fetched when its panel is on screen, so the first view moves only what it shows.
-    this.rollout.watch(query, { causal: attention.causal, boundary: attention.boundary }, { signal });
+    const { causal, boundary, byteLevel, n } = attention;
+    this.rollout.watch(query, { causal, boundary, byteLevel, n }, { signal });
     await stats.catch((error) => {
       if (!signal.aborted) problems.push(`statistics: ${error.message}`);
     });

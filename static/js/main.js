@@ -12,13 +12,14 @@ import { queryB } from "./compare.js";
 import { bindTabs, Detail, showTabs } from "./detail.js";
 import { firstExample, renderExamples } from "./examples.js";
 import { exportAs } from "./export.js";
-import { currentB, currentQuery, fillModels, initForm, learnModel, readInitialState, setBusy, showError } from "./form.js";
+import { currentB, currentQuery, fillModels, initForm, learnEntries, learnModel, readInitialState, setBusy, showError } from "./form.js";
 import { Grid } from "./grid.js";
 import { InsightPanel } from "./insight-panel.js";
 import { runSummary } from "./labels.js";
 import { copyLink, showNotice, tokenLimit, truncationNotice } from "./notices.js";
 import { initScaleMenu } from "./scale-menu.js";
-import { clampSelection, getState, initState, moveSelection, readState, subscribe, update } from "./state.js";
+import { clampSelection, getState, ignoredParams, initState, moveSelection, readState, subscribe, update } from "./state.js";
+import { Notices, ignoredNotice, markStale, modelBNotice, modelNotice, refreshModelB, selectionNotice } from "./truth.js";
 import { WrittenView } from "./written.js";
 
 // A first visit (no text in the URL) starts from an example, run like any other: the URL then holds it.
@@ -27,6 +28,8 @@ initState({ ...readState(), ...firstExample(window.location.search) });
 let current = null; // the run on screen (its attention decoded), or null before the first
 let controller = null; // aborts the latest run
 let known = { models: new Map(), defaultModel: "" };
+const notices = new Notices($("stateNotice")); // what a link asked for that the page shows otherwise
+let ranOnce = false; // the first run is the link's: its notices stay until the next run
 
 const grid = new Grid($("grid"), {
   onSelect: (layer, head) => select(layer, head),
@@ -56,6 +59,8 @@ async function run() {
     $("text").focus();
     return;
   }
+  if (ranOnce) notices.clear();
+  ranOnce = true;
   controller?.abort(); // the old run's fetches, thumbnails, exact head and insight views stop here
   detail.cancelExact();
   controller = new AbortController();
@@ -74,12 +79,16 @@ async function run() {
     const entries = unloaded ? (await fetchModels().catch(() => ({ models: [] }))).models : [];
     if (signal.aborted) return;
     learnModel(attention, entries);
+    refreshB();
     const { compare, btext, bmodel } = currentB();
     const b = compare ? queryB(query, { btext, bmodel }) : null;
     const run = { query, queryB: b, attention, signal, exact: new Map(), analysis: null, comparison: null };
     current = run;
     const limit = tokenLimit(known.models.get(attention.model), readInitialState().limits);
     showNotice(truncationNotice(attention, { words: query.words, limit }));
+    markStale(null); // the old result goes now
+    const shown = clampSelection(getState(), attention);
+    notices.set("selection", selectionNotice(getState(), shown, attention));
     update({
       text: query.text,
       pair: query.pair,
@@ -90,7 +99,7 @@ async function run() {
       compare,
       btext: compare ? btext : "",
       bmodel: compare && bmodel !== query.model ? bmodel : "",
-      ...clampSelection(getState(), attention),
+      ...shown,
     });
     setBusy("Drawing…");
     performance.mark("headscope-decoded");
@@ -105,14 +114,27 @@ async function run() {
     $("status").textContent = runSummary(attention, query.newTokens);
     performance.mark("headscope-ready");
     document.body.dataset.state = "ready";
-    insights.load(run);
+    insights.load(run).then(() => (b ? learnSizes(signal) : null));
   } catch (error) {
     if (signal.aborted) return;
     setBusy("");
     document.body.dataset.state = "error";
+    if (current && current.signal !== signal) markStale(current.query); // the last good result stays, marked
     showError(error instanceof ApiError ? error.message : `Something went wrong in the page: ${error.message}`);
     if (!(error instanceof ApiError)) console.error(error);
   }
+}
+
+/** Compare's B menu after A's model or a size changed: models of another shape off, with the reason. */
+function refreshB() {
+  const was = refreshModelB(known.models, $("model").value);
+  if (was && $("compare").checked) notices.set("bmodel", modelBNotice(was, known.models, $("model").value));
+}
+
+/** After a comparison B's model is loaded: learn its size, so the B menu can say what pairs with A. */
+async function learnSizes(signal) {
+  const entries = (await fetchModels().catch(() => ({ models: [] }))).models;
+  if (!signal.aborted && learnEntries(entries)) refreshB();
 }
 
 function select(layer, head) {
@@ -151,6 +173,13 @@ async function boot() {
   }
   const state = getState();
   initForm(state, { ...known, limits: initial.limits }, { onRun: run });
+  if (known.models.size) {
+    notices.set("model", modelNotice(state.model, known.models, $("model").value));
+    if (state.compare) notices.set("bmodel", modelNotice(state.bmodel, known.models, $("modelB").value, "B"));
+  }
+  notices.set("link", ignoredNotice(ignoredParams()));
+  refreshB();
+  $("model").addEventListener("change", refreshB);
   renderExamples($("examples"), ({ text, pair }) => {
     $("text").value = text;
     $("textPair").value = pair;

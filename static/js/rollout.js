@@ -1,7 +1,7 @@
 // Whole-model views in #analysis: attention rollout (final, and cumulative after each layer through a
 // slider) from POST /api/rollout/compact, decoded by the attention decoder (heads = 1), drawn by the
-// head heatmap code; attention flow on request from POST /api/flow, whose 422 for long inputs is shown
-// as a note in words, not as an error.
+// head heatmap code; attention flow on request from POST /api/flow, offered up to the service's token limit
+// (the button says it, and is off above it, with the reason as a note rather than an error).
 //
 // The rollout panel sits below the grid and the detail, usually off screen after a run: it is fetched when
 // the panel comes on screen (at once when it already is), so a run's first view moves only what it shows.
@@ -11,6 +11,7 @@
 import { ApiError, fetchFlow, fetchRollout } from "./api.js";
 import { clearHeatmap, renderHeatmap } from "./heatmap.js";
 import { getState } from "./state.js";
+import { flowButtonLabel, flowLimitNote } from "./truth.js";
 
 const SIDE_MIN_PX = 280; // side-by-side with the statistics table: smaller than the detail's minimum
 
@@ -22,13 +23,18 @@ export function rolloutMix(residual) {
 }
 
 export class RolloutView {
-  /** `els`: {panel, plot, slider, sliderValue, caption, flowButton, flowMessage, flowNormalized, flowPlot}. */
-  constructor(els) {
+  /**
+   * `els`: {panel, plot, slider, sliderValue, caption, flowButton, flowMessage, flowNormalized, flowPlot};
+   * `flowLimit`: the most tokens (or words) /api/flow takes (the page's limits.flow_max_tokens).
+   */
+  constructor(els, { flowLimit = null } = {}) {
     this.els = els;
+    this.flowLimit = flowLimit;
+    this.flowOver = false; // the watched input is over flowLimit: the button stays off
     this.rollout = null;
     this.flowResult = null; // both forms of the last flow answer: the switch redraws without a request
     this.query = null;
-    this.shape = { causal: false, boundary: -1 }; // of the watched input, for the flow figure
+    this.shape = { causal: false, boundary: -1 }; // of the watched input: {causal, boundary, byteLevel, n}
     this.signal = null; // the watched run's
     this.observer = new IntersectionObserver((entries) => {
       if (entries.some((entry) => entry.isIntersecting)) this.load();
@@ -63,7 +69,15 @@ export class RolloutView {
   watch(query, shape, { signal }) {
     this.clear();
     Object.assign(this, { query, shape, signal });
-    this.els.flowButton.disabled = false; // flow is its own request, on demand
+    const { flowButton, flowMessage } = this.els;
+    const over = flowLimitNote(shape.n, this.flowLimit, query.words);
+    this.flowOver = Boolean(over);
+    flowButton.disabled = this.flowOver; // flow is its own request, on demand, within its limit
+    flowButton.textContent = flowButtonLabel(this.flowLimit, query.words);
+    flowButton.title = over ?? "Compute attention flow for this input";
+    flowMessage.textContent = over ?? "";
+    if (over) flowMessage.dataset.state = "limit";
+    else delete flowMessage.dataset.state;
     signal.addEventListener("abort", () => this.observer.disconnect(), { once: true });
     this.observer.observe(this.els.panel); // reports at once when the panel is already on screen
   }
@@ -112,6 +126,7 @@ export class RolloutView {
       boundary: rollout.boundary,
       segments: rollout.segments,
       special: rollout.special,
+      byteLevel: rollout.byteLevel,
       exact: false,
       title: `${rollout.model} · rollout after layer ${layer}${last ? " (final)" : ""}`,
       filename: `headscope-rollout-L${layer}`,
@@ -134,6 +149,7 @@ export class RolloutView {
       values: normalized ? result.flow_normalized : result.flow,
       causal: this.shape.causal,
       boundary: this.shape.boundary,
+      byteLevel: this.shape.byteLevel,
       exact: true,
       title: `${result.model} · attention flow (${normalized ? "rows normalised" : "raw max-flow"})`,
       filename: normalized ? "headscope-flow-normalized" : "headscope-flow-raw",
@@ -154,7 +170,7 @@ export class RolloutView {
     if (this.flowResult) await this.drawFlow(this.flowResult);
   }
 
-  /** Attention flow of the loaded query; the API's limit (422) becomes the message itself. */
+  /** Attention flow of the loaded query; a refusal (422: a limit the page did not know) is said as a note. */
   async flow() {
     if (!this.query) return;
     const { signal } = this;
@@ -169,12 +185,12 @@ export class RolloutView {
       await this.drawFlow(result);
     } catch (error) {
       if (signal.aborted) return;
-      // 422 is the length limit: a fact about this input, said in the API's words.
-      flowMessage.textContent =
-        error instanceof ApiError && error.status === 422 ? error.message : `Attention flow failed: ${error.message}`;
-      flowMessage.dataset.state = error instanceof ApiError && error.status === 422 ? "limit" : "error";
+      // 422 is a fact about this input (its length), not a fault: a note, in the service's words.
+      const refused = error instanceof ApiError && error.status === 422;
+      flowMessage.textContent = refused ? error.message : `Attention flow failed: ${error.message}`;
+      flowMessage.dataset.state = refused ? "limit" : "error";
     } finally {
-      if (!signal.aborted) flowButton.disabled = false;
+      if (!signal.aborted) flowButton.disabled = this.flowOver;
     }
   }
 }

@@ -73,6 +73,27 @@ export function readState(search = window.location.search) {
   };
 }
 
+/**
+ * The values of `search` that readState could not use and replaced by defaults: [{name, value}], in the
+ * link's order, so the page can say what it ignored. A model name is checked against the server's list
+ * elsewhere (truth.js); a continuation over the page's limit is clamped, not ignored.
+ */
+export function ignoredParams(search = window.location.search) {
+  const usable = {
+    layer: (v) => parseIndex(v, null) !== null,
+    head: (v) => isAggregate(v) || parseIndex(v, null) !== null,
+    view: (v) => VIEWS.includes(v),
+    color: (v) => COLOR_NAME.test(v),
+    continue: (v) => parseIndex(v.trim(), null) !== null,
+    ...Object.fromEntries(["words", "compare", "nofirst", "chat"].map((flag) => [flag, (v) => v === "1" || v === "0"])),
+  };
+  const ignored = [];
+  for (const [name, value] of new URLSearchParams(search)) {
+    if (Object.hasOwn(usable, name) && !usable[name](value)) ignored.push({ name, value });
+  }
+  return ignored;
+}
+
 /** Query string for a state; empty fields are left out to keep links short. */
 export function encodeState(state) {
   const params = new URLSearchParams();

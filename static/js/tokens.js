@@ -26,9 +26,9 @@ export function lineThreshold(n) {
  */
 export function renderTokenView(container, spec) {
   const { tokens: raw, values, segments, special, causal, layer = 0, head = 0, exact = false } = spec;
-  const { keep, budget = Infinity, pinned = null, onPin = () => {}, onRead = () => {} } = spec;
+  const { keep, budget = Infinity, pinned = null, onPin = () => {}, onRead = () => {}, byteLevel } = spec;
   const heads = spec.heads ?? [{ h: head, values, color: null, dash: "", slot: 0 }];
-  const tokens = raw.map(displayToken); // the page's spelling, in the drawing and its SVG export
+  const tokens = raw.map((token) => displayToken(token, byteLevel)); // the page's spelling, drawn and exported
   const n = tokens.length;
   const width = 2 * TEXT_PX + COL_GAP_PX;
   const height = n * ROW_PX + 10;

@@ -12,9 +12,14 @@ import { displayToken, topK } from "./decoder.js";
 
 export const TOP_K = 5;
 
-/** "“␣sat”": a token as the page spells it, in quotes. */
+/** "“␣sat”": a token as the page spells it (already respelled), in quotes. */
 function quoted(token) {
-  return `“${displayToken(token)}”`;
+  return `“${token}”`;
+}
+
+/** The run's tokens as the page spells them (decoder.js displayToken). */
+function spelled(attention) {
+  return attention.tokens.map((token) => displayToken(token, attention.byteLevel));
 }
 
 function ordinal(k) {
@@ -53,8 +58,9 @@ export class WrittenView {
    * renormalised without the first token); `head` names the selection ("L0 H1 · kv 0").
    */
   show(run, values, { head, renormalised }) {
-    const { tokens, n, generated, prompt } = run.attention;
+    const { n, generated, prompt } = run.attention;
     if (!(generated > 0)) return this.clear();
+    const tokens = spelled(run.attention);
     if (this.last?.run !== run) this.chosen = prompt; // a new run starts at its first written token
     this.last = { run, values, head, renormalised };
     const buttons = [];
@@ -62,7 +68,7 @@ export class WrittenView {
       buttons.push(
         el("button", {
           className: "chip written-token",
-          text: `✎ ${displayToken(tokens[i])}`,
+          text: `✎ ${tokens[i]}`,
           attrs: { type: "button", "aria-pressed": String(i === this.chosen), title: `token ${i}, the ${ordinal(i - prompt + 1)} written` },
           data: { i },
         }),
@@ -87,7 +93,8 @@ export class WrittenView {
 
   draw() {
     const { run, values, head, renormalised } = this.last;
-    const { tokens, n, prompt } = run.attention;
+    const { n, prompt } = run.attention;
+    const tokens = spelled(run.attention);
     const i = this.chosen;
     const row = i - 1; // the step that wrote token i
     const top = topK(values, n, row, TOP_K, { to: prompt });
@@ -109,15 +116,15 @@ export class WrittenView {
     const spans = [];
     for (let j = 0; j < prompt; j++) {
       const weight = values[row * n + j];
-      const span = el("span", { className: "written-prompt-token", text: displayToken(tokens[j]), data: { j } });
+      const span = el("span", { className: "written-prompt-token", text: tokens[j], data: { j } });
       if (Number.isFinite(weight)) {
         const { background, dark } = shade(peak > 0 ? weight / peak : 0);
         span.style.backgroundColor = background;
         span.classList.toggle("dark", dark);
-        span.title = `${displayToken(tokens[j])}: ${weight.toFixed(3)}`;
+        span.title = `${tokens[j]}: ${weight.toFixed(3)}`;
       } else {
         span.classList.add("hidden-token");
-        span.title = `${displayToken(tokens[j])}: hidden (the first token)`;
+        span.title = `${tokens[j]}: hidden (the first token)`;
       }
       span.setAttribute("aria-label", span.title);
       spans.push(span);

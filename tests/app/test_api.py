@@ -54,6 +54,7 @@ def test_models_lists_default_loaded_and_random_lazy(client: TestClient) -> None
         "heads": 12,
         "kv_heads": 12,
         "chat_template": False,
+        "byte_level": False,
         "max_tokens": 512,
         "causal": False,
         "pretrained": True,

@@ -5,12 +5,17 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from collections.abc import Callable
 from html.parser import HTMLParser
+from typing import Any
 
 import plotly
 from fastapi.testclient import TestClient
 
+from app.main import create_app
 from app.routes.pages import PLOTLY_JS
+from app.service import FLOW_MAX_TOKENS
+from app.settings import Settings
 
 
 class Scripts(HTMLParser):
@@ -61,6 +66,18 @@ def test_page_carries_server_state_as_json_and_no_inline_script(client: TestClie
     assert state["limits"]["max_chars"] > 0 and state["limits"]["max_tokens"] > 0
     max_chars = state["limits"]["max_chars"]
     assert re.search(rf'<textarea id="text"[^>]*maxlength="{max_chars}"', response.text)
+    # The flow button's limit is the service's: its default here, the setting where one is set.
+    assert state["limits"]["flow_max_tokens"] == FLOW_MAX_TOKENS
+
+
+def initial_state(client: TestClient) -> dict[str, Any]:
+    blocks = [text for attrs, text in scripts(client.get("/").text) if attrs.get("id") == "initial-state"]
+    return dict(json.loads(blocks[0]))
+
+
+def test_page_knows_a_lowered_flow_limit(make_settings: Callable[..., Settings]) -> None:
+    with TestClient(create_app(make_settings(flow_max_tokens=4))) as lowered:
+        assert initial_state(lowered)["limits"]["flow_max_tokens"] == 4
 
 
 def test_plotly_is_served_locally_gzipped_and_cached(client: TestClient) -> None:

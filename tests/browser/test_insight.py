@@ -249,9 +249,10 @@ def test_flow_draws_for_short_inputs_and_explains_the_limit_for_long_ones(sessio
     assert status == 422
     session.run(long)
     wait_insight(page)
-    page.click("#flow-run")
+    # Over the limit the button is off and the note says why, before anyone clicks (test_truth.py).
+    assert page.locator("#flow-run").is_disabled()
     page.wait_for_selector("#flow-message[data-state=limit]")
-    assert page.locator("#flow-message").text_content() == refusal["detail"]
+    assert "limited to" in (page.locator("#flow-message").text_content() or "")
     assert not page.locator("#error").is_visible()  # a limit, said in words, not an error banner
     assert not page.locator("#flow").is_visible()
 
@@ -322,6 +323,12 @@ def test_compare_two_sentences_scores_heads_and_draws_a_b_and_diff(session: Any)
     assert status == 422 and "4 layers x 8 heads" in refusal["detail"]
     assert page.locator("#error").text_content() == f"Could not compare A and B: {refusal['detail']}"
     assert page.locator("#compare-panel").is_hidden()
+    # That comparison loaded B's model: its size is known now, so the B menu turns it off, says why, and
+    # B falls back to A's model (test_truth.py has the menu from the start).
+    page.wait_for_function("() => document.querySelector('#model-b option[value=random]').disabled")
+    assert "4 layers × 8 heads" in (page.get_attribute("#model-b option[value=random]", "title") or "")
+    assert page.input_value("#model-b") == page.input_value("#model")
+    assert "B model “random” cannot be compared" in (page.locator("#state-notice").text_content() or "")
 
 
 def test_markup_stays_literal_in_every_insight_view(session: Any) -> None:
@@ -344,7 +351,8 @@ def test_markup_stays_literal_in_every_insight_view(session: Any) -> None:
         assert drawn == [tokens[i] for i in figure["tickvals"]]
         shown += drawn
     assert "<" in shown and ">" in shown
-    page.click("#flow-run")
+    if page.locator("#flow-run").is_enabled():  # off above its limit, the note already says why
+        page.click("#flow-run")
     page.wait_for_selector("#flow-message:is([data-state=ready], [data-state=limit])")
     rerun_with_words(session)
     assert session.dialogs == []

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { body } from "../../static/js/api.js";
-import { displayToken, isGrouped, kvGroup, kvGroups, markWritten, topK, withoutFirstToken } from "../../static/js/decoder.js";
+import { displayToken, isGrouped, kvGroup, kvGroups, markWritten, topK, withDisplayTokens, withoutFirstToken } from "../../static/js/decoder.js";
 import { modelLabel, runSummary, selectionLabel, shortHeadLabel } from "../../static/js/labels.js";
 
 const EPS64 = 2 ** -52; // float64 machine epsilon
@@ -101,6 +101,12 @@ test("written tokens: ✎ on the axes, readable text, the status line", () => {
   assert.equal(displayToken(displayToken("Ġcat")), "␣cat"); // idempotent: views may apply it twice
   assert.equal(displayToken("<b>"), "<b>");
   assert.equal(displayToken("##ing"), "##ing"); // WordPiece tokens are shown as they are
+  // Byte-level marks only for a byte-level tokenizer (the API's byte_level): a WordPiece "Ġ" is a letter.
+  assert.equal(displayToken("Ġcat", true), "␣cat");
+  assert.equal(displayToken("Ġcat", false), "Ġcat");
+  assert.equal(displayToken("Ċĉ", false), "Ċĉ");
+  assert.equal(displayToken("▁cat", false), "␣cat"); // SentencePiece's space mark is no byte
+  assert.equal(displayToken("Ġcat", undefined), "␣cat"); // left out: as before the flag
   const plain = { n: 11, layers: 6, heads: 12, kvHeads: 12, generated: 0 };
   assert.equal(runSummary(plain), "11 tokens · 6 layers × 12 heads"); // as before decoders
   const continued = { n: 17, layers: 3, heads: 4, kvHeads: 2, generated: 5 };
@@ -118,4 +124,14 @@ test("max_new_tokens is sent only when a continuation is asked for", () => {
     max_new_tokens: 4,
     words: true,
   });
+});
+
+test("the JSON export gains display_tokens in front, the answer itself untouched", async () => {
+  const answer = { model: "m", tokens: ["<s>", "Ġcat", "Ċ"], attention: [[[[1]]]] };
+  const blob = new Blob([JSON.stringify(answer)]);
+  const spelled = JSON.parse(await withDisplayTokens(blob, { tokens: answer.tokens, byteLevel: true }).text());
+  assert.deepEqual(spelled, { display_tokens: ["<s>", "␣cat", "↵"], ...answer });
+  assert.deepEqual(Object.keys(spelled)[0], "display_tokens");
+  const wordPiece = JSON.parse(await withDisplayTokens(blob, { tokens: answer.tokens, byteLevel: false }).text());
+  assert.deepEqual(wordPiece.display_tokens, answer.tokens);
 });

@@ -9,6 +9,7 @@ import {
   clampSelection,
   encodeState,
   getState,
+  ignoredParams,
   initState,
   moveSelection,
   readState,
@@ -97,6 +98,27 @@ test("the colour scale: the default stays out of links, so links made before it 
   assert.equal(readState("?text=a&layer=1&head=2&view=heatmap").scale, "unit");
   assert.equal(new URLSearchParams(encodeState({ ...DEFAULT_STATE, scale: "unit" })).has("scale"), false);
   for (const scale of ["head", "row", "log"]) assert.equal(roundTrip({ ...DEFAULT_STATE, scale }).scale, scale);
+});
+
+test("the values a link had that were ignored are named, in the link's order", () => {
+  const ignored = ignoredParams("?text=x&layer=abc&head=__proto__&view=flow&words=true&color=a%20b&continue=2.5&model=zzz");
+  assert.deepEqual(ignored, [
+    { name: "layer", value: "abc" },
+    { name: "head", value: "__proto__" },
+    { name: "view", value: "flow" },
+    { name: "words", value: "true" },
+    { name: "color", value: "a b" },
+    { name: "continue", value: "2.5" },
+  ]); // text and model are free text: a model name is checked against the server's list, not here
+  // Well-formed values are used, even out of range (clamped later, with its own notice) or over the
+  // continuation limit (clamped to it).
+  const fine = "?layer=99&head=mean&view=tokens&words=1&compare=0&nofirst=1&chat=1&color=entropy&continue=99";
+  assert.deepEqual(ignoredParams(fine), []);
+  assert.deepEqual(ignoredParams(`?${encodeState({ ...DEFAULT_STATE, text: "a", compare: true, words: true })}`), []);
+  // Every value readState replaced by a default is named, and nothing it used.
+  for (const search of ["?layer=-1", "?head=constructor", "?view=", "?nofirst=yes", "?continue=-1"]) {
+    assert.equal(ignoredParams(search).length, 1, search);
+  }
 });
 
 test("arrow keys walk heads, then the aggregate column, and stop at the edges", () => {
