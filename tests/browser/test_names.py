@@ -176,6 +176,9 @@ def test_json_exports_all_heads_and_this_head(session: Any, tmp_path: Path) -> N
     assert name == f"headscope-{MODEL}-L2-H7.json"
     assert (one["layer"], one["head"]) == (2, 7) and one["tokens"] == every["tokens"]
     assert len(one["attention"]) == n and {len(row) for row in one["attention"]} == {n}  # n x n, one head
+    # The answer as the API gives it, with the tokens as the page spells them beside (WordPiece: unchanged).
+    spelled = one.pop("display_tokens")
+    assert spelled == one["tokens"] and every.pop("display_tokens") == every["tokens"]
     assert one == api(session.base, "/api/attention/head", {"text": SENTENCE, "layer": 2, "head": 7})
 
     # The layer's mean is the page's own: named for it, n x n, its error bound stated.
