@@ -17,6 +17,7 @@ import { Grid } from "./grid.js";
 import { InsightPanel } from "./insight-panel.js";
 import { runSummary } from "./labels.js";
 import { clampSelection, getState, initState, moveSelection, readState, subscribe, update } from "./state.js";
+import { bindScrollCue, reveal } from "./viewport.js";
 import { WrittenView } from "./written.js";
 
 // A first visit (no text in the URL) starts from an example, run like any other: the URL then holds it.
@@ -26,7 +27,13 @@ let current = null; // the run on screen (its attention decoded), or null before
 let controller = null; // aborts the latest run
 let known = { models: new Map(), defaultModel: "" };
 
-const grid = new Grid($("grid"), { onSelect: (layer, head) => select(layer, head) });
+// A tap on a thumbnail also brings the detail into view when it lies off screen (a phone: it is below).
+const grid = new Grid($("grid"), {
+  onSelect: (layer, head) => {
+    select(layer, head);
+    reveal($("detailPanel"));
+  },
+});
 const written = new WrittenView({
   panel: $("written"),
   list: $("writtenTokens"),
@@ -158,6 +165,7 @@ async function boot() {
     $(name).addEventListener("click", () => exportAs(current, format));
   }
   document.addEventListener("keydown", onArrow);
+  bindScrollCue($("gridBox"), $("gridScroll"));
   showTabs(state.view);
   if (state.text.trim()) run();
 }

@@ -6,8 +6,17 @@ import { displayToken } from "./decoder.js";
 import { svg } from "./dom.js";
 
 const ROW_PX = 20;
-const COL_GAP_PX = 220;
-const TEXT_PX = 150;
+const TEXT_PX = 150; // at most, for each column of tokens
+const MIN_GAP_PX = 60;
+const MAX_GAP_PX = 420; // wider, the lines flatten out and read worse
+const DEFAULT_WIDTH_PX = 520; // for a panel not laid out yet
+
+/** Widths of the token columns and the gap between them for a panel `widthPx` wide (0: not laid out). */
+export function tokenLayout(widthPx) {
+  const width = Math.min(widthPx > 0 ? widthPx : DEFAULT_WIDTH_PX, 2 * TEXT_PX + MAX_GAP_PX);
+  const text = Math.min(TEXT_PX, Math.floor((width - MIN_GAP_PX) / 2));
+  return { width, text, gap: width - 2 * text };
+}
 
 /** Weights below this are not drawn; larger inputs prune harder so the SVG stays light. */
 export function lineThreshold(n) {
@@ -18,10 +27,10 @@ export function lineThreshold(n) {
 export function renderTokenView(container, { tokens: raw, values, segments, special, causal, exact = false }) {
   const tokens = raw.map(displayToken); // the page's spelling, in the drawing and its SVG export
   const n = tokens.length;
-  const width = 2 * TEXT_PX + COL_GAP_PX;
+  const { width, text: textPx, gap: gapPx } = tokenLayout(container.clientWidth);
   const height = n * ROW_PX + 10;
-  const leftX = TEXT_PX - 6;
-  const rightX = TEXT_PX + COL_GAP_PX + 6;
+  const leftX = textPx - 6;
+  const rightX = textPx + gapPx + 6;
   const y = (i) => 5 + i * ROW_PX + ROW_PX / 2;
   const threshold = lineThreshold(n);
 
@@ -42,9 +51,9 @@ export function renderTokenView(container, { tokens: raw, values, segments, spec
       if (!(w >= threshold)) continue; // NaN too: the first token hidden, or a row with nothing left
       group.append(
         svg("line", {
-          x1: TEXT_PX,
+          x1: textPx,
           y1: y(i),
-          x2: TEXT_PX + COL_GAP_PX,
+          x2: textPx + gapPx,
           y2: y(j),
           "data-j": j,
           "stroke-opacity": Math.min(1, w).toFixed(3),
