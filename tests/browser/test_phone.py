@@ -12,11 +12,17 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+
 from tests.browser.conftest import PageSession
 
 pytestmark = pytest.mark.browser
 
-PHONE = {"viewport": {"width": 390, "height": 844}, "device_scale_factor": 3, "is_mobile": True, "has_touch": True}
+PHONE = {
+    "viewport": {"width": 390, "height": 844},
+    "device_scale_factor": 3,
+    "is_mobile": True,
+    "has_touch": True,
+}
 DESKTOP = {"viewport": {"width": 1440, "height": 900}}
 WORDS = "the cat sat on the mat and the dog ran to the park".split()
 PAIR = ("The cat sat on the mat.", "It was tired, so it slept.")
@@ -31,7 +37,8 @@ def sentence(n: int) -> str:
 
 @pytest.fixture
 def screen(request: Any, browser: Any, server: str) -> Iterator[PageSession]:
-    """A PageSession in a fresh context of the size a test names (indirect parametrisation); it must end on our server, error-free."""
+    """A PageSession in a fresh context of the size a test names (indirect parametrisation); it must end
+    on our server, error-free."""
     context = browser.new_context(**request.param)
     page = context.new_page()
     page.set_default_timeout(30_000)
@@ -45,21 +52,23 @@ def screen(request: Any, browser: Any, server: str) -> Iterator[PageSession]:
 
 # What reaches past the right edge of the screen, and how wide the page is (the layout viewport grows with
 # it on a phone, so innerWidth is no measure: the context's width is).
-OVERFLOW_JS = """(width) => {
+OVERFLOW_JS = """([width, slack]) => {
   const wide = [];
   for (const e of document.querySelectorAll('main *, header *')) {
     const r = e.getBoundingClientRect();
     if (!r.width || !e.checkVisibility()) continue;
     // Content of a scroll box may lie beyond the screen: the box itself may not.
-    if (e.parentElement.closest('.grid-scroll, .detail-scroll, .token-view, .plot-scroll, .table-scroll')) continue;
-    if (r.right > width + %s || r.left < -%s) wide.push(`${e.tagName}#${e.id}.${e.className} ${r.left}..${r.right}`);
+    const boxes = '.grid-scroll, .detail-scroll, .token-view, .plot-scroll, .table-scroll';
+    if (e.parentElement.closest(boxes)) continue;
+    if (r.right > width + slack || r.left < -slack) wide.push(`${e.tagName}#${e.id} ${r.right}`);
   }
   return {scrollWidth: document.documentElement.scrollWidth, wide};
-}""" % (EDGE_PX, EDGE_PX)
+}"""
 
 # Right edges of every drawn figure: Plotly's and the token lines.
-FIGURES_JS = """() => [...document.querySelectorAll('.js-plotly-plot .main-svg:first-of-type, svg.token-lines')]
-  .filter((e) => e.checkVisibility()).map((e) => [e.closest('[id]').id, e.getBoundingClientRect().right])"""
+FIGURES_JS = """() => [
+  ...document.querySelectorAll('.js-plotly-plot .main-svg:first-of-type, svg.token-lines')
+].filter((e) => e.checkVisibility()).map((e) => [e.closest('[id]').id, e.getBoundingClientRect().right])"""
 
 TICKS_JS = """(sel) => {
   const gd = document.querySelector(sel);
@@ -74,7 +83,7 @@ TICKS_JS = """(sel) => {
 
 def assert_fits(session: PageSession, what: str) -> None:
     width = session.width  # type: ignore[attr-defined]
-    found = session.page.evaluate(OVERFLOW_JS, width)
+    found = session.page.evaluate(OVERFLOW_JS, [width, EDGE_PX])
     assert found["scrollWidth"] <= width and found["wide"] == [], f"{what}: {found}"
     figures = session.page.evaluate(FIGURES_JS)
     assert figures, f"{what}: no figure drawn"
@@ -98,7 +107,10 @@ def test_phone_never_scrolls_sideways(screen: PageSession) -> None:
     screen.run(PAIR[0], pair=PAIR[1])
     assert_fits(screen, "a pair")
     page.click("#examples button >> text=Long paragraph")
-    page.wait_for_function("() => document.body.dataset.state === 'ready' && +document.querySelector('#head-detail').dataset.n > 64")
+    page.wait_for_function(
+        "() => document.body.dataset.state === 'ready'"
+        " && Number(document.querySelector('#head-detail').dataset.n) > 64"
+    )
     assert_fits(screen, "a long paragraph")
     # The insight views below: rollout (drawn once on screen) and the statistics table.
     page.locator("#rollout").scroll_into_view_if_needed()
@@ -132,18 +144,25 @@ def test_phone_grid_scrolls_in_its_box_with_labels_in_view(screen: PageSession) 
     page.wait_for_function("() => document.querySelector('#grid-box').classList.contains('more-left')")
     classes = box.get_attribute("class").split()
     assert "more-top" in classes and "more-right" not in classes and "more-bottom" not in classes
-    seen = page.evaluate("""() => {
+    seen = page.evaluate(
+        """(slack) => {
       const box = document.querySelector('#grid-scroll').getBoundingClientRect();
       const inside = (e) => { const r = e.getBoundingClientRect();
-        return r.left >= box.left - 1 && r.right <= box.right + 1 && r.top >= box.top - 1 && r.bottom <= box.bottom + 1; };
+        return r.left >= box.left - slack && r.right <= box.right + slack
+          && r.top >= box.top - slack && r.bottom <= box.bottom + slack; };
       // The topmost element at a label's centre is the label: nothing scrolled over it.
       const onTop = (e) => { const r = e.getBoundingClientRect();
         return e.contains(document.elementFromPoint((r.left + r.right) / 2, (r.top + r.bottom) / 2)); };
       const rows = [...document.querySelectorAll('#grid .grid-row:not(.grid-header) .row-label')];
       const heads = [...document.querySelectorAll('#grid .grid-header .col-label')];
       const last = rows.at(-1), head = heads.at(-1);
-      return {last: [last.textContent, inside(last), onTop(last)], head: [head.textContent, inside(head), onTop(head)]};
-    }""")
+      return {
+        last: [last.textContent, inside(last), onTop(last)],
+        head: [head.textContent, inside(head), onTop(head)],
+      };
+    }""",
+        EDGE_PX,
+    )
     assert seen["last"] == ["L5", True, True]  # the last layer's label, left, over the scrolled thumbnails
     assert seen["head"][1:] == [True, True]  # the last column's label, on top
 
