@@ -243,3 +243,24 @@ def test_desktop_512_tokens_fit_with_labels_and_colour_bar_in_view(screen: PageS
       return [panel.right - bar.right, document.querySelector('#detail-scroll').scrollLeft];
     }""")
     assert seen[0] >= 0 and seen[1] == 0
+
+
+@pytest.mark.parametrize("screen", [PHONE], indirect=True, ids=["phone"])
+def test_phone_grouped_grid_keeps_both_header_rows_in_view(screen: PageSession, grouped_model: str) -> None:
+    run_url(screen, f"?text={quote(PAIR[0])}&model={grouped_model}")
+    seen = screen.page.evaluate("""() => {
+      const s = document.querySelector('#grid-scroll');
+      s.style.maxHeight = '90px';
+      s.scrollTo(0, s.scrollHeight);
+      const box = s.getBoundingClientRect();
+      const kv = document.querySelector('#grid .kv-header').getBoundingClientRect();
+      const heads = document.querySelector('#grid .grid-header:not(.kv-header)');
+      const head = heads.getBoundingClientRect();
+      const at = (r) => document.elementFromPoint(r.left + 50, (r.top + r.bottom) / 2).className;
+      const scrolled = s.scrollTop > 0;
+      return {scrolled, kv: [kv.top - box.top, at(kv)], head: [head.top - kv.bottom, at(head)]};
+    }""")
+    assert seen["scrolled"]
+    # The kv brackets at the top of the box, the head labels right under them, neither covered by thumbnails.
+    assert seen["kv"][1] == "kv-label" and abs(seen["kv"][0]) <= EDGE_PX
+    assert seen["head"][1] == "col-label" and abs(seen["head"][0]) <= EDGE_PX
