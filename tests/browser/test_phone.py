@@ -175,10 +175,14 @@ def test_phone_thumbnail_tap_brings_the_detail_into_view(screen: PageSession) ->
     page.locator('#grid .thumb[data-layer="1"][data-head="2"]').tap()
     page.wait_for_function(f"() => ({top})() >= -1 && ({top})() < 200")
     assert "layer 1, head 2" in page.locator("#detail-title").text_content()
-    # The detail is on screen now: another tap higher up leaves the page where it is.
-    page.evaluate("window.scrollBy(0, -100)")
+    # With the last grid row and the detail's top both on screen, a tap selects and leaves the page be.
+    thumb = page.locator('#grid .thumb[data-layer="5"][data-head="0"]')
+    page.evaluate("(e) => window.scrollBy(0, e.getBoundingClientRect().bottom - 650)", thumb.element_handle())
+    assert page.evaluate(top) < 844 - 120  # more than reveal's 120 px of the detail show
     before = page.evaluate("window.scrollY")
-    page.locator("#tab-heatmap").tap()
+    thumb.tap()
+    title = "() => document.querySelector('#detail-title').textContent"
+    page.wait_for_function(f"() => ({title})().includes('layer 5, head 0')")
     assert page.evaluate("window.scrollY") == before
 
 
