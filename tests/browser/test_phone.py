@@ -116,6 +116,11 @@ def test_phone_never_scrolls_sideways(screen: PageSession) -> None:
     page.locator("#rollout").scroll_into_view_if_needed()
     page.wait_for_function("() => document.querySelector('#rollout .main-svg')")
     assert_fits(screen, "rollout")
+    # Compare mode: the B inputs, and the A, B and A - B maps one under another.
+    run_url(screen, f"?text={quote(PAIR[0])}&compare=1&btext={quote(PAIR[1])}")
+    page.locator("#compare-panel").scroll_into_view_if_needed()
+    page.wait_for_selector("#compare-panel[data-state=ready]")
+    assert_fits(screen, "compare")
     # An error with a long unbroken word (a model name, up to the API's 100 characters) wraps on screen.
     page.evaluate("""() => {
       const option = new Option('x'.repeat(80), 'no-such-model-' + 'x'.repeat(80));
