@@ -24,7 +24,7 @@ const MAX_LABEL_CHARS = 18; // longer tokens are cut on the axes (the hover keep
 const MIN_PLOT_PX = 360;
 const MIN_FIT_PX = 160; // a figure fitted to a narrow panel never gets smaller than this
 export const NARROW_PX = 480; // panels narrower than this (phones) get the narrow layout
-const MAX_FIT_PX = 640; // up to this size the figure fits; beyond it the panel scrolls
+const MAX_FIT_PX = 640; // the largest plot fitted to a panel (only labels for 33..64 tokens need more)
 const MAX_CELL_PX = 32;
 const FONT_FAMILY = '"Open Sans", verdana, arial, sans-serif'; // Plotly's default
 const TITLE_PX = 34; // figure title band
@@ -141,8 +141,8 @@ export function buildFigure(spec) {
   }
   // The widest of all labels bounds the margin, so the plot can be sized to the room left beside it.
   const narrow = widthPx < NARROW_PX;
-  const colorbarPx = narrow ? 0 : COLORBAR_PX;
-  const roomPx = widthPx - (widestLabel(tokens.map(shorten), MAX_FONT_PX) + 10 + AXIS_TITLE_PX + colorbarPx + 2);
+  const rightPx = narrow ? 2 : COLORBAR_PX; // narrow: the colour bar lies under the plot
+  const roomPx = widthPx - (widestLabel(tokens.map(shorten), MAX_FONT_PX) + 10 + AXIS_TITLE_PX + rightPx);
   const size = plotSize(n, roomPx, minPx, narrow);
   const cellPx = size / Math.max(n, 1);
   const ticks = thinTicks(0, n - 1, cellPx);
@@ -234,7 +234,7 @@ export function buildFigure(spec) {
   };
   // Narrow: the colour bar's title may take two lines (renormalised), so 14 px more under it.
   const under = narrow ? COLORBAR_UNDER_PX + (renormalised ? 14 : 0) : 0;
-  const margin = { l: labelPx + AXIS_TITLE_PX, r: narrow ? 2 : colorbarPx, t: TITLE_PX + labelPx + AXIS_TITLE_PX, b: 16 + under };
+  const margin = { l: labelPx + AXIS_TITLE_PX, r: rightPx, t: TITLE_PX + labelPx + AXIS_TITLE_PX, b: 16 + under };
   const layout = {
     title: { text: plotlyText(title), x: 0.01, xanchor: "left", y: 1, yanchor: "top", yref: "container", pad: { t: 10 }, font: { size: 14 } },
     width: margin.l + size + margin.r,
