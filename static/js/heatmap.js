@@ -6,23 +6,33 @@
 // figure until the margins settle), not the n*n cells, which it paints as one pixelated image. So labels
 // are capped per axis, the margins are computed here from the measured label widths, and automargin
 // stays off. Zooming in brings the labels of the visible range back.
+//
+// Size: up to ALL_LABELS_N tokens every token is labelled (the label font shrinks to the cell, down to
+// MIN_FONT_PX, and the figure grows past the panel when even that does not fit); above it the figure fits
+// the panel, labels thin evenly and zooming brings them back. On a narrow screen the figure always fits the
+// panel, its colour bar lies under the plot and Plotly's mode bar is hidden (it would cover the title).
 
 import { COLORSCALE, MASK_BG_CSS, MASK_FG_CSS } from "./colors.js";
 import { displayToken } from "./decoder.js";
 import { scaleValues } from "./scale.js";
 
-const LABEL_PX = 14; // minimum spacing between two axis labels
-const MAX_LABELS = 48; // per axis and view: more costs Plotly seconds and reads no better
+const MIN_FONT_PX = 9; // the smallest label font that still reads
+const MAX_FONT_PX = 12;
+const LABEL_PX = MIN_FONT_PX + 1; // minimum spacing between two axis labels: the font and 1 px of air
+export const ALL_LABELS_N = 64; // up to this many tokens every one is labelled
+const MAX_LABELS = ALL_LABELS_N; // per axis and view: more costs Plotly seconds and reads no better
 const MAX_LABEL_CHARS = 18; // longer tokens are cut on the axes (the hover keeps them whole)
 const MIN_PLOT_PX = 360;
-const MAX_FIT_PX = 640; // up to this size the figure fits; beyond it the panel scrolls
-const MIN_CELL_PX = 4;
+const MIN_FIT_PX = 160; // a figure fitted to a narrow panel never gets smaller than this
+export const NARROW_PX = 480; // panels narrower than this (phones) get the narrow layout
+const MAX_FIT_PX = 640; // the largest plot fitted to a panel (only labels for 33..64 tokens need more)
 const MAX_CELL_PX = 32;
 const FONT_FAMILY = '"Open Sans", verdana, arial, sans-serif'; // Plotly's default
 const TITLE_PX = 34; // figure title band
 const AXIS_TITLE_PX = 26; // axis title plus its gap
 const COLORBAR_PX = 110;
 const TITLE_LINE_PX = 18; // one more line of the colour bar's title (12 px text and its leading)
+const COLORBAR_UNDER_PX = 64; // a horizontal colour bar under the plot: gap, bar, ticks and title
 const WRITTEN_CSS = "#e8710a"; // the tokens a model wrote: divider and bands beside the axes
 const RENORMALISED = "renormalised without the first token";
 
@@ -35,10 +45,20 @@ function shorten(token) {
   return token.length > MAX_LABEL_CHARS ? `${token.slice(0, MAX_LABEL_CHARS - 1)}…` : token;
 }
 
-/** Side of the square plot area in px: fits `roomPx` (at most MAX_FIT_PX), then grows (and scrolls) with n. */
-export function plotSize(n, roomPx = MAX_FIT_PX, minPx = MIN_PLOT_PX) {
-  const fit = Math.min(MAX_FIT_PX, Math.max(minPx, roomPx), n * MAX_CELL_PX);
-  return Math.max(fit, minPx, n * MIN_CELL_PX);
+/**
+ * Side of the square plot area in px. It fits `roomPx` (at most MAX_FIT_PX and MAX_CELL_PX a cell; at least
+ * `minPx` where the room allows). Up to ALL_LABELS_N tokens it grows, past the room if need be, until every
+ * token's label fits (LABEL_PX a cell), unless `fitOnly` (a phone: the figure stays within the screen).
+ */
+export function plotSize(n, roomPx = MAX_FIT_PX, minPx = MIN_PLOT_PX, fitOnly = false) {
+  const floor = Math.min(minPx, Math.max(roomPx, MIN_FIT_PX));
+  const fit = Math.max(Math.min(MAX_FIT_PX, roomPx, n * MAX_CELL_PX), floor);
+  return !fitOnly && n <= ALL_LABELS_N ? Math.max(fit, n * LABEL_PX) : fit;
+}
+
+/** Label font for ticks `spacingPx` apart: as large as fits, MIN_FONT_PX to MAX_FONT_PX. */
+export function tickFont(spacingPx) {
+  return Math.max(MIN_FONT_PX, Math.min(MAX_FONT_PX, Math.floor(spacingPx) - 1));
 }
 
 /** Tick positions in [lo, hi]: labels of `cellPx`-wide cells must not overlap, at most MAX_LABELS. */
@@ -132,13 +152,16 @@ export function buildFigure(spec) {
   // Each line of the colour bar's title past the first (renormalised, a colour scale) takes its own band.
   const colorbarPx = COLORBAR_PX + (barTitle.split("<br>").length - 1) * TITLE_LINE_PX;
   // The widest of all labels bounds the margin, so the plot can be sized to the room left beside it.
-  const roomPx = widthPx - (widestLabel(tokens.map(shorten), 12) + 10 + AXIS_TITLE_PX + colorbarPx);
-  const size = plotSize(n, roomPx, minPx);
+  const narrow = widthPx < NARROW_PX;
+  const rightPx = narrow ? 2 : colorbarPx; // narrow: the colour bar lies under the plot
+  const roomPx = widthPx - (widestLabel(tokens.map(shorten), MAX_FONT_PX) + 10 + AXIS_TITLE_PX + rightPx);
+  const size = plotSize(n, roomPx, minPx, narrow);
   const cellPx = size / Math.max(n, 1);
   const ticks = thinTicks(0, n - 1, cellPx);
+  const fontSize = tickFont((ticks.length > 1 ? ticks[1] - ticks[0] : 1) * cellPx);
+  // Every label, not only those shown: zooming in shows others, and the margin must hold them too.
+  const labelPx = widestLabel(tokens.map(shorten), fontSize) + 10; // + tick mark and its gap
   const shown = ticks.map((i) => shorten(tokens[i]));
-  const fontSize = cellPx >= 14 ? 12 : cellPx >= 8 ? 11 : 10;
-  const labelPx = widestLabel(shown, fontSize) + 10; // + tick mark and its gap
 
   const hoverValue = weights ? "%{text}: %{customdata:.3f}" : `%{customdata}: %{z:${scale?.signed ? "+" : ""}.3f}`;
 
@@ -176,12 +199,19 @@ export function buildFigure(spec) {
     xgap: 0,
     ygap: 0,
     colorbar: {
-      title: { text: barTitle, side: "right" },
       ...(painted.tickvals ? { tickvals: painted.tickvals, ticktext: painted.ticktext } : {}),
-      thickness: 14,
-      len: Math.min(1, 420 / size),
-      y: 1,
-      yanchor: "top",
+      ...(narrow
+        ? {
+            title: { text: barTitle, side: "bottom" },
+            orientation: "h",
+            thickness: 10,
+            len: 1,
+            x: 0,
+            xanchor: "left",
+            y: -12 / size, // paper units: 12 px under the plot
+            yanchor: "top",
+          }
+        : { title: { text: barTitle, side: "right" }, thickness: 14, len: Math.min(1, 420 / size), y: 1, yanchor: "top" }),
     },
   });
 
@@ -213,7 +243,9 @@ export function buildFigure(spec) {
     linecolor: "#c0c6d2",
     mirror: true,
   };
-  const margin = { l: labelPx + AXIS_TITLE_PX, r: colorbarPx, t: TITLE_PX + labelPx + AXIS_TITLE_PX, b: 16 };
+  // Narrow: each line of the colour bar's title past the first takes 14 px more under it.
+  const under = narrow ? COLORBAR_UNDER_PX + (barTitle.split("<br>").length - 1) * 14 : 0;
+  const margin = { l: labelPx + AXIS_TITLE_PX, r: rightPx, t: TITLE_PX + labelPx + AXIS_TITLE_PX, b: 16 + under };
   const layout = {
     title: { text: plotlyText(title), x: 0.01, xanchor: "left", y: 1, yanchor: "top", yref: "container", pad: { t: 10 }, font: { size: 14 } },
     width: margin.l + size + margin.r,
@@ -264,6 +296,7 @@ export async function renderHeatmap(gd, spec) {
   // The scrolling panel's width is the room the figure may take before it scrolls.
   const widthPx = gd.parentElement?.clientWidth || 900;
   const { data, layout, size } = buildFigure({ ...spec, widthPx });
+  const narrow = widthPx < NARROW_PX;
   // Keep a person's zoom when only the head changes (same tokens), so heads compare region by region.
   if (spec.keepZoom && gd.layout && figures.get(gd)?.tokens.length === spec.tokens.length) {
     layout.xaxis.range = [...gd.layout.xaxis.range];
@@ -274,6 +307,7 @@ export async function renderHeatmap(gd, spec) {
     // Plotly's "Double-click to zoom back out" tip pops up over the page's top right (the tabs and
     // export buttons); the caption under the title says it instead.
     showTips: false,
+    displayModeBar: narrow ? false : "hover", // on a phone it covers the title; the page has its own exports
     responsive: false,
     scrollZoom: false,
     modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"],
@@ -282,26 +316,33 @@ export async function renderHeatmap(gd, spec) {
   await window.Plotly.react(gd, data, layout, config);
   gd.dataset.n = String(spec.tokens.length);
   gd.dataset.exact = spec.exact ? "true" : "false";
-  await bindTickThinning(gd, spec.tokens.map((token) => displayToken(token, spec.byteLevel)), size, spec.onRow);
+  const shown = spec.tokens.map((token) => displayToken(token, spec.byteLevel));
+  await bindTickThinning(gd, shown, size, spec.onRow, layout.xaxis.tickfont.size);
   return gd;
 }
 
 // When a person zooms, more labels fit: ticks follow the visible range. Also run after each redraw,
 // because Plotly.react keeps a zoom (same uirevision) but would take the full view's ticks.
 function updateTicks(gd) {
-  const { tokens, size } = figures.get(gd);
+  const { tokens, size, fontPx } = figures.get(gd);
   const update = {};
   for (const name of ["xaxis", "yaxis"]) {
     const [a, b] = gd.layout[name].range;
     const lo = Math.max(0, Math.ceil(Math.min(a, b)));
     const hi = Math.min(tokens.length - 1, Math.floor(Math.max(a, b)));
-    const ticks = thinTicks(lo, hi, size / Math.max(Math.abs(b - a), 1));
+    const cellPx = size / Math.max(Math.abs(b - a), 1);
+    const ticks = thinTicks(lo, hi, cellPx);
     update[`${name}.tickvals`] = ticks;
     update[`${name}.ticktext`] = ticks.map((i) => plotlyText(shorten(tokens[i])));
+    // No larger than the first draw's font, which the margins were measured for.
+    const spacing = (ticks.length > 1 ? ticks[1] - ticks[0] : 1) * cellPx;
+    update[`${name}.tickfont.size`] = Math.min(fontPx, tickFont(spacing));
   }
   const same =
     JSON.stringify(update["xaxis.tickvals"]) === JSON.stringify(gd.layout.xaxis.tickvals) &&
-    JSON.stringify(update["yaxis.tickvals"]) === JSON.stringify(gd.layout.yaxis.tickvals);
+    JSON.stringify(update["yaxis.tickvals"]) === JSON.stringify(gd.layout.yaxis.tickvals) &&
+    update["xaxis.tickfont.size"] === gd.layout.xaxis.tickfont?.size &&
+    update["yaxis.tickfont.size"] === gd.layout.yaxis.tickfont?.size;
   return same ? Promise.resolve(gd) : window.Plotly.relayout(gd, update);
 }
 
@@ -331,9 +372,9 @@ function bindRowClicks(gd) {
   });
 }
 
-function bindTickThinning(gd, tokens, size, onRow = null) {
+function bindTickThinning(gd, tokens, size, onRow = null, fontPx = MAX_FONT_PX) {
   const known = figures.get(gd);
-  figures.set(gd, { tokens, size, onRow, thinning: true });
+  figures.set(gd, { tokens, size, onRow, fontPx, thinning: true });
   if (!known?.thinning) {
     bindRowClicks(gd);
     gd.on("plotly_relayout", (event) => {

@@ -20,6 +20,7 @@ import { copyLink, showNotice, tokenLimit, truncationNotice } from "./notices.js
 import { initScaleMenu } from "./scale-menu.js";
 import { clampSelection, getState, ignoredParams, initState, moveSelection, readState, subscribe, update } from "./state.js";
 import { Notices, ignoredNotice, markStale, modelBNotice, modelNotice, refreshModelB, selectionNotice } from "./truth.js";
+import { bindScrollCue, reveal } from "./viewport.js";
 import { WrittenView } from "./written.js";
 
 // A first visit (no text in the URL) starts from an example, run like any other: the URL then holds it.
@@ -31,8 +32,12 @@ let known = { models: new Map(), defaultModel: "" };
 const notices = new Notices($("stateNotice")); // what a link asked for that the page shows otherwise
 let ranOnce = false; // the first run is the link's: its notices stay until the next run
 
+// A tap on a thumbnail also brings the detail into view when it lies off screen (a phone: it is below).
 const grid = new Grid($("grid"), {
-  onSelect: (layer, head) => select(layer, head),
+  onSelect: (layer, head) => {
+    select(layer, head);
+    reveal($("detailPanel"));
+  },
   onOpen: (layer, head) => openHead(layer, head),
 });
 const written = new WrittenView({
@@ -198,6 +203,7 @@ async function boot() {
   for (const [name, format] of exports) $(name).addEventListener("click", () => exportAs(current, format));
   $("copyLink").addEventListener("click", copyLink);
   document.addEventListener("keydown", onArrow);
+  bindScrollCue($("gridBox"), $("gridScroll"));
   showTabs(state.view);
   if (state.text.trim()) run();
 }

@@ -9,9 +9,18 @@ import { svg } from "./dom.js";
 import { collectLines, lineText } from "./lines.js";
 
 const ROW_PX = 20;
-const COL_GAP_PX = 220;
-const TEXT_PX = 150;
+const TEXT_PX = 150; // at most, for each column of tokens
+const MIN_GAP_PX = 60;
 const HEAD_SPREAD_PX = 10; // the heads of a layer fan out over this much of a row, so their lines do not coincide
+const MAX_GAP_PX = 420; // wider, the lines flatten out and read worse
+const DEFAULT_WIDTH_PX = 520; // for a panel not laid out yet
+
+/** Widths of the token columns and the gap between them for a panel `widthPx` wide (0: not laid out). */
+export function tokenLayout(widthPx) {
+  const width = Math.min(widthPx > 0 ? widthPx : DEFAULT_WIDTH_PX, 2 * TEXT_PX + MAX_GAP_PX);
+  const text = Math.min(TEXT_PX, Math.floor((width - MIN_GAP_PX) / 2));
+  return { width, text, gap: width - 2 * text };
+}
 
 /** Weights below this are not drawn; larger inputs prune harder so the SVG stays light. */
 export function lineThreshold(n) {
@@ -30,10 +39,10 @@ export function renderTokenView(container, spec) {
   const heads = spec.heads ?? [{ h: head, values, color: null, dash: "", slot: 0 }];
   const tokens = raw.map((token) => displayToken(token, byteLevel)); // the page's spelling, drawn and exported
   const n = tokens.length;
-  const width = 2 * TEXT_PX + COL_GAP_PX;
+  const { width, text: textPx, gap: gapPx } = tokenLayout(container.clientWidth);
   const height = n * ROW_PX + 10;
-  const leftX = TEXT_PX - 6;
-  const rightX = TEXT_PX + COL_GAP_PX + 6;
+  const leftX = textPx - 6;
+  const rightX = textPx + gapPx + 6;
   const y = (i) => 5 + i * ROW_PX + ROW_PX / 2;
   const threshold = lineThreshold(n);
   const { lines, cut } = collectLines(heads, { n, causal, threshold, keep, budget });
@@ -56,7 +65,7 @@ export function renderTokenView(container, spec) {
   lines.forEach((line, k) => {
     const { color, dash, slot } = style.get(line.h);
     const dy = slot * HEAD_SPREAD_PX;
-    const attrs = { x1: TEXT_PX, y1: y(line.i) + dy, x2: TEXT_PX + COL_GAP_PX, y2: y(line.j) + dy };
+    const attrs = { x1: textPx, y1: y(line.i) + dy, x2: textPx + gapPx, y2: y(line.j) + dy };
     Object.assign(attrs, { "data-j": line.j, "data-h": line.h, "data-k": k });
     if (color) attrs.stroke = color; // an attribute, not CSS, so the SVG export keeps the colours
     if (dash) attrs["stroke-dasharray"] = dash;

@@ -8,7 +8,7 @@ import { AGGREGATES, isAggregate } from "../../static/js/aggregates.js";
 import { describeDetail, flatRows } from "../../static/js/api.js";
 import { LUT, STOPS, statColor } from "../../static/js/colors.js";
 import { paintThumbnail } from "../../static/js/grid.js";
-import { plotSize, plotlyText, thinTicks } from "../../static/js/heatmap.js";
+import { plotSize, plotlyText, thinTicks, tickFont } from "../../static/js/heatmap.js";
 import { CHANGE, colorScaleFor, formatStat, statTable } from "../../static/js/insight.js";
 import { exportName, modelLabel, selectionLabel } from "../../static/js/labels.js";
 import { rolloutMix } from "../../static/js/rollout.js";
@@ -71,22 +71,34 @@ test("Plotly labels: markup becomes literal text", () => {
   assert.equal(plotlyText(42), "42");
 });
 
-test("ticks never crowd: at most 48 per axis, never closer than 14 px", () => {
+test("ticks never crowd: at most 64 per axis, never closer than 10 px (a 9 px font and 1 px of air)", () => {
   assert.deepEqual(thinTicks(0, 9, 32), [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
   assert.deepEqual(thinTicks(0, 9, 7), [0, 2, 4, 6, 8]); // 7 px cells: every second label
+  assert.deepEqual(thinTicks(0, 63, 10), [...Array(64).keys()]); // 64 tokens at 10 px: every one
   const many = thinTicks(0, 511, 4);
-  assert.ok(many.length <= 48 && many[0] === 0);
+  assert.ok(many.length <= 64 && many[0] === 0);
   const step = many[1] - many[0];
-  assert.ok(step * 4 >= 14 && many.every((t, k) => t === k * step));
+  assert.ok(step * 4 >= 10 && many.every((t, k) => t === k * step));
   assert.deepEqual(thinTicks(3.2, 6.8, 32), [4, 5, 6]); // a zoomed range: only the visible cells
 });
 
-test("plot size fits the room up to 640 px, then grows with n", () => {
+test("the label font is as large as the tick spacing allows, 9 to 12 px", () => {
+  assert.equal(tickFont(10), 9);
+  assert.equal(tickFont(12.4), 11);
+  assert.equal(tickFont(40), 12);
+  assert.equal(tickFont(4), 9); // never below the legible minimum: thinTicks spaces such labels out
+});
+
+test("plot size: every token labelled up to 64, else fits the room up to 640 px", () => {
   assert.equal(plotSize(10, 900), 360); // small inputs keep a readable minimum
   assert.equal(plotSize(100, 900), 640);
   assert.equal(plotSize(100, 500), 500);
-  assert.equal(plotSize(512, 900), 2048); // 4 px a cell: the panel scrolls
+  assert.equal(plotSize(512, 900), 640); // fits: labels thin, zooming brings them back
   assert.equal(plotSize(30, 900, 200), 640); // capped by 32 px a cell: 960, by the fit: 640
+  assert.equal(plotSize(64, 300), 640); // 10 px a label: larger than the room, which scrolls
+  assert.equal(plotSize(29, 300), 300); // 29 x 10 = 290 fits in the room
+  assert.equal(plotSize(64, 210, 360, true), 210); // a phone: fits the screen, labels thin
+  assert.equal(plotSize(64, 40, 360, true), 160); // never smaller than 160 px
 });
 
 function image(S) {
