@@ -266,7 +266,8 @@ def test_phone_grouped_grid_keeps_both_header_rows_in_view(screen: PageSession, 
       const kv = document.querySelector('#grid .kv-header').getBoundingClientRect();
       const heads = document.querySelector('#grid .grid-header:not(.kv-header)');
       const head = heads.getBoundingClientRect();
-      const at = (r) => document.elementFromPoint(r.left + 50, (r.top + r.bottom) / 2).classList[0]; // "current" may follow
+      // The first class: the selected head's label is also "current".
+      const at = (r) => document.elementFromPoint(r.left + 50, (r.top + r.bottom) / 2).classList[0];
       const scrolled = s.scrollTop > 0;
       return {scrolled, kv: [kv.top - box.top, at(kv)], head: [head.top - kv.bottom, at(head)]};
     }""")
