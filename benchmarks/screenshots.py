@@ -1,0 +1,85 @@
+"""The README's screenshots, taken from the real app in headless Chromium (Debian's), in one run.
+
+  docs/screenshot.png          1440 x 900: MiniLM, layer 3 head 1 resolving "it" to "animal"
+  docs/screenshot-phone.png    390 x 844 (mobile emulation): the same, one column, the grid in its own box
+  docs/screenshot-llama.png    1440 x 900: a tiny random Llama (tests/checkpoints.py, 4 query heads over
+                               2 KV heads): the KV-group brackets and "L1 H2 · kv 1", first token hidden
+  docs/screenshot-insight.png  compare mode, head statistics and rollout (benchmarks/browser.py's)
+
+No model hub: the Llama is built offline from a config, its weights random, so its picture shows the page,
+not what a trained Llama attends to.
+
+    .venv/bin/python benchmarks/screenshots.py [--out docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from browser import save_insight_screenshot, save_screenshot
+from launch import launch_chromium, serve
+
+REPO = Path(__file__).resolve().parents[1]
+SENTENCE = "The animal didn't cross the street because it was too tired."
+LLAMA = "llama-tiny"
+
+
+def ready(page: Any) -> None:
+    page.wait_for_function("() => document.body.dataset.state === 'ready'", timeout=120_000)
+
+
+def save_phone(browser: Any, base: str, path: Path) -> None:
+    context = browser.new_context(
+        viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True, has_touch=True
+    )
+    page = context.new_page()
+    page.goto(f"{base}/?{urlencode({'text': SENTENCE, 'layer': 3, 'head': 1})}")
+    ready(page)
+    # The grid, then the detail under it: what a phone shows after a tap on a thumbnail.
+    page.locator("#grid-box").scroll_into_view_if_needed()
+    page.screenshot(path=str(path), full_page=False)
+    context.close()
+    print(f"screenshot: {path}")
+
+
+def save_llama(browser: Any, base: str, path: Path) -> None:
+    page = browser.new_page(viewport={"width": 1440, "height": 900}, device_scale_factor=1)
+    query = {"text": SENTENCE, "model": LLAMA, "layer": 1, "head": 2, "nofirst": 1}
+    page.goto(f"{base}/?{urlencode(query)}")
+    ready(page)
+    page.screenshot(path=str(path))
+    page.close()
+    print(f"screenshot: {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", type=Path, default=REPO / "docs")
+    args = parser.parse_args()
+    sys.path.insert(0, str(REPO / "tests"))
+    from checkpoints import build_checkpoint
+    from playwright.sync_api import sync_playwright
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as directory:
+        llama = build_checkpoint("llama", Path(directory) / "llama")
+        env = {"HEADSCOPE_MODELS": json.dumps({LLAMA: str(llama)}), "HEADSCOPE_DEVICE": "cpu"}
+        with serve(env) as running, sync_playwright() as playwright:
+            browser = launch_chromium(playwright)
+            save_screenshot(browser, running.base, args.out / "screenshot.png")
+            save_phone(browser, running.base, args.out / "screenshot-phone.png")
+            save_llama(browser, running.base, args.out / "screenshot-llama.png")
+            save_insight_screenshot(browser, running.base, args.out / "screenshot-insight.png")
+            browser.close()
+
+
+if __name__ == "__main__":
+    main()
