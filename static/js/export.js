@@ -9,7 +9,7 @@ import { AGGREGATES, isAggregate } from "./aggregates.js";
 import { setBusy, showError } from "./form.js";
 import { withDisplayTokens } from "./decoder.js";
 import { exportImage } from "./heatmap.js";
-import { allHeadsName, exportName, headJsonName } from "./labels.js";
+import { allHeadsName, exportName, headJsonName, tokenLinesName } from "./labels.js";
 import { getState } from "./state.js";
 
 function download(blob, filename) {
@@ -67,14 +67,15 @@ export async function exportAs(run, format) {
     return;
   }
   showError("");
-  const { layer, head, view } = getState();
+  const { layer, head, view, lines } = getState();
   const name = exportName(run.attention.model, layer, head);
   try {
     if (format === "json" || format === "json-head") {
       await exportJson(run, { layer, head, alone: format === "json-head" });
     } else if (view === "tokens" && format === "svg") {
-      const source = new XMLSerializer().serializeToString($("tokenView").querySelector("svg"));
-      download(new Blob([source], { type: "image/svg+xml" }), `${name}-tokens.svg`);
+      const source = new XMLSerializer().serializeToString($("tokenView").querySelector("svg.token-lines"));
+      const file = tokenLinesName(run.attention.model, layer, head, { allHeads: lines === "layer" });
+      download(new Blob([source], { type: "image/svg+xml" }), file);
     } else {
       await exportImage($("headDetail"), format, name);
     }

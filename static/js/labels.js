@@ -49,6 +49,11 @@ export function exportName(model, layer, head) {
   return `headscope-${safeModel(model)}-L${layer}-${isAggregate(head) ? head : `H${head}`}`;
 }
 
+/** The token-lines SVG: of the selected head, or of every head of its layer overlaid ("-L2-all-heads"). */
+export function tokenLinesName(model, layer, head, { allHeads = false } = {}) {
+  return `${allHeads ? `headscope-${safeModel(model)}-L${layer}-all-heads` : exportName(model, layer, head)}-tokens.svg`;
+}
+
 /** The JSON export of every head names what it holds: "headscope-<model>-all-heads.json" (words: "-words"). */
 export function allHeadsName(model, { words = false } = {}) {
   return `headscope-${safeModel(model)}-all-heads${words ? "-words" : ""}.json`;

@@ -58,6 +58,13 @@ def test_all_heads_draw_a_colour_each_and_swatches_toggle_them(desktop: PageSess
     assert page.text_content("#detail-title") == "Head detail: layer 0, all heads"
     assert parse_qs(urlparse(page.url).query)["lines"] == ["layer"]
     page.locator(".detail-panel").screenshot(path=artifacts / "lines-all-heads.png")
+    # The SVG export is named for what it holds, and keeps every head's colour.
+    with page.expect_download() as info:
+        page.click("#export-svg")
+    assert info.value.suggested_filename == "headscope-all-MiniLM-L6-v2-L0-all-heads-tokens.svg"
+    saved = artifacts / "lines-all-heads.svg"
+    info.value.save_as(saved)
+    assert all(f'stroke="{colour}"' in saved.read_text() for colour in colours.values())
 
     # A swatch press hides that head's lines and says so; a second press brings them back.
     swatch = page.locator("#lines-swatches .swatch[data-h='3']")

@@ -5,6 +5,7 @@ JSON keeps the tokenizer's own spelling."""
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,7 @@ def test_no_byte_level_mark_anywhere_on_the_page(session: Any, causal_model: str
     assert lines[: len(prompt)] == prompt
     with page.expect_download() as info:
         page.click("#export-svg")  # the token lines as an image
+    assert re.search(r"-L\d+-H\d+-tokens\.svg$", info.value.suggested_filename)  # one head's lines
     path = tmp_path / "tokens.svg"
     info.value.save_as(path)
     assert "␣cat" in path.read_text() and marked([path.read_text()]) == []

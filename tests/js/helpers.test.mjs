@@ -10,7 +10,7 @@ import { LUT, STOPS, statColor } from "../../static/js/colors.js";
 import { paintThumbnail } from "../../static/js/grid.js";
 import { plotSize, plotlyText, thinTicks, tickFont } from "../../static/js/heatmap.js";
 import { CHANGE, colorScaleFor, formatStat, statTable } from "../../static/js/insight.js";
-import { exportName, modelLabel, selectionLabel } from "../../static/js/labels.js";
+import { exportName, modelLabel, selectionLabel, tokenLinesName } from "../../static/js/labels.js";
 import { rolloutMix } from "../../static/js/rollout.js";
 import { lineThreshold } from "../../static/js/tokens.js";
 
@@ -29,6 +29,9 @@ test("labels: models, selections, export names", () => {
   assert.equal(selectionLabel(0, "mean"), "layer 0, mean of all heads");
   assert.equal(exportName("all-MiniLM-L6-v2", 3, 1), "headscope-all-MiniLM-L6-v2-L3-H1");
   assert.equal(exportName("../x/ y:z", 0, "mean"), "headscope-.._x_y_z-L0-mean"); // never a path
+  // The token lines name what they hold: one head, or every head of the layer overlaid.
+  assert.equal(tokenLinesName("m", 2, 5), "headscope-m-L2-H5-tokens.svg");
+  assert.equal(tokenLinesName("m", 2, 5, { allHeads: true }), "headscope-m-L2-all-heads-tokens.svg");
   assert.equal(exportName(undefined, 1, 0), "headscope-model-L1-H0");
 });
 
