@@ -74,6 +74,23 @@ export class Detail {
     });
   }
 
+  /**
+   * The heatmap, and where it goes: a new run whose figure is wider than its place beside the grid (every
+   * label of up to 64 tokens at a legible size) puts the detail under the grid at full width, rather than
+   * leave its colour bar a sideways scroll away; the next new run starts beside the grid again.
+   */
+  async renderFitting(spec, { newRun }) {
+    const gd = $("headDetail");
+    const workspace = $("workspace");
+    if (newRun) workspace.classList.remove("stacked");
+    await renderHeatmap(gd, spec);
+    const overflows = gd._fullLayout.width > gd.parentElement.clientWidth + 1;
+    if (newRun && overflows && getComputedStyle(workspace).gridTemplateColumns.split(" ").length > 1) {
+      workspace.classList.add("stacked");
+      await renderHeatmap(gd, spec);
+    }
+  }
+
   /** Draw the state's selection of `run`; `keepZoom` false for a new run, which starts unzoomed. */
   async draw(run, { keepZoom = true } = {}) {
     this.run = run;
@@ -143,7 +160,7 @@ export class Detail {
       keepZoom, // a new run starts unzoomed; another head of the same run keeps the zoomed region
     };
     if (heatmapVisible) {
-      await renderHeatmap($("headDetail"), spec);
+      await this.renderFitting(spec, { newRun: !keepZoom });
       const tokens = spec.tokens.map((token) => displayToken(token, attention.byteLevel));
       this.cursor.follow({ tokens, causal: attention.causal, renormalised: hideFirst, onRow: spec.onRow });
     } else {
