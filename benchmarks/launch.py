@@ -114,3 +114,21 @@ def launch_chromium(playwright: Any) -> Any:
     if not CHROMIUM.exists():
         raise RuntimeError(f"no Chromium at {CHROMIUM} (make chromium installs Debian's)")
     return playwright.chromium.launch(executable_path=str(CHROMIUM), args=list(CHROMIUM_ARGS))
+
+
+@contextmanager
+def app_page(name: str, viewport: Mapping[str, int]) -> Iterator[tuple[Server, Any]]:
+    """The app on the CPU with its default model, and one Chromium page of `viewport` size: what the page
+    benchmarks measure in. The server's log goes to the temp dir as headscope-bench-<name>.log."""
+    import tempfile
+
+    from playwright.sync_api import sync_playwright
+
+    log = Path(tempfile.gettempdir()) / f"headscope-bench-{name}.log"
+    env = {"HEADSCOPE_DEVICE": "cpu", "HEADSCOPE_LOG_LEVEL": "warning"}
+    with serve(env, log=log) as server, sync_playwright() as playwright:
+        browser = launch_chromium(playwright)
+        try:
+            yield server, browser.new_page(viewport=dict(viewport))
+        finally:
+            browser.close()

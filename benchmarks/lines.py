@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 from browser import text_of
-from launch import launch_chromium, serve
+from launch import app_page
 
 SWITCH = """(mode) => {
   const t0 = performance.now();
@@ -57,15 +55,8 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 512], help="target token counts")
     args = parser.parse_args()
 
-    from playwright.sync_api import sync_playwright
-
-    log = Path(tempfile.gettempdir()) / "headscope-bench-lines.log"
-    env = {"HEADSCOPE_DEVICE": "cpu", "HEADSCOPE_LOG_LEVEL": "warning"}
-    with serve(env, log=log) as server, sync_playwright() as playwright:
-        browser = launch_chromium(playwright)
-        page = browser.new_page(viewport={"width": 1440, "height": 900})
+    with app_page("lines", {"width": 1440, "height": 900}) as (server, page):
         rows = [measure(page, server.base, size, args.repeats) for size in args.sizes]
-        browser.close()
 
     print(f"{'n':>5} {'mode':>12} {'lines':>7} {'script ms':>10} {'to paint ms':>12}")
     for runs in rows:

@@ -19,12 +19,10 @@ scale of static/js/scale.js:
 from __future__ import annotations
 
 import argparse
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from browser import text_of
-from launch import launch_chromium, serve
+from launch import app_page
 
 MEASURE_JS = """async ({repeats}) => {
   const api = await import('/static/js/api.js');
@@ -83,19 +81,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="draws per scale (median printed)")
     args = parser.parse_args()
 
-    from playwright.sync_api import sync_playwright
-
-    log = Path(tempfile.gettempdir()) / "headscope-bench-scale.log"
-    env = {"HEADSCOPE_DEVICE": "cpu", "HEADSCOPE_LOG_LEVEL": "warning"}
-    with serve(env, log=log) as server, sync_playwright() as playwright:
-        browser = launch_chromium(playwright)
-        page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    with app_page("scale", {"width": 1600, "height": 1000}) as (server, page):
         page.goto(server.base + "/?text=")
         page.fill("#text", text_of(args.tokens + 8, salt=1))
         page.click("#run")
         page.wait_for_function("() => document.body.dataset.state === 'ready'", timeout=120_000)
         result: dict[str, Any] = page.evaluate(MEASURE_JS, {"repeats": args.repeats})
-        browser.close()
     print(f"{result['n']} tokens, {result['heads']} heads; visible = cells past the first colour stop")
     print(f"{'scale':<20} {'visible, 8-bit':>15} {'visible, exact':>15} {'build ms':>9} {'draw ms':>8}")
     for row in result["rows"]:
