@@ -13,6 +13,7 @@ import asyncio
 import itertools
 import json
 import logging
+import math
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from concurrent.futures import Future
@@ -58,12 +59,22 @@ def trace_bytes_per_token(model: mha.AttentionModel) -> int:
     return layers * (heads + kv_heads) * dim * itemsize + layers * heads * itemsize
 
 
+def trace_nbytes(model: mha.AttentionModel, n: int) -> int:
+    """Trace.nbytes of an n-token input: per token, and the float32 overview L·H·s², s = min(128, n)."""
+    overview = model.info.layers * model.info.heads * min(OVERVIEW_SIZE, n) ** 2 * 4
+    return n * trace_bytes_per_token(model) + overview
+
+
 def trace_max_tokens(model: mha.AttentionModel, max_bytes: int) -> int:
-    """The longest input whose trace (with its float32 overview, at most L·H·128² values) fits max_bytes,
-    capped by the model's own limit."""
-    info = model.info
-    overview = info.layers * info.heads * OVERVIEW_SIZE**2 * 4
-    return max(0, min(info.max_tokens, (max_bytes - overview) // trace_bytes_per_token(model)))
+    """The longest input whose trace fits max_bytes, capped by the model's own limit (0: none fits)."""
+    per_token, overview_cell = trace_bytes_per_token(model), model.info.layers * model.info.heads * 4
+    # Past 128 tokens the overview is a constant: solve n·per_token + L·H·128²·4 <= max_bytes.
+    n = (max_bytes - overview_cell * OVERVIEW_SIZE**2) // per_token
+    if n < OVERVIEW_SIZE:  # the overview is n x n: the positive root of L·H·4·n² + per_token·n = max_bytes
+        n = int((math.sqrt(per_token**2 + 4 * overview_cell * max_bytes) - per_token) / (2 * overview_cell))
+        n += trace_nbytes(model, n + 1) <= max_bytes  # the float root may land one below
+        n -= trace_nbytes(model, n) > max_bytes  # ... or one above
+    return max(0, min(model.info.max_tokens, n))
 
 
 def _line(event: dict[str, Any]) -> bytes:
