@@ -358,6 +358,11 @@ MAX_OVERVIEW_SIZE = 512
 MAX_WINDOW_CELLS = 512
 
 
+def _cells(default: int, maximum: int, description: str) -> Any:
+    """A strict integer field 1..maximum: cells or blocks per side."""
+    return Field(default=default, strict=True, ge=1, le=maximum, description=description)
+
+
 class TraceRequest(BaseModel):
     """A long input: traced once (cached by model, text, pair, chat), then read window by window."""
 
@@ -370,12 +375,8 @@ class TraceRequest(BaseModel):
 
 
 class TraceOverviewRequest(TraceRequest):
-    size: int = Field(
-        default=128,
-        strict=True,
-        ge=1,
-        le=MAX_OVERVIEW_SIZE,
-        description="Blocks per side: every head pooled to s x s, s = min(size, n).",
+    size: int = _cells(
+        128, MAX_OVERVIEW_SIZE, "Blocks per side: every head pooled to s x s, s = min(size, n)."
     )
     reduce: Reduce = Field(default="max", description=REDUCE_DESCRIPTION)
 
@@ -392,12 +393,10 @@ class TraceWindowRequest(TraceHeadRequest):
     cols: tuple[Index, Index] | None = Field(
         default=None, description="Key tokens [k0, k1): k0 < k1 <= n. null: all."
     )
-    max_cells: int = Field(
-        default=MAX_WINDOW_CELLS,
-        strict=True,
-        ge=1,
-        le=MAX_WINDOW_CELLS,
-        description="Cells per side: a side longer than this is pooled into this many blocks.",
+    max_cells: int = _cells(
+        MAX_WINDOW_CELLS,
+        MAX_WINDOW_CELLS,
+        "Cells per side: a side longer than this is pooled into this many blocks.",
     )
     reduce: Reduce = Field(default="max", description=REDUCE_DESCRIPTION)
 

@@ -98,18 +98,13 @@ def _read(what: Callable[[], Any]) -> Any:
 def done_event(name: str, trace: Trace, stats_max_tokens: int) -> bytes:
     info, encoded = trace.info, trace.encoded
     overview = trace.first_overview
+    shape = {field: getattr(info, field) for field in ("layers", "heads", "kv_heads", "causal", "byte_level")}
     done = TraceDone(
         model=name,
         n=trace.n,
         tokens=trace.tokens,
-        segments=encoded.segments,
-        special=encoded.special,
-        truncated=encoded.truncated,
-        layers=info.layers,
-        heads=info.heads,
-        kv_heads=info.kv_heads,
-        causal=info.causal,
-        byte_level=info.byte_level,
+        **{field: getattr(encoded, field) for field in ("segments", "special", "truncated")},
+        **shape,
         overview_size=0 if overview is None else len(overview.row_edges) - 1,
         stats_available=trace.n <= stats_max_tokens,
     )
