@@ -297,3 +297,56 @@ def test_a_decoder_with_grouped_heads_reads_exactly(make_settings, tiny_checkpoi
         assert torch.allclose(
             values.sum(-1), torch.ones(n, dtype=torch.float64), rtol=0, atol=n * (ROUND6 + 2 * U32)
         )
+
+
+def held_at(counting: Counting, layer: int) -> tuple[threading.Event, threading.Event]:
+    """(reached, release): the next forward waits before `layer` until released."""
+    reached, release = threading.Event(), threading.Event()
+
+    def hold(index: int) -> None:
+        if index == layer:
+            reached.set()
+            assert release.wait(TIMEOUT)
+
+    counting.before_layer = hold
+    return reached, release
+
+
+def start(client: TestClient, path: str, body: Any) -> tuple[Exchange, Any]:
+    exchange = client.portal.call(Exchange)  # its Event belongs to the app's loop
+    return exchange, client.portal.start_task_soon(post, client.app, path, body, exchange)
+
+
+def test_a_trace_goes_on_for_a_window_that_waits_when_its_streaming_client_leaves(
+    traced: tuple[TestClient, Counting],
+) -> None:
+    client, counting = traced
+    flights = client.app.state.service.traces._flights
+    reached, release = held_at(counting, 2)
+    streaming, streamed = start(client, "/api/trace", {"text": TEXT})
+    assert reached.wait(TIMEOUT)
+    _, window = start(client, "/api/trace/window", {"text": TEXT, "layer": 0, "head": 0, "max_cells": 4})
+    key = ("trace", DEFAULT, TEXT, None, 0, False)
+    for _ in range(TIMEOUT * 100):  # until the window has joined the stream's forward
+        if client.portal.call(lambda: flights._flights[key].waiters) == 2:
+            break
+        release.wait(0.01)
+    client.portal.call(streaming.gone.set)
+    assert streamed.result(TIMEOUT).status == 200  # what it had sent: layers 0 and 1
+    release.set()
+    answer = window.result(TIMEOUT)
+    assert answer.status == 200 and json.loads(answer.body)["factor"][0] > 1
+    assert counting.forwards == 1 and counting.ended == ["ok"]
+
+
+def test_a_long_trace_does_not_hold_up_a_short_request(traced: tuple[TestClient, Counting]) -> None:
+    client, counting = traced  # two workers per model (max_concurrency's default)
+    reached, release = held_at(counting, 1)
+    _, streamed = start(client, "/api/trace", {"text": TEXT})
+    assert reached.wait(TIMEOUT)
+    try:
+        _, short = start(client, "/api/attention", {"text": "The cat sat."})
+        assert short.result(TIMEOUT).status == 200  # answered while the trace is still held
+    finally:
+        release.set()
+    assert json.loads(streamed.result(TIMEOUT).chunks[-1])["event"] == "done"
