@@ -48,7 +48,8 @@ TRACE_DESCRIPTION = f"""
 Trace a long input once: one forward that keeps, per layer, what any window of any head needs (never every
 head's n x n). The answer streams as `{NDJSON}`, one JSON object a line:
 `{{"event": "progress", "layer": i, "layers": L}}` as layer i starts (none when the trace is already
-kept; a client asking for a trace already running shares it and hears from its next layer on), then `{{"event": "done", ...}}` with the tokens and the model's shape (`TraceDone` in the schemas), or
+kept; a client asking for a trace already running shares it and hears from its next layer on), then
+`{{"event": "done", ...}}` with the tokens and the model's shape (`TraceDone` in the schemas), or
 `{{"event": "error", "detail": ...}}` if it fails after the stream began. Closing the connection stops the
 forward before its next layer, unless another client waits for the same trace. Inputs up to the model's
 `trace_max_tokens` (GET /api/models) are taken whole; longer ones get 413. Then read it with
