@@ -53,6 +53,12 @@ class InvalidInputError(ServiceError):
     status = 422
 
 
+class InputTooLongError(ServiceError):
+    """More tokens than the service takes for this route and model: 413 with the limit."""
+
+    status = 413
+
+
 def _service_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ServiceError)  # registered for ServiceError only
     return JSONResponse({"detail": exc.detail}, status_code=exc.status)

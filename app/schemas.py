@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -13,6 +13,9 @@ from app.settings import MAX_NEW_TOKENS
 # A character cap independent of the body limit, so a long text fails with a message about text, and the
 # tokenizer never sees more than this many characters (512 tokens need far fewer).
 MAX_TEXT_CHARS = 20_000
+# The same for long inputs (/api/trace*): 8,192 tokens of English are ~35,000 characters. The request body
+# limit (HEADSCOPE_MAX_BODY_BYTES) applies too.
+TRACE_MAX_TEXT_CHARS = 200_000
 MAX_MODEL_NAME_CHARS = 100
 
 # "Not blank" as a JSON-schema pattern: one character that is not whitespace, spelled out as the set
@@ -52,6 +55,18 @@ TextPair = Annotated[
         description='Optional second segment (sentence pairs). null, "" or only whitespace: no pair.',
     ),
     AfterValidator(_blank_is_none),
+]
+
+# Text and TextPair with the long inputs' cap.
+TraceText = Annotated[
+    str,
+    Field(min_length=1, max_length=TRACE_MAX_TEXT_CHARS, json_schema_extra={"pattern": NOT_BLANK}),
+    AfterValidator(_not_blank),
+]
+TraceTextPair = Annotated[
+    str | None,
+    Field(max_length=TRACE_MAX_TEXT_CHARS, description="Optional second segment, as in /api/attention."),
+    AfterValidator(_blank_is_none),  # after the cap: it may turn the value into None
 ]
 
 # Marks the `model` fields: create_app() replaces the mark with an enum of the names it serves, so the
@@ -151,6 +166,11 @@ class ModelEntry(BaseModel):
         '"Ċ", "ĉ" are the bytes of a space, newline and tab. Null until loaded.',
     )
     max_tokens: int | None
+    trace_max_tokens: int | None = Field(
+        default=None,
+        description="The longest input /api/trace takes: the model's max_tokens, capped by the tokens "
+        "whose trace fits HEADSCOPE_TRACE_MAX_BYTES. Null until loaded.",
+    )
     causal: bool | None
     pretrained: bool | None
     loaded: bool
@@ -325,3 +345,98 @@ class CompareHeadResponse(BaseModel):
         description="[query][key] b's head on the aligned tokens, rows renormalised."
     )
     diff: list[list[float]] = Field(description="a - b.")
+
+
+# -- long inputs: a trace, then windows, rows and the overview of it ---------------------------------
+
+Reduce = Literal["max", "mean"]
+REDUCE_DESCRIPTION = (
+    'How a block of cells is pooled into one: "max" keeps a single sharp spike visible, "mean" keeps mass '
+    "(masked cells count as 0)."
+)
+MAX_OVERVIEW_SIZE = 512
+MAX_WINDOW_CELLS = 512
+
+
+def _cells(default: int, maximum: int, description: str) -> Any:
+    """A strict integer field 1..maximum: cells or blocks per side."""
+    return Field(default=default, strict=True, ge=1, le=maximum, description=description)
+
+
+class TraceRequest(BaseModel):
+    """A long input: traced once (cached by model, text, pair, chat), then read window by window."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: TraceText
+    text_pair: TraceTextPair = None
+    model: ModelName = None
+    chat: StrictBool = Field(default=False, description="As in /api/attention.")
+
+
+class TraceOverviewRequest(TraceRequest):
+    size: int = _cells(
+        128, MAX_OVERVIEW_SIZE, "Blocks per side: every head pooled to s x s, s = min(size, n)."
+    )
+    reduce: Reduce = Field(default="max", description=REDUCE_DESCRIPTION)
+
+
+class TraceHeadRequest(TraceRequest):
+    layer: Index = Field(description="0-based layer index, below the model's `layers`.")
+    head: Index = Field(description="0-based head index, below the model's `heads`.")
+
+
+class TraceWindowRequest(TraceHeadRequest):
+    rows: tuple[Index, Index] | None = Field(
+        default=None, description="Query tokens [q0, q1): q0 < q1 <= n. null: all."
+    )
+    cols: tuple[Index, Index] | None = Field(
+        default=None, description="Key tokens [k0, k1): k0 < k1 <= n. null: all."
+    )
+    max_cells: int = _cells(
+        MAX_WINDOW_CELLS,
+        MAX_WINDOW_CELLS,
+        "Cells per side: a side longer than this is pooled into this many blocks.",
+    )
+    reduce: Reduce = Field(default="max", description=REDUCE_DESCRIPTION)
+
+
+class TraceRowRequest(TraceHeadRequest):
+    q: Index = Field(description="0-based query token, below n.")
+
+
+class TraceDone(BaseModel):
+    """The last line of /api/trace's stream when the trace is ready."""
+
+    event: Literal["done"] = "done"
+    model: str
+    n: int
+    tokens: list[str]
+    segments: list[int]
+    special: list[bool]
+    truncated: bool
+    layers: int
+    heads: int
+    kv_heads: int
+    causal: bool
+    byte_level: bool
+    overview_size: int = Field(description="s of the overview pooled during the forward (s = min(128, n)).")
+    stats_available: bool = Field(
+        description="n is within HEADSCOPE_MAX_TOKENS: /api/attention, /api/analysis and /api/rollout "
+        "take this input too (they cut longer ones)."
+    )
+
+
+class TraceWindowResponse(BaseModel):
+    values: list[list[float]] = Field(description="[row block][col block], rounded to 6 decimals.")
+    row_edges: list[int] = Field(description="Block r covers query tokens row_edges[r] .. row_edges[r+1]-1.")
+    col_edges: list[int] = Field(description="Block c covers key tokens col_edges[c] .. col_edges[c+1]-1.")
+    exact: bool = Field(description="One token per block on both axes: the values are the weights.")
+    reduce: Reduce
+    factor: list[int] = Field(description="The largest block's [rows, cols] in tokens: pooled x k.")
+
+
+class TraceRowResponse(BaseModel):
+    q: int
+    n: int
+    values: list[float] = Field(description="Query q's weight on every key, rounded to 6 decimals.")

@@ -74,6 +74,12 @@ class Settings(BaseSettings):
     # after large answers and when idle, give memory back to the system (benchmarks/load.py --soak).
     malloc_arena_max: int = Field(default=2, ge=0)  # 0 leaves glibc's default
     malloc_trim: bool = True
+    # -- long inputs (/api/trace*): a trace keeps O(L·(H + H_kv)·n·D), never [L, H, n, n] --
+    # Bytes one trace may hold: a model's trace_max_tokens (/api/models) is the longest input that fits,
+    # capped by the model's own limit; longer inputs get 413. 2 GiB: ~23,000 tokens on SmolLM2-135M (float32).
+    trace_max_bytes: int = Field(default=2 * 2**30, ge=2**20)
+    # Traces kept for zooming (LRU by Trace.nbytes); an evicted one is recomputed when next asked for.
+    trace_cache_bytes: int = Field(default=4 * 2**30, ge=2**20)
 
     @model_validator(mode="after")
     def _back_off_in_order(self) -> Settings:
@@ -81,6 +87,12 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"load_retry_max_seconds ({self.load_retry_max_seconds}) is below load_retry_seconds "
                 f"({self.load_retry_seconds})"
+            )
+        if self.trace_cache_bytes < self.trace_max_bytes:
+            # A trace the cache cannot keep would be recomputed for every window of it.
+            raise ValueError(
+                f"trace_cache_bytes ({self.trace_cache_bytes}) is below trace_max_bytes "
+                f"({self.trace_max_bytes}): the cache must hold at least one trace"
             )
         return self
 

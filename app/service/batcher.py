@@ -44,6 +44,8 @@ class Job:
     # its forward, or its forward stops between layers.
     abandoned: threading.Event = field(default_factory=threading.Event)
     future: Future[Any] = field(default_factory=Future)  # settled by the Batcher's `run`
+    # Work other than a forward of `text` (a trace): `run` calls it with the loaded model, alone.
+    work: Callable[[Any], Any] | None = None
     submitted: float = field(default_factory=time.monotonic)
 
 
@@ -122,12 +124,11 @@ class Batcher:
         new_tokens: int = 0,
         chat: bool = False,
         abandoned: threading.Event | None = None,
+        work: Callable[[Any], Any] | None = None,
     ) -> Future[Any]:
-        job = (
-            Job(text, pair, new_tokens, chat)
-            if abandoned is None
-            else Job(text, pair, new_tokens, chat, abandoned=abandoned)
-        )
+        job = Job(text, pair, new_tokens, chat, work=work)
+        if abandoned is not None:
+            job.abandoned = abandoned
         with self._lock:
             if not self._threads:  # first use, or first use after close(): a fresh set of workers
                 self._queue = _Queue()

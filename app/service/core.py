@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
@@ -35,12 +35,14 @@ from app.schemas import (
     InputText,
     ModelEntry,
     ModelList,
+    TraceOverviewRequest,
 )
 from app.service import bodies
 from app.service.batcher import Batcher, Job, QueueFull, background, drop_if_abandoned
 from app.service.computed import Computed, from_result, merge_words
 from app.service.flights import STREAM_VALUES, Flights, Stream, settled
 from app.service.loaders import build_checks, build_loaders, default_model
+from app.service.traces import Traces
 from app.service.trim import Trimmer
 from app.settings import Settings
 from mha import analysis
@@ -81,7 +83,8 @@ def _chars(text: str, pair: str | None) -> int:
 def _is_long(job: Job) -> bool:
     # A continuation runs its own forwards, one per new token: never batched with others.
     # A chat-templated text too: a batch is all one way (attend_batch's chat flag).
-    return job.new_tokens > 0 or job.chat or _chars(job.text, job.pair) > BATCH_CHARS
+    # Other work (a trace) runs alone as well.
+    return job.work is not None or job.new_tokens > 0 or job.chat or _chars(job.text, job.pair) > BATCH_CHARS
 
 
 class AttentionService:
@@ -116,6 +119,9 @@ class AttentionService:
         self._stream_waiting = 0
         self._trimmer = Trimmer(
             enabled=settings.malloc_trim, busy=lambda: bool(len(self._flights) or self._streams)
+        )
+        self.traces = Traces(
+            settings, self.registry, submit=self._submit_work, off_loop=self._off_loop, cached=self._cached
         )
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -170,6 +176,7 @@ class AttentionService:
                     chat_template=info.chat_template if info else None,
                     byte_level=info.byte_level if info else None,
                     max_tokens=info.max_tokens if info else None,
+                    trace_max_tokens=self.traces.max_tokens(entry.model) if entry.model is not None else None,
                     causal=info.causal if info else None,
                     pretrained=info.pretrained if info else None,
                     loaded=info is not None,
@@ -247,6 +254,10 @@ class AttentionService:
         kind = f"head.hsa1.gz:{request.layer}:{request.head}"
         encode = partial(bodies.encode_head_compact, layer=request.layer, head=request.head)
         return await self._gunzipped_unless(gzipped, await self._encoded(kind, request, encode))
+
+    async def trace_overview(self, request: TraceOverviewRequest, *, gzipped: bool, scheme: str) -> bytes:
+        body = await self.traces.overview(request, scheme=scheme)
+        return await self._gunzipped_unless(gzipped, body)
 
     # -- insight ---------------------------------------------------------------------------------
 
@@ -352,19 +363,24 @@ class AttentionService:
             cache_key("words", source), lambda _abandoned: self._off_loop(merge_words, computed)
         )
 
+    def _submit(self, name: str, text: str, pair: str | None, **job: Any) -> Future[Any]:
+        try:
+            return self._batchers[name].submit(text, pair, **job)
+        except QueueFull as full:
+            raise ModelBusyError(
+                f"model {name!r} is busy: {full.queued} requests are already waiting for it (the limit)",
+                full.retry_after,
+            ) from None
+
+    def _submit_work(self, name: str, work: Callable[[Any], Any], abandoned: threading.Event) -> Future[Any]:
+        """work(model) on model `name`'s workers, queued with its long forwards (Traces)."""
+        return self._submit(name, "", None, work=work, abandoned=abandoned)
+
     async def _computed(self, source: Input) -> Computed:
         name, text, pair, new_tokens, chat = source
 
         async def forward(abandoned: threading.Event) -> Computed:
-            try:
-                future = self._batchers[name].submit(
-                    text, pair, new_tokens=new_tokens, chat=chat, abandoned=abandoned
-                )
-            except QueueFull as full:
-                raise ModelBusyError(
-                    f"model {name!r} is busy: {full.queued} requests are already waiting for it (the limit)",
-                    full.retry_after,
-                ) from None
+            future = self._submit(name, text, pair, new_tokens=new_tokens, chat=chat, abandoned=abandoned)
             computed: Computed = await settled(future)
             self._trimmer.answered(computed.nbytes)
             return computed
@@ -432,7 +448,19 @@ class AttentionService:
             for job in jobs:
                 job.future.set_exception(exc)
             return
+        if jobs[0].work is not None:  # always alone (`_is_long`)
+            self._work(model, jobs[0])
+            return
         self._forward(name, model, jobs)  # the Batcher's batches are short texts, or one long one
+
+    def _work(self, model: mha.AttentionModel, job: Job) -> None:
+        if drop_if_abandoned(job):
+            return
+        assert job.work is not None
+        try:
+            job.future.set_result(job.work(model))
+        except Exception as exc:  # Cancelled, an mha.InputError (422), ...: the caller's to map
+            job.future.set_exception(exc)
 
     def _forward(self, name: str, model: mha.AttentionModel, group: list[Job]) -> None:
         live = [job for job in group if not drop_if_abandoned(job)]

@@ -1,0 +1,342 @@
+"""Long inputs: `Traces` runs a model's trace (mha.trace) on the model's own workers, keeps it in an LRU
+bounded by `Trace.nbytes` (HEADSCOPE_TRACE_CACHE_BYTES), shares one in flight among all who ask for it, and
+reports its progress, a line per layer, to every client streaming it. Windows, rows and the overview are
+then read from the kept trace; one evicted is traced again, transparently, by the next request needing it.
+
+A trace is found by content: (model, text, pair, chat). Inputs longer than the model's `trace_max_tokens`
+(its own limit, capped by what fits HEADSCOPE_TRACE_MAX_BYTES) get 413 before any work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import math
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from concurrent.futures import Future
+from functools import partial
+from typing import Any
+
+import torch
+
+import mha
+from app import compact
+from app.cache import LRUCache
+from app.encoders import Floats
+from app.errors import InputTooLongError, InvalidInputError, ServiceError
+from app.registry import Registry
+from app.schemas import TraceDone, TraceOverviewRequest, TraceRequest, TraceRowRequest, TraceWindowRequest
+from app.service import bodies
+from app.service.flights import Flights, settled
+from app.settings import Settings
+from mha.errors import Cancelled, InputError
+from mha.trace import Trace
+
+logger = logging.getLogger(__name__)
+
+OVERVIEW_SIZE = 128  # the overview pooled during the forward (Trace.first_overview)
+# Traces kept at most, whatever their size (the byte budget is the real bound; tiny traces are KBs).
+MAX_TRACES = 1024
+# The tokenizer's limit when counting the tokens of an input over the limit (for the 413's detail).
+COUNT_ALL = 10**9
+
+Source = tuple[str, str, str | None, int, bool]  # core.Input: (model, text, pair, new tokens = 0, chat)
+Submit = Callable[[str, Callable[[Any], Any], threading.Event], "Future[Any]"]
+OffLoop = Callable[..., Awaitable[Any]]
+Cached = Callable[[Hashable, Callable[[threading.Event], Awaitable[bytes]]], Awaitable[bytes]]
+
+
+def trace_bytes_per_token(model: mha.AttentionModel) -> int:
+    """What one more token adds to a trace: q [H, D] and k [H_kv, D] per layer in the model's dtype, and
+    each query's log-sum-exp per layer and head (mha.trace.LayerTrace)."""
+    cfg = model.network.config
+    dim = cfg.head_dim or cfg.embed_dim // cfg.num_heads
+    itemsize = next(model.network.parameters()).element_size()
+    layers, heads, kv_heads = cfg.num_layers, cfg.num_heads, cfg.num_kv_heads or cfg.num_heads
+    return layers * (heads + kv_heads) * dim * itemsize + layers * heads * itemsize
+
+
+def trace_nbytes(model: mha.AttentionModel, n: int) -> int:
+    """Trace.nbytes of an n-token input: per token, and the float32 overview L·H·s², s = min(128, n)."""
+    overview = model.info.layers * model.info.heads * min(OVERVIEW_SIZE, n) ** 2 * 4
+    return n * trace_bytes_per_token(model) + overview
+
+
+def trace_max_tokens(model: mha.AttentionModel, max_bytes: int) -> int:
+    """The longest input whose trace fits max_bytes, capped by the model's own limit (0: none fits)."""
+    per_token, overview_cell = trace_bytes_per_token(model), model.info.layers * model.info.heads * 4
+    # Past 128 tokens the overview is a constant: solve n·per_token + L·H·128²·4 <= max_bytes.
+    n = (max_bytes - overview_cell * OVERVIEW_SIZE**2) // per_token
+    if n < OVERVIEW_SIZE:  # the overview is n x n: the positive root of L·H·4·n² + per_token·n = max_bytes
+        n = int((math.sqrt(per_token**2 + 4 * overview_cell * max_bytes) - per_token) / (2 * overview_cell))
+        n += trace_nbytes(model, n + 1) <= max_bytes  # the float root may land one below
+        n -= trace_nbytes(model, n) > max_bytes  # ... or one above
+    return max(0, min(model.info.max_tokens, n))
+
+
+def _line(event: dict[str, Any]) -> bytes:
+    return json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+def _label(tokens: list[str], start: int, stop: int) -> str:
+    """A block's axis label: its token, or its first and last."""
+    return tokens[start] if stop - start == 1 else f"{tokens[start]}…{tokens[stop - 1]}"
+
+
+def _read(what: Callable[[], Any]) -> Any:
+    """Worker thread: a read of a trace, its out-of-range arguments the client's to fix (422)."""
+    try:
+        with torch.inference_mode():
+            return what()
+    except (IndexError, ValueError) as exc:  # mha.trace's checks of layer, head, spans, reduce, size
+        raise InvalidInputError(str(exc)) from None
+
+
+def done_event(name: str, trace: Trace, stats_max_tokens: int) -> bytes:
+    info, encoded = trace.info, trace.encoded
+    overview = trace.first_overview
+    shape = {field: getattr(info, field) for field in ("layers", "heads", "kv_heads", "causal", "byte_level")}
+    done = TraceDone(
+        model=name,
+        n=trace.n,
+        tokens=trace.tokens,
+        **{field: getattr(encoded, field) for field in ("segments", "special", "truncated")},
+        **shape,
+        overview_size=0 if overview is None else len(overview.row_edges) - 1,
+        stats_available=trace.n <= stats_max_tokens,
+    )
+    return done.model_dump_json().encode() + b"\n"
+
+
+def overview_compact(name: str, trace: Trace, *, size: int, reduce: str, scheme: str) -> bytes:
+    """Worker thread: every head pooled to s x s as HSA1 (app/compact.py), n = s, one label per block;
+    `edges` (the blocks' token boundaries), `reduce` and `input_n` in the header. Gzipped."""
+    pooled = _read(lambda: trace.overview(size, reduce))  # type: ignore[arg-type]
+    edges = pooled.row_edges
+    blocks = list(itertools.pairwise(edges))
+    info, encoded = trace.info, trace.encoded
+    header = {
+        "model": name,
+        "tokens": [_label(trace.tokens, a, b) for a, b in blocks],
+        "segments": [encoded.segments[a] for a, _ in blocks],
+        "special": [all(encoded.special[a:b]) for a, b in blocks],
+        "layers": info.layers,
+        "heads": info.heads,
+        "kv_heads": info.kv_heads,
+        "n": len(blocks),
+        "truncated": encoded.truncated,
+        "causal": info.causal,
+        "generated": 0,
+        "byte_level": info.byte_level,
+        "input_n": trace.n,
+        "edges": edges,
+        "reduce": reduce,
+        "exact": pooled.exact,
+    }
+    return compact.compress(compact.encode(header, pooled.values, scheme=scheme))
+
+
+def window_json(trace: Trace, request: TraceWindowRequest) -> bytes:
+    pooled = _read(
+        lambda: trace.window(
+            request.layer,
+            request.head,
+            request.rows,
+            request.cols,
+            max_cells=request.max_cells,
+            reduce=request.reduce,
+        )
+    )
+    body = {
+        "values": Floats(pooled.values),  # 6 decimals
+        "row_edges": pooled.row_edges,
+        "col_edges": pooled.col_edges,
+        "exact": pooled.exact,
+        "reduce": pooled.reduce,
+        "factor": list(pooled.factor),
+    }
+    return bodies.encode_pieces(lambda: body)
+
+
+def row_json(trace: Trace, request: TraceRowRequest) -> bytes:
+    values = _read(lambda: trace.row(request.layer, request.head, request.q))
+    return bodies.encode_pieces(lambda: {"q": request.q, "n": trace.n, "values": Floats(values)})
+
+
+class Traces:
+    """The service's traces (module docstring). `submit(name, work, abandoned)` runs work(model) on the
+    model's workers; `off_loop` runs short CPU work in the encoding threads; `cached` is the answers' cache
+    (the overview's bytes are kept there)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        registry: Registry[mha.AttentionModel],
+        *,
+        submit: Submit,
+        off_loop: OffLoop,
+        cached: Cached,
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.cache = LRUCache(max_entries=MAX_TRACES, max_bytes=settings.trace_cache_bytes)
+        self._submit, self._off_loop, self._cached = submit, off_loop, cached
+        self._flights = Flights()
+        # key -> the queues of the clients streaming that trace's progress (loop-side only)
+        self._listeners: dict[Hashable, list[asyncio.Queue[tuple[int, int] | None]]] = {}
+
+    def max_tokens(self, model: mha.AttentionModel) -> int:
+        return trace_max_tokens(model, self.settings.trace_max_bytes)
+
+    # -- answers ---------------------------------------------------------------------------------
+
+    async def stream(self, request: TraceRequest) -> AsyncIterator[bytes]:
+        """NDJSON lines: {"event": "progress", "layer": i, "layers": L} as layer i starts, then the done
+        event (`TraceDone`), or {"event": "error", "detail": ...}. Errors found before the forward (unknown
+        model, too long, empty text) are raised here instead, for a plain 4xx."""
+        source, key, hit = await self._prepare(request)
+        return self._events(source, key, hit)
+
+    async def overview(self, request: TraceOverviewRequest, *, scheme: str) -> bytes:
+        source, key, hit = await self._prepare(request)
+
+        async def encode(_abandoned: threading.Event) -> bytes:
+            trace = hit or await self._trace(source, key)
+            make = partial(
+                overview_compact, source[0], trace, size=request.size, reduce=request.reduce, scheme=scheme
+            )
+            if request.size == OVERVIEW_SIZE and request.reduce == "max":  # kept from the forward: cheap
+                body: bytes = await self._off_loop(make)
+            else:  # pooled from every head again: a forward's worth of work, on the model's workers
+                body = await self._on_workers(source[0], lambda _model: make())
+            return body
+
+        kind = f"trace/overview.gz:{scheme}"
+        return await self._cached((kind, *source, request.size, request.reduce), encode)
+
+    async def window(self, request: TraceWindowRequest) -> bytes:
+        trace = await self._get(request)
+        body: bytes = await self._off_loop(window_json, trace, request)
+        return body
+
+    async def row(self, request: TraceRowRequest) -> bytes:
+        trace = await self._get(request)
+        body: bytes = await self._off_loop(row_json, trace, request)
+        return body
+
+    # -- the trace itself ------------------------------------------------------------------------
+
+    async def _prepare(self, request: TraceRequest) -> tuple[Source, Hashable, Trace | None]:
+        """(source, key, the cached trace or None); for an uncached one the model is loaded and the input
+        checked (422 for what it cannot take, 413 above the limit) before anything runs."""
+        name = self.registry.resolve(request.model)
+        source: Source = (name, request.text, request.text_pair, 0, request.chat)
+        key = ("trace", *source)
+        hit = self.cache.get(key)
+        if hit is None:
+            _, model = await self._off_loop(self.registry.get, name)
+            await self._off_loop(self._check_length, model, source)
+        return source, key, hit
+
+    def _check_length(self, model: mha.AttentionModel, source: Source) -> None:
+        name, text, pair, _, chat = source
+        limit = self.max_tokens(model)
+        if not model.encoder.encode_batch([(text, pair)], limit, chat=chat)[0].truncated:
+            return
+        n = len(model.encoder.encode_batch([(text, pair)], COUNT_ALL, chat=chat)[0].ids)
+        why = (
+            "the model's own limit"
+            if limit == model.info.max_tokens
+            else f"what a trace of HEADSCOPE_TRACE_MAX_BYTES ({self.settings.trace_max_bytes}) holds"
+        )
+        raise InputTooLongError(
+            f"input has {n} tokens; model {name!r} traces at most {limit} tokens ({why}); shorten the text"
+        )
+
+    async def _get(self, request: TraceRequest) -> Trace:
+        source, key, hit = await self._prepare(request)
+        return hit or await self._trace(source, key)
+
+    async def _trace(self, source: Source, key: Hashable) -> Trace:
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
+        return await self._flights.join(key, partial(self._compute, source, key))
+
+    async def _compute(self, source: Source, key: Hashable, abandoned: threading.Event) -> Trace:
+        name, text, pair, _, chat = source
+        loop = asyncio.get_running_loop()
+
+        def report(layer: int, layers: int) -> None:
+            try:
+                loop.call_soon_threadsafe(self._report, key, (layer, layers))
+            except RuntimeError:  # the loop is closed: nobody listens any more
+                pass
+
+        def work(model: mha.AttentionModel) -> Trace:
+            started = itertools.count()
+
+            def cancel() -> bool:  # asked before each layer: stop if nobody waits, else report it
+                if abandoned.is_set():
+                    return True
+                report(next(started), model.info.layers)
+                return False
+
+            with torch.inference_mode():
+                return model.trace(text, pair, max_tokens=self.max_tokens(model), chat=chat, cancel=cancel)
+
+        trace: Trace = await self._on_workers(name, work, abandoned=abandoned)
+        self.cache.put(key, trace, size=trace.nbytes)
+        return trace
+
+    async def _on_workers(
+        self, name: str, work: Callable[..., Any], *, abandoned: threading.Event | None = None
+    ) -> Any:
+        """work(model) on the model's workers: it queues with the model's long forwards."""
+        return await settled(self._submit(name, work, abandoned or threading.Event()))
+
+    def _report(self, key: Hashable, progress: tuple[int, int]) -> None:
+        for queue in self._listeners.get(key, ()):
+            queue.put_nowait(progress)
+
+    async def _events(self, source: Source, key: Hashable, hit: Trace | None) -> AsyncIterator[bytes]:
+        trace = hit
+        if trace is None:
+            queue: asyncio.Queue[tuple[int, int] | None] = asyncio.Queue()
+            listeners = self._listeners.setdefault(key, [])
+            listeners.append(queue)
+            task = asyncio.ensure_future(self._trace(source, key))
+            task.add_done_callback(lambda _task: queue.put_nowait(None))
+            try:
+                while (progress := await queue.get()) is not None:
+                    yield _line({"event": "progress", "layer": progress[0], "layers": progress[1]})
+                trace = task.result()
+            except Exception as exc:  # the stream has started: the error is its last line
+                yield _line({"event": "error", "detail": _detail(exc)})
+                return
+            finally:
+                # Reached too when the client hangs up (the response closes this generator): leaving the
+                # flight stops the forward before its next layer unless another client still waits.
+                listeners.remove(queue)
+                if not listeners:
+                    self._listeners.pop(key, None)
+                task.cancel()
+        stats_max_tokens = min(self.settings.max_tokens, trace.info.max_tokens)
+        yield await self._off_loop(done_event, source[0], trace, stats_max_tokens)
+
+
+def _detail(exc: Exception) -> str:
+    if isinstance(exc, ServiceError):
+        return exc.detail
+    if isinstance(exc, InputError):
+        return str(exc)
+    if isinstance(exc, Cancelled):
+        return f"the trace stopped: {exc}"
+    detail = getattr(exc, "detail", None)  # ModelBusyError (503 with Retry-After)
+    if isinstance(detail, str):
+        return detail
+    logger.error("trace failed", exc_info=exc)
+    return "the trace failed on the server (logged)"
