@@ -32,12 +32,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from functools import partial
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from extract import SMOLLM2, _status_kib, llama_checkpoint, load_llama
 
+from mha.layers import Block
 from mha.model import Transformer
 from mha.trace import Trace, trace_forward
 
@@ -46,7 +49,8 @@ GiB = 1 << 30
 
 
 def ids_of(n: int) -> torch.Tensor:
-    return torch.randint(0, SMOLLM2["vocab_size"], (1, n), generator=torch.Generator().manual_seed(n))
+    vocab = cast(int, SMOLLM2["vocab_size"])
+    return torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(n))
 
 
 def blind_forward(network: Transformer, ids: torch.Tensor) -> torch.Tensor:
@@ -55,7 +59,7 @@ def blind_forward(network: Transformer, ids: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         x = network.embeddings(ids, position_ids, None)
         rotary = network.rotary(position_ids, x.dtype)
-        for layer in network.layers:
+        for layer in cast("list[Block]", network.layers):
             attn = layer.attn
 
             def sdpa(h: torch.Tensor, attn=attn) -> torch.Tensor:
@@ -118,7 +122,8 @@ def available_bytes() -> int:
 
 def eager_memory(n: int, threads: int, directory: str) -> str:
     # output_attentions keeps every layer's [H, n, n] float32 weights; the scores before softmax are one more.
-    need = (SMOLLM2["num_hidden_layers"] + 1) * SMOLLM2["num_attention_heads"] * n * n * 4
+    layers, heads = cast(int, SMOLLM2["num_hidden_layers"]), cast(int, SMOLLM2["num_attention_heads"])
+    need = (layers + 1) * heads * n * n * 4
     free = available_bytes()
     if need > 0.8 * free:
         return f"would need {need / GiB:.1f} GB ({free / GiB:.1f} free)"
@@ -140,7 +145,8 @@ def windows_and_rows(network: Transformer, n: int, repeats: int) -> tuple[float,
     start = time.perf_counter()
     layers, overview = trace_forward(network, ids)
     traced = (time.perf_counter() - start) * 1000
-    attn = network.layers[0].attn
+    attn = cast(Block, network.layers[0]).attn
+    # No tokens or model info: windows and rows read only the layers, the scale and the mask.
     trace = Trace(None, [""] * n, None, layers, attn.scale, attn.softcap, True, overview)  # type: ignore[arg-type]
     gen = torch.Generator().manual_seed(0)
     spots = [
@@ -184,7 +190,7 @@ def main() -> None:
         print(f"{'n':>5} {'trace ms':>9} {'blind ms':>9} {'ratio':>6} {'trace MiB':>10} {'eager MiB':>28}")
         for n in sorted(args.sizes):
             ids = ids_of(n)
-            runs = {"trace": partial(trace_forward, network, ids)}
+            runs: dict[str, Callable[[], object]] = {"trace": partial(trace_forward, network, ids)}
             runs["blind"] = partial(blind_forward, network, ids)
             for run in runs.values():  # warm-up
                 run()
