@@ -25,11 +25,8 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -38,7 +35,7 @@ from typing import cast
 
 import torch
 import torch.nn.functional as F
-from extract import SMOLLM2, _status_kib, llama_checkpoint, load_llama
+from extract import SMOLLM2, child_peak_mib, llama_checkpoint, load_llama, print_peak_added
 
 from mha.layers import Block
 from mha.model import Transformer
@@ -89,27 +86,12 @@ def memory_child(which: str, n: int, directory: str) -> None:
     run = run_of(which, directory)
     ids = ids_of(n)
     run(ids[:, :64])  # warm: lazy inits, thread pool (a short input, so the measured call's pages are new)
-    gc.collect()
-    base = _status_kib("VmRSS")
-    with open("/proc/self/clear_refs", "w") as refs:  # reset VmHWM to the current RSS (extract.py)
-        refs.write("5")
-    result = run(ids)
-    peak = _status_kib("VmHWM")
-    del result
-    print(json.dumps({"base_kib": base, "peak_kib": peak}))
+    print_peak_added(lambda: run(ids))
 
 
 def measure_memory(which: str, n: int, threads: int, directory: str) -> float:
     """MiB one call adds to a fresh process's peak RSS."""
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", which, str(n), "--threads", str(threads), "--dir", directory],
-        check=True,
-        capture_output=True,
-        env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"},
-        text=True,
-    ).stdout
-    figures = json.loads(out.strip().splitlines()[-1])
-    return (figures["peak_kib"] - figures["base_kib"]) / 1024
+    return child_peak_mib([__file__, "--child", which, str(n), "--threads", str(threads), "--dir", directory])
 
 
 def available_bytes() -> int:
@@ -170,10 +152,10 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--no-memory", action="store_true")
     parser.add_argument("--no-eager", action="store_true", help="skip transformers' eager memory")
+    parser.add_argument("--no-memory", action="store_true", help="skip both memory figures")
+    parser.add_argument("--dir", help=argparse.SUPPRESS)  # the checkpoint, for a memory child
     parser.add_argument("--child", nargs=2, metavar=("WHICH", "N"), help=argparse.SUPPRESS)
-    parser.add_argument("--dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.child:
