@@ -108,7 +108,7 @@ def eager_memory(n: int, threads: int, directory: str) -> str:
     need = (layers + 1) * heads * n * n * 4
     free = available_bytes()
     if need > 0.8 * free:
-        return f"would need {need / GiB:.1f} GB ({free / GiB:.1f} free)"
+        return f"would need {need / GiB:.1f} GiB ({free / GiB:.1f} free)"
     return f"{measure_memory('eager', n, threads, directory):.1f}"
 
 
