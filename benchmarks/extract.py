@@ -33,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -144,13 +145,18 @@ def memory_child(which: str, n: int, llama: str | None = None) -> None:
         _, tokenizer, run = load(which)
         text = text_of(n, tokenizer)
     run(text)  # warm: lazy inits, thread pool
+    print_peak_added(lambda: run(text))
+
+
+def print_peak_added(call: Callable[[], object]) -> None:
+    """Print, as one JSON line, the resident set before `call` and the peak during it (a child's answer)."""
     gc.collect()
     base = _status_kib("VmRSS")
     # Writing 5 to clear_refs resets the peak (VmHWM) to the current RSS (Linux >= 4.0), so the peak
     # below is the extraction's own, not the model loading's.
     with open("/proc/self/clear_refs", "w") as refs:
         refs.write("5")
-    result = run(text)
+    result = call()
     peak = _status_kib("VmHWM")
     del result
     print(json.dumps({"base_kib": base, "peak_kib": peak}))
@@ -159,8 +165,13 @@ def memory_child(which: str, n: int, llama: str | None = None) -> None:
 def measure_memory(which: str, n: int, threads: int, llama: str | None = None) -> float:
     """MiB the extraction adds to the process's peak RSS (fresh interpreter each time)."""
     extra = ["--llama-dir", llama] if llama else []
+    return child_peak_mib([__file__, "--child", which, str(n), "--threads", str(threads), *extra])
+
+
+def child_peak_mib(argv: list[str]) -> float:
+    """MiB between the resident set and the peak that `python argv` prints (print_peak_added)."""
     out = subprocess.run(
-        [sys.executable, __file__, "--child", which, str(n), "--threads", str(threads), *extra],
+        [sys.executable, *argv],
         check=True,
         capture_output=True,
         # A fixed mmap threshold: glibc otherwise raises it after the warm-up call and serves the measured

@@ -19,6 +19,7 @@ travel with every pooled result so a page can label its axes.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, cast
@@ -74,29 +75,50 @@ class Pooled:
 
 
 class _Pool:
-    """Accumulates blocks of weights [h, r, c] into [h, R, C] pooled cells by `reduce`."""
+    """Accumulates blocks of weights [h, r, c] into [h, R, C] pooled cells by `reduce`.
+
+    A block's rows are pooled first, over its middle dim, so each reduction runs along contiguous keys and
+    the keys are then pooled on data a row-block's height smaller. Where the block's cells on an axis are
+    all the same size (edges from an n the cells divide) that axis is one reshape and reduction; one token
+    per cell leaves the axis as it is; otherwise rows are reduced cell by cell and keys scattered.
+    """
 
     def __init__(self, heads: int, row_edges: torch.Tensor, col_edges: torch.Tensor, reduce: Reduce) -> None:
         self.reduce = reduce
         self.row_edges, self.col_edges = row_edges, col_edges
+        self.row_cuts, self.col_cuts = row_edges.tolist(), col_edges.tolist()
         rows, cols = len(row_edges) - 1, len(col_edges) - 1
         # Weights are >= 0, so 0 is max's identity as well as sum's.
         self.acc = torch.zeros(heads, rows, cols, dtype=torch.float32)
 
-    def _bins(self, boundaries: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
-        return torch.bucketize(torch.arange(lo, hi), boundaries[1:], right=True)
-
     def add(self, weights: torch.Tensor, rows: tuple[int, int], cols: tuple[int, int]) -> None:
         """weights [h, r, c] of query rows rows[0]..rows[1]-1 against keys cols[0]..cols[1]-1."""
         w = weights.to(device="cpu", dtype=torch.float32)
-        heads, r, c = w.shape
+        first_row, row_cuts = _cuts(self.row_cuts, *rows)
+        first_col, col_cuts = _cuts(self.col_cuts, *cols)
+        pooled = self._reduce(w, 1, row_cuts)  # [h, R', c]
+        pooled = self._reduce(pooled, 2, col_cuts)  # [h, R', C']
+        into = self.acc[:, first_row : first_row + pooled.shape[1], first_col : first_col + pooled.shape[2]]
+        if self.reduce == "max":
+            torch.maximum(into, pooled, out=into)
+        else:
+            into.add_(pooled)
+
+    def _reduce(self, w: torch.Tensor, dim: int, cuts: list[int]) -> torch.Tensor:
+        """w pooled along `dim` (1 or 2) into the len(cuts) - 1 cells between the cuts (offsets into w)."""
+        sizes = [b - a for a, b in zip(cuts, cuts[1:], strict=False)]
+        if max(sizes) == 1:
+            return w
+        if min(sizes) == max(sizes):
+            grouped = w.unflatten(dim, (len(sizes), sizes[0]))
+            return grouped.amax(dim + 1) if self.reduce == "max" else grouped.sum(dim + 1)
+        if dim == 1:  # a row block spans few cells: one reduction each, along contiguous keys
+            parts = [w[:, a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+            return torch.stack([p.amax(1) if self.reduce == "max" else p.sum(1) for p in parts], dim=1)
+        bins = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
         how = "amax" if self.reduce == "max" else "sum"
-        col_bins = self._bins(self.col_edges, *cols)
-        by_col = torch.zeros(heads, r, self.acc.shape[2]).scatter_reduce_(
-            2, col_bins.expand(heads, r, c), w, how
-        )
-        row_bins = self._bins(self.row_edges, *rows).view(1, r, 1)
-        self.acc.scatter_reduce_(1, row_bins.expand(heads, r, self.acc.shape[2]), by_col, how)
+        out = w.new_zeros(*w.shape[:2], len(sizes))
+        return out.scatter_reduce_(2, bins.expand_as(w), w, how)
 
     def result(self) -> Pooled:
         values = self.acc
@@ -104,6 +126,14 @@ class _Pool:
             area = self.row_edges.diff().view(-1, 1) * self.col_edges.diff().view(1, -1)
             values = values / area
         return Pooled(values, self.row_edges.tolist(), self.col_edges.tolist(), self.reduce)
+
+
+def _cuts(boundaries: list[int], lo: int, hi: int) -> tuple[int, list[int]]:
+    """(index of the cell holding token lo, offsets from lo of where lo..hi-1 crosses cell boundaries,
+    0 and hi - lo included)."""
+    first = bisect.bisect_right(boundaries, lo) - 1
+    last = bisect.bisect_left(boundaries, hi)
+    return first, [0, *(b - lo for b in boundaries[first + 1 : last]), hi - lo]
 
 
 @dataclass
@@ -271,8 +301,34 @@ def _weights_from_lse(
 ) -> torch.Tensor:
     scores = attention_scores(q, k, scale=trace.scale, softcap=trace.softcap)
     weights = scores.sub_(lse.unsqueeze(-1)).exp_()
-    keep = band_keep(rows, cols, causal=trace.causal, window=window, device=q.device)
-    return weights if keep is None else weights.masked_fill_(~keep, 0.0)
+    return _mask_(weights, rows, cols, trace.causal, window, 0.0)
+
+
+def _mask_(
+    scores: torch.Tensor,
+    rows: tuple[int, int],
+    cols: tuple[int, int],
+    causal: bool,
+    window: int | None,
+    value: float,
+) -> torch.Tensor:
+    """Fill scores [..., r, c] of query rows rows[0]..rows[1]-1 against keys cols[0]..cols[1]-1 with
+    `value` where the band masks them, touching only the key columns some of these rows mask: in a decoder
+    those after the first row, with a window those before the last row's window. A row block far from the
+    diagonal is thus never passed over."""
+    spans = []
+    if window is not None:
+        spans.append((cols[0], min(cols[1], rows[1] - window)))
+    if causal:
+        spans.append((max(cols[0], rows[0] + 1), cols[1]))
+    if len(spans) == 2 and spans[0][1] >= spans[1][0]:
+        spans = [(spans[0][0], spans[1][1])]
+    for lo, hi in spans:
+        if lo < hi:
+            keep = band_keep(rows, (lo, hi), causal=causal, window=window, device=scores.device)
+            assert keep is not None  # causal or windowed, or there would be no span
+            scores[..., lo - cols[0] : hi - cols[0]].masked_fill_(~keep, value)
+    return scores
 
 
 class _Recorder:
@@ -308,12 +364,12 @@ class _Recorder:
             scores = attention_scores(
                 q5, k[:, None, cols[0] : cols[1]], scale=attn.scale, softcap=attn.softcap
             ).view(heads, rows[1] - rows[0], cols[1] - cols[0])
-            keep = band_keep(rows, cols, causal=self.causal, window=self.window, device=q.device)
-            if keep is not None:
-                scores.masked_fill_(~keep, float("-inf"))  # every row keeps its own token: no row is empty
-            row_lse = torch.logsumexp(scores, dim=-1)
-            lse[:, rows[0] : rows[1]] = row_lse
-            weights = scores.sub_(row_lse.unsqueeze(-1)).exp_()
+            # Every row keeps its own token: no row is empty, so -inf never makes a NaN.
+            _mask_(scores, rows, cols, self.causal, self.window, float("-inf"))
+            top, at = scores.max(dim=-1, keepdim=True)
+            weights = torch.softmax(scores, dim=-1, out=scores)  # one fused pass, in place
+            # The top score's weight is exp(0) / sum: lse = top + log(sum) = top - log(that weight).
+            lse[:, rows[0] : rows[1]] = (top - weights.gather(-1, at).log()).squeeze(-1)
             if self.pool is not None:
                 self.pool.add(weights, rows, cols)
             if out is not None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from checkpoints import FAMILIES
-from tolerances import recomputed_weight
+from tolerances import U32, float32_sum, recomputed_weight
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mha import AttentionModel, load_pretrained
@@ -105,6 +105,41 @@ def test_pooled_results_equal_pooling_the_full_matrices(
     assert window.row_edges == edges(3, n - 2, 9).tolist() and window.col_edges == list(range(5, 13))
     sub = full[2 % model.info.layers, 1]
     check(window.values, pool_reference(sub, window.row_edges, window.col_edges, reduce), every)
+
+
+@pytest.mark.parametrize(
+    ("n", "cells", "window"),
+    [(64, 16, None), (64, 16, 11), (61, 7, None), (61, 7, 5), (40, 40, None), (64, 8, 4)],
+    ids=["even", "even-windowed", "uneven", "uneven-windowed", "exact", "even-narrow-window"],
+)
+@pytest.mark.parametrize("reduce", ["max", "mean"])
+def test_pooling_block_by_block_equals_pooling_the_whole(
+    n: int, cells: int, window: int | None, reduce: str
+) -> None:
+    """Blocks fed as a causal trace feeds them (rows in ROW_BLOCKs, keys from the block's window to its
+    last row) pool to what the whole matrix pools to, whether cells are even (one reshape per axis),
+    uneven (cell by cell and scattered), one token each, or cut mid-cell by a window's first key."""
+    gen = torch.Generator().manual_seed(n + cells)
+    full = torch.rand(3, n, n, generator=gen).tril()
+    cuts = edges(0, n, cells)
+    pool = trace_module._Pool(3, cuts, cuts, reduce)  # type: ignore[arg-type]
+    for start in range(0, n, ROW_BLOCK):
+        rows = (start, min(start + ROW_BLOCK, n))
+        cols = trace_module._key_span(rows, True, window, n)
+        block = full[:, rows[0] : rows[1], cols[0] : cols[1]]
+        if window is not None:  # the keys a window hides are zero weights, as in a trace
+            keep = trace_module.band_keep(rows, cols, causal=True, window=window)
+            assert keep is not None
+            block = block.masked_fill(~keep, 0.0)
+            full[:, rows[0] : rows[1], cols[0] : cols[1]] = block
+            full[:, rows[0] : rows[1], : cols[0]] = 0.0
+        pool.add(block, rows, cols)
+    got = pool.result()
+    want = pool_reference(full, cuts.tolist(), cuts.tolist(), reduce)
+    # max picks one of the values: exact. mean: a float32 sum of a cell's k <= area values in [0, 1) in
+    # another order (k·u of the sum, so k·u of the mean times k / area <= k·u), and the division's u.
+    area = int(cuts.diff().max()) ** 2
+    check(got.values, want, 0.0 if reduce == "max" else float32_sum(area) + U32)
 
 
 def test_the_overview_pooled_in_the_forward_is_reused(models: dict[str, AttentionModel]) -> None:
