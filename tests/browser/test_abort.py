@@ -52,8 +52,11 @@ def test_a_new_run_aborts_the_old_runs_insight_fetches_and_draws_only_its_own(se
     page.wait_for_function("() => ['ready', 'error'].includes(document.body.dataset.insight)")
     assert page.evaluate("document.body.dataset.insight") == "ready"
     page.wait_for_selector("#rollout[data-state=ready]")
-    # FIRST's two requests were cancelled by the page (not answered, not left hanging).
-    assert sorted(path for path, _ in failed) == ["/api/analysis", "/api/rollout/compact"], failed
+    # FIRST's two held requests were cancelled by the page (not answered, not left hanging); on a slow
+    # machine its exact head may still have been on the way, and is cancelled with them.
+    paths = [path for path, _ in failed]
+    assert paths.count("/api/analysis") == 1 and paths.count("/api/rollout/compact") == 1, failed
+    assert set(paths) <= {"/api/analysis", "/api/rollout/compact", "/api/attention/head/compact"}, failed
     assert all("ABORTED" in (reason or "") for _, reason in failed), failed
     # Everything drawn is SECOND's: the detail, the rollout, and one table row per head.
     detail = page.evaluate(LABELS_JS, "#head-detail")
