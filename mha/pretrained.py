@@ -23,7 +23,7 @@ from mha.errors import MaxTokensError, NotCausalError
 from mha.model import Transformer, TransformerConfig
 from mha.result import AttentionResult, ModelInfo
 from mha.tokenize import TextEncoder, is_byte_level
-from mha.trace import Trace
+from mha.trace import OVERVIEW_SIZE, Trace
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
@@ -130,7 +130,7 @@ class AttentionModel:
         text_pair: str | None = None,
         *,
         max_tokens: int | None = None,
-        overview_size: int | None = 128,
+        overview_size: int | None = OVERVIEW_SIZE,
         chat: bool = False,
         cancel: Callable[[], bool] | None = None,
     ) -> Trace:

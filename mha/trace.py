@@ -27,6 +27,7 @@ from typing import Literal, cast
 import torch
 
 from mha.attention import attention_scores, band_keep
+from mha.config import TransformerConfig
 from mha.errors import Cancelled
 from mha.layers import Block
 from mha.model import Transformer
@@ -34,10 +35,23 @@ from mha.multihead import MultiHeadAttention
 from mha.result import ModelInfo
 from mha.tokenize import Encoded
 
-__all__ = ["REDUCTIONS", "ROW_BLOCK", "LayerTrace", "Pooled", "Trace", "edges", "trace_forward"]
+__all__ = [
+    "OVERVIEW_SIZE",
+    "REDUCTIONS",
+    "ROW_BLOCK",
+    "LayerTrace",
+    "Pooled",
+    "Trace",
+    "bytes_per_token",
+    "edges",
+    "expected_nbytes",
+    "trace_forward",
+]
 
 Reduce = Literal["max", "mean"]
 REDUCTIONS: tuple[Reduce, ...] = ("max", "mean")
+# Blocks per side of the overview pooled during the forward (Trace.first_overview).
+OVERVIEW_SIZE = 128
 # Query rows whose scores are alive at once: H·ROW_BLOCK·n floats (36 MiB for 9 heads at n = 8,192).
 ROW_BLOCK = 128
 
@@ -172,7 +186,7 @@ class Trace:
         tokens: list[str],
         info: ModelInfo,
         *,
-        overview_size: int | None = 128,
+        overview_size: int | None = OVERVIEW_SIZE,
         cancel: Callable[[], bool] | None = None,
     ) -> Trace:
         """Trace `encoded` (one text or pair, as the model is fed it) through `network`."""
@@ -256,7 +270,7 @@ class Trace:
         pooled = pool.result()
         return Pooled(pooled.values[0], pooled.row_edges, pooled.col_edges, reduce)
 
-    def overview(self, size: int = 128, reduce: Reduce = "max") -> Pooled:
+    def overview(self, size: int = OVERVIEW_SIZE, reduce: Reduce = "max") -> Pooled:
         """Every head block-pooled: values [L, H, s, s], s = min(size, n)."""
         _check_reduce(reduce)
         if size < 1:
@@ -276,6 +290,21 @@ class Trace:
         return Pooled(
             torch.stack([p.values for p in per_layer]), per_layer[0].row_edges, per_layer[0].col_edges, reduce
         )
+
+
+def bytes_per_token(config: TransformerConfig, itemsize: int) -> int:
+    """What one more token adds to a trace (LayerTrace): q [H, D] and k [H_kv, D] per layer, and each query's
+    log-sum-exp per layer and head, all `itemsize` bytes a value (the model's dtype)."""
+    dim = config.head_dim or config.embed_dim // config.num_heads
+    layers, heads, kv_heads = config.num_layers, config.num_heads, config.num_kv_heads or config.num_heads
+    return layers * (heads + kv_heads) * dim * itemsize + layers * heads * itemsize
+
+
+def expected_nbytes(config: TransformerConfig, n: int, itemsize: int) -> int:
+    """Trace.nbytes of an n-token input traced with the default overview: per token, and the float32
+    overview L·H·s², s = min(OVERVIEW_SIZE, n)."""
+    overview = config.num_layers * config.num_heads * min(OVERVIEW_SIZE, n) ** 2 * 4
+    return n * bytes_per_token(config, itemsize) + overview
 
 
 def _check_reduce(reduce: str) -> None:
@@ -388,7 +417,7 @@ def trace_forward(
     input_ids: torch.Tensor,
     *,
     segment_ids: torch.Tensor | None = None,
-    overview_size: int | None = 128,
+    overview_size: int | None = OVERVIEW_SIZE,
     cancel: Callable[[], bool] | None = None,
 ) -> tuple[list[LayerTrace], Pooled | None]:
     """One sequence's forward (input_ids (1, n)) in row blocks: every layer's LayerTrace, and the max-pooled

@@ -33,11 +33,10 @@ from app.service import bodies
 from app.service.flights import Flights, settled
 from app.settings import Settings
 from mha.errors import Cancelled, InputError
-from mha.trace import Trace
+from mha.trace import OVERVIEW_SIZE, Trace, bytes_per_token, expected_nbytes
 
 logger = logging.getLogger(__name__)
 
-OVERVIEW_SIZE = 128  # the overview pooled during the forward (Trace.first_overview)
 # Traces kept at most, whatever their size (the byte budget is the real bound; tiny traces are KBs).
 MAX_TRACES = 1024
 # The tokenizer's limit when counting the tokens of an input over the limit (for the 413's detail).
@@ -50,19 +49,13 @@ Cached = Callable[[Hashable, Callable[[threading.Event], Awaitable[bytes]]], Awa
 
 
 def trace_bytes_per_token(model: mha.AttentionModel) -> int:
-    """What one more token adds to a trace: q [H, D] and k [H_kv, D] per layer in the model's dtype, and
-    each query's log-sum-exp per layer and head (mha.trace.LayerTrace)."""
-    cfg = model.network.config
-    dim = cfg.head_dim or cfg.embed_dim // cfg.num_heads
-    itemsize = next(model.network.parameters()).element_size()
-    layers, heads, kv_heads = cfg.num_layers, cfg.num_heads, cfg.num_kv_heads or cfg.num_heads
-    return layers * (heads + kv_heads) * dim * itemsize + layers * heads * itemsize
+    """What one more token adds to a trace of `model` (mha.trace.bytes_per_token)."""
+    return bytes_per_token(model.network.config, next(model.network.parameters()).element_size())
 
 
 def trace_nbytes(model: mha.AttentionModel, n: int) -> int:
-    """Trace.nbytes of an n-token input: per token, and the float32 overview L·H·s², s = min(128, n)."""
-    overview = model.info.layers * model.info.heads * min(OVERVIEW_SIZE, n) ** 2 * 4
-    return n * trace_bytes_per_token(model) + overview
+    """Trace.nbytes of an n-token input (mha.trace.expected_nbytes)."""
+    return expected_nbytes(model.network.config, n, next(model.network.parameters()).element_size())
 
 
 def trace_max_tokens(model: mha.AttentionModel, max_bytes: int) -> int:

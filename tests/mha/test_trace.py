@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from mha import AttentionModel, load_pretrained
 from mha import trace as trace_module
-from mha.trace import Trace, edges
+from mha.trace import Trace, edges, expected_nbytes
 
 # ~60 tokens for every tokenizer here: longer than the sliding window (6) and than several row blocks.
 TEXT = (
@@ -227,3 +227,11 @@ def test_edges_cover_the_span_in_nearly_equal_blocks(lo: int, hi: int, cells: in
     sizes = e.diff()
     assert e[0] == lo and e[-1] == hi and len(e) == cells + 1
     assert int(sizes.min()) >= 1 and int(sizes.max()) - int(sizes.min()) <= 1
+
+
+@pytest.mark.parametrize("family", ["llama", "bert"])
+def test_expected_nbytes_is_what_a_trace_holds(models: dict[str, AttentionModel], family: str) -> None:
+    model = models[family]
+    for text in ("Hi.", TEXT):  # two lengths: the per-token part and the n x n overview both grow
+        trace = model.trace(text)
+        assert trace.nbytes == expected_nbytes(model.config, trace.n, 4)  # float32 on the CPU
