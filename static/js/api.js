@@ -75,7 +75,8 @@ async function postCompact(url, payload, signal) {
   return decodeCompact(await (await post(url, payload, signal)).arrayBuffer());
 }
 
-async function postJson(url, payload, signal) {
+/** POST a JSON body, parse the JSON answer (ApiError on a 4xx/5xx, AbortError when `signal` fires). */
+export async function postJson(url, payload, signal) {
   return (await post(url, payload, signal)).json();
 }
 

@@ -41,7 +41,8 @@ export function plotlyText(s) {
   return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 }
 
-function shorten(token) {
+/** A token cut to MAX_LABEL_CHARS for an axis label (the hover keeps it whole). */
+export function shorten(token) {
   return token.length > MAX_LABEL_CHARS ? `${token.slice(0, MAX_LABEL_CHARS - 1)}…` : token;
 }
 
