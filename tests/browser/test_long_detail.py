@@ -13,13 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from checkpoints import build_checkpoint
 
 import mha
 from benchmarks.launch import serve
 from tests.browser.conftest import ARTIFACTS, SERVER_START_S, PageSession
-from tests.tolerances import ROUND6, U32
+from tests.tolerances import ROUND6, U32, rounded_row_sum
 
 pytestmark = pytest.mark.browser
 
@@ -37,6 +36,7 @@ SETUP_JS = """async ([text, model, layer, head]) => {
   const trace = events[events.length - 1];
   if (trace.event !== 'done') throw new Error(JSON.stringify(trace));
   const box = document.createElement('div');
+  box.id = 'long-box';
   box.style.width = '900px';
   const gd = document.createElement('div');
   gd.id = 'long-zoom';
@@ -188,7 +188,7 @@ def post(base: str, path: str, payload: dict[str, Any]) -> Any:
 Shown = tuple[PageSession, dict[str, Any]]
 
 
-def test_the_first_view_is_the_whole_head_pooled_to_the_plot(shown: Shown) -> None:
+def test_the_first_view_is_the_whole_head_pooled_to_the_plot(shown: Shown, artifacts: Path) -> None:
     session, setup = shown
     n = setup["n"]
     assert n > 3000
@@ -211,6 +211,7 @@ def test_the_first_view_is_the_whole_head_pooled_to_the_plot(shown: Shown) -> No
         f"pooled ×{factor} × {factor} (max)."
     )
     assert ": max %{z:.4f}" in figure["hovertemplate"]
+    session.page.locator("#long-box").screenshot(path=artifacts / "long-detail-pooled.png")
 
     # The pooling switch asks again for the same view, pooled by mean.
     session.page.select_option(".long-detail-reduce select", "mean")
@@ -221,25 +222,37 @@ def test_the_first_view_is_the_whole_head_pooled_to_the_plot(shown: Shown) -> No
     assert session.windows[-1]["reduce"] == "mean"  # type: ignore[attr-defined]
 
 
-def test_a_zoom_fetches_exact_cells_whose_hover_is_the_row(shown: Shown, long_llama: Path) -> None:
+def test_a_zoom_fetches_exact_cells_whose_hover_is_the_row(
+    shown: Shown, long_llama: Path, artifacts: Path
+) -> None:
     session, setup = shown
     page = session.page
     n = setup["n"]
-    page.evaluate(ZOOM_JS, [[1000, 1150], [1150, 1000]])
-    page.wait_for_function(SHOWS_JS, arg="1000,1150")
+    # Query i's exact weights from the trace's row; the view is queries 1,000-1,149 and the 120 keys around
+    # i's heaviest one, so the hover is read on a weight worth reading, not a zero compared with a zero.
+    i = 1100
+    head = {"text": TEXT, "model": MODEL, "layer": LAYER, "head": HEAD}
+    row = post(session.base, "/api/trace/row", {**head, "q": i})
+    assert row["n"] == n
+    j = max(range(i + 1), key=lambda key: row["values"][key])
+    assert row["values"][j] > 0.01
+    k0 = min(max(j - 60, 0), n - 120)
+    cols, rows = [k0, k0 + 120], [1000, 1150]
+    page.evaluate(ZOOM_JS, [cols, rows[::-1]])
+    page.wait_for_function(SHOWS_JS, arg=f"{k0},{k0 + 120}")
     asked = session.windows[-1]  # type: ignore[attr-defined]
-    assert (asked["rows"], asked["cols"], asked["max_cells"]) == ([1000, 1150], [1000, 1150], MAX_CELLS)
+    assert (asked["rows"], asked["cols"], asked["max_cells"]) == (rows, cols, MAX_CELLS)
     figure = page.evaluate(FIGURE_JS)
-    assert figure["exact"] == "true" and figure["rows"] == figure["cols"] == 150
-    assert figure["x"] == list(range(1000, 1151)) and figure["y"] == list(range(1000, 1151))
-    assert figure["xaxis"]["range"] == [1000, 1150]  # the zoom is kept through the redraw
-    assert figure["xaxis"]["title"] == "Key tokens 1,000–1,149"
+    assert figure["exact"] == "true" and (figure["rows"], figure["cols"]) == (150, 120)
+    assert figure["x"] == list(range(k0, k0 + 121)) and figure["y"] == list(range(1000, 1151))
+    assert figure["xaxis"]["range"] == cols and figure["yaxis"]["range"] == [1150, 1000]  # the zoom kept
+    assert figure["xaxis"]["title"] == f"Key tokens {k0:,}–{k0 + 119:,}"
+    assert figure["yaxis"]["title"] == "Query tokens 1,000–1,149"
     assert figure["badge"] == "exact: 1 cell = 1 token"
-    assert figure["readout"].endswith("150 × 150 cells, exact: 1 cell = 1 token.")
+    assert figure["readout"].endswith("150 × 120 cells, exact: 1 cell = 1 token.")
     # Tick labels are the tokens at their cells' centres.
     ticks = [v - 0.5 for v in figure["xaxis"]["tickvals"]]
-    assert ticks and all(1000 <= t < 1150 and t == int(t) for t in ticks)
-    i, j = 1100, 1050
+    assert ticks and all(k0 <= t < k0 + 120 and t == int(t) for t in ticks)
     labels = page.evaluate(LABELS_JS, [[int(t) for t in ticks], i, j])
     assert figure["xaxis"]["ticktext"] == labels["ticks"]
 
@@ -249,9 +262,7 @@ def test_a_zoom_fetches_exact_cells_whose_hover_is_the_row(shown: Shown, long_ll
     hover.wait_for()
     words, value = re.fullmatch(r"(.*): (\d\.\d{6})", hover.text_content() or "").groups()  # type: ignore[union-attr]
     assert words == labels["hover"]
-    head = {"text": TEXT, "model": MODEL, "layer": LAYER, "head": HEAD}
-    row = post(session.base, "/api/trace/row", {**head, "q": i})
-    assert row["n"] == n
+    page.locator("#long-box").screenshot(path=artifacts / "long-detail-exact.png")
     # The window's block of rows and the row compute query i's scores in different GEMM shapes: a score is a
     # D-term dot product, reordered it moves by up to D·u·|s|max (Higham's gamma_D), the weight exp(s - lse)
     # by its weight (<= 1) times that, plus one rounding of exp each; each side rounds to 6 decimals.
@@ -260,10 +271,14 @@ def test_a_zoom_fetches_exact_cells_whose_hover_is_the_row(shown: Shown, long_ll
     kept = trace.layers[LAYER]
     q = kept.q[HEAD].double().norm(dim=-1).max().item()
     k = kept.k[HEAD // (kept.q.shape[0] // kept.k.shape[0])].double().norm(dim=-1).max().item()
-    dim = kept.q.shape[-1]
-    bound = 2 * dim * U32 * trace.scale * q * k + 2 * U32 + 2 * ROUND6
+    bound = 2 * kept.q.shape[-1] * U32 * trace.scale * q * k + 2 * U32 + 2 * ROUND6
     assert abs(float(value) - row["values"][j]) <= bound
-    assert torch.tensor(row["values"]).sum().item() == pytest.approx(1, abs=1e-3)  # a real softmax row
+    # The whole row of the figure: the row's weights up to the diagonal, gaps (masked) after it.
+    drawn = page.evaluate("(r) => document.querySelector('#long-zoom').data[0].z[r]", i - 1000)
+    for c, v in enumerate(drawn):
+        key = k0 + c
+        assert v is None if key > i else abs(v - row["values"][key]) <= bound, (key, v)
+    assert abs(sum(row["values"]) - 1) <= rounded_row_sum(n)  # a whole softmax row
 
     # A double click goes back to the whole head, fetched again.
     page.mouse.dblclick(*page.evaluate(CELL_JS, [i, j]))
