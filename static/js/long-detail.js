@@ -58,7 +58,10 @@ export class LongDetail {
     for (const [value, text] of Object.entries(REDUCES)) this.reduceMenu.append(new Option(text, value));
     this.reduceMenu.addEventListener("change", () => this.setReduce(this.reduceMenu.value));
     label.append(this.reduceMenu);
-    bar.append(this.badge, " · ", label);
+    const hint = document.createElement("span");
+    hint.className = "hint";
+    hint.textContent = "Drag to zoom in to exact cells; double-click for the whole head.";
+    bar.append(this.badge, " · ", label, " ", hint);
     return bar;
   }
 
@@ -148,7 +151,7 @@ export class LongDetail {
 
   async draw(win, whole) {
     const { trace, layer, head } = this.view;
-    const where = selectionLabel(layer, head);
+    const where = selectionLabel(layer, head, { heads: trace.heads, kvHeads: trace.kv_heads });
     // The view a person has now (they may have zoomed on while this window was on its way).
     const range = whole || !this.gd.data ? null : { x: [...this.gd.layout.xaxis.range], y: [...this.gd.layout.yaxis.range] };
     const title = `${where} · ${trace.n.toLocaleString("en-US")} tokens`;

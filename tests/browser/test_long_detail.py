@@ -206,8 +206,9 @@ def test_the_first_view_is_the_whole_head_pooled_to_the_plot(shown: Shown, artif
     assert figure["xaxis"]["title"] == f"Key tokens 0–{last}, pooled ×{factor} (max)"
     assert figure["yaxis"]["title"] == f"Query tokens 0–{last}, pooled ×{factor} (max)"
     assert figure["badge"] == f"pooled ×{factor} × {factor} (max)" and figure["exact"] == "false"
+    # The head is named as the normal page names it: 4 query heads over 2 KV heads, 2 a group.
     assert figure["readout"] == (
-        f"layer {LAYER}, head {HEAD}: queries 0–{last}, keys 0–{last}; 512 × 512 cells, "
+        f"L{LAYER} H{HEAD} · kv {HEAD // 2}: queries 0–{last}, keys 0–{last}; 512 × 512 cells, "
         f"pooled ×{factor} × {factor} (max)."
     )
     assert ": max %{z:.4f}" in figure["hovertemplate"]
