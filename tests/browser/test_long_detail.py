@@ -197,9 +197,17 @@ def test_the_first_view_is_the_whole_head_pooled_to_the_plot(shown: Shown, artif
     assert session.windows[0]["max_cells"] == MAX_CELLS  # type: ignore[attr-defined]
     figure = session.page.evaluate(FIGURE_JS)
     assert figure["rows"] == figure["cols"] == MAX_CELLS
-    # Edges in token coordinates: the axes run over [0, n) whatever the pooling.
+    # Edges in token coordinates: the axes run over [0, n) whatever the pooling. The server's blocks are
+    # floor(c·n/512) .. floor((c+1)·n/512) - 1: drawn evenly, each edge within a token of its own, and the
+    # hover names their true tokens.
+    true = [c * n // MAX_CELLS for c in range(MAX_CELLS + 1)]
     assert len(figure["x"]) == len(figure["y"]) == MAX_CELLS + 1
     assert (figure["x"][0], figure["x"][-1], figure["y"][0], figure["y"][-1]) == (0, n, 0, n)
+    assert all(t <= x < t + 1 for t, x in zip(true, figure["x"], strict=True))
+    r, c = 300, 100  # a block of keys wholly before its queries: not masked
+    hover = f"queries {true[r]:,}–{true[r + 1] - 1:,} → keys {true[c]:,}–{true[c + 1] - 1:,}"
+    text = "([r, c]) => document.querySelector('#long-zoom').data[0].text[r][c]"
+    assert session.page.evaluate(text, [r, c]) == hover
     assert figure["xaxis"]["range"] == [0, n] and figure["yaxis"]["range"] == [n, 0]  # queries run down
     factor = -(-n // MAX_CELLS)  # the largest of 512 blocks whose sizes differ by at most one
     last = f"{n - 1:,}"

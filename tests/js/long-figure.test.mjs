@@ -11,6 +11,7 @@ import {
   blockLabels,
   buildLongFigure,
   describeWindow,
+  drawnEdges,
   isExact,
   tokenSpan,
   visibleSpan,
@@ -33,6 +34,14 @@ test("a visible range becomes the integer tokens that cover it, clamped to [0, n
   assert.deepEqual(visibleSpan([-40, 3100], 3000), [0, 3000]);
   assert.deepEqual(visibleSpan([3200, 3300], 3000), [2999, 3000]); // panned past the end: still one token
   assert.deepEqual(visibleSpan([5.2, 5.7], 3000), [5, 6]);
+});
+
+test("blocks of one size are drawn at their edges, blocks a token apart evenly, within a token of them", () => {
+  assert.deepEqual(drawnEdges([10, 13, 16, 19]), [10, 13, 16, 19]);
+  const edges = [0, 2, 4, 7]; // 7 tokens in 3 blocks: floor(c * 7 / 3)
+  const drawn = drawnEdges(edges);
+  assert.deepEqual(drawn, [0, 7 / 3, 14 / 3, 7]);
+  drawn.forEach((x, c) => assert.ok(x >= edges[c] && x < edges[c] + 1));
 });
 
 test("axis titles say pooled until one cell is one token", () => {
@@ -101,6 +110,7 @@ test("a pooled window: numeric ticks, pooled titles and hover, the whole head by
     factor: [3, 3],
   };
   const { data, layout } = buildLongFigure(win, { tokens: TOKENS, byteLevel: true, causal: false, size: 600, title: "t" });
+  assert.deepEqual(data[0].x, [0, 3, 6]);
   assert.equal(data[0].text[1][0], "queries 3–5 → keys 0–2");
   assert.equal(data[0].hovertemplate, "%{text}: max %{z:.4f}<extra></extra>");
   assert.deepEqual(data[0].z, win.values); // not causal: nothing masked
