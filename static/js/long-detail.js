@@ -19,6 +19,11 @@ export function fetchTraceWindow(query, request, { signal } = {}) {
   return postJson("/api/trace/window", { ...body(query), ...request }, signal);
 }
 
+/** Which input a view shows: another head of the same one keeps the zoom. */
+function inputKey({ query, trace }) {
+  return JSON.stringify([query.text, query.pair || null, trace.model, Boolean(query.chat), trace.n]);
+}
+
 /** An AbortController that also aborts when `outer` (the caller's signal) does, and its release. */
 function linkedController(outer) {
   const controller = new AbortController();
@@ -33,7 +38,8 @@ export class LongDetail {
   constructor(gd, { readout }) {
     this.gd = gd;
     this.readout = readout;
-    this.view = null; // {query, trace, layer, head, signal} of the head shown
+    this.view = null; // {query, trace, layer, head, signal} of the head asked for
+    this.shown = null; // the view drawn last (its figure is on screen)
     this.reduce = "max";
     this.size = 0; // the plot's side in px, fixed per head so the cells never jump
     this.seq = 0; // numbers each window fetch: only the latest may draw
@@ -66,19 +72,26 @@ export class LongDetail {
   }
 
   /**
-   * Show one head of a traced input, whole, pooled to the plot's size. `query` is the trace's content key
-   * {text, pair, model, chat}; `trace` /api/trace's "done" event; `signal` aborts every fetch of this head.
-   * Resolves true once drawn, false when nothing was (aborted, superseded, or failed: the error is in the
-   * badge and the readout).
+   * Show one head of a traced input, whole, pooled to the plot's size; another head of the input shown
+   * keeps the zoom (heads compare region by region, as in the normal detail). `query` is the trace's
+   * content key {text, pair, model, chat}; `trace` /api/trace's "done" event; `signal` aborts every fetch
+   * of this head. Resolves true once drawn, false when nothing was (aborted, superseded, or failed: the
+   * error is in the badge and the readout).
    */
   show({ query, trace, layer, head, signal = null }) {
+    const view = { query, trace, layer, head, signal };
+    const zoomed = this.shown && this.gd.data && inputKey(this.shown) === inputKey(view);
+    const [rows, cols] = zoomed ? this.visible() : [null, null];
+    const whole = rows?.[0] === 0 && rows[1] === trace.n && cols[0] === 0 && cols[1] === trace.n;
     this.stop();
-    this.view = { query, trace, layer, head, signal };
-    const room = this.gd.parentElement?.clientWidth || 900;
-    this.size = Math.round(Math.min(MAX_PLOT_PX, Math.max(MIN_PLOT_PX, room - MARGIN.l - MARGIN.r)));
+    this.view = view;
+    if (!zoomed) {
+      const room = this.gd.parentElement?.clientWidth || 900;
+      this.size = Math.round(Math.min(MAX_PLOT_PX, Math.max(MIN_PLOT_PX, room - MARGIN.l - MARGIN.r)));
+    }
     this.bar.hidden = false;
     this.badge.textContent = "loading…";
-    return this.load(null, null);
+    return whole ? this.load(null, null) : this.load(rows, cols);
   }
 
   /** Take the figure away and forget the head (a new run, or a short input). */
@@ -92,6 +105,7 @@ export class LongDetail {
   }
 
   purge() {
+    this.shown = null;
     if (this.gd.data) window.Plotly.purge(this.gd);
     this.bound = false; // purge dropped the Plotly listeners
     this.gd.replaceChildren();
@@ -116,7 +130,7 @@ export class LongDetail {
 
   /** The visible token spans [lo, hi) of rows and cols, from the figure's current axis ranges. */
   visible() {
-    const n = this.view.trace.n;
+    const n = (this.view ?? this.shown).trace.n;
     return [visibleSpan(this.gd.layout.yaxis.range, n), visibleSpan(this.gd.layout.xaxis.range, n)];
   }
 
@@ -139,7 +153,7 @@ export class LongDetail {
     } catch (error) {
       if (error.name === "AbortError" || seq !== this.seq) return false;
       // A head that cannot be shown leaves no other head's figure behind to be read as its own.
-      if (rows === null && cols === null) this.purge();
+      if (this.shown !== view) this.purge();
       this.badge.textContent = error.message;
       this.readout.textContent = `The window could not be loaded: ${error.message}`;
       return false;
@@ -168,6 +182,7 @@ export class LongDetail {
       toImageButtonOptions: { filename: `headscope-long-L${layer}-H${head}` },
     };
     await window.Plotly.react(this.gd, data, layout, config);
+    this.shown = this.view;
     this.bind();
     const { gd } = this;
     gd.dataset.rows = `${win.row_edges[0]},${win.row_edges[win.row_edges.length - 1]}`;

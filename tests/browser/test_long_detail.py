@@ -289,6 +289,15 @@ def test_a_zoom_fetches_exact_cells_whose_hover_is_the_row(
         assert v is None if key > i else abs(v - row["values"][key]) <= bound, (key, v)
     assert abs(sum(row["values"]) - 1) <= rounded_row_sum(n)  # a whole softmax row
 
+    # Another head of the same input keeps the zoom: its window of the same tokens is fetched.
+    other = "async () => longDetail.show({query: longQuery, trace: longTrace, layer: 0, head: 3})"
+    assert page.evaluate(other) is True
+    asked = session.windows[-1]  # type: ignore[attr-defined]
+    assert (asked["layer"], asked["head"], asked["rows"], asked["cols"]) == (0, 3, rows, cols)
+    figure = page.evaluate(FIGURE_JS)
+    assert figure["xaxis"]["range"] == cols and figure["exact"] == "true"
+    assert figure["readout"].startswith("L0 H3 · kv 1: queries 1,000–1,149")
+
     # A double click goes back to the whole head, fetched again.
     page.mouse.dblclick(*page.evaluate(CELL_JS, [i, j]))
     page.wait_for_function(SHOWS_JS, arg=f"0,{n}")
