@@ -162,14 +162,16 @@ async def json_answer(request: Request, body: Awaitable[bytes | AsyncIterator[by
     return await watched(request, answer())
 
 
-async def compact_response(request: Request, encode: Callable[[bool], Awaitable[bytes]]) -> Response:
-    """An HSA1 answer, gzipped when the client accepts it (the service caches both forms)."""
+async def compact_response(
+    request: Request, encode: Callable[[bool], Awaitable[bytes]], media_type: str = compact.MEDIA_TYPE
+) -> Response:
+    """An HSA1 answer (or `media_type`'s), gzipped by `encode(True)` when the client accepts it."""
     gzipped = compact.accepts_gzip(request.headers.get("accept-encoding"))
     headers = {"Vary": "Accept-Encoding"}
     if gzipped:
         headers["Content-Encoding"] = "gzip"
 
     async def answer() -> Response:
-        return Response(await encode(gzipped), media_type=compact.MEDIA_TYPE, headers=headers)
+        return Response(await encode(gzipped), media_type=media_type, headers=headers)
 
     return await watched(request, answer())

@@ -16,7 +16,6 @@ from app.routes.common import (
     Scheme,
     compact_response,
     described,
-    json_answer,
     watched,
 )
 from app.schemas import (
@@ -32,6 +31,9 @@ from app.schemas import (
 router = ApiRouter(tags=["long inputs"])
 
 NDJSON = "application/x-ndjson"
+JSON = (
+    "application/json"  # windows and rows: gzipped when the client accepts it (a 512 x 512 window is 1.7 MB)
+)
 TOO_LONG: dict[int | str, dict[str, Any]] = {
     413: {
         "model": ErrorResponse,
@@ -101,11 +103,15 @@ async def trace_window(body: TraceWindowRequest, request: Request, service: Serv
     """One head's weights for query tokens rows[0]..rows[1]-1 against keys cols[0]..cols[1]-1: exact on a
     side of at most max_cells tokens, else pooled to max_cells blocks by `reduce` (the edges say which
     tokens each block covers, `factor` the largest block)."""
-    return await json_answer(request, service.traces.window(body))
+    return await compact_response(
+        request, lambda gzipped: service.traces.window(body, gzipped=gzipped), media_type=JSON
+    )
 
 
 @router.post("/trace/row", response_model=TraceRowResponse, responses={**ERRORS, **TOO_LONG})
 @described(KEPT)
 async def trace_row(body: TraceRowRequest, request: Request, service: ServiceDep) -> Response:
     """One query token's exact weights on every key of one head (the text view's shading)."""
-    return await json_answer(request, service.traces.row(body))
+    return await compact_response(
+        request, lambda gzipped: service.traces.row(body, gzipped=gzipped), media_type=JSON
+    )

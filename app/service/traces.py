@@ -132,7 +132,7 @@ def overview_compact(name: str, trace: Trace, *, size: int, reduce: str, scheme:
     return compact.compress(compact.encode(header, pooled.values, scheme=scheme))
 
 
-def window_json(trace: Trace, request: TraceWindowRequest) -> bytes:
+def window_json(trace: Trace, request: TraceWindowRequest, gzipped: bool = False) -> bytes:
     pooled = _read(
         lambda: trace.window(
             request.layer,
@@ -151,12 +151,19 @@ def window_json(trace: Trace, request: TraceWindowRequest) -> bytes:
         "reduce": pooled.reduce,
         "factor": list(pooled.factor),
     }
-    return bodies.encode_pieces(lambda: body)
+    return _gzip_if(bodies.encode_pieces(lambda: body), gzipped)
 
 
-def row_json(trace: Trace, request: TraceRowRequest) -> bytes:
+def row_json(trace: Trace, request: TraceRowRequest, gzipped: bool = False) -> bytes:
     values = _read(lambda: trace.row(request.layer, request.head, request.q))
-    return bodies.encode_pieces(lambda: {"q": request.q, "n": trace.n, "values": Floats(values)})
+    return _gzip_if(
+        bodies.encode_pieces(lambda: {"q": request.q, "n": trace.n, "values": Floats(values)}), gzipped
+    )
+
+
+def _gzip_if(body: bytes, gzipped: bool) -> bytes:
+    # A 512 x 512 window is ~1.7 MB of JSON digits, ~0.4 MB gzipped: compressed here, in the encoding thread.
+    return compact.compress_json(body) if gzipped else body
 
 
 class Traces:
@@ -210,14 +217,14 @@ class Traces:
         kind = f"trace/overview.gz:{scheme}"
         return await self._cached((kind, *source, request.size, request.reduce), encode)
 
-    async def window(self, request: TraceWindowRequest) -> bytes:
+    async def window(self, request: TraceWindowRequest, *, gzipped: bool = False) -> bytes:
         trace = await self._get(request)
-        body: bytes = await self._off_loop(window_json, trace, request)
+        body: bytes = await self._off_loop(window_json, trace, request, gzipped)
         return body
 
-    async def row(self, request: TraceRowRequest) -> bytes:
+    async def row(self, request: TraceRowRequest, *, gzipped: bool = False) -> bytes:
         trace = await self._get(request)
-        body: bytes = await self._off_loop(row_json, trace, request)
+        body: bytes = await self._off_loop(row_json, trace, request, gzipped)
         return body
 
     # -- the trace itself ------------------------------------------------------------------------

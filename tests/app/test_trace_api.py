@@ -141,6 +141,19 @@ def test_windows_rows_and_the_overview_reuse_one_forward(traced: tuple[TestClien
     assert counting.forwards == 1
 
 
+def test_windows_and_rows_are_gzipped_for_clients_that_accept_it(traced: tuple[TestClient, Counting]) -> None:
+    client, _ = traced
+    for route, extra in (("/api/trace/window", {}), ("/api/trace/row", {"q": 3})):
+        body = {"text": TEXT, "layer": 1, "head": 2, **extra}
+        plain = client.post(route, json=body, headers={"Accept-Encoding": "identity"})
+        zipped = client.post(route, json=body, headers={"Accept-Encoding": "gzip"})
+        assert "content-encoding" not in plain.headers
+        assert zipped.headers["content-encoding"] == "gzip" and "Accept-Encoding" in zipped.headers["vary"]
+        assert zipped.headers["content-type"] == plain.headers["content-type"] == "application/json"
+        assert zipped.json() == plain.json()  # httpx undoes the gzip: the same answer, fewer bytes
+        assert int(zipped.headers["content-length"]) < int(plain.headers["content-length"])
+
+
 def test_an_evicted_trace_is_traced_again_when_next_needed(make_settings) -> None:  # type: ignore[no-untyped-def]
     # Room for one 66-token trace of MiniLM (2.5 MB: trace_nbytes), not two.
     budget = 3 * 2**20
