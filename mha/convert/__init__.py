@@ -17,6 +17,7 @@ from mha.convert.mistral import MISTRAL
 from mha.convert.phi3 import PHI3
 from mha.convert.qwen2 import QWEN2
 from mha.convert.qwen3 import QWEN3
+from mha.convert.t5 import MT5, T5
 from mha.errors import UnsupportedCheckpointError
 
 __all__ = [
@@ -31,7 +32,8 @@ __all__ = [
 
 # model_type in a checkpoint's config.json -> its converter
 CONVERTERS: dict[str, Converter] = {
-    c.family: c for c in (BERT, ROBERTA, DISTILBERT, GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, GEMMA2, PHI3)
+    c.family: c
+    for c in (BERT, ROBERTA, DISTILBERT, GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, GEMMA2, PHI3, T5, MT5)
 }
 
 

@@ -1,0 +1,106 @@
+"""Tiny random encoder-decoder checkpoints (T5, BART, Marian), built offline, with real tokenizer files.
+
+Beside tests/checkpoints.py (the encoders and decoders), in a module of its own to keep each short. The
+tokenizers are trained here in milliseconds on a toy bilingual corpus: a Unigram wrapped in T5's
+tokenizer class. Weights are drawn wide so that attention is sharp and
+varied, every norm weight and bias away from 1 and 0 (random init leaves them there, where a forgotten
+one would pass), and the stacks differ in depth so that encoder and decoder counts cannot be swapped.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+SEQ2SEQ_FAMILIES = ("t5", "t5_gated")
+# d_kv differs from d_model / heads (as in T5 v1.1) and max distance is short, so the test texts reach
+# T5's logarithmic buckets and the shared last one.
+S_HIDDEN, S_HEADS, S_HEAD_DIM, S_FFN, S_ENC_LAYERS, S_DEC_LAYERS = 32, 4, 12, 48, 2, 3
+S_BUCKETS, S_MAX_DISTANCE, S_MAX_POSITIONS = 16, 20, 64
+CORPUS = [
+    "The house is wonderful. Das Haus ist wunderbar.",
+    "The cat sat on the mat. Die Katze sass auf der Matte.",
+    "Attention heads align the target words to the source words.",
+    "Ünïcödé: naïve café, Straße, numbers 12345.",
+] * 4
+
+
+def _sharpen(model: torch.nn.Module, seed: int) -> None:
+    """Wide random weights; norm weights near 1 and biases near 0, but off them."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=generator)
+            if "norm" in name and name.endswith("weight"):
+                p.copy_(1.0 + 0.1 * noise)
+            elif name.endswith(".q.weight"):
+                # T5 has no 1/sqrt(d_kv) on its logits and folds it into q's init instead: so do we, which
+                # keeps its logits the size of the other families' (tests/tolerances.py's FORWARD).
+                p.copy_(0.3 / S_HEAD_DIM**0.5 * noise)
+            else:
+                p.copy_((0.3 if p.ndim > 1 else 0.1) * noise)
+        for name, buffer in model.named_buffers():
+            if name.endswith("final_logits_bias"):
+                buffer.copy_(0.5 * torch.randn(buffer.shape, generator=generator))
+
+
+def _t5_tokenizer(directory: Path) -> int:
+    """A Unigram over the corpus in T5's tokenizer class (<pad> 0, </s> 1, <unk> 2; "</s>" appended)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import T5Tokenizer
+
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    trainer = trainers.UnigramTrainer(
+        vocab_size=200, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>"
+    )
+    tok.train_from_iterator(CORPUS, trainer=trainer)
+    vocab = [(piece, score) for piece, score in json.loads(tok.to_str())["model"]["vocab"]]
+    wrapped = T5Tokenizer(vocab=vocab, extra_ids=0)
+    wrapped.model_max_length = S_MAX_POSITIONS
+    wrapped.save_pretrained(directory)
+    return len(wrapped)
+
+
+def _t5(directory: Path, *, gated: bool) -> Any:
+    import transformers as tf
+
+    vocab = _t5_tokenizer(directory)
+    config = tf.T5Config(
+        vocab_size=vocab + 3,  # a little past the tokenizer, as real checkpoints pad their embedding
+        d_model=S_HIDDEN,
+        d_kv=S_HEAD_DIM,
+        d_ff=S_FFN,
+        num_layers=S_ENC_LAYERS,
+        num_decoder_layers=S_DEC_LAYERS,
+        num_heads=S_HEADS,
+        relative_attention_num_buckets=S_BUCKETS,
+        relative_attention_max_distance=S_MAX_DISTANCE,
+        feed_forward_proj="gated-gelu" if gated else "relu",
+        # v1.1 unties the LM head from the embeddings; v1.0 ties them
+        tie_word_embeddings=not gated,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+        eos_token_id=1,
+        n_positions=S_MAX_POSITIONS,
+    )
+    return tf.T5ForConditionalGeneration(config)
+
+
+def build_seq2seq_checkpoint(family: str, directory: Path, *, seed: int = 0) -> Path:
+    """Write a tiny random `family` checkpoint (config, weights, tokenizer files) into `directory`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    if family in ("t5", "t5_gated"):
+        model = _t5(directory, gated=family == "t5_gated")
+    else:
+        raise ValueError(f"family ({family!r}) must be one of {SEQ2SEQ_FAMILIES}")
+    _sharpen(model, seed)
+    if family == "t5_gated":
+        with torch.no_grad():  # untied: a head of its own, unlike the embeddings
+            model.lm_head.weight = torch.nn.Parameter(0.3 * torch.randn_like(model.shared.weight))
+    model.save_pretrained(directory)
+    return directory
