@@ -2,7 +2,7 @@
 
 Beside tests/checkpoints.py (the encoders and decoders), in a module of its own to keep each short. The
 tokenizers are trained here in milliseconds on a toy bilingual corpus: a Unigram wrapped in T5's
-tokenizer class. Weights are drawn wide so that attention is sharp and
+tokenizer class, a byte-level BPE in BART's. Weights are drawn wide so that attention is sharp and
 varied, every norm weight and bias away from 1 and 0 (random init leaves them there, where a forgotten
 one would pass), and the stacks differ in depth so that encoder and decoder counts cannot be swapped.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-SEQ2SEQ_FAMILIES = ("t5", "t5_gated")
+SEQ2SEQ_FAMILIES = ("t5", "t5_gated", "bart")
 # d_kv differs from d_model / heads (as in T5 v1.1) and max distance is short, so the test texts reach
 # T5's logarithmic buckets and the shared last one.
 S_HIDDEN, S_HEADS, S_HEAD_DIM, S_FFN, S_ENC_LAYERS, S_DEC_LAYERS = 32, 4, 12, 48, 2, 3
@@ -90,12 +90,56 @@ def _t5(directory: Path, *, gated: bool) -> Any:
     return tf.T5ForConditionalGeneration(config)
 
 
+def _bart_tokenizer(directory: Path) -> int:
+    """A byte-level BPE over the corpus in BART's tokenizer class (<s> 0, <pad> 1, </s> 2, <unk> 3)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import BartTokenizer
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(CORPUS, trainer=trainer)
+    model = json.loads(tok.to_str())["model"]
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    wrapped = BartTokenizer(vocab=model["vocab"], merges=merges)
+    wrapped.model_max_length = S_MAX_POSITIONS
+    wrapped.save_pretrained(directory)
+    return len(wrapped)
+
+
+def _bart(directory: Path) -> Any:
+    import transformers as tf
+
+    vocab = _bart_tokenizer(directory)
+    config = tf.BartConfig(
+        vocab_size=vocab + 3,
+        d_model=S_HIDDEN,
+        encoder_layers=S_ENC_LAYERS,
+        decoder_layers=S_DEC_LAYERS,
+        encoder_attention_heads=S_HEADS,
+        decoder_attention_heads=S_HEADS,
+        encoder_ffn_dim=S_FFN,
+        decoder_ffn_dim=S_FFN,
+        max_position_embeddings=S_MAX_POSITIONS,
+        scale_embedding=True,
+        # BART's own defaults, spelled out: generation forces </s> into the last slot
+        forced_eos_token_id=2,
+        decoder_start_token_id=2,
+    )
+    return tf.BartForConditionalGeneration(config)
+
+
 def build_seq2seq_checkpoint(family: str, directory: Path, *, seed: int = 0) -> Path:
     """Write a tiny random `family` checkpoint (config, weights, tokenizer files) into `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     if family in ("t5", "t5_gated"):
         model = _t5(directory, gated=family == "t5_gated")
+    elif family == "bart":
+        model = _bart(directory)
     else:
         raise ValueError(f"family ({family!r}) must be one of {SEQ2SEQ_FAMILIES}")
     _sharpen(model, seed)

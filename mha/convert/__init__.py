@@ -8,6 +8,7 @@ GPT-2's transposed Conv1D keys, the keys we knowingly skip); the shared machiner
 from __future__ import annotations
 
 from mha.convert.base import Converter, KeyMap, activation_from_hf, convert_state_dict, expected_shapes
+from mha.convert.bart import BART
 from mha.convert.bert import BERT, ROBERTA
 from mha.convert.distilbert import DISTILBERT
 from mha.convert.gemma2 import GEMMA2
@@ -33,7 +34,7 @@ __all__ = [
 # model_type in a checkpoint's config.json -> its converter
 CONVERTERS: dict[str, Converter] = {
     c.family: c
-    for c in (BERT, ROBERTA, DISTILBERT, GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, GEMMA2, PHI3, T5, MT5)
+    for c in (BERT, ROBERTA, DISTILBERT, GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, GEMMA2, PHI3, T5, MT5, BART)
 }
 
 
