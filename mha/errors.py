@@ -189,15 +189,14 @@ class TargetNotSupportedError(InputError):
     """A target text was given to a model that is not an encoder-decoder: nothing reads it."""
 
     template = (
-        "{model!r} is {article} {architecture} model: a target text needs an encoder-decoder model "
-        "(T5, BART, Marian), whose decoder reads it"
+        "{model!r} is not an encoder-decoder (its architecture is {architecture!r}): a target text needs "
+        "an encoder-decoder model (T5, BART, Marian), whose decoder reads it"
     )
     model: str
     architecture: str
 
     def __init__(self, model: str, architecture: str) -> None:
-        article = "an" if architecture[0] in "aeiou" else "a"
-        super().__init__(model=model, architecture=architecture, article=article)
+        super().__init__(model=model, architecture=architecture)
 
 
 class FlowTooLongError(InputError):

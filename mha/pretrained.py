@@ -278,7 +278,8 @@ def load_pretrained(
     config = converter.config_from_hf(hf_config)
     if isinstance(config, Seq2SeqConfig):
         config = _with_generation_config(config, directory)
-    tokenizer = checkpoint.load_tokenizer(directory, config.vocab_size)  # before the weights: fails cheaply
+    # Before the weights: fails cheaply.
+    tokenizer = checkpoint.load_tokenizer(directory, config.vocab_size, slow=converter.slow_tokenizer)
     network = build_network(config, converter, weight_files).to(device=torch_device, dtype=torch_dtype)
     info = ModelInfo.of(config, name=name, family=converter.family, device=torch_device, dtype=torch_dtype)
     chat_template = bool(getattr(tokenizer, "chat_template", None))

@@ -40,6 +40,7 @@ class Seq2SeqConfig:
     # language codes), and this one last when the length limit is reached (BART, Marian); None: nothing.
     forced_bos_token_id: int | None = None
     forced_eos_token_id: int | None = None
+    shared_embeddings: bool = True  # one token embedding for both stacks in the checkpoint (its key map)
 
     def __post_init__(self) -> None:
         if self.encoder.causal or not self.decoder.causal:

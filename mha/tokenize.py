@@ -21,6 +21,7 @@ from mha.errors import (
     PairNotSupportedError,
     TokenIdOutOfRangeError,
 )
+from mha.slow_tokenize import encode_slow
 
 __all__ = ["Encoded", "TextEncoder", "display_segments", "is_byte_level"]
 
@@ -119,6 +120,8 @@ class TextEncoder:
         pad = tokenizer.pad_token_id
         # GPT-2 has no pad token; any id works since padded keys are masked and padded rows dropped.
         self.pad_id: int = pad if pad is not None else 0
+        # A Python SentencePiece tokenizer (Marian's) gives no offsets: mha.slow_tokenize rebuilds them.
+        self.fast = bool(getattr(tokenizer, "is_fast", False))
         # A fast tokenizer's truncation setting is shared state that each call may change: concurrent
         # calls from threads (the web service) must not interleave, or one gets the other's truncation.
         self._lock = threading.Lock()
@@ -165,6 +168,8 @@ class TextEncoder:
                 raise ChatPairError()
             # The rendered template writes its own special tokens: none are added.
             encoded = self._encode_template(self.chat_text(text), None, limit, special_tokens=False)
+        elif not self.fast:
+            encoded = self._encode_slow(text, text_pair, limit, target=field == "target")
         elif field == "target":
             encoded = self._encode_template(text, None, limit, target=True)
         elif self.pair_template or text_pair is None:
@@ -243,6 +248,18 @@ class TextEncoder:
         segments = display_segments(sources)
         return Encoded(
             ids, sources, segments, type_ids, special, offsets, word_ids, truncated, (text, text_pair)
+        )
+
+    def _encode_slow(self, text: str, text_pair: str | None, limit: int, *, target: bool) -> Encoded:
+        ids, sources, offsets, words, truncated = encode_slow(
+            self.tokenizer, text, text_pair, limit, target=target
+        )
+        special = [i in self.special_ids for i in ids]
+        word_ids = [None if sp else w for sp, w in zip(special, words, strict=True)]
+        segments = display_segments(sources)
+        zeros = [0] * len(ids)  # no slow tokenizer here gives token types
+        return Encoded(
+            ids, sources, segments, zeros, special, offsets, word_ids, truncated, (text, text_pair)
         )
 
     def _encode_concatenated(self, text: str, text_pair: str, limit: int) -> Encoded:

@@ -2,9 +2,11 @@
 
 Beside tests/checkpoints.py (the encoders and decoders), in a module of its own to keep each short. The
 tokenizers are trained here in milliseconds on a toy bilingual corpus: a Unigram wrapped in T5's
-tokenizer class, a byte-level BPE in BART's. Weights are drawn wide so that attention is sharp and
-varied, every norm weight and bias away from 1 and 0 (random init leaves them there, where a forgotten
-one would pass), and the stacks differ in depth so that encoder and decoder counts cannot be swapped.
+tokenizer class, a byte-level BPE in BART's, and for Marian two SentencePiece models (English for the
+source, German for the target, so that text_target's switch shows) under one id table. Weights are drawn
+wide so that attention is sharp and varied, every norm weight and bias away from 1 and 0 (random init
+leaves them there, where a forgotten one would pass), and the stacks differ in depth so that encoder and
+decoder counts cannot be swapped.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 import torch
 
-SEQ2SEQ_FAMILIES = ("t5", "t5_gated", "bart")
+SEQ2SEQ_FAMILIES = ("t5", "t5_gated", "bart", "marian")
 # d_kv differs from d_model / heads (as in T5 v1.1) and max distance is short, so the test texts reach
 # T5's logarithmic buckets and the shared last one.
 S_HIDDEN, S_HEADS, S_HEAD_DIM, S_FFN, S_ENC_LAYERS, S_DEC_LAYERS = 32, 4, 12, 48, 2, 3
@@ -132,6 +134,70 @@ def _bart(directory: Path) -> Any:
     return tf.BartForConditionalGeneration(config)
 
 
+def _marian_tokenizer(directory: Path) -> tuple[int, int]:
+    """Marian's files: source.spm and target.spm trained on each side of the corpus, vocab.json giving
+    </s> 0, <unk> 1, every piece of either, <pad> last. Returns (vocabulary size, pad id)."""
+    import sentencepiece as spm
+    from transformers import MarianTokenizer
+
+    sides = {
+        "source": ["The house is wonderful.", "The cat sat on the mat.", "Attention heads align words."],
+        "target": ["Das Haus ist wunderbar.", "Die Katze sass auf der Matte.", "Köpfe richten Wörter aus."],
+    }
+    work = directory / "spm"
+    work.mkdir(parents=True, exist_ok=True)
+    pieces: dict[str, None] = {}
+    for side, lines in sides.items():
+        (work / f"{side}.txt").write_text("\n".join(lines * 8), encoding="utf-8")
+        spm.SentencePieceTrainer.train(
+            input=str(work / f"{side}.txt"),
+            model_prefix=str(work / side),
+            vocab_size=60,
+            model_type="unigram",
+            character_coverage=1.0,
+            hard_vocab_limit=False,  # as many pieces as the few lines give, up to 60
+            minloglevel=2,
+        )
+        model = spm.SentencePieceProcessor(model_file=str(work / f"{side}.model"))
+        pieces.update(dict.fromkeys(model.id_to_piece(i) for i in range(model.get_piece_size())))
+    ordered = ["</s>", "<unk>", *(p for p in pieces if p not in ("<unk>", "<s>", "</s>")), "<pad>"]
+    vocab = {piece: i for i, piece in enumerate(ordered)}
+    (work / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    tokenizer = MarianTokenizer(
+        source_spm=str(work / "source.model"),
+        target_spm=str(work / "target.model"),
+        vocab=str(work / "vocab.json"),
+        model_max_length=S_MAX_POSITIONS,
+    )
+    tokenizer.save_pretrained(directory)
+    return len(vocab), vocab["<pad>"]
+
+
+def _marian(directory: Path) -> Any:
+    import transformers as tf
+
+    vocab, pad = _marian_tokenizer(directory)
+    config = tf.MarianConfig(
+        vocab_size=vocab,
+        decoder_vocab_size=vocab,
+        d_model=S_HIDDEN,
+        encoder_layers=S_ENC_LAYERS,
+        decoder_layers=S_DEC_LAYERS,
+        encoder_attention_heads=S_HEADS,
+        decoder_attention_heads=S_HEADS,
+        encoder_ffn_dim=S_FFN,
+        decoder_ffn_dim=S_FFN,
+        max_position_embeddings=S_MAX_POSITIONS,
+        activation_function="swish",  # opus-mt's
+        scale_embedding=True,
+        pad_token_id=pad,
+        decoder_start_token_id=pad,  # Marian starts decoding from its pad token
+        eos_token_id=0,
+        forced_eos_token_id=0,
+    )
+    return tf.MarianMTModel(config)
+
+
 def build_seq2seq_checkpoint(family: str, directory: Path, *, seed: int = 0) -> Path:
     """Write a tiny random `family` checkpoint (config, weights, tokenizer files) into `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -140,6 +206,8 @@ def build_seq2seq_checkpoint(family: str, directory: Path, *, seed: int = 0) -> 
         model = _t5(directory, gated=family == "t5_gated")
     elif family == "bart":
         model = _bart(directory)
+    elif family == "marian":
+        model = _marian(directory)
     else:
         raise ValueError(f"family ({family!r}) must be one of {SEQ2SEQ_FAMILIES}")
     _sharpen(model, seed)

@@ -38,7 +38,9 @@ CROSS = {
 }
 
 
-def seq2seq_config(cfg: Any, *, positions: str, **fields: Any) -> Seq2SeqConfig:
+def seq2seq_config(
+    cfg: Any, *, positions: str, shared_embeddings: bool = True, **fields: Any
+) -> Seq2SeqConfig:
     """BART's and Marian's config: their post-norm stacks, positions and `fields` as the family says."""
     encoder = TransformerConfig(
         vocab_size=cfg.vocab_size,
@@ -70,6 +72,7 @@ def seq2seq_config(cfg: Any, *, positions: str, **fields: Any) -> Seq2SeqConfig:
         encoder=encoder,
         decoder=decoder,
         decoder_start_token_id=cfg.decoder_start_token_id,
+        shared_embeddings=shared_embeddings,
         **forced_tokens(cfg),
     )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -55,6 +55,8 @@ class Converter:
     lm_head: str = "lm_head.weight"
     # the per-token bias BART and Marian add to the logits (read with the LM head)
     logits_bias: str | None = None
+    # the family's transformers tokenizer is a Python SentencePiece one (Marian): mha.slow_tokenize
+    slow_tokenizer: bool = False
 
 
 def activation_from_hf(name: str, *, family: str) -> str:
@@ -87,15 +89,23 @@ def base_config(cfg: Any, **family_fields: Any) -> TransformerConfig:
     )
 
 
-def forced_tokens(cfg: Any) -> dict[str, int | None]:
+class ForcedTokens(TypedDict):
+    forced_bos_token_id: int | None
+    forced_eos_token_id: int | None
+
+
+def forced_tokens(cfg: Any) -> ForcedTokens:
     """An encoder-decoder config's forced_bos_token_id and forced_eos_token_id (a list: its first)."""
-    forced: dict[str, int | None] = {}
-    for name in ("forced_bos_token_id", "forced_eos_token_id"):
-        value = getattr(cfg, name, None)
+
+    def first(value: Any) -> int | None:
         if isinstance(value, list | tuple):
             value = value[0] if value else None
-        forced[name] = value
-    return forced
+        return None if value is None else int(value)
+
+    return ForcedTokens(
+        forced_bos_token_id=first(getattr(cfg, "forced_bos_token_id", None)),
+        forced_eos_token_id=first(getattr(cfg, "forced_eos_token_id", None)),
+    )
 
 
 def layer_sources(

@@ -202,7 +202,7 @@ def test_target_on_a_model_without_a_decoder_reading_it(
 ) -> None:
     model = load_pretrained(build_checkpoint(family, tmp_path / family), device="cpu")
     assert model.info.architecture == architecture and model.info.decoder_layers is None
-    with pytest.raises(TargetNotSupportedError, match=f"is an? {architecture} model"):
+    with pytest.raises(TargetNotSupportedError, match=f"its architecture is '{architecture}'"):
         model.attend(SOURCE, target=TARGET)
 
 
@@ -219,3 +219,27 @@ def test_relative_buckets_are_t5s(bidirectional: bool, buckets: int, distance: i
         positions, bidirectional=bidirectional, num_buckets=buckets, max_distance=distance
     )
     assert torch.equal(ours, theirs)
+
+
+def test_slow_tokenizer_pieces_find_their_spans() -> None:
+    from mha.slow_tokenize import align_pieces
+
+    text = "Das  Haus ist wunderbar."
+    spans, words = align_pieces(text, ["▁Das", "▁Ha", "us", "▁ist", "▁w", "<unk>", "bar", "."])
+    assert [text[a:b] for a, b in spans] == ["Das", "Ha", "us", "ist", "w", "under", "bar", "."]
+    assert words == [0, 1, 1, 2, 3, 3, 3, 3]
+    # A piece the text does not spell (normalised: the ligature) gets what lies before the next piece.
+    spans, _ = align_pieces("ﬁne day", ["▁fi", "ne", "▁day"])
+    assert spans == [(0, 1), (1, 3), (4, 7)]
+    spans, _ = align_pieces("a ?", ["▁a", "▁<unk>"])  # nothing after it: an empty span
+    assert spans == [(0, 1), (1, 1)]
+
+
+def test_marian_source_offsets_spell_its_pieces(pairs: dict[str, Pair]) -> None:
+    result = pairs["marian"].ours.attend(SOURCE, target=TARGET)
+    for token, (start, end), special in zip(result.tokens, result.offsets, result.special, strict=True):
+        assert special or SOURCE[start:end] == token.replace("▁", ""), token
+    for token, (start, end), special in zip(
+        result.target_tokens, result.target_offsets, result.target_special, strict=True
+    ):
+        assert special or TARGET[start:end] == token.replace("▁", ""), token
