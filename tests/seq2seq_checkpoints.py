@@ -22,6 +22,17 @@ SEQ2SEQ_FAMILIES = ("t5", "t5_gated", "bart", "marian")
 # T5's logarithmic buckets and the shared last one.
 S_HIDDEN, S_HEADS, S_HEAD_DIM, S_FFN, S_ENC_LAYERS, S_DEC_LAYERS = 32, 4, 12, 48, 2, 3
 S_BUCKETS, S_MAX_DISTANCE, S_MAX_POSITIONS = 16, 20, 64
+# The shape BART and Marian configs are built with (the same names in both)
+BART_SHAPE = {
+    "d_model": S_HIDDEN,
+    "encoder_layers": S_ENC_LAYERS,
+    "decoder_layers": S_DEC_LAYERS,
+    "encoder_attention_heads": S_HEADS,
+    "decoder_attention_heads": S_HEADS,
+    "encoder_ffn_dim": S_FFN,
+    "decoder_ffn_dim": S_FFN,
+    "max_position_embeddings": S_MAX_POSITIONS,
+}
 CORPUS = [
     "The house is wonderful. Das Haus ist wunderbar.",
     "The cat sat on the mat. Die Katze sass auf der Matte.",
@@ -118,14 +129,7 @@ def _bart(directory: Path) -> Any:
     vocab = _bart_tokenizer(directory)
     config = tf.BartConfig(
         vocab_size=vocab + 3,
-        d_model=S_HIDDEN,
-        encoder_layers=S_ENC_LAYERS,
-        decoder_layers=S_DEC_LAYERS,
-        encoder_attention_heads=S_HEADS,
-        decoder_attention_heads=S_HEADS,
-        encoder_ffn_dim=S_FFN,
-        decoder_ffn_dim=S_FFN,
-        max_position_embeddings=S_MAX_POSITIONS,
+        **BART_SHAPE,
         scale_embedding=True,
         # BART's own defaults, spelled out: generation forces </s> into the last slot
         forced_eos_token_id=2,
@@ -180,14 +184,7 @@ def _marian(directory: Path) -> Any:
     config = tf.MarianConfig(
         vocab_size=vocab,
         decoder_vocab_size=vocab,
-        d_model=S_HIDDEN,
-        encoder_layers=S_ENC_LAYERS,
-        decoder_layers=S_DEC_LAYERS,
-        encoder_attention_heads=S_HEADS,
-        decoder_attention_heads=S_HEADS,
-        encoder_ffn_dim=S_FFN,
-        decoder_ffn_dim=S_FFN,
-        max_position_embeddings=S_MAX_POSITIONS,
+        **BART_SHAPE,
         activation_function="swish",  # opus-mt's
         scale_embedding=True,
         pad_token_id=pad,

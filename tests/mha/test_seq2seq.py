@@ -19,6 +19,7 @@ from seq2seq_checkpoints import (
     S_DEC_LAYERS,
     S_ENC_LAYERS,
     S_HEADS,
+    S_MAX_POSITIONS,
     SEQ2SEQ_FAMILIES,
     build_seq2seq_checkpoint,
 )
@@ -243,3 +244,41 @@ def test_marian_source_offsets_spell_its_pieces(pairs: dict[str, Pair]) -> None:
         result.target_tokens, result.target_offsets, result.target_special, strict=True
     ):
         assert special or TARGET[start:end] == token.replace("▁", ""), token
+
+
+def test_a_logit_bias_is_added_before_the_mask_on_every_path() -> None:
+    # float64: the paths differ in summation order only, by a few ulps of 1e-16; 1e-10 is that with room.
+    from mha import MultiHeadAttention
+
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(16, 4, bias=False, scale=1.0).double().eval()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    bias = torch.randn(1, 4, 5, 5, dtype=torch.float64)
+    keep = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]).bool().view(2, 1, 1, 5)
+    with torch.no_grad():
+        out, weights = attn(x, keep=keep, bias=bias)
+        fused, none = attn(x, keep=keep, bias=bias, need_weights=False)  # torch's kernel, a float mask
+        q, k, _ = attn.heads(x, x, x, True, None)
+    assert weights is not None and none is None
+    scores = (q @ k.transpose(-1, -2) + bias).masked_fill(~keep, float("-inf"))
+    torch.testing.assert_close(weights, scores.softmax(-1), atol=1e-10, rtol=0)
+    torch.testing.assert_close(fused, out, atol=1e-10, rtol=0)
+    # One sequence takes the copy-free path without a bias; with one it must not.
+    alone = attn(x[:1], bias=bias)[1]
+    assert alone is not None
+    torch.testing.assert_close(
+        alone, (q[:1] @ k[:1].transpose(-1, -2) + bias).softmax(-1), atol=1e-10, rtol=0
+    )
+
+
+def test_generation_stops_at_the_decoders_limit_and_can_be_cancelled(pairs: dict[str, Pair]) -> None:
+    from mha.errors import Cancelled
+
+    model = pairs["t5"].ours  # its random weights write one token over and over, never </s>
+    limit = model.info.decoder_max_tokens
+    result = model.attend(SOURCE, max_new_tokens=10 * S_MAX_POSITIONS, hidden_state=False)
+    assert result.m == limit and result.generated == limit - 1
+    assert result.hidden_state is None and result.decoder_hidden_state is None
+    calls = iter(range(100))
+    with pytest.raises(Cancelled):
+        model.attend(SOURCE, max_new_tokens=20, cancel=lambda: next(calls) > 12)
