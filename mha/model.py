@@ -1,6 +1,6 @@
 """Transformers built from our MultiHeadAttention: BERT-style encoders, GPT-2-style decoders and today's
 rotary decoders (Llama, Mistral, Qwen2, Qwen3, Gemma 2, Phi-3), each a TransformerConfig; the layers are
-mha.layers'.
+mha.layers'. An encoder-decoder's two stacks are Transformers too (mha.seq2seq).
 
 Shape legend: B batch, T tokens, E embed dim, H heads, L layers, F feed-forward width.
 """
