@@ -78,11 +78,16 @@ def _t5_tokenizer(directory: Path) -> int:
     return len(wrapped)
 
 
-def _t5(directory: Path, *, gated: bool) -> Any:
+def _t5(directory: Path, *, gated: bool, mt5: bool = False) -> Any:
     import transformers as tf
 
     vocab = _t5_tokenizer(directory)
-    config = tf.T5Config(
+    config_class, model_class = (
+        (tf.MT5Config, tf.MT5ForConditionalGeneration)
+        if mt5
+        else (tf.T5Config, tf.T5ForConditionalGeneration)
+    )
+    config = config_class(
         vocab_size=vocab + 3,  # a little past the tokenizer, as real checkpoints pad their embedding
         d_model=S_HIDDEN,
         d_kv=S_HEAD_DIM,
@@ -100,7 +105,7 @@ def _t5(directory: Path, *, gated: bool) -> Any:
         eos_token_id=1,
         n_positions=S_MAX_POSITIONS,
     )
-    return tf.T5ForConditionalGeneration(config)
+    return model_class(config)
 
 
 def _bart_tokenizer(directory: Path) -> int:
@@ -199,16 +204,17 @@ def build_seq2seq_checkpoint(family: str, directory: Path, *, seed: int = 0) -> 
     """Write a tiny random `family` checkpoint (config, weights, tokenizer files) into `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    if family in ("t5", "t5_gated"):
-        model = _t5(directory, gated=family == "t5_gated")
+    if family in ("t5", "t5_gated", "mt5"):
+        # mT5 is T5 v1.1 (gated, untied) under its own model_type and classes
+        model = _t5(directory, gated=family != "t5", mt5=family == "mt5")
     elif family == "bart":
         model = _bart(directory)
     elif family == "marian":
         model = _marian(directory)
     else:
-        raise ValueError(f"family ({family!r}) must be one of {SEQ2SEQ_FAMILIES}")
+        raise ValueError(f"family ({family!r}) must be one of {(*SEQ2SEQ_FAMILIES, 'mt5')}")
     _sharpen(model, seed)
-    if family == "t5_gated":
+    if family in ("t5_gated", "mt5"):
         with torch.no_grad():  # untied: a head of its own, unlike the embeddings
             model.lm_head.weight = torch.nn.Parameter(0.3 * torch.randn_like(model.shared.weight))
     model.save_pretrained(directory)

@@ -282,3 +282,50 @@ def test_generation_stops_at_the_decoders_limit_and_can_be_cancelled(pairs: dict
     calls = iter(range(100))
     with pytest.raises(Cancelled):
         model.attend(SOURCE, max_new_tokens=20, cancel=lambda: next(calls) > 12)
+
+
+def test_mt5_is_t5_under_its_own_model_type(tmp_path: Path) -> None:
+    pair = Pair("mt5", build_seq2seq_checkpoint("mt5", tmp_path / "mt5"))
+    assert pair.ours.info.family == "mt5" and pair.ours.config.decoder.mlp == "gated"
+    pair.check(pair.ours.attend(SOURCE, target=TARGET), SOURCE, TARGET)
+    assert pair.ours.attend(SOURCE, max_new_tokens=6).target_ids == pair.generate(SOURCE, 6)
+
+
+def test_a_padded_batch_matches_transformers(pair: Pair) -> None:
+    # The network alone, as a batch: padded sources (masked keys in the encoder and in cross-attention)
+    # and padded targets (masked in the decoder's own attention), against transformers fed the same masks.
+    sources, targets = ["Hi.", UNICODE], [UNICODE, "Das Haus."]
+    start = pair.theirs.config.decoder_start_token_id
+    encoded = [pair.tokenizer(s, text_target=t) for s, t in zip(sources, targets, strict=True)]
+    source_ids = [e["input_ids"] for e in encoded]
+    target_ids = [[start, *e["labels"]] for e in encoded]
+
+    def padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([r + [pair.tokenizer.pad_token_id] * (width - len(r)) for r in rows])
+        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+        return ids, mask
+
+    (ids, mask), (dec_ids, dec_mask) = padded(source_ids), padded(target_ids)
+    assert not mask.all() and not dec_mask.all(), "both sides must really be padded"
+    with torch.no_grad():
+        ours = pair.ours.network(ids, dec_ids, attention_mask=mask, decoder_attention_mask=dec_mask)
+        theirs = pair.theirs(
+            input_ids=ids,
+            attention_mask=mask,
+            decoder_input_ids=dec_ids,
+            decoder_attention_mask=dec_mask,
+            output_attentions=True,
+        )
+    for row, (n, m) in enumerate(zip(map(len, source_ids), map(len, target_ids), strict=True)):
+        kinds = (
+            (ours.encoder_attentions, theirs.encoder_attentions, n, n),
+            (ours.decoder_attentions, theirs.decoder_attentions, m, m),
+            (ours.cross_attentions, theirs.cross_attentions, m, n),
+        )
+        for mine, reference, rows, cols in kinds:
+            assert mine is not None
+            # Only real tokens' rows and keys; padding changes the summation order only: FORWARD.
+            expected = torch.stack(reference)[:, row, :, :rows, :cols]
+            torch.testing.assert_close(mine[:, row, :, :rows, :cols], expected, atol=FORWARD, rtol=0)
+            assert not mine[:, row, :, :rows, cols:].any(), "a real token attended to padding"
