@@ -307,8 +307,8 @@ def load_pretrained(
 
 
 def _with_generation_config(config: Seq2SeqConfig, directory: Path) -> Seq2SeqConfig:
-    """`config` with the forced first and last tokens of the checkpoint's generation_config.json, which
-    transformers' generate reads before config.json's."""
+    """`config` with the forced first and last tokens and the banned ones (one-token bad_words_ids) of
+    the checkpoint's generation_config.json, which transformers' generate reads before config.json's."""
     import json
 
     path = directory / "generation_config.json"
@@ -319,8 +319,12 @@ def _with_generation_config(config: Seq2SeqConfig, directory: Path) -> Seq2SeqCo
     if not isinstance(settings, dict):
         return config
     forced = forced_tokens(SimpleNamespace(**settings))
+    bad = settings.get("bad_words_ids") or []
+    # Only one-token entries: a banned sequence needs the history, which greedy_target does not track.
+    banned = tuple(int(w[0]) for w in bad if isinstance(w, list) and len(w) == 1 and isinstance(w[0], int))
     return replace(
         config,
+        banned_token_ids=banned or config.banned_token_ids,
         forced_bos_token_id=forced["forced_bos_token_id"]
         if "forced_bos_token_id" in settings
         else config.forced_bos_token_id,

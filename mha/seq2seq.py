@@ -41,6 +41,8 @@ class Seq2SeqConfig:
     forced_bos_token_id: int | None = None
     forced_eos_token_id: int | None = None
     shared_embeddings: bool = True  # one token embedding for both stacks in the checkpoint (its key map)
+    # generate's one-token bad_words_ids (Marian's opus-mt bans its pad token): never written
+    banned_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.encoder.causal or not self.decoder.causal:

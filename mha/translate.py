@@ -5,10 +5,10 @@ decoder_input_ids from labels (tokenizer(text_target=target), shifted right). Wi
 writes one first, as transformers' generate(do_sample=False, num_beams=1): the encoder runs once, then
 each step runs the decoder over the start token and what it wrote so far without attention weights (the
 fused kernel) and appends the argmax of the LM head (plus BART's and Marian's logits bias), honouring the
-checkpoint's forced first and last tokens, stopping after an end-of-sequence token, after max_new_tokens,
-or at the decoder's length limit. A final forward returns all three kinds of attention over the source
-and the whole target: target token i was chosen from decoder position i − 1, so decoder and cross
-attention row i − 1 are what the model looked at while writing it.
+checkpoint's forced first and last tokens and its banned ones, stopping after an end-of-sequence token,
+after max_new_tokens, or at the decoder's length limit. A final forward returns all three kinds of
+attention over the source and the whole target: target token i was chosen from decoder position i − 1,
+so decoder and cross attention row i − 1 are what the model looked at while writing it.
 """
 
 from __future__ import annotations
@@ -67,6 +67,10 @@ def greedy_target(
         logits = hidden[0, -1] @ weight.T  # (V,)
         if bias is not None:
             logits = logits + bias
+        if config.banned_token_ids:
+            logits = logits.index_fill(
+                0, torch.tensor(config.banned_token_ids, device=logits.device), -torch.inf
+            )
         token = int(torch.argmax(logits))
         if len(ids) == 1 and config.forced_bos_token_id is not None:
             token = config.forced_bos_token_id

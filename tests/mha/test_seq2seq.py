@@ -329,3 +329,25 @@ def test_a_padded_batch_matches_transformers(pair: Pair) -> None:
             expected = torch.stack(reference)[:, row, :, :rows, :cols]
             torch.testing.assert_close(mine[:, row, :, :rows, :cols], expected, atol=FORWARD, rtol=0)
             assert not mine[:, row, :, :rows, cols:].any(), "a real token attended to padding"
+
+
+def test_generation_config_bans_and_forces_as_generate_does(pairs: dict[str, Pair], tmp_path: Path) -> None:
+    # opus-mt's generation_config.json bans its pad token (bad_words_ids); here the token the model
+    # writes first is banned, and the last slot forced to another, and both models must agree.
+    import json
+    import shutil
+
+    source = pairs["marian"]
+    first = source.ours.attend(SOURCE, max_new_tokens=4).target_ids[1]
+    directory = tmp_path / "marian"
+    shutil.copytree(source.directory, directory)
+    settings_path = directory / "generation_config.json"
+    settings = json.loads(settings_path.read_text()) if settings_path.is_file() else {}
+    forced = next(i for i in range(4, 20) if i != first)
+    settings.update(bad_words_ids=[[first]], forced_eos_token_id=forced)
+    settings_path.write_text(json.dumps(settings))
+    pair = Pair("marian", directory)
+    assert pair.ours.config.banned_token_ids == (first,)
+    written = pair.ours.attend(SOURCE, max_new_tokens=4).target_ids
+    assert first not in written[1:] and written[-1] == forced
+    assert written == pair.generate(SOURCE, 4)
