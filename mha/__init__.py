@@ -1,4 +1,5 @@
-"""mha: our MultiHeadAttention, a small transformer built from it, and pretrained weights.
+"""mha: our MultiHeadAttention, the transformers built from it (encoders, decoders, encoder-decoders), and
+pretrained weights.
 
 Pure PyTorch; never imports the web app.
 """
@@ -9,6 +10,7 @@ from mha.errors import (
     CheckpointNotFoundError,
     EmptyInputError,
     InputError,
+    TargetNotSupportedError,
     TokenizerNotFoundError,
     UnsupportedCheckpointError,
 )
@@ -19,6 +21,7 @@ from mha.pretrained import (
     AttentionModel,
     AttentionResult,
     ModelInfo,
+    Seq2SeqResult,
     check_checkpoint,
     load_pretrained,
     random_model,
@@ -35,6 +38,8 @@ __all__ = [
     "InputError",
     "ModelInfo",
     "MultiHeadAttention",
+    "Seq2SeqResult",
+    "TargetNotSupportedError",
     "TokenizerNotFoundError",
     "Transformer",
     "TransformerConfig",

@@ -151,6 +151,7 @@ def attention_weights(
     scale: float,
     softcap: float | None = None,
     out: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """softmax(q k^T * scale, masked by `keep`) over the keys: the one place scores become weights.
 
@@ -160,13 +161,20 @@ def attention_weights(
     per group at the top; rotary embeddings and sliding windows act before the call (on q and k, and in
     `build_keep_mask`). A query row whose keys are all masked gets zero weights, never NaN. Without
     autograd the weights are written into `out` if given (a contiguous (..., T, S) slice of a model's
-    stacked buffer), else over the scores: no extra pass.
+    stacked buffer), else over the scores: no extra pass. `bias`, broadcastable to (..., T, S), is added to
+    the scores before the mask: T5's relative position bias (mha.relative).
     """
-    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
-    if not grad and softcap is None and keep is not None and keep.shape[:-2].numel() == 1:
+    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or _needs_grad(bias))
+    if bias is None and not grad and softcap is None and keep is not None and keep.shape[:-2].numel() == 1:
         return _biased_weights(q, k, keep, scale=scale, out=out)
     scores = attention_scores(q, k, scale=scale, softcap=softcap, out=None if grad else out)
+    if bias is not None:
+        scores = scores + bias if grad else scores.add_(bias)
     return masked_softmax(scores, keep, out=None if grad else out)
+
+
+def _needs_grad(t: torch.Tensor | None) -> bool:
+    return t is not None and t.requires_grad
 
 
 def attention_scores(
@@ -245,8 +253,9 @@ def scaled_dot_product_attention(
     softcap: float | None = None,
     need_weights: bool = True,
     weights_out: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """softmax(q k^T * scale, masked) v for q (B, H, T, D), k (B, H, S, D), v (B, H, S, Dv).
+    """softmax(q k^T * scale + bias, masked) v for q (B, H, T, D), k (B, H, S, D), v (B, H, S, Dv).
 
     Returns (output (B, H, T, Dv), weights (B, H, T, S) or None when need_weights is False). A query row
     whose keys are all masked gives zero weights and a zero output, never NaN. `weights_out`, if given,
@@ -255,14 +264,19 @@ def scaled_dot_product_attention(
     """
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
     if not need_weights and softcap is None:
-        # torch's fused kernel: no (B, H, T, S) weights kept. It has no soft-cap, hence the condition.
+        # torch's fused kernel: no (B, H, T, S) weights kept. It has no soft-cap, hence the condition. A
+        # bias goes in as a float mask, the masked keys at the dtype's lowest value as in masked_softmax.
+        attn_mask = keep_mask
+        if bias is not None:
+            low = torch.finfo(bias.dtype).min
+            attn_mask = bias if keep_mask is None else torch.where(keep_mask, bias, low)
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=keep_mask, dropout_p=dropout_p if training else 0.0, scale=scale
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p if training else 0.0, scale=scale
         )
         empty = empty_rows(keep_mask)
         return (out if empty is None else out.masked_fill(empty, 0.0)), None
 
-    weights = attention_weights(q, k, keep_mask, scale=scale, softcap=softcap, out=weights_out)
+    weights = attention_weights(q, k, keep_mask, scale=scale, softcap=softcap, out=weights_out, bias=bias)
     if training and dropout_p > 0:
         # As torch.nn.MultiheadAttention: the weights returned are the ones the values were mixed with.
         weights = F.dropout(weights, p=dropout_p, training=True)

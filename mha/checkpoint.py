@@ -42,6 +42,7 @@ TOKENIZER_VOCABULARIES = (
     ("tokenizer.model",),  # SentencePiece, under its usual names
     ("spiece.model",),
     ("sentencepiece.bpe.model",),
+    ("source.spm", "target.spm", "vocab.json"),  # Marian: SentencePiece models and its own id table
 )
 
 
@@ -222,8 +223,9 @@ def load_weights(files: list[Path]) -> dict[str, torch.Tensor]:
     return weights
 
 
-def load_tokenizer(directory: Path, vocab_size: int) -> Any:
-    """The checkpoint's own fast tokenizer; refuses a stand-in far smaller than the model's vocabulary."""
+def load_tokenizer(directory: Path, vocab_size: int, *, slow: bool = False) -> Any:
+    """The checkpoint's own fast tokenizer (or, `slow`, the Python SentencePiece one of a family that has
+    no other: Marian); refuses a stand-in far smaller than the model's vocabulary."""
     from transformers import AutoTokenizer
 
     try:
@@ -231,7 +233,7 @@ def load_tokenizer(directory: Path, vocab_size: int) -> Any:
     except Exception as exc:  # transformers raises ValueError, OSError, KeyError... for broken files
         message = f"the tokenizer files in {directory} could not be loaded: {exc}"
         raise TokenizerNotFoundError(message) from exc
-    if not getattr(tokenizer, "is_fast", False):
+    if not (slow or getattr(tokenizer, "is_fast", False)):
         raise UnsupportedCheckpointError(
             f"the tokenizer in {directory} is not a fast tokenizer, which character offsets need"
         )

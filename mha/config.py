@@ -7,11 +7,14 @@ from dataclasses import dataclass
 
 from mha.rope import Rope
 
-__all__ = ["ACTIVATIONS", "ARCHITECTURES", "TransformerConfig"]
+__all__ = ["ACTIVATIONS", "ARCHITECTURES", "POSITIONS", "TransformerConfig"]
 
 # The activations mha.layers implements ("gelu_tanh" is GPT-2's gelu_new, "silu" Llama's)
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 ARCHITECTURES = ("encoder", "decoder")
+# "learned": a position table; "rotary": q and k rotated (mha.rope); "relative": T5's bucketed bias on the
+# logits (mha.relative); "sinusoidal": Marian's fixed sin/cos table, computed, never loaded
+POSITIONS = ("learned", "rotary", "relative", "sinusoidal")
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,7 @@ class TransformerConfig:
     # -- what today's decoders change (the defaults are BERT's and GPT-2's) --
     num_kv_heads: int | None = None  # grouped-query heads: H_kv dividing H (None: H)
     head_dim: int | None = None  # None: E // H
-    positions: str = "learned"  # "learned" (a position table) or "rotary" (q and k rotated by `rope`)
+    positions: str = "learned"  # one of POSITIONS
     rope: Rope | None = None
     norm: str = "layer"  # "layer" (LayerNorm) or "rms" (RMSNorm)
     norm_offset: float = 0.0  # Gemma's RMSNorm scales by (1 + w)
@@ -49,6 +52,11 @@ class TransformerConfig:
     sandwich_norm: bool = False  # Gemma 2's norms after the attention and the feed-forward too
     sliding_window: int | None = None  # keys j > i - W, on the layers `window_layers` names
     window_layers: tuple[int, ...] = ()
+    # -- what the encoder-decoder families change (mha.seq2seq) --
+    pre_norm: bool | None = None  # None: the architecture's (pre-norm decoder, post-norm encoder); T5 and
+    # BART set it against that. A pre-norm stack ends in a final norm.
+    relative_buckets: int = 32  # T5's relative_attention_num_buckets
+    relative_max_distance: int = 128  # T5's relative_attention_max_distance
 
     def __post_init__(self) -> None:
         for field in ("vocab_size", "max_positions", "embed_dim", "num_heads", "num_layers", "ffn_dim"):
@@ -65,7 +73,7 @@ class TransformerConfig:
         if self.architecture not in ARCHITECTURES:
             raise ValueError(f"architecture ({self.architecture!r}) must be one of {ARCHITECTURES}")
         for field, allowed in (
-            ("positions", ("learned", "rotary")),
+            ("positions", POSITIONS),
             ("norm", ("layer", "rms")),
             ("mlp", ("plain", "gated")),
         ):
@@ -73,6 +81,11 @@ class TransformerConfig:
                 raise ValueError(f"{field} ({getattr(self, field)!r}) must be one of {allowed}")
         if (self.positions == "rotary") != (self.rope is not None):
             raise ValueError("rotary positions need a rope, and a rope needs positions='rotary'")
+        if self.relative_buckets <= 0 or self.relative_max_distance <= 0:
+            raise ValueError(
+                f"relative_buckets ({self.relative_buckets}) and relative_max_distance "
+                f"({self.relative_max_distance}) must be positive"
+            )
         if self.window_layers and self.sliding_window is None:
             raise ValueError("window_layers name layers but sliding_window is None")
         if any(not 0 <= i < self.num_layers for i in self.window_layers):
@@ -85,6 +98,12 @@ class TransformerConfig:
     @property
     def causal(self) -> bool:
         return self.architecture == "decoder"
+
+    @property
+    def is_pre_norm(self) -> bool:
+        """Each sub-layer reads norm(x) and the stack ends in a final norm (GPT-2, Llama, T5), rather than
+        norm(x + sub-layer(x)) (BERT, BART, Marian)."""
+        return self.causal if self.pre_norm is None else self.pre_norm
 
     @property
     def max_tokens(self) -> int:

@@ -33,6 +33,7 @@ __all__ = [
     "PairNotSupportedError",
     "QueriesOutOfRangeError",
     "ShapeMismatchError",
+    "TargetNotSupportedError",
     "TokenIdOutOfRangeError",
     "TokenizerNotFoundError",
     "UnsupportedCheckpointError",
@@ -182,6 +183,20 @@ class NotCausalError(InputError):
 
     def __init__(self, model: str) -> None:
         super().__init__(model=model)
+
+
+class TargetNotSupportedError(InputError):
+    """A target text was given to a model that is not an encoder-decoder: nothing reads it."""
+
+    template = (
+        "{model!r} is not an encoder-decoder (its architecture is {architecture!r}): a target text needs "
+        "an encoder-decoder model (T5, BART, Marian), whose decoder reads it"
+    )
+    model: str
+    architecture: str
+
+    def __init__(self, model: str, architecture: str) -> None:
+        super().__init__(model=model, architecture=architecture)
 
 
 class FlowTooLongError(InputError):

@@ -1,11 +1,13 @@
 """The pieces a Transformer is built from, each chosen by its TransformerConfig (mha.model).
 
-- Embeddings: token, plus learned positions (BERT, GPT-2) or none (rotary families rotate q and k
-  instead), token types where the family has them, Gemma's sqrt(E) scale, BERT's LayerNorm.
+- Embeddings: token, plus learned positions (BERT, GPT-2, BART), Marian's sinusoidal table, or none
+  (rotary families rotate q and k instead, T5 biases the logits), token types where the family has them,
+  a sqrt(E) scale (Gemma, Marian, some BART), a LayerNorm (BERT, BART).
 - FeedForward: fc_out(act(fc_in(x))) (BERT, GPT-2), or gated, down(act(gate(x)) · up(x)) (Llama's SwiGLU,
   Gemma's GeGLU), gate and up in one fused matmul as Phi-3 stores them.
-- Block: post-norm (BERT), pre-norm (GPT-2, Llama) or Gemma 2's sandwich (pre- and post-norm around both
-  the attention and the feed-forward); LayerNorm or RMSNorm.
+- Block: post-norm (BERT, BART), pre-norm (GPT-2, Llama, T5) or Gemma 2's sandwich (pre- and post-norm
+  around both the attention and the feed-forward); LayerNorm or RMSNorm. `Block.residual` is the wiring
+  alone, which mha.seq2seq's decoder block reuses for its cross-attention.
 
 Shape legend: B batch, T tokens, E embed dim, F feed-forward width.
 """
@@ -23,7 +25,7 @@ from mha.config import ACTIVATIONS, TransformerConfig
 from mha.multihead import MultiHeadAttention
 from mha.norm import RMSNorm
 
-__all__ = ["ACTIVATIONS", "Block", "Embeddings", "FeedForward", "make_norm"]
+__all__ = ["ACTIVATIONS", "Block", "Embeddings", "FeedForward", "make_norm", "sinusoidal_positions"]
 
 # name -> function, for each name mha.config.ACTIVATIONS lets a config name
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -43,6 +45,15 @@ def make_norm(config: TransformerConfig) -> nn.Module:
     return nn.LayerNorm(config.embed_dim, eps=config.layer_norm_eps)
 
 
+def sinusoidal_positions(position_ids: torch.Tensor, dim: int) -> torch.Tensor:
+    """(..., dim) float32 rows of Marian's table: sin(p / 10000^(2i/dim)) in the first half, the cosines
+    in the second (not interleaved), in float64 then rounded once, as transformers builds its table."""
+    exponents = torch.arange(0, dim, 2, dtype=torch.float64, device=position_ids.device) / dim  # 2i / dim
+    # (..., ceil(dim / 2)): position / 10000^(2i / dim), divided as transformers' numpy table does
+    angles = position_ids.to(torch.float64).unsqueeze(-1) / torch.pow(10000.0, exponents)
+    return torch.cat([angles.sin(), angles[..., : dim // 2].cos()], dim=-1).float()
+
+
 class Embeddings(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
@@ -56,6 +67,7 @@ class Embeddings(nn.Module):
         self.norm = (
             nn.LayerNorm(config.embed_dim, eps=config.layer_norm_eps) if config.embedding_norm else None
         )
+        self.sinusoidal = config.positions == "sinusoidal"
         self.scale = config.embed_scale
         self.dropout = nn.Dropout(config.dropout)
 
@@ -68,6 +80,8 @@ class Embeddings(nn.Module):
             x = x * torch.tensor(self.scale, dtype=x.dtype)
         if self.position is not None:
             x = x + self.position(position_ids)
+        elif self.sinusoidal:
+            x = x + sinusoidal_positions(position_ids, x.shape[-1]).to(x.dtype)
         if self.segment is not None:
             # Absent segment ids mean segment 0, as in Hugging Face's BERT and RoBERTa.
             x = x + (self.segment(segment_ids) if segment_ids is not None else self.segment.weight[0])
@@ -100,7 +114,7 @@ class Block(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.pre_norm = config.architecture == "decoder"
+        self.pre_norm = config.is_pre_norm
         self.attn = MultiHeadAttention(
             config.embed_dim,
             config.num_heads,
@@ -130,29 +144,39 @@ class Block(nn.Module):
         need_weights: bool,
         weights_out: torch.Tensor | None,
         attention: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        bias: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`attention`, if given, stands in for self.attn on the sub-layer's input and returns its output
         (B, T, E), no weights: how mha.trace runs a long input's attention in row blocks through the
-        same residual and norm wiring."""
+        same residual and norm wiring. `bias` is added to the logits (T5's relative positions)."""
 
         def attend(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
             if attention is not None:
                 return attention(h), None
-            return self.attn(h, keep=keep, rotary=rotary, need_weights=need_weights, weights_out=weights_out)
+            return self.attn(
+                h, keep=keep, rotary=rotary, need_weights=need_weights, weights_out=weights_out, bias=bias
+            )
 
+        x, weights = self.residual(x, attend, self.attn_norm, self.attn_post_norm)
+        x, _ = self.residual(x, lambda h: (self.ffn(h), None), self.ffn_norm, self.ffn_post_norm)
+        return x, weights
+
+    def residual(
+        self,
+        x: torch.Tensor,
+        sublayer: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]],
+        norm: nn.Module,
+        post_norm: nn.Module | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One sub-layer with its residual: post-norm norm(x + f(x)), or pre-norm x + f(norm(x)) (Gemma 2:
+        x + post_norm(f(norm(x)))); f's weights (or None) pass through."""
         if not self.pre_norm:
-            attn, weights = attend(x)
-            x = self.attn_norm(x + self.dropout(attn))
-            x = self.ffn_norm(x + self.dropout(self.ffn(x)))
-            return x, weights
-        attn, weights = attend(self.attn_norm(x))
-        if self.attn_post_norm is not None:
-            attn = self.attn_post_norm(attn)
-        x = x + self.dropout(attn)
-        ffn = self.ffn(self.ffn_norm(x))
-        if self.ffn_post_norm is not None:
-            ffn = self.ffn_post_norm(ffn)
-        return x + self.dropout(ffn), weights
+            out, weights = sublayer(x)
+            return norm(x + self.dropout(out)), weights
+        out, weights = sublayer(norm(x))
+        if post_norm is not None:
+            out = post_norm(out)
+        return x + self.dropout(out), weights
 
     def attention_weights(
         self,

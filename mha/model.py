@@ -1,6 +1,6 @@
 """Transformers built from our MultiHeadAttention: BERT-style encoders, GPT-2-style decoders and today's
 rotary decoders (Llama, Mistral, Qwen2, Qwen3, Gemma 2, Phi-3), each a TransformerConfig; the layers are
-mha.layers'.
+mha.layers'. An encoder-decoder's two stacks are Transformers too (mha.seq2seq).
 
 Shape legend: B batch, T tokens, E embed dim, H heads, L layers, F feed-forward width.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import cast
 
 import torch
@@ -19,6 +20,7 @@ from mha.attention import build_keep_mask
 from mha.config import ACTIVATIONS, ARCHITECTURES, TransformerConfig
 from mha.errors import Cancelled
 from mha.layers import Block, Embeddings, make_norm
+from mha.relative import RelativePositionBias
 
 __all__ = ["ACTIVATIONS", "ARCHITECTURES", "Transformer", "TransformerConfig", "TransformerOutput"]
 
@@ -32,12 +34,28 @@ class TransformerOutput:
 class Transformer(nn.Module):
     """Embeddings, L blocks and (decoder only) a final norm -> hidden states and all attentions."""
 
-    def __init__(self, config: TransformerConfig) -> None:
+    def __init__(self, config: TransformerConfig, *, block: Callable[[], Block] | None = None) -> None:
+        """`block` makes each layer (mha.seq2seq's decoder blocks, with cross-attention): Block(config)."""
         super().__init__()
         self.config = config
         self.embeddings = Embeddings(config)
-        self.layers = nn.ModuleList(Block(config) for _ in range(config.num_layers))
-        self.final_norm = make_norm(config) if config.causal else None
+        self.layers = nn.ModuleList((block or partial(Block, config))() for _ in range(config.num_layers))
+        self.final_norm = make_norm(config) if config.is_pre_norm else None
+        # T5: the first layer's table, whose bias every layer adds (mha.relative).
+        self.relative_bias = (
+            RelativePositionBias(
+                config.num_heads,
+                num_buckets=config.relative_buckets,
+                max_distance=config.relative_max_distance,
+                bidirectional=not config.causal,
+            )
+            if config.positions == "relative"
+            else None
+        )
+
+    def position_bias(self, length: int) -> torch.Tensor | None:
+        """The logit bias (1, H, T, T) every layer adds (T5's relative positions), or None."""
+        return None if self.relative_bias is None else self.relative_bias(length, length)
 
     def position_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         """(B, T) positions: 0..T-1, or RoBERTa's count of non-pad tokens offset past padding_idx."""
@@ -115,6 +133,7 @@ class Transformer(nn.Module):
             self._keep_mask(input_ids, attention_mask, window=cfg.sliding_window) if windowed else None
         )
         rotary = self.rotary(position_ids, x.dtype)
+        bias = self.position_bias(length)
 
         buffer = None
         if need_weights and not torch.is_grad_enabled():
@@ -127,10 +146,12 @@ class Transformer(nn.Module):
                 raise Cancelled(f"forward cancelled before layer {i} of {len(self.layers)}")
             out = None if buffer is None else buffer[i]
             layer_keep = window_keep if i in windowed else keep
-            if i == last and not need_hidden:
+            if i == last and not need_hidden and bias is None:
                 layer_weights.append(layer.attention_weights(x, layer_keep, rotary=rotary, weights_out=out))
                 break
-            x, weights = layer(x, layer_keep, rotary=rotary, need_weights=need_weights, weights_out=out)
+            x, weights = layer(
+                x, layer_keep, rotary=rotary, need_weights=need_weights, weights_out=out, bias=bias
+            )
             if weights is not None:
                 layer_weights.append(weights)
         attentions = buffer if buffer is not None else torch.stack(layer_weights) if layer_weights else None

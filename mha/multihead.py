@@ -135,6 +135,7 @@ class MultiHeadAttention(nn.Module):
         rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
         need_weights: bool = True,
         weights_out: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from `query` (B, T, E) to `key` (B, S, kdim), `value` (B, S, vdim); omitted: self-attention.
 
@@ -145,14 +146,18 @@ class MultiHeadAttention(nn.Module):
         keep: instead of those three, the bool (B|1, H|1, T, S) mask `build_keep_mask` returns: a model
         builds it once for all its layers, and no layer normalises it again.
         rotary: (cos, sin), each (B|1, T, rotary dim), rotating q and k (mha.rope; self-attention only).
+        bias: added to the logits, broadcastable to (B, H, T, S): T5's relative position bias.
         """
         key, value = self._check_inputs(query, key, value)
         self_attention = key is query and value is query
         keep = self._keep_mask(query, key, mask=mask, valid_lens=valid_lens, causal=causal, keep=keep)
-        if need_weights and rotary is None and self._single_sequence(query, self_attention):
+        plain = rotary is None and bias is None
+        if need_weights and plain and self._single_sequence(query, self_attention):
             return self._single_self_attention(query, keep, weights_out)
 
         q, k, v = self.heads(query, key, value, self_attention, rotary)
+        if bias is not None and self.num_kv_heads != self.num_heads:
+            raise ValueError("a logit bias is not supported with grouped-query heads")
         if self.num_kv_heads != self.num_heads:
             out, weights = self._grouped(q, k, v, keep, need_weights=need_weights, weights_out=weights_out)
         else:
@@ -167,6 +172,7 @@ class MultiHeadAttention(nn.Module):
                 softcap=self.softcap,
                 need_weights=need_weights,
                 weights_out=weights_out,
+                bias=bias,
             )
         out = out.transpose(1, 2).reshape(query.shape[0], query.shape[1], self.widths[0])  # (B, T, H·D)
         return self.out_proj(out), weights

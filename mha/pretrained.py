@@ -12,16 +12,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import torch
 
-from mha import checkpoint, continuation
+from mha import checkpoint, continuation, translate
 from mha.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint, default_model_path, resolve_device
 from mha.convert import Converter, convert_state_dict
-from mha.errors import MaxTokensError, NotCausalError
+from mha.convert.base import NetworkConfig, forced_tokens
+from mha.convert.base import build_network as make_network
+from mha.errors import MaxTokensError, NotCausalError, TargetNotSupportedError
 from mha.model import Transformer, TransformerConfig
-from mha.result import AttentionResult, ModelInfo
+from mha.result import AttentionResult, ModelInfo, Seq2SeqResult
+from mha.seq2seq import EncoderDecoder, Seq2SeqConfig
 from mha.tokenize import TextEncoder, is_byte_level
 from mha.trace import OVERVIEW_SIZE, Trace
 
@@ -30,6 +34,7 @@ __all__ = [
     "AttentionModel",
     "AttentionResult",
     "ModelInfo",
+    "Seq2SeqResult",
     "build_network",
     "check_checkpoint",
     "default_model_path",
@@ -42,26 +47,30 @@ logger = logging.getLogger(__name__)
 
 
 class AttentionModel:
-    """A loaded model: our Transformer, the checkpoint's tokenizer, the device, and `attend`."""
+    """A loaded model: our Transformer (or EncoderDecoder), the checkpoint's tokenizer, the device, and
+    `attend`."""
 
     def __init__(
         self,
-        network: Transformer,
+        network: Transformer | EncoderDecoder,
         tokenizer: Any,
         *,
         info: ModelInfo,
         pair_template: bool = True,
         lm_head: Callable[[], torch.Tensor] | None = None,
         eos_ids: Sequence[int] = (),
+        logits_bias: Callable[[], torch.Tensor | None] | None = None,
     ) -> None:
-        self.network = network.eval()
+        self.network: Any = network.eval()  # Any: continuation and trace take a Transformer, translate not
         self.tokenizer = tokenizer
         self.info = info
         self.pair_template = pair_template
-        # The LM head's weight [V, E], read on first use (only continuing a prompt needs it); None: an
-        # encoder, which cannot continue text.
+        # The LM head's weight [V, E], read on first use (only writing text needs it); None: an encoder,
+        # which cannot write. `logits_bias` [V] likewise (BART, Marian).
         self._lm_head_loader = lm_head
         self._lm_head: torch.Tensor | None = None
+        self._logits_bias_loader = logits_bias
+        self._logits_bias: torch.Tensor | None = None
         self.eos_ids = frozenset(int(i) for i in eos_ids)
         self.device = next(network.parameters()).device
         config = network.config
@@ -73,8 +82,9 @@ class AttentionModel:
         )
 
     @property
-    def config(self) -> TransformerConfig:
-        return self.network.config
+    def config(self) -> NetworkConfig:
+        config: NetworkConfig = self.network.config
+        return config
 
     def __repr__(self) -> str:
         return f"AttentionModel({self.info})"
@@ -94,12 +104,18 @@ class AttentionModel:
         text_pair: str | None = None,
         *,
         max_tokens: int | None = None,
+        target: str | None = None,
         hidden_state: bool = True,
-        max_new_tokens: int = 0,
+        max_new_tokens: int | None = None,
         chat: bool = False,
         cancel: Callable[[], bool] | None = None,
     ) -> AttentionResult:
         """Every layer's and head's attention for one text (or pair); attentions [L, H, n, n].
+
+        An encoder-decoder (info.architecture "encoder-decoder") returns a Seq2SeqResult (mha.translate):
+        the decoder reads `target` (forced decoding), or with target None writes one greedily first, up
+        to max_new_tokens (None: translate.DEFAULT_NEW_TOKENS); a target to any other model raises
+        TargetNotSupportedError.
 
         hidden_state=False leaves `result.hidden_state` None and skips the work no attention depends on
         (the last layer's value path, output projection and feed-forward): what the service does.
@@ -109,6 +125,20 @@ class AttentionModel:
         chat=True puts the text in the tokenizer's chat template as the user's turn, the assistant's turn
         opened (apply_chat_template(add_generation_prompt=True)); `result.texts[0]` is the rendered string.
         """
+        if self.info.seq2seq:
+            return translate.attend_seq2seq(
+                self,
+                text,
+                text_pair,
+                target=target,
+                max_new_tokens=max_new_tokens,
+                limit=self._max_tokens(max_tokens),
+                hidden_state=hidden_state,
+                cancel=cancel,
+                chat=chat,
+            )
+        if target is not None:
+            raise TargetNotSupportedError(self.info.name, self.info.architecture)
         if max_new_tokens:
             return continuation.attend_continued(
                 self,
@@ -136,6 +166,8 @@ class AttentionModel:
     ) -> Trace:
         """One forward of a long input that keeps what any window of any head needs (mha.trace), never
         every head's [n, n]; the overview at `overview_size` is pooled on the way (None: none)."""
+        if self.info.seq2seq:
+            raise NotImplementedError("a trace of an encoder-decoder is not supported: use attend")
         limit = self._max_tokens(max_tokens)
         encoded = self.encoder.encode_batch([(text, text_pair)], limit, chat=chat)[0]
         tokens = self.tokenizer.convert_ids_to_tokens(encoded.ids)
@@ -144,11 +176,21 @@ class AttentionModel:
     def lm_head(self) -> torch.Tensor:
         """The LM head's weight [V, E] on the model's device, read once; NotCausalError for an encoder."""
         if self._lm_head is None:
-            if self._lm_head_loader is None or not self.info.causal:
+            if self._lm_head_loader is None or not (self.info.causal or self.info.seq2seq):
                 raise NotCausalError(self.info.name)
             weight = self._lm_head_loader()
             self._lm_head = weight.to(device=self.device, dtype=next(self.network.parameters()).dtype)
         return self._lm_head
+
+    def logits_bias(self) -> torch.Tensor | None:
+        """The per-token bias [V] BART and Marian add to the logits, read once; None where there is none."""
+        if self._logits_bias is None and self._logits_bias_loader is not None:
+            bias = self._logits_bias_loader()
+            if bias is None:
+                self._logits_bias_loader = None  # absent from the checkpoint: not looked up again
+                return None
+            self._logits_bias = bias.reshape(-1).to(self.device, next(self.network.parameters()).dtype)
+        return self._logits_bias
 
     def attend_batch(
         self,
@@ -163,6 +205,12 @@ class AttentionModel:
         `cancel` is checked between layers (see `Transformer.forward`)."""
         if not items:
             return []
+        if self.info.seq2seq:  # each source translated on its own (generation is one sequence at a time)
+            pairs = [(i, None) if isinstance(i, str) else i for i in items]
+            return [
+                self.attend(text, pair, max_tokens=max_tokens, hidden_state=hidden_state, cancel=cancel)
+                for text, pair in pairs
+            ]
         limit = self._max_tokens(max_tokens)
         pairs = [(i, None) if isinstance(i, str) else i for i in items]
         encoded = self.encoder.encode_batch(pairs, limit, chat=chat)
@@ -208,7 +256,8 @@ def load_pretrained(
     dtype: str | torch.dtype | None = None,
     name: str | None = None,
 ) -> AttentionModel:
-    """A Hugging Face checkpoint directory (BERT, RoBERTa, DistilBERT, GPT-2) in our layers.
+    """A Hugging Face checkpoint directory (an encoder, a decoder, or an encoder-decoder of
+    mha.convert.CONVERTERS) in our layers.
 
     path None or "all-MiniLM-L6-v2" is the embedded default. A path that is not a directory is taken as a
     hub id and fetched only then (needs the network). The tokenizer comes from the checkpoint's own files.
@@ -227,14 +276,22 @@ def load_pretrained(
     _, converter, weight_files = checkpoint.check_directory(directory)
     hf_config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
     config = converter.config_from_hf(hf_config)
-    tokenizer = checkpoint.load_tokenizer(directory, config.vocab_size)  # before the weights: fails cheaply
+    if isinstance(config, Seq2SeqConfig):
+        config = _with_generation_config(config, directory)
+    # Before the weights: fails cheaply.
+    tokenizer = checkpoint.load_tokenizer(directory, config.vocab_size, slow=converter.slow_tokenizer)
     network = build_network(config, converter, weight_files).to(device=torch_device, dtype=torch_dtype)
     info = ModelInfo.of(config, name=name, family=converter.family, device=torch_device, dtype=torch_dtype)
     chat_template = bool(getattr(tokenizer, "chat_template", None))
     info = replace(info, chat_template=chat_template, byte_level=is_byte_level(tokenizer))
     logger.info("loaded %s (%s) from %s on %s", name, converter.family, directory, torch_device)
-    lm_head = None
-    if config.causal:
+    lm_head = logits_bias = None
+    if isinstance(network, EncoderDecoder):
+        # As transformers 5 loads them: the checkpoint's own head where it has one, else the tied one.
+        lm_head = partial(_lm_head_weight, network.decoder, weight_files, False, converter.lm_head)
+        if converter.logits_bias is not None:
+            logits_bias = partial(checkpoint.load_tensor, weight_files, converter.logits_bias)
+    elif isinstance(config, TransformerConfig) and config.causal:
         tied = bool(getattr(hf_config, "tie_word_embeddings", False))
         lm_head = partial(_lm_head_weight, network, weight_files, tied, converter.lm_head)
     eos = getattr(hf_config, "eos_token_id", None)
@@ -245,20 +302,51 @@ def load_pretrained(
         pair_template=converter.pair_template,
         lm_head=lm_head,
         eos_ids=[] if eos is None else [eos] if isinstance(eos, int) else list(eos),
+        logits_bias=logits_bias,
     )
 
 
-def build_network(config: TransformerConfig, converter: Converter, weight_files: list[Path]) -> Transformer:
+def _with_generation_config(config: Seq2SeqConfig, directory: Path) -> Seq2SeqConfig:
+    """`config` with the forced first and last tokens and the banned ones (one-token bad_words_ids) of
+    the checkpoint's generation_config.json, which transformers' generate reads before config.json's."""
+    import json
+
+    path = directory / "generation_config.json"
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, ValueError):
+        settings = {}  # transformers falls back to config.json's too
+    if not isinstance(settings, dict):
+        return config
+    forced = forced_tokens(SimpleNamespace(**settings))
+    bad = settings.get("bad_words_ids") or []
+    # Only one-token entries: a banned sequence needs the history, which greedy_target does not track.
+    banned = tuple(int(w[0]) for w in bad if isinstance(w, list) and len(w) == 1 and isinstance(w[0], int))
+    return replace(
+        config,
+        banned_token_ids=banned or config.banned_token_ids,
+        forced_bos_token_id=forced["forced_bos_token_id"]
+        if "forced_bos_token_id" in settings
+        else config.forced_bos_token_id,
+        forced_eos_token_id=forced["forced_eos_token_id"]
+        if "forced_eos_token_id" in settings
+        else config.forced_eos_token_id,
+    )
+
+
+def build_network(
+    config: TransformerConfig | Seq2SeqConfig, converter: Converter, weight_files: list[Path]
+) -> Transformer | EncoderDecoder:
     """Our network for `config` holding the checkpoint's weights, converted (every key problem reported
     at once, mha.convert) and adopted as they are, on the CPU in the checkpoint's dtype."""
     weights = convert_state_dict(
         checkpoint.load_weights(weight_files), converter.key_map(config), config, family=converter.family
     )
     with torch.device("meta"):
-        network = Transformer(config)
+        network = make_network(config)
     # assign=True adopts the checkpoint's tensors instead of copying into freshly initialised ones.
     network.load_state_dict(weights, strict=True, assign=True)
-    return network.eval()
+    return cast("Transformer | EncoderDecoder", network.eval())
 
 
 def _lm_head_weight(network: Transformer, files: list[Path], tied: bool, name: str) -> torch.Tensor:

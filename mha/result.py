@@ -3,15 +3,20 @@ them, so that mha.pretrained and mha.continuation both build results without imp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Self
 
 import torch
 
 from mha import checkpoint
 from mha.config import TransformerConfig
+from mha.seq2seq import Seq2SeqConfig
 from mha.tokenize import Encoded
 
-__all__ = ["AttentionResult", "ModelInfo", "owned"]
+__all__ = ["ARCHITECTURES", "AttentionResult", "ModelInfo", "Seq2SeqResult", "owned"]
+
+# What ModelInfo.architecture says: bidirectional, causal, or an encoder read by a causal decoder
+ARCHITECTURES = ("encoder", "decoder", "encoder-decoder")
 
 
 @dataclass(frozen=True)
@@ -30,23 +35,51 @@ class ModelInfo:
     dtype: str  # "float32", "float16" or "bfloat16"
     chat_template: bool = False  # the tokenizer has a chat template (attend(..., chat=True))
     byte_level: bool = False  # a byte-level BPE tokenizer: "Ġ" in a token is a space (tokenize.is_byte_level)
+    # One of ARCHITECTURES. For an "encoder-decoder" layers, heads and max_tokens are its encoder's (what
+    # `attentions` holds) and the decoder_* fields its decoder's; None for the others.
+    architecture: str = "encoder"
+    decoder_layers: int | None = None
+    decoder_heads: int | None = None
+    decoder_max_tokens: int | None = None  # the longest target, the decoder start token included
+
+    @property
+    def seq2seq(self) -> bool:
+        return self.architecture == "encoder-decoder"
 
     @classmethod
     def of(
-        cls, config: TransformerConfig, *, name: str, family: str, device: torch.device, dtype: torch.dtype
+        cls,
+        config: TransformerConfig | Seq2SeqConfig,
+        *,
+        name: str,
+        family: str,
+        device: torch.device,
+        dtype: torch.dtype,
     ) -> ModelInfo:
         """The info of a network built from `config`; pretrained unless the family is "random"."""
-        return cls(
+        stack = config.encoder if isinstance(config, Seq2SeqConfig) else config
+        info = cls(
             name=name,
             family=family,
-            layers=config.num_layers,
-            heads=config.num_heads,
-            kv_heads=config.num_kv_heads or config.num_heads,
-            max_tokens=config.max_tokens,
-            causal=config.causal,
+            layers=stack.num_layers,
+            heads=stack.num_heads,
+            kv_heads=stack.num_kv_heads or stack.num_heads,
+            max_tokens=stack.max_tokens,
+            causal=stack.causal,
             pretrained=family != "random",
             device=str(device),
             dtype=checkpoint.dtype_name(dtype),
+            architecture=stack.architecture,
+        )
+        if not isinstance(config, Seq2SeqConfig):
+            return info
+        decoder = config.decoder
+        return replace(
+            info,
+            architecture="encoder-decoder",
+            decoder_layers=decoder.num_layers,
+            decoder_heads=decoder.num_heads,
+            decoder_max_tokens=decoder.max_tokens,
         )
 
 
@@ -94,7 +127,7 @@ class AttentionResult:
         hidden_state: torch.Tensor | None,
         *,
         generated: int = 0,
-    ) -> AttentionResult:
+    ) -> Self:
         """The result of one encoded input: `attentions` (L, H, n, n) and `hidden_state` (n, E) on the CPU in
         float32, made to own their storage."""
         return cls(
@@ -111,6 +144,42 @@ class AttentionResult:
             generated=generated,
             texts=encoded.texts,
         )
+
+
+@dataclass
+class Seq2SeqResult(AttentionResult):
+    """An encoder-decoder's attention: the AttentionResult fields describe the source (the encoder's
+    input; `attentions` is the encoder's self-attention, so code written for encoders reads it as
+    before), the target_* fields the decoder's input: the decoder start token, then the target's tokens
+    (given, or written by the model: the last `generated` of them). Tensors float32, CPU, owned."""
+
+    target_tokens: list[str] = field(default_factory=list)
+    target_ids: list[int] = field(default_factory=list)
+    target_special: list[bool] = field(default_factory=list)
+    # spans into `target` (the text as given); (0, 0) for the start token, specials and written tokens
+    target_offsets: list[tuple[int, int]] = field(default_factory=list)
+    target_word_ids: list[int | None] = field(default_factory=list)
+    target_truncated: bool = False
+    target: str = ""  # the target text as given ("" when the model wrote it)
+    decoder_attentions: torch.Tensor = field(default_factory=lambda: torch.empty(0))  # [L_dec, H, m, m]
+    cross_attentions: torch.Tensor = field(default_factory=lambda: torch.empty(0))  # [L_dec, H, m, n]
+
+    decoder_hidden_state: torch.Tensor | None = None  # [m, E], the decoder's last layer (None if not asked)
+
+    @property
+    def prompt_n(self) -> int:
+        """All of the source: what the model wrote (`generated`) is in the target."""
+        return self.n
+
+    @property
+    def encoder_attentions(self) -> torch.Tensor:
+        """[L_enc, H, n, n]: the encoder's self-attention, `attentions` by its seq2seq name."""
+        return self.attentions
+
+    @property
+    def m(self) -> int:
+        """Decoder tokens: the start token and the target's."""
+        return len(self.target_tokens)
 
 
 def owned(view: torch.Tensor) -> torch.Tensor:

@@ -10,6 +10,7 @@ import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from mha.errors import (
@@ -20,6 +21,7 @@ from mha.errors import (
     PairNotSupportedError,
     TokenIdOutOfRangeError,
 )
+from mha.slow_tokenize import encode_slow
 
 __all__ = ["Encoded", "TextEncoder", "display_segments", "is_byte_level"]
 
@@ -118,6 +120,8 @@ class TextEncoder:
         pad = tokenizer.pad_token_id
         # GPT-2 has no pad token; any id works since padded keys are masked and padded rows dropped.
         self.pad_id: int = pad if pad is not None else 0
+        # A Python SentencePiece tokenizer (Marian's) gives no offsets: mha.slow_tokenize rebuilds them.
+        self.fast = bool(getattr(tokenizer, "is_fast", False))
         # A fast tokenizer's truncation setting is shared state that each call may change: concurrent
         # calls from threads (the web service) must not interleave, or one gets the other's truncation.
         self._lock = threading.Lock()
@@ -145,9 +149,18 @@ class TextEncoder:
         with self._lock:
             return [self._encode(text, pair, limit, chat=chat) for text, pair in pairs]
 
-    def _encode(self, text: str, text_pair: str | None, limit: int, *, chat: bool = False) -> Encoded:
+    def encode_target(self, target: str, limit: int) -> Encoded:
+        """An encoder-decoder's target as tokenizer(text_target=target) gives it (Marian's tokenizer
+        switches to its target vocabulary), cut to at most `limit` tokens like a text."""
+        with self._lock:
+            return self._encode(target, None, limit, field="target")
+
+    def _encode(
+        self, text: str, text_pair: str | None, limit: int, *, chat: bool = False, field: str = "text"
+    ) -> Encoded:
+        """`field` "target": `text` is an encoder-decoder's target, and errors name it so."""
         if not isinstance(text, str) or not text.strip():
-            raise EmptyInputError("text", text)
+            raise EmptyInputError(field, text)
         if text_pair is not None and (not isinstance(text_pair, str) or not text_pair.strip()):
             raise EmptyInputError("text_pair", text_pair)
         if chat:
@@ -155,17 +168,21 @@ class TextEncoder:
                 raise ChatPairError()
             # The rendered template writes its own special tokens: none are added.
             encoded = self._encode_template(self.chat_text(text), None, limit, special_tokens=False)
+        elif not self.fast:
+            encoded = self._encode_slow(text, text_pair, limit, target=field == "target")
+        elif field == "target":
+            encoded = self._encode_template(text, None, limit, target=True)
         elif self.pair_template or text_pair is None:
             encoded = self._encode_template(text, text_pair, limit)
         else:
             encoded = self._encode_concatenated(text, text_pair, limit)
         # Each text must give a token of its own; a typed "[SEP]" counts (the model reads it), the
         # template's [CLS] and [SEP] do not.
-        for source, (field, given) in enumerate((("text", text), ("text_pair", text_pair))):
+        for source, (name, given) in enumerate(((field, text), ("text_pair", text_pair))):
             if given is not None and source not in encoded.sources:
                 if encoded.truncated:  # max_tokens cut it all away: not an empty text
                     raise NoRoomError(limit, pair=text_pair is not None)
-                raise EmptyInputError(field, given, no_tokens=True)
+                raise EmptyInputError(name, given, no_tokens=True)
         self._check_fits(encoded)
         if not self.type_vocab_size:  # no segment embeddings: the type ids are not fed
             encoded = replace(encoded, type_ids=[0] * len(encoded.ids))
@@ -180,13 +197,19 @@ class TextEncoder:
             raise PairNotSupportedError(max(encoded.type_ids), self.type_vocab_size)
 
     def _call_tokenizer(
-        self, text: str, text_pair: str | None, limit: int | None, *, special_tokens: bool = True
+        self,
+        text: str,
+        text_pair: str | None,
+        limit: int | None,
+        *,
+        special_tokens: bool = True,
+        target: bool = False,
     ) -> Any:
         # Token type ids as the tokenizer gives them by default: what transformers' model(**tokenizer(...))
         # is fed (BERT's tokenizer gives 0/1, RoBERTa's none, which the model reads as zeros).
+        texts: dict[str, Any] = {"text_target": text} if target else {"text": text, "text_pair": text_pair}
         return self.tokenizer(
-            text,
-            text_pair,
+            **texts,
             add_special_tokens=special_tokens,
             truncation=limit is not None,
             max_length=limit,
@@ -194,12 +217,19 @@ class TextEncoder:
         )
 
     def _encode_template(
-        self, text: str, text_pair: str | None, limit: int, *, special_tokens: bool = True
+        self,
+        text: str,
+        text_pair: str | None,
+        limit: int,
+        *,
+        special_tokens: bool = True,
+        target: bool = False,
     ) -> Encoded:
-        enc = self._call_tokenizer(text, text_pair, None, special_tokens=special_tokens)
+        call = partial(self._call_tokenizer, text, text_pair, special_tokens=special_tokens, target=target)
+        enc = call(None)
         truncated = len(enc["input_ids"]) > limit
         if truncated:
-            enc = self._call_tokenizer(text, text_pair, limit, special_tokens=special_tokens)
+            enc = call(limit)
             if len(enc["input_ids"]) > limit:
                 raise NoRoomError(limit)
         ids = [int(i) for i in enc["input_ids"]]
@@ -218,6 +248,18 @@ class TextEncoder:
         segments = display_segments(sources)
         return Encoded(
             ids, sources, segments, type_ids, special, offsets, word_ids, truncated, (text, text_pair)
+        )
+
+    def _encode_slow(self, text: str, text_pair: str | None, limit: int, *, target: bool) -> Encoded:
+        ids, sources, offsets, words, truncated = encode_slow(
+            self.tokenizer, text, text_pair, limit, target=target
+        )
+        special = [i in self.special_ids for i in ids]
+        word_ids = [None if sp else w for sp, w in zip(special, words, strict=True)]
+        segments = display_segments(sources)
+        zeros = [0] * len(ids)  # no slow tokenizer here gives token types
+        return Encoded(
+            ids, sources, segments, zeros, special, offsets, word_ids, truncated, (text, text_pair)
         )
 
     def _encode_concatenated(self, text: str, text_pair: str, limit: int) -> Encoded:

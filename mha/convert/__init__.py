@@ -7,16 +7,19 @@ GPT-2's transposed Conv1D keys, the keys we knowingly skip); the shared machiner
 
 from __future__ import annotations
 
+from mha.convert.bart import BART
 from mha.convert.base import Converter, KeyMap, activation_from_hf, convert_state_dict, expected_shapes
 from mha.convert.bert import BERT, ROBERTA
 from mha.convert.distilbert import DISTILBERT
 from mha.convert.gemma2 import GEMMA2
 from mha.convert.gpt2 import GPT2
 from mha.convert.llama import LLAMA
+from mha.convert.marian import MARIAN
 from mha.convert.mistral import MISTRAL
 from mha.convert.phi3 import PHI3
 from mha.convert.qwen2 import QWEN2
 from mha.convert.qwen3 import QWEN3
+from mha.convert.t5 import MT5, T5
 from mha.errors import UnsupportedCheckpointError
 
 __all__ = [
@@ -31,7 +34,23 @@ __all__ = [
 
 # model_type in a checkpoint's config.json -> its converter
 CONVERTERS: dict[str, Converter] = {
-    c.family: c for c in (BERT, ROBERTA, DISTILBERT, GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, GEMMA2, PHI3)
+    c.family: c
+    for c in (
+        BERT,
+        ROBERTA,
+        DISTILBERT,
+        GPT2,
+        LLAMA,
+        MISTRAL,
+        QWEN2,
+        QWEN3,
+        GEMMA2,
+        PHI3,
+        T5,
+        MT5,
+        BART,
+        MARIAN,
+    )
 }
 
 

@@ -8,20 +8,26 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
 from mha.errors import CheckpointMismatchError, UnsupportedCheckpointError
 from mha.model import TransformerConfig
+from mha.seq2seq import Seq2SeqConfig
+
+# What a converter builds: one stack, or an encoder-decoder (mha.seq2seq)
+NetworkConfig = TransformerConfig | Seq2SeqConfig
 
 __all__ = [
     "Converter",
     "KeyMap",
+    "NetworkConfig",
     "activation_from_hf",
     "base_config",
     "convert_state_dict",
     "expected_shapes",
+    "forced_tokens",
     "layer_sources",
 ]
 
@@ -41,12 +47,16 @@ class KeyMap:
 @dataclass(frozen=True)
 class Converter:
     family: str
-    config_from_hf: Callable[[Any], TransformerConfig]
-    key_map: Callable[[TransformerConfig], KeyMap]
+    config_from_hf: Callable[[Any], NetworkConfig]
+    key_map: Callable[[Any], KeyMap]  # of the config config_from_hf returns
     # what the tokenizer's template cannot do for this family (GPT-2 has no pair template)
     pair_template: bool = True
     # the LM head's name in a causal checkpoint (read only to continue a prompt)
     lm_head: str = "lm_head.weight"
+    # the per-token bias BART and Marian add to the logits (read with the LM head)
+    logits_bias: str | None = None
+    # the family's transformers tokenizer is a Python SentencePiece one (Marian): mha.slow_tokenize
+    slow_tokenizer: bool = False
 
 
 def activation_from_hf(name: str, *, family: str) -> str:
@@ -79,27 +89,57 @@ def base_config(cfg: Any, **family_fields: Any) -> TransformerConfig:
     )
 
 
+class ForcedTokens(TypedDict):
+    forced_bos_token_id: int | None
+    forced_eos_token_id: int | None
+
+
+def forced_tokens(cfg: Any) -> ForcedTokens:
+    """An encoder-decoder config's forced_bos_token_id and forced_eos_token_id (a list: its first)."""
+
+    def first(value: Any) -> int | None:
+        if isinstance(value, list | tuple):
+            value = value[0] if value else None
+        return None if value is None else int(value)
+
+    return ForcedTokens(
+        forced_bos_token_id=first(getattr(cfg, "forced_bos_token_id", None)),
+        forced_eos_token_id=first(getattr(cfg, "forced_eos_token_id", None)),
+    )
+
+
 def layer_sources(
-    num_layers: int, layer_prefix: str, table: Mapping[str, tuple[str, ...]]
+    num_layers: int,
+    layer_prefix: str,
+    table: Mapping[str, tuple[str, ...]],
+    *,
+    ours: str = "layers",
+    params: tuple[str, ...] = ("weight", "bias"),
 ) -> dict[str, tuple[str, ...]]:
     """A family's per-layer table (our module -> their modules, several fused on dim 0) for every layer
-    and for both weight and bias: {"layers.{i}.{ours}.{p}": ("{layer_prefix}{theirs}.{p}", ...)}.
-    `layer_prefix` holds `{i}`, the layer's index."""
+    and each of `params`: {"{ours}.{i}.{module}.{p}": ("{layer_prefix}{theirs}.{p}", ...)}.
+    `layer_prefix` holds `{i}`, the layer's index; `ours` is our stack's prefix ("encoder.layers")."""
     sources: dict[str, tuple[str, ...]] = {}
     for i in range(num_layers):
         theirs = layer_prefix.format(i=i)
-        for ours, modules in table.items():
-            for p in ("weight", "bias"):
-                sources[f"layers.{i}.{ours}.{p}"] = tuple(f"{theirs}{module}.{p}" for module in modules)
+        for module, modules in table.items():
+            for p in params:
+                sources[f"{ours}.{i}.{module}.{p}"] = tuple(f"{theirs}{m}.{p}" for m in modules)
     return sources
 
 
-def expected_shapes(config: TransformerConfig) -> dict[str, torch.Size]:
-    """Our parameter names and shapes for a config, without allocating the weights."""
+def build_network(config: NetworkConfig) -> torch.nn.Module:
+    """The network a config describes: a Transformer, or an EncoderDecoder."""
     from mha.model import Transformer
+    from mha.seq2seq import EncoderDecoder
 
+    return EncoderDecoder(config) if isinstance(config, Seq2SeqConfig) else Transformer(config)
+
+
+def expected_shapes(config: NetworkConfig) -> dict[str, torch.Size]:
+    """Our parameter names and shapes for a config, without allocating the weights."""
     with torch.device("meta"):
-        model = Transformer(config)
+        model = build_network(config)
     return {name: p.shape for name, p in model.state_dict().items()}
 
 
@@ -120,7 +160,7 @@ def _strip_prefix(
 
 
 def convert_state_dict(
-    theirs: Mapping[str, torch.Tensor], key_map: KeyMap, config: TransformerConfig, *, family: str
+    theirs: Mapping[str, torch.Tensor], key_map: KeyMap, config: NetworkConfig, *, family: str
 ) -> dict[str, torch.Tensor]:
     """Their state dict -> ours, or one CheckpointMismatchError listing every problem at once."""
     theirs, _heads = _strip_prefix(theirs, key_map)

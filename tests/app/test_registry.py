@@ -204,7 +204,7 @@ def zoo(tiny_checkpoints: dict[str, Path], tmp_path_factory: pytest.TempPathFact
     shutil.copytree(tiny_checkpoints["distilbert"], root / "distilbert-tiny")
     broken = root / "broken"
     broken.mkdir()
-    (broken / "config.json").write_text('{"model_type": "t5"}')
+    (broken / "config.json").write_text('{"model_type": "xlnet"}')
     return root
 
 
@@ -250,9 +250,9 @@ def test_each_family_answers_like_mha(zoo_client: TestClient, tiny_checkpoints, 
 def test_broken_checkpoint_is_reported_not_fatal(zoo_client: TestClient) -> None:
     r = zoo_client.post("/api/attention", json={"text": TEXT, "model": "broken"})
     assert r.status_code == 503
-    assert "broken" in r.json()["detail"] and "t5" in r.json()["detail"]
+    assert "broken" in r.json()["detail"] and "xlnet" in r.json()["detail"]
     entry = next(m for m in zoo_client.get("/api/models").json()["models"] if m["name"] == "broken")
-    assert entry["loaded"] is False and "t5" in entry["error"]
+    assert entry["loaded"] is False and "xlnet" in entry["error"]
     assert zoo_client.get("/api/health").json()["status"] == "ok"
     assert zoo_client.post("/api/attention", json={"text": TEXT}).status_code == 200
 

@@ -29,6 +29,7 @@ EXAMPLES: list[InputError] = [
     errors.NotCausalError("all-MiniLM-L6-v2"),
     errors.NoChatTemplateError(),
     errors.ChatPairError(),
+    errors.TargetNotSupportedError("all-MiniLM-L6-v2", "encoder"),
 ]
 
 

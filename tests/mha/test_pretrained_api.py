@@ -149,11 +149,13 @@ def test_roberta_positions_are_offset_past_padding(tiny_checkpoints: dict[str, P
 def test_unsupported_architecture_names_the_supported_ones(
     tmp_path: Path, tiny_checkpoints: dict[str, Path]
 ) -> None:
-    directory = _copy(tiny_checkpoints["bert"], tmp_path / "t5")
+    directory = _copy(tiny_checkpoints["bert"], tmp_path / "xlnet")
     config = json.loads((directory / "config.json").read_text())
-    (directory / "config.json").write_text(json.dumps({**config, "model_type": "t5"}))
-    supported = "bert, distilbert, gemma2, gpt2, llama, mistral, phi3, qwen2, qwen3, roberta"
-    pattern = rf"'t5'.*supported: {supported}"
+    (directory / "config.json").write_text(json.dumps({**config, "model_type": "xlnet"}))
+    supported = (
+        "bart, bert, distilbert, gemma2, gpt2, llama, marian, mistral, mt5, phi3, qwen2, qwen3, roberta, t5"
+    )
+    pattern = rf"'xlnet'.*supported: {supported}"
     with pytest.raises(UnsupportedCheckpointError, match=pattern):
         load_pretrained(directory, device="cpu")
     with pytest.raises(CheckpointNotFoundError):

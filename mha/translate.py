@@ -1,0 +1,169 @@
+"""An encoder-decoder's attention for one source: forced decoding of a given target, or greedy generation.
+
+The decoder's input is the decoder start token followed by the target's tokens, as transformers builds
+decoder_input_ids from labels (tokenizer(text_target=target), shifted right). Without a target the model
+writes one first, as transformers' generate(do_sample=False, num_beams=1): the encoder runs once, then
+each step runs the decoder over the start token and what it wrote so far without attention weights (the
+fused kernel) and appends the argmax of the LM head (plus BART's and Marian's logits bias), honouring the
+checkpoint's forced first and last tokens and its banned ones, stopping after an end-of-sequence token,
+after max_new_tokens, or at the decoder's length limit. A final forward returns all three kinds of
+attention over the source and the whole target: target token i was chosen from decoder position i − 1,
+so decoder and cross attention row i − 1 are what the model looked at while writing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, Protocol
+
+import torch
+
+from mha.errors import Cancelled
+from mha.result import ModelInfo, Seq2SeqResult, owned
+from mha.seq2seq import EncoderDecoder
+from mha.tokenize import Encoded, TextEncoder
+
+__all__ = ["DEFAULT_NEW_TOKENS", "Translator", "attend_seq2seq", "greedy_target", "spell"]
+
+DEFAULT_NEW_TOKENS = 20  # what attend() writes when given neither a target nor max_new_tokens
+
+
+class Translator(Protocol):
+    """What an encoder-decoder's attend needs of a loaded model (mha.pretrained.AttentionModel)."""
+
+    info: ModelInfo
+    network: Any  # an EncoderDecoder
+    encoder: TextEncoder
+    tokenizer: Any
+    device: torch.device
+    eos_ids: frozenset[int]
+
+    def lm_head(self) -> torch.Tensor: ...
+
+    def logits_bias(self) -> torch.Tensor | None: ...
+
+
+def greedy_target(
+    model: Translator,
+    memory: torch.Tensor,
+    max_new_tokens: int,
+    cancel: Callable[[], bool] | None = None,
+) -> list[int]:
+    """The token ids greedy decoding writes after the start token, reading the encoder's states `memory`
+    (1, S, E): at most max_new_tokens, the decoder's input never beyond its limit."""
+    network: EncoderDecoder = model.network
+    config = network.config
+    limit = network.decoder.config.max_tokens
+    weight, bias = model.lm_head(), model.logits_bias()  # [V, E], [V] or None
+    # generate's max_length: the start token and max_new_tokens; its forced EOS takes the last slot.
+    max_length = min(1 + max_new_tokens, limit)
+    ids = [config.decoder_start_token_id]
+    while len(ids) < max_length:
+        if cancel is not None and cancel():
+            raise Cancelled(f"generation cancelled after {len(ids) - 1} of {max_new_tokens} tokens")
+        batch = torch.tensor([ids], device=model.device)
+        hidden, _, _ = network.decoder.decode(batch, memory, need_weights=False)
+        logits = hidden[0, -1] @ weight.T  # (V,)
+        if bias is not None:
+            logits = logits + bias
+        if config.banned_token_ids:
+            logits = logits.index_fill(
+                0, torch.tensor(config.banned_token_ids, device=logits.device), -torch.inf
+            )
+        token = int(torch.argmax(logits))
+        if len(ids) == 1 and config.forced_bos_token_id is not None:
+            token = config.forced_bos_token_id
+        elif len(ids) == max_length - 1 and config.forced_eos_token_id is not None:
+            token = config.forced_eos_token_id
+        ids.append(token)
+        if token in model.eos_ids:
+            break
+    return ids[1:]
+
+
+def attend_seq2seq(
+    model: Translator,
+    text: str,
+    text_pair: str | None,
+    *,
+    target: str | None,
+    max_new_tokens: int | None,
+    limit: int,
+    hidden_state: bool,
+    cancel: Callable[[], bool] | None,
+    chat: bool = False,
+) -> Seq2SeqResult:
+    """model.attend(text, target=...) for an encoder-decoder: see the module's docstring."""
+    if max_new_tokens is not None and max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens ({max_new_tokens}) must be at least 0")
+    network: EncoderDecoder = model.network
+    start = network.config.decoder_start_token_id
+    source = model.encoder.encode_batch([(text, text_pair)], limit, chat=chat)[0]
+    if target is not None:
+        # Room for the start token: the target's own tokens are cut to the decoder's limit minus one.
+        given = model.encoder.encode_target(target, network.decoder.config.max_tokens - 1)
+    with torch.no_grad():
+        source_ids = torch.tensor([source.ids], device=model.device)
+        memory, encoder_attentions = network.encode(source_ids, cancel=cancel)
+        if target is None:
+            budget = DEFAULT_NEW_TOKENS if max_new_tokens is None else max_new_tokens
+            new = greedy_target(model, memory, budget, cancel)
+            decoder_input = _written(new, model.encoder.special_ids)
+        else:
+            new = []
+            decoder_input = given
+        decoder_input = _started(decoder_input, start, model.encoder.special_ids)
+        decoder_ids = torch.tensor([decoder_input.ids], device=model.device)
+        hidden, own, cross = network.decoder.decode(decoder_ids, memory, cancel=cancel)
+    assert encoder_attentions is not None and own is not None and cross is not None  # need_weights
+    result = Seq2SeqResult.of(
+        source,
+        spell(model.tokenizer, source.ids),
+        encoder_attentions[:, 0].to("cpu", torch.float32),
+        memory[0].to("cpu", torch.float32) if hidden_state else None,
+    )
+    return replace(
+        result,
+        generated=len(new),
+        target_tokens=spell(model.tokenizer, decoder_input.ids),
+        target_ids=decoder_input.ids,
+        target_special=decoder_input.special,
+        target_offsets=decoder_input.offsets,
+        target_word_ids=decoder_input.word_ids,
+        target_truncated=decoder_input.truncated,
+        target=target or "",
+        decoder_attentions=owned(own[:, 0].to("cpu", torch.float32)),
+        cross_attentions=owned(cross[:, 0].to("cpu", torch.float32)),
+        decoder_hidden_state=owned(hidden[0].to("cpu", torch.float32)) if hidden_state else None,
+    )
+
+
+def spell(tokenizer: Any, ids: list[int]) -> list[str]:
+    """The tokenizer's spelling of each id; "<id N>" for an id past the tokenizer's vocabulary, which a
+    model whose embedding is padded past it (T5's 32128 rows for 32100 tokens) can write."""
+    tokens = tokenizer.convert_ids_to_tokens(ids)
+    return [f"<id {i}>" if token is None else str(token) for i, token in zip(ids, tokens, strict=True)]
+
+
+def _written(ids: list[int], special_ids: frozenset[int]) -> Encoded:
+    """Tokens the model wrote: no span of any text, no word of it."""
+    n = len(ids)
+    special = [i in special_ids for i in ids]
+    return Encoded(ids, [None] * n, [0] * n, [0] * n, special, [(0, 0)] * n, [None] * n, False, ("", None))
+
+
+def _started(encoded: Encoded, start: int, special_ids: frozenset[int]) -> Encoded:
+    """`encoded` after the decoder start token (a template token: no span, no word)."""
+    head = _written([start], special_ids)
+    return Encoded(
+        head.ids + encoded.ids,
+        head.sources + encoded.sources,
+        head.segments + encoded.segments,
+        head.type_ids + encoded.type_ids,
+        head.special + encoded.special,
+        head.offsets + encoded.offsets,
+        head.word_ids + encoded.word_ids,
+        encoded.truncated,
+        encoded.texts,
+    )
