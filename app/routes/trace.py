@@ -25,6 +25,7 @@ from app.schemas import (
     TraceRequest,
     TraceRowRequest,
     TraceRowResponse,
+    TraceTokens,
     TraceWindowRequest,
     TraceWindowResponse,
 )
@@ -109,3 +110,11 @@ async def trace_window(body: TraceWindowRequest, request: Request, service: Serv
 async def trace_row(body: TraceRowRequest, request: Request, service: ServiceDep) -> Response:
     """One query token's exact weights on every key of one head (the text view's shading)."""
     return await json_answer(request, service.traces.row(body))
+
+
+@router.post("/trace/tokens", response_model=TraceTokens, responses=ERRORS)
+async def trace_tokens(body: TraceRequest, request: Request, service: ServiceDep) -> Response:
+    """How many tokens an input has (the tokenizer alone, no forward: milliseconds) against the two limits:
+    `max_tokens`, the most the full-matrix routes read (they cut longer inputs), and `trace_max_tokens`,
+    the most `/api/trace` takes. The page asks it to choose between the two for a long text."""
+    return await json_answer(request, service.traces.tokens(body))
