@@ -1,0 +1,181 @@
+// The text view of a long input: the prompt as text, one inline span a token (special tokens marked,
+// spelled as every view spells them: decoder.js displayToken). Choose a token (click, or Enter on the
+// focused text) and every token is shaded by how much that query token attends to it in the selected head
+// (/api/trace/row, exact), with its top-k keys listed; an entry of the list scrolls to its token.
+//
+// Fast at 8,192 tokens: the spans are built once per trace; a row, a head or a cursor move only restyles.
+
+import { $, el } from "./dom.js";
+import { fetchRow } from "./trace-api.js";
+import { displayToken, topK } from "./decoder.js";
+import { selectionLabel } from "./labels.js";
+import { quoted, shade, topParts } from "./written.js";
+
+export const LONG_TOP_K = 10;
+const PAGE_TOKENS = 20; // Up/Down move the cursor this many tokens: about a line of text
+
+/** Where the cursor goes for `key` from token `i` of `n`; null for other keys. Pure (tests/js/). */
+export function textKey(i, key, n) {
+  const moves = {
+    ArrowRight: i + 1,
+    ArrowLeft: i - 1,
+    ArrowDown: i + PAGE_TOKENS,
+    ArrowUp: i - PAGE_TOKENS,
+    Home: 0,
+    End: n - 1,
+  };
+  return Object.hasOwn(moves, key) ? Math.min(n - 1, Math.max(0, moves[key])) : null;
+}
+
+export class LongText {
+  constructor() {
+    this.els = {
+      panel: $("longText"),
+      tokens: $("longTextTokens"),
+      caption: $("longTextCaption"),
+      top: $("longTextTop"),
+    };
+    this.spans = [];
+    this.spelled = [];
+    this.run = null;
+    this.q = -1; // the chosen query token
+    this.cursor = -1; // the keyboard's token
+    this.selection = { layer: 0, head: 0 };
+    this.controller = null; // the row in flight; a newer one aborts it
+    const { tokens, top } = this.els;
+    tokens.addEventListener("click", (event) => {
+      const span = event.target.closest("[data-i]");
+      if (span) this.choose(Number(span.dataset.i));
+    });
+    tokens.addEventListener("focus", () => this.moveCursor(this.cursor >= 0 ? this.cursor : Math.max(0, this.q)));
+    tokens.addEventListener("keydown", (event) => this.onKey(event));
+    top.addEventListener("click", (event) => {
+      const button = event.target.closest("button[data-index]");
+      if (button) this.reveal(Number(button.dataset.index));
+    });
+  }
+
+  onKey(event) {
+    if (!this.spans.length || event.altKey || event.ctrlKey || event.metaKey) return;
+    if (event.key === "Enter" || event.key === " ") {
+      event.preventDefault();
+      this.choose(this.cursor);
+      return;
+    }
+    const next = textKey(this.cursor, event.key, this.spans.length);
+    if (next === null) return;
+    event.preventDefault();
+    this.moveCursor(next);
+  }
+
+  moveCursor(i) {
+    this.spans[this.cursor]?.classList.remove("cursor");
+    this.cursor = i;
+    const span = this.spans[i];
+    if (!span) return;
+    span.classList.add("cursor");
+    this.els.tokens.setAttribute("aria-activedescendant", span.id);
+    span.scrollIntoView({ block: "nearest", inline: "nearest" });
+  }
+
+  /** Scroll token `i` into view and put the cursor on it (a top-k entry was chosen). */
+  reveal(i) {
+    this.moveCursor(i);
+    this.els.tokens.focus({ preventScroll: true });
+  }
+
+  /** Build the spans for a trace (`run.trace`: the done event); chooses the last token, whose row is the next step's. */
+  show(run, { layer, head }) {
+    const { tokens, special, n, byteLevel } = { ...run.trace, byteLevel: run.trace.byte_level };
+    this.run = run;
+    this.selection = { layer, head };
+    this.spelled = tokens.map((token) => displayToken(token, byteLevel));
+    const fragment = document.createDocumentFragment();
+    this.spans = this.spelled.map((text, i) => {
+      const span = el("span", { className: special[i] ? "lt-token special" : "lt-token", text, data: { i } });
+      span.id = `lt-${i}`;
+      fragment.append(span);
+      return span;
+    });
+    this.els.tokens.replaceChildren(fragment);
+    this.els.top.replaceChildren();
+    this.els.panel.hidden = false;
+    this.q = -1;
+    this.cursor = -1;
+    this.choose(n - 1);
+  }
+
+  /** Another head of the same trace: the same query token's row again. */
+  select(layer, head) {
+    this.selection = { layer, head };
+    if (this.run && this.q >= 0) this.choose(this.q);
+  }
+
+  clear() {
+    this.controller?.abort();
+    this.run = null;
+    this.spans = [];
+    this.els.tokens.replaceChildren();
+    this.els.top.replaceChildren();
+    this.els.caption.textContent = "";
+    this.els.panel.hidden = true;
+    delete this.els.panel.dataset.q;
+  }
+
+  /** Query token `q`: fetch its row in the selected head and shade the text by it. */
+  async choose(q) {
+    const run = this.run;
+    if (!run || !(q >= 0 && q < this.spans.length)) return;
+    this.spans[this.q]?.classList.remove("query");
+    this.spans[this.q]?.removeAttribute("aria-current");
+    this.q = q;
+    this.spans[q].classList.add("query");
+    this.spans[q].setAttribute("aria-current", "true");
+    this.controller?.abort();
+    const controller = new AbortController();
+    this.controller = controller;
+    const { layer, head } = this.selection;
+    this.els.panel.dataset.state = "loading";
+    try {
+      const row = await fetchRow(run.query, layer, head, q, { signal: AbortSignal.any([run.signal, controller.signal]) });
+      if (controller.signal.aborted) return;
+      this.paint(row.values, { layer, head, q });
+    } catch (error) {
+      if (controller.signal.aborted || run.signal.aborted) return;
+      this.els.caption.textContent = `The weights of token ${q} could not be read: ${error.message}`;
+      this.els.panel.dataset.state = "error";
+    }
+  }
+
+  /** Style updates only: every span's shade (weight ÷ the row's largest), the top-k list, the caption. */
+  paint(values, { layer, head, q }) {
+    const { spans, spelled } = this;
+    const causal = this.run.trace.causal;
+    let peak = 0;
+    for (const v of values) if (v > peak) peak = v;
+    for (let j = 0; j < spans.length; j++) {
+      const span = spans[j];
+      const weight = values[j];
+      const { background, dark } = shade(peak > 0 ? weight / peak : 0);
+      span.style.backgroundColor = background;
+      span.classList.toggle("dark", dark);
+      span.classList.toggle("masked", causal && j > q); // after the query: a causal model cannot look there
+      span.dataset.weight = String(weight);
+      span.title = `${spelled[j]} (token ${j}): ${weight.toFixed(6)}`;
+    }
+    const top = topK(values, values.length, 0, LONG_TOP_K);
+    this.els.top.replaceChildren(
+      ...top.map(({ index, weight }) =>
+        el("li", {}, [
+          el("button", { className: "link lt-top", attrs: { type: "button" }, data: { index, weight } }, topParts(spelled, index, weight, 4)),
+        ]),
+      ),
+    );
+    const name = selectionLabel(layer, head, { heads: this.run.trace.heads, kvHeads: this.run.trace.kv_heads });
+    this.els.caption.textContent =
+      `${quoted(spelled[q])} (token ${q}) in ${name}: each token shaded by its weight ÷ the largest ` +
+      `(${peak.toFixed(4)}), exact${causal ? "; tokens after it are masked (greyed): a causal model cannot look ahead" : ""}. ` +
+      `Its ${top.length} strongest keys are listed below; choose one to scroll to it.`;
+    Object.assign(this.els.panel.dataset, { q: String(q), layer: String(layer), head: String(head), state: "ready" });
+  }
+}
