@@ -45,9 +45,15 @@ export class LongText {
     const { tokens, top } = this.els;
     tokens.addEventListener("click", (event) => {
       const span = event.target.closest("[data-i]");
-      if (span) this.choose(Number(span.dataset.i));
+      if (!span) return;
+      this.moveCursor(Number(span.dataset.i), { scroll: false });
+      this.choose(Number(span.dataset.i));
     });
-    tokens.addEventListener("focus", () => this.moveCursor(this.cursor >= 0 ? this.cursor : Math.max(0, this.q)));
+    // A keyboard arrival puts the cursor in view; a click's focus must not scroll under the pointer.
+    tokens.addEventListener("focus", () => {
+      const at = this.cursor >= 0 ? this.cursor : Math.max(0, this.q);
+      this.moveCursor(at, { scroll: tokens.matches(":focus-visible") });
+    });
     tokens.addEventListener("keydown", (event) => this.onKey(event));
     top.addEventListener("click", (event) => {
       const button = event.target.closest("button[data-index]");
@@ -68,14 +74,14 @@ export class LongText {
     this.moveCursor(next);
   }
 
-  moveCursor(i) {
+  moveCursor(i, { scroll = true } = {}) {
     this.spans[this.cursor]?.classList.remove("cursor");
     this.cursor = i;
     const span = this.spans[i];
     if (!span) return;
     span.classList.add("cursor");
     this.els.tokens.setAttribute("aria-activedescendant", span.id);
-    span.scrollIntoView({ block: "nearest", inline: "nearest" });
+    if (scroll) span.scrollIntoView({ block: "nearest", inline: "nearest" });
   }
 
   /** Scroll token `i` into view and put the cursor on it (a top-k entry was chosen). */
