@@ -127,7 +127,8 @@ export class Grid {
     const starts = new Set(groups.slice(1).map((g) => g.first)); // heads that open a group after the first
     if (grouped) {
       const heads = groups.map((g) => `repeat(${g.count}, var(--thumb))`).join(" var(--kv-gap) ");
-      this.container.style.setProperty("--grid-template", `30px ${heads} repeat(${aggregates.length}, var(--thumb))`);
+      const aggs = aggregates.length ? ` repeat(${aggregates.length}, var(--thumb))` : ""; // repeat(0) is invalid CSS
+      this.container.style.setProperty("--grid-template", `30px ${heads}${aggs}`);
     } else this.container.style.removeProperty("--grid-template");
 
     const rows = [];

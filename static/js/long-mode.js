@@ -42,9 +42,9 @@ function reasons(limit) {
   const rollout = unavailable("Attention rollout and flow", limit);
   const exports = unavailable("Exports", limit, "hold");
   return [
-    ["words", unavailable("Words mode", limit)],
-    ["compare", unavailable("Compare", limit)],
-    ["newTokens", unavailable("Continuing the text", limit)],
+    ["words", unavailable("Words mode", limit, "needs")],
+    ["compare", unavailable("Compare", limit, "needs")],
+    ["newTokens", unavailable("Continuing the text", limit, "needs")],
     ["tabTokens", unavailable("Token lines", limit)],
     ["hideFirst", "Not in the long-input view: it draws the weights as the model gave them."],
     ["colorScale", "Not in the long-input view: it draws the weights on the 0–1 scale."],
@@ -150,6 +150,7 @@ export class LongMode {
       $(name).hidden = true;
     }
     $("cellReadout").textContent = "";
+    $("workspace").classList.remove("stacked"); // the pooled detail fits beside the grid
     $("longView").hidden = false;
     $("detailCaption").textContent =
       "Each cell of the heatmap is a block of tokens (its axes say how many, and how pooled); " +
@@ -157,7 +158,7 @@ export class LongMode {
     $("analysis").hidden = false;
     $("longInsight").hidden = false;
     $("longInsight").replaceChildren(
-      ...[unavailable("Head statistics", limit), unavailable("Attention rollout and flow", limit), unavailable("Compare", limit)].map(
+      ...[unavailable("Head statistics", limit), unavailable("Attention rollout and flow", limit), unavailable("Compare", limit, "needs")].map(
         (text) => Object.assign(document.createElement("p"), { className: "hint", textContent: text }),
       ),
     );

@@ -27,6 +27,11 @@ export function textKey(i, key, n) {
   return Object.hasOwn(moves, key) ? Math.min(n - 1, Math.max(0, moves[key])) : null;
 }
 
+/** True when a token holds a newline: "\n", byte-level "Ċ", SentencePiece's byte "<0x0A>". */
+export function endsLine(token, byteLevel) {
+  return token.includes("\n") || token.includes("<0x0A>") || (byteLevel && token.includes("Ċ"));
+}
+
 export class LongText {
   constructor() {
     this.els = {
@@ -101,6 +106,7 @@ export class LongText {
       const span = el("span", { className: special[i] ? "lt-token special" : "lt-token", text, data: { i } });
       span.id = `lt-${i}`;
       fragment.append(span);
+      if (endsLine(tokens[i], byteLevel)) fragment.append(document.createElement("br")); // the text's own lines
       return span;
     });
     this.els.tokens.replaceChildren(fragment);

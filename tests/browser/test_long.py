@@ -184,6 +184,19 @@ def test_cancel_stops_the_trace_and_leaves_the_page_idle(session: Any, long_mode
     assert events[-1]["event"] == "done" and events[-1]["n"] == n
 
 
+def test_a_new_run_aborts_the_trace_in_flight(session: Any, long_model: str) -> None:
+    failed: list[str] = []
+    session.page.on("requestfailed", lambda request: failed.append(request.url.removeprefix(session.base)))
+    # Not the cancel test's length: a kept trace streams no progress.
+    text, _ = long_text(session.base, long_model, 7000)
+    page = start(session, text, long_model)
+    page.wait_for_selector("#trace-bar[aria-valuenow]", timeout=TRACE_S)
+    session.run("The cat sat on the mat.", model=long_model)
+    assert failed == ["/api/trace"]
+    assert page.locator("#trace-progress").is_hidden() and page.locator("#long-view").is_hidden()
+    assert " tokens · 2 layers × 4 heads" in page.locator("#status").text_content()
+
+
 def test_over_the_trace_limit_says_the_limit_and_a_short_input_is_the_normal_page(
     session: Any, long_model: str
 ) -> None:
