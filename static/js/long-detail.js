@@ -15,7 +15,10 @@ export class LongDetail {
 
   async show({ query, trace, layer, head, signal }) {
     const key = JSON.stringify([trace.model, query.text, query.pair, query.chat]);
-    if (this.overview?.key !== key) this.overview = { key, attention: fetchOverview(query, { signal }) };
+    // Per run too: an overview fetch the old run aborted must not stand for the same text run again.
+    if (this.overview?.key !== key || this.overview.signal !== signal) {
+      this.overview = { key, signal, attention: fetchOverview(query, { signal }) };
+    }
     const attention = await this.overview.attention;
     if (signal?.aborted) return;
     const { edges, reduce } = attention.header;
