@@ -88,14 +88,17 @@ test("traceBody sends chat only when set", () => {
 });
 
 test("the text view's keys move a cursor within the tokens; Up/Down by a line's worth", () => {
-  assert.equal(textKey(5, "ArrowRight", 10), 6);
-  assert.equal(textKey(9, "ArrowRight", 10), 9);
-  assert.equal(textKey(0, "ArrowLeft", 10), 0);
-  assert.equal(textKey(3, "ArrowDown", 100), 23);
-  assert.equal(textKey(3, "ArrowUp", 100), 0);
-  assert.equal(textKey(3, "Home", 100), 0);
-  assert.equal(textKey(3, "End", 100), 99);
-  assert.equal(textKey(3, "Enter", 100), null);
+  const moves = [
+    [5, "ArrowRight", 10, 6],
+    [9, "ArrowRight", 10, 9],
+    [0, "ArrowLeft", 10, 0],
+    [3, "ArrowDown", 100, 23],
+    [3, "ArrowUp", 100, 0],
+    [3, "Home", 100, 0],
+    [3, "End", 100, 99],
+    [3, "Enter", 100, null],
+  ];
+  for (const [i, key, n, want] of moves) assert.equal(textKey(i, key, n), want, `${key} from ${i} of ${n}`);
 });
 
 test("a token holding a newline ends a line of the text view", () => {
