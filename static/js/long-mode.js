@@ -4,7 +4,7 @@
 // view one token's exact row (long-text.js). What needs every head's full matrix (statistics, rollout, flow,
 // compare, words, token lines, exports, continuing) says so and is disabled, with the reason on it.
 
-import { $, $all } from "./dom.js";
+import { $, $all, el } from "./dom.js";
 import { isAggregate } from "./aggregates.js";
 import { selectionLabel } from "./labels.js";
 import { LongDetail } from "./long-detail.js";
@@ -107,7 +107,8 @@ export class LongMode {
     this.active = mine;
     this.showProgress(null);
     try {
-      const trace = await streamTrace(query, { signal, onProgress: (event) => this.active === mine && this.showProgress(event) });
+      const onProgress = (event) => this.active === mine && this.showProgress(event);
+      const trace = await streamTrace(query, { signal, onProgress });
       if (this.active === mine) this.hideProgress(); // past the forward: what is left is quick, and not cancelled
       const attention = await fetchOverview(query, { signal });
       return { query, trace, attention, signal, long: true, exact: new Map(), analysis: null, comparison: null };
@@ -146,9 +147,8 @@ export class LongMode {
   enter(limit) {
     this.restore(); // the reasons name this run's limit
     this.on = true;
-    for (const name of ["detailScroll", "tokenView", "written", "exact", "similarGroup", "analysisBody", "colorLegend"]) {
-      $(name).hidden = true;
-    }
+    const normal = ["detailScroll", "tokenView", "written", "exact", "similarGroup", "analysisBody", "colorLegend"];
+    for (const name of normal) $(name).hidden = true;
     $("cellReadout").textContent = "";
     $("workspace").classList.remove("stacked"); // the pooled detail fits beside the grid
     $("longView").hidden = false;
@@ -157,11 +157,12 @@ export class LongMode {
       "the text view below gives one token's exact weights.";
     $("analysis").hidden = false;
     $("longInsight").hidden = false;
-    $("longInsight").replaceChildren(
-      ...[unavailable("Head statistics", limit), unavailable("Attention rollout and flow", limit), unavailable("Compare", limit, "needs")].map(
-        (text) => Object.assign(document.createElement("p"), { className: "hint", textContent: text }),
-      ),
-    );
+    const said = [
+      unavailable("Head statistics", limit),
+      unavailable("Attention rollout and flow", limit),
+      unavailable("Compare", limit, "needs"),
+    ];
+    $("longInsight").replaceChildren(...said.map((text) => el("p", { className: "hint", text })));
     $("insightStatus").textContent = "";
     document.body.dataset.insight = "unavailable";
     for (const [name, reason] of reasons(limit)) {

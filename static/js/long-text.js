@@ -95,9 +95,9 @@ export class LongText {
     this.els.tokens.focus({ preventScroll: true });
   }
 
-  /** Build the spans for a trace (`run.trace`: the done event); chooses the last token, whose row is the next step's. */
+  /** Build the spans of a trace (`run.trace`: the done event); the last token first: its row picks the next. */
   show(run, { layer, head }) {
-    const { tokens, special, n, byteLevel } = { ...run.trace, byteLevel: run.trace.byte_level };
+    const { tokens, special, n, byte_level: byteLevel } = run.trace;
     this.run = run;
     this.selection = { layer, head };
     this.spelled = tokens.map((token) => displayToken(token, byteLevel));
@@ -149,7 +149,8 @@ export class LongText {
     const { layer, head } = this.selection;
     this.els.panel.dataset.state = "loading";
     try {
-      const row = await fetchRow(run.query, layer, head, q, { signal: AbortSignal.any([run.signal, controller.signal]) });
+      const signal = AbortSignal.any([run.signal, controller.signal]);
+      const row = await fetchRow(run.query, layer, head, q, { signal });
       if (controller.signal.aborted) return;
       this.paint(row.values, { layer, head, q });
     } catch (error) {
@@ -176,18 +177,19 @@ export class LongText {
       span.title = `${spelled[j]} (token ${j}): ${weight.toFixed(6)}`;
     }
     const top = topK(values, values.length, 0, LONG_TOP_K);
-    this.els.top.replaceChildren(
-      ...top.map(({ index, weight }) =>
-        el("li", {}, [
-          el("button", { className: "link lt-top", attrs: { type: "button" }, data: { index, weight } }, topParts(spelled, index, weight, 4)),
-        ]),
-      ),
-    );
-    const name = selectionLabel(layer, head, { heads: this.run.trace.heads, kvHeads: this.run.trace.kv_heads });
+    const entry = ({ index, weight }) => {
+      const options = { className: "link lt-top", attrs: { type: "button" }, data: { index, weight } };
+      const button = el("button", options, topParts(spelled, index, weight, 4));
+      return el("li", {}, [button]);
+    };
+    this.els.top.replaceChildren(...top.map(entry));
+    const { heads, kv_heads: kvHeads } = this.run.trace;
+    const masked = causal ? "; tokens after it are masked (greyed): a causal model cannot look ahead" : "";
     this.els.caption.textContent =
-      `${quoted(spelled[q])} (token ${q}) in ${name}: each token shaded by its weight ÷ the largest ` +
-      `(${peak.toFixed(4)}), exact${causal ? "; tokens after it are masked (greyed): a causal model cannot look ahead" : ""}. ` +
+      `${quoted(spelled[q])} (token ${q}) in ${selectionLabel(layer, head, { heads, kvHeads })}: each token ` +
+      `shaded by its weight ÷ the largest (${peak.toFixed(4)}), exact${masked}. ` +
       `Its ${top.length} strongest keys are listed below; choose one to scroll to it.`;
-    Object.assign(this.els.panel.dataset, { q: String(q), layer: String(layer), head: String(head), state: "ready" });
+    const state = { q: String(q), layer: String(layer), head: String(head), state: "ready" };
+    Object.assign(this.els.panel.dataset, state);
   }
 }
