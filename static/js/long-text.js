@@ -12,6 +12,8 @@ import { selectionLabel } from "./labels.js";
 import { quoted, shade, topParts } from "./written.js";
 
 export const LONG_TOP_K = 10;
+// written.js's shade at each of its 256 steps, made once: a row restyles 8,192 spans.
+const SHADES = Array.from({ length: 256 }, (_, k) => shade(k / 255));
 const PAGE_TOKENS = 20; // Up/Down move the cursor this many tokens: about a line of text
 
 /** Where the cursor goes for `key` from token `i` of `n`; null for other keys. Pure (tests/js/). */
@@ -47,6 +49,7 @@ export class LongText {
     this.cursor = -1; // the keyboard's token
     this.selection = { layer: 0, head: 0 };
     this.controller = null; // the row in flight; a newer one aborts it
+    this.values = null; // the row shown
     const { tokens, top } = this.els;
     tokens.addEventListener("click", (event) => {
       const span = event.target.closest("[data-i]");
@@ -60,10 +63,18 @@ export class LongText {
       this.moveCursor(at, { scroll: tokens.matches(":focus-visible") });
     });
     tokens.addEventListener("keydown", (event) => this.onKey(event));
+    tokens.addEventListener("mouseover", (event) => this.onHover(event.target.closest("[data-i]")));
     top.addEventListener("click", (event) => {
       const button = event.target.closest("button[data-index]");
       if (button) this.reveal(Number(button.dataset.index));
     });
+  }
+
+  /** A hovered token's title: its spelling, position and weight in the row shown. */
+  onHover(span) {
+    if (!span || !this.values) return;
+    const j = Number(span.dataset.i);
+    span.title = `${this.spelled[j]} (token ${j}): ${this.values[j].toFixed(6)}`;
   }
 
   onKey(event) {
@@ -98,6 +109,7 @@ export class LongText {
   /** Build the spans of a trace (`run.trace`: the done event); the last token first: its row picks the next. */
   show(run, { layer, head }) {
     const { tokens, special, n, byte_level: byteLevel } = run.trace;
+    const started = performance.now(); // benchmarks read "headscope-long-text" and "headscope-long-row"
     this.run = run;
     this.selection = { layer, head };
     this.spelled = tokens.map((token) => displayToken(token, byteLevel));
@@ -110,7 +122,9 @@ export class LongText {
       return span;
     });
     this.els.tokens.replaceChildren(fragment);
+    performance.measure("headscope-long-text", { start: started });
     this.els.top.replaceChildren();
+    this.values = null;
     this.els.panel.hidden = false;
     this.q = -1;
     this.cursor = -1;
@@ -126,6 +140,7 @@ export class LongText {
   clear() {
     this.controller?.abort();
     this.run = null;
+    this.values = null;
     this.spans = [];
     this.els.tokens.replaceChildren();
     this.els.top.replaceChildren();
@@ -163,19 +178,21 @@ export class LongText {
   /** Style updates only: every span's shade (weight ÷ the row's largest), the top-k list, the caption. */
   paint(values, { layer, head, q }) {
     const { spans, spelled } = this;
+    const started = performance.now();
     const causal = this.run.trace.causal;
     let peak = 0;
     for (const v of values) if (v > peak) peak = v;
     for (let j = 0; j < spans.length; j++) {
       const span = spans[j];
       const weight = values[j];
-      const { background, dark } = shade(peak > 0 ? weight / peak : 0);
+      const step = Math.round((peak > 0 ? weight / peak : 0) * 255); // as shade() rounds it
+      const { background, dark } = SHADES[Math.min(255, Math.max(0, step))];
       span.style.backgroundColor = background;
       span.classList.toggle("dark", dark);
       span.classList.toggle("masked", causal && j > q); // after the query: a causal model cannot look there
-      span.dataset.weight = String(weight);
-      span.title = `${spelled[j]} (token ${j}): ${weight.toFixed(6)}`;
+      span.dataset.weight = String(weight); // its title is written when hovered (onHover), not 8,192 a row
     }
+    this.values = values;
     const top = topK(values, values.length, 0, LONG_TOP_K);
     const entry = ({ index, weight }) => {
       const options = { className: "link lt-top", attrs: { type: "button" }, data: { index, weight } };
@@ -191,5 +208,6 @@ export class LongText {
       `Its ${top.length} strongest keys are listed below; choose one to scroll to it.`;
     const state = { q: String(q), layer: String(layer), head: String(head), state: "ready" };
     Object.assign(this.els.panel.dataset, state);
+    performance.measure("headscope-long-row", { start: started });
   }
 }
