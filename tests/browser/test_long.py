@@ -129,6 +129,8 @@ def test_a_4000_token_text_is_traced_with_progress_then_grid_detail_and_text(
     assert page.evaluate(SHADES_JS) == []
     assert page.evaluate(TOP_JS) == top10(want)
     assert page.locator(f"#lt-{q}").get_attribute("class").split().count("query") == 1
+    page.hover(f"#lt-{q - 1}")  # the title says the weight, written on hover
+    assert page.get_attribute(f"#lt-{q - 1}", "title").endswith(f"(token {q - 1}): {want[q - 1]:.6f}")
 
     # A top-k entry scrolls its token into view and puts the cursor on it.
     far = int(max(top10(want), key=lambda entry: abs(entry[0] - q))[0])  # the entry furthest from the query
