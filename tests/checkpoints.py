@@ -65,9 +65,16 @@ def _sharpen_decoder(model: torch.nn.Module, seed: int, *, gemma: bool) -> None:
 
 
 def _decoder(
-    family: str, directory: Path, seed: int, *, layers: int = D_LAYERS, max_positions: int = D_MAX_POSITIONS
+    family: str,
+    directory: Path,
+    seed: int,
+    *,
+    layers: int = D_LAYERS,
+    max_positions: int = D_MAX_POSITIONS,
+    **shape: int,
 ) -> torch.nn.Module:
-    """A tiny random rotary decoder of `family` (with its LM head), its tokenizer saved beside it."""
+    """A tiny random rotary decoder of `family` (with its LM head), its tokenizer saved beside it; `shape`
+    overrides config fields (hidden_size, num_attention_heads, ...)."""
     import transformers as tf
 
     vocab = _decoder_tokenizer(
@@ -88,6 +95,7 @@ def _decoder(
         "eos_token_id": 2,
         "pad_token_id": 3,
         "tie_word_embeddings": False,
+        **shape,
     }
     llama3 = {
         "rope_type": "llama3",
@@ -309,14 +317,13 @@ def build_checkpoint(
     return directory
 
 
-def build_long_llama(directory: Path, *, seed: int = 0) -> Path:
+def build_long_llama(directory: Path, *, seed: int = 0, layers: int = LONG_LAYERS, **shape: int) -> Path:
     """The tiny Llama with LONG_MAX_POSITIONS positions and LONG_LAYERS layers: a long input's trace in
-    seconds, for the page's long mode."""
+    seconds, for the page's long mode. `layers` and `shape` (config fields) give it another shape."""
     directory.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    _decoder("llama", directory, seed, layers=LONG_LAYERS, max_positions=LONG_MAX_POSITIONS).save_pretrained(
-        directory
-    )
+    model = _decoder("llama", directory, seed, layers=layers, max_positions=LONG_MAX_POSITIONS, **shape)
+    model.save_pretrained(directory)
     return directory
 
 

@@ -109,8 +109,10 @@ export class LongMode {
     try {
       const onProgress = (event) => this.active === mine && this.showProgress(event);
       const trace = await streamTrace(query, { signal, onProgress });
+      performance.mark("headscope-traced"); // benchmarks/long_page.py: the done line -> the grid drawn
       if (this.active === mine) this.hideProgress(); // past the forward: what is left is quick, and not cancelled
       const attention = await fetchOverview(query, { signal });
+      performance.mark("headscope-overview");
       return { query, trace, attention, signal, long: true, exact: new Map(), analysis: null, comparison: null };
     } finally {
       if (this.active === mine) this.hideProgress();

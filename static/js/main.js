@@ -172,6 +172,7 @@ async function runLong(query, count, signal) {
   const { layer, head } = getState();
   const complete = await longMode.draw(run, { layer, head }, count.max_tokens);
   if (signal.aborted || !complete) return;
+  performance.mark("headscope-ready");
   setBusy("");
   $("status").textContent = longSummary(trace.n, attention.n, attention.header.reduce);
   document.body.dataset.state = "ready";
