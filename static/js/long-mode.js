@@ -6,6 +6,7 @@
 
 import { $, $all, el } from "./dom.js";
 import { isAggregate } from "./aggregates.js";
+import { showTabs } from "./detail.js";
 import { selectionLabel } from "./labels.js";
 import { LongDetail } from "./long-detail.js";
 import { LongText } from "./long-text.js";
@@ -153,6 +154,7 @@ export class LongMode {
     for (const name of normal) $(name).hidden = true;
     $("cellReadout").textContent = "";
     $("workspace").classList.remove("stacked"); // the pooled detail fits beside the grid
+    showTabs("heatmap"); // whatever the link's view: token lines are off
     $("longView").hidden = false;
     $("detailCaption").textContent =
       "Each cell of the heatmap is a block of tokens (its axes say how many, and how pooled); " +
