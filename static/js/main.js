@@ -159,8 +159,11 @@ async function runLong(query, count, signal) {
   await learn(attention);
   if (signal.aborted) return;
   current = run;
-  const ignored = [query.words && "words", currentB().compare && "compare", query.newTokens > 0 && "continuing"];
-  const note = ignored.some(Boolean) ? ` ${unavailable("Words, compare and continuing", count.max_tokens)}` : "";
+  // What was asked for and cannot be done here is said, not silently dropped.
+  const asked = [query.words && "Words mode", currentB().compare && "Compare", query.newTokens > 0 && "Continuing"];
+  const left = asked.filter(Boolean).map((name, i) => (i ? name.toLowerCase() : name));
+  const what = left.length > 1 ? `${left.slice(0, -1).join(", ")} and ${left.at(-1)}` : left[0];
+  const note = left.length ? ` ${unavailable(what, count.max_tokens, left.length > 1 ? "need" : "needs")}` : "";
   showNotice(
     `${trace.n.toLocaleString("en-US")} tokens: above the ${count.max_tokens} for which every head is shown in ` +
       `full, so the model was traced: the grid and the heatmap pool blocks of tokens, and the text view gives ` +

@@ -209,8 +209,14 @@ def test_over_the_trace_limit_says_the_limit_and_a_short_input_is_the_normal_pag
     alert = page.locator("#error").text_content()
     assert f"input has {n} tokens" in alert and "traces at most 8192 tokens" in alert, alert
 
+    page.check("#words")  # asked for, and not possible for a long input: said, not silently dropped
     session.run(SENTENCE * 30, model=long_model)  # ~600 tokens: long mode
     assert page.locator("#long-view").is_visible() and page.locator("#compare").is_disabled()
+    notice = page.locator("#notice").text_content()
+    assert "Words mode needs the full matrices: available up to 512 tokens." in notice, notice
+    page.fill("#text", "The cat sat on the mat.")  # typing gives the form's controls back
+    assert page.locator("#words").is_enabled() and page.locator("#compare").is_enabled()
+    page.uncheck("#words")
     session.run("The cat sat on the mat.", model=long_model)
     assert page.locator("#long-view").is_hidden() and page.locator("#detail-scroll").is_visible()
     assert page.evaluate("document.querySelector('#head-detail').data.length") >= 1
