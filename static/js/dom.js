@@ -100,6 +100,7 @@ export const SELECTORS = Object.freeze({
   longTextCaption: "#long-text-caption",
   longTextTop: "#long-text-top",
   longTextTokens: "#long-text-tokens",
+  longTextCursor: "#long-text-cursor",
   longInsight: "#long-insight",
 });
 

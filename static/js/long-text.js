@@ -41,6 +41,7 @@ export class LongText {
       tokens: $("longTextTokens"),
       caption: $("longTextCaption"),
       top: $("longTextTop"),
+      cursor: $("longTextCursor"),
     };
     this.spans = [];
     this.spelled = [];
@@ -98,6 +99,8 @@ export class LongText {
     span.classList.add("cursor");
     this.els.tokens.setAttribute("aria-activedescendant", span.id);
     if (scroll) span.scrollIntoView({ block: "nearest", inline: "nearest" });
+    const weight = this.values ? `, weight ${this.values[i].toFixed(4)}` : "";
+    this.els.cursor.textContent = `token ${i}: ${quoted(this.spelled[i])}${weight}`;
   }
 
   /** Scroll token `i` into view and put the cursor on it (a top-k entry was chosen). */

@@ -150,6 +150,7 @@ def test_a_4000_token_text_is_traced_with_progress_then_grid_detail_and_text(
     page.focus("#long-text-tokens")
     page.keyboard.press("End")
     page.keyboard.press("ArrowLeft")
+    assert page.locator("#long-text-cursor").text_content().startswith(f"token {n - 2}: ")  # read out
     page.keyboard.press("Enter")
     wait_row(page, n - 2, 1, 2)
     assert page.evaluate(WEIGHTS_JS) == row(session.base, text, long_model, 1, 2, n - 2)
