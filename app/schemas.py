@@ -427,6 +427,17 @@ class TraceDone(BaseModel):
     )
 
 
+class TraceTokens(BaseModel):
+    """An input's length in tokens (the tokenizer alone: no forward) and the two limits it meets."""
+
+    model: str
+    n: int = Field(description="Tokens of the input, special and template tokens included, uncut.")
+    max_tokens: int = Field(
+        description="The most /api/attention, /api/analysis and /api/rollout read: they cut longer inputs."
+    )
+    trace_max_tokens: int = Field(description="The most /api/trace takes: longer inputs get 413.")
+
+
 class TraceWindowResponse(BaseModel):
     values: list[list[float]] = Field(description="[row block][col block], rounded to 6 decimals.")
     row_edges: list[int] = Field(description="Block r covers query tokens row_edges[r] .. row_edges[r+1]-1.")

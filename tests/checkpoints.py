@@ -26,6 +26,8 @@ FAMILIES = ENCODER_FAMILIES + DECODER_FAMILIES
 # The rotary decoders' shape; SLIDING_WINDOW is shorter than every test text but "Hi."
 D_HIDDEN, D_HEADS, D_KV_HEADS, D_LAYERS, D_FFN, D_MAX_POSITIONS = 64, 4, 2, 3, 96, 128
 SLIDING_WINDOW = 6
+# The long Llama (build_long_llama): positions enough for an 8,192-token trace, few layers to keep it quick.
+LONG_LAYERS, LONG_MAX_POSITIONS = 2, 8192
 # The families whose models add a token type (segment) embedding, and the type_vocab_size each is built with
 # by default (as bert-base and roberta-base are); the others have none.
 TYPE_VOCAB_SIZES = {"bert": 2, "roberta": 1}
@@ -62,25 +64,38 @@ def _sharpen_decoder(model: torch.nn.Module, seed: int, *, gemma: bool) -> None:
                 p.copy_((0.3 if p.ndim > 1 else 0.1) * noise)
 
 
-def _decoder(family: str, directory: Path, seed: int) -> torch.nn.Module:
-    """A tiny random rotary decoder of `family` (with its LM head), its tokenizer saved beside it."""
+def _decoder(
+    family: str,
+    directory: Path,
+    seed: int,
+    *,
+    layers: int = D_LAYERS,
+    max_positions: int = D_MAX_POSITIONS,
+    **shape: int,
+) -> torch.nn.Module:
+    """A tiny random rotary decoder of `family` (with its LM head), its tokenizer saved beside it; `shape`
+    overrides config fields (hidden_size, num_attention_heads, ...)."""
     import transformers as tf
 
     vocab = _decoder_tokenizer(
-        directory, bos=family not in ("qwen2", "qwen3"), chat_template=CHAT_TEMPLATES.get(family)
+        directory,
+        bos=family not in ("qwen2", "qwen3"),
+        chat_template=CHAT_TEMPLATES.get(family),
+        max_length=max_positions,
     )
     common = {
         "vocab_size": vocab,
         "hidden_size": D_HIDDEN,
         "num_attention_heads": D_HEADS,
         "num_key_value_heads": D_KV_HEADS,
-        "num_hidden_layers": D_LAYERS,
+        "num_hidden_layers": layers,
         "intermediate_size": D_FFN,
-        "max_position_embeddings": D_MAX_POSITIONS,
+        "max_position_embeddings": max_positions,
         "bos_token_id": 1,
         "eos_token_id": 2,
         "pad_token_id": 3,
         "tie_word_embeddings": False,
+        **shape,
     }
     llama3 = {
         "rope_type": "llama3",
@@ -188,7 +203,9 @@ CHAT_TEMPLATES = {
 }
 
 
-def _decoder_tokenizer(directory: Path, *, bos: bool, chat_template: str | None = None) -> int:
+def _decoder_tokenizer(
+    directory: Path, *, bos: bool, chat_template: str | None = None, max_length: int = D_MAX_POSITIONS
+) -> int:
     """A template that adds <s> as Llama's does (single "<s> A", pair "<s> A <s> B") or, bos=False,
     nothing (Qwen); no token type ids, as Llama's tokenizer gives none."""
     from tokenizers import processors
@@ -206,7 +223,7 @@ def _decoder_tokenizer(directory: Path, *, bos: bool, chat_template: str | None 
         directory,
         list(names.values()),
         template,
-        D_MAX_POSITIONS,
+        max_length,
         chat_template=chat_template,
         model_input_names=["input_ids", "attention_mask"],
         **{f"{role}_token": token for role, token in names.items()},
@@ -296,6 +313,16 @@ def build_checkpoint(
     else:
         raise ValueError(f"family ({family!r}) must be one of {FAMILIES}")
     _sharpen(model, seed)
+    model.save_pretrained(directory)
+    return directory
+
+
+def build_long_llama(directory: Path, *, seed: int = 0, layers: int = LONG_LAYERS, **shape: int) -> Path:
+    """The tiny Llama with LONG_MAX_POSITIONS positions and LONG_LAYERS layers: a long input's trace in
+    seconds, for the page's long mode. `layers` and `shape` (config fields) give it another shape."""
+    directory.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    model = _decoder("llama", directory, seed, layers=layers, max_positions=LONG_MAX_POSITIONS, **shape)
     model.save_pretrained(directory)
     return directory
 

@@ -14,7 +14,7 @@ from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.templating import Jinja2Templates
 
 from app.deps import ServiceDep, SettingsDep
-from app.schemas import MAX_TEXT_CHARS
+from app.schemas import MAX_TEXT_CHARS, TRACE_MAX_TEXT_CHARS
 from app.service import FLOW_MAX_TOKENS
 
 router = APIRouter(include_in_schema=False)
@@ -35,6 +35,7 @@ def index(request: Request, service: ServiceDep, settings: SettingsDep) -> HTMLR
         "models": [entry.model_dump() for entry in models.models],
         "limits": {
             "max_chars": MAX_TEXT_CHARS,
+            "trace_max_chars": TRACE_MAX_TEXT_CHARS,  # A's text and pair: a long input is traced
             "max_tokens": settings.max_tokens,
             "max_new_tokens": settings.max_new_tokens,
             "flow_max_tokens": settings.flow_max_tokens or FLOW_MAX_TOKENS,  # the flow button's limit

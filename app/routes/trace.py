@@ -16,6 +16,7 @@ from app.routes.common import (
     Scheme,
     compact_response,
     described,
+    json_answer,
     watched,
 )
 from app.schemas import (
@@ -24,6 +25,7 @@ from app.schemas import (
     TraceRequest,
     TraceRowRequest,
     TraceRowResponse,
+    TraceTokens,
     TraceWindowRequest,
     TraceWindowResponse,
 )
@@ -115,3 +117,11 @@ async def trace_row(body: TraceRowRequest, request: Request, service: ServiceDep
     return await compact_response(
         request, lambda gzipped: service.traces.row(body, gzipped=gzipped), media_type=JSON
     )
+
+
+@router.post("/trace/tokens", response_model=TraceTokens, responses=ERRORS)
+async def trace_tokens(body: TraceRequest, request: Request, service: ServiceDep) -> Response:
+    """How many tokens an input has (the tokenizer alone, no forward: milliseconds) against the two limits:
+    `max_tokens`, the most the full-matrix routes read (they cut longer inputs), and `trace_max_tokens`,
+    the most `/api/trace` takes. The page asks it to choose between the two for a long text."""
+    return await json_answer(request, service.traces.tokens(body))

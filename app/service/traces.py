@@ -28,7 +28,14 @@ from app.cache import LRUCache
 from app.encoders import Floats
 from app.errors import InputTooLongError, InvalidInputError, ServiceError
 from app.registry import Registry
-from app.schemas import TraceDone, TraceOverviewRequest, TraceRequest, TraceRowRequest, TraceWindowRequest
+from app.schemas import (
+    TraceDone,
+    TraceOverviewRequest,
+    TraceRequest,
+    TraceRowRequest,
+    TraceTokens,
+    TraceWindowRequest,
+)
 from app.service import bodies
 from app.service.flights import Flights, settled
 from app.settings import Settings
@@ -154,6 +161,17 @@ def window_json(trace: Trace, request: TraceWindowRequest, gzipped: bool = False
     return _gzip_if(bodies.encode_pieces(lambda: body), gzipped)
 
 
+def tokens_json(
+    name: str, model: mha.AttentionModel, request: TraceRequest, limits: tuple[int, int]
+) -> bytes:
+    """Encoding thread: the input's uncut token count (the tokenizer alone) and the limits it meets."""
+    encoded = model.encoder.encode_batch([(request.text, request.text_pair)], COUNT_ALL, chat=request.chat)
+    max_tokens, trace_max = limits
+    n = len(encoded[0].ids)
+    counted = TraceTokens(model=name, n=n, max_tokens=max_tokens, trace_max_tokens=trace_max)
+    return counted.model_dump_json().encode()
+
+
 def row_json(trace: Trace, request: TraceRowRequest, gzipped: bool = False) -> bytes:
     values = _read(lambda: trace.row(request.layer, request.head, request.q))
     return _gzip_if(
@@ -220,6 +238,14 @@ class Traces:
     async def window(self, request: TraceWindowRequest, *, gzipped: bool = False) -> bytes:
         trace = await self._get(request)
         body: bytes = await self._off_loop(window_json, trace, request, gzipped)
+        return body
+
+    async def tokens(self, request: TraceRequest) -> bytes:
+        """How long an input is, without a forward: the page's choice between /api/attention and a trace."""
+        name = self.registry.resolve(request.model)
+        _, model = await self._off_loop(self.registry.get, name)
+        limits = (min(self.settings.max_tokens, model.info.max_tokens), self.max_tokens(model))
+        body: bytes = await self._off_loop(tokens_json, name, model, request, limits)
         return body
 
     async def row(self, request: TraceRowRequest, *, gzipped: bool = False) -> bytes:

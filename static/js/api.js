@@ -35,7 +35,7 @@ async function failure(response) {
   return new ApiError(message, response.status);
 }
 
-async function request(url, options) {
+export async function request(url, options) {
   let response;
   try {
     response = await fetch(url, options);
@@ -66,7 +66,7 @@ export function flatRows(rows) {
   return out;
 }
 
-async function post(url, payload, signal) {
+export async function post(url, payload, signal) {
   const options = { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(payload) };
   return request(url, { ...options, signal });
 }

@@ -87,6 +87,21 @@ export const SELECTORS = Object.freeze({
   notice: "#notice",
   colorScale: "#color-scale",
   colorScaleNote: "#color-scale-note",
+  similarGroup: "#similar-group",
+  tabTokens: "#tab-tokens",
+  traceProgress: "#trace-progress",
+  traceLabel: "#trace-label",
+  traceBar: "#trace-bar",
+  traceCancel: "#trace-cancel",
+  longView: "#long-view",
+  longDetail: "#long-detail",
+  longReadout: "#long-readout",
+  longText: "#long-text",
+  longTextCaption: "#long-text-caption",
+  longTextTop: "#long-text-top",
+  longTextTokens: "#long-text-tokens",
+  longTextCursor: "#long-text-cursor",
+  longInsight: "#long-insight",
 });
 
 /** The element registered under `name`; throws if the template lacks it (a bug, not a user error). */

@@ -107,16 +107,17 @@ export class Grid {
 
   /**
    * Build the grid for `attention`; resolves true once every thumbnail is drawn, false when `signal` (the
-   * run's) aborted first: what is left undrawn stays so.
+   * run's) aborted first: what is left undrawn stays so. `aggregates` false: the heads alone (a long
+   * input's pooled overview, whose mean would average maxima).
    */
-  render(attention, { signal } = {}) {
+  render(attention, { signal, aggregates: withAggregates = true } = {}) {
     this.clear();
     const { layers: L, heads: H } = attention;
     this.model = { heads: H, kvHeads: attention.kvHeads };
     this.layers = L;
     const grouped = isGrouped(this.model);
     const groups = kvGroups(this.model);
-    const aggregates = Object.entries(AGGREGATES);
+    const aggregates = withAggregates ? Object.entries(AGGREGATES) : [];
     this.container.style.setProperty("--cols", String(H + aggregates.length));
     this.container.classList.toggle("grouped", grouped);
     // The header rows' first cell, over the layer labels.
@@ -126,7 +127,8 @@ export class Grid {
     const starts = new Set(groups.slice(1).map((g) => g.first)); // heads that open a group after the first
     if (grouped) {
       const heads = groups.map((g) => `repeat(${g.count}, var(--thumb))`).join(" var(--kv-gap) ");
-      this.container.style.setProperty("--grid-template", `30px ${heads} repeat(${aggregates.length}, var(--thumb))`);
+      const aggs = aggregates.length ? ` repeat(${aggregates.length}, var(--thumb))` : ""; // repeat(0) is invalid CSS
+      this.container.style.setProperty("--grid-template", `30px ${heads}${aggs}`);
     } else this.container.style.removeProperty("--grid-template");
 
     const rows = [];

@@ -5,8 +5,11 @@
 //
 // The view state changes only through state.js update(); a run is {query, queryB, attention, signal, exact,
 // analysis, comparison}, and a new run aborts the old one's signal: its fetches stop and nothing of it draws.
+// An input longer than the model's max_tokens that it can trace is a long run (long-mode.js): {query, trace,
+// attention (the pooled overview), signal, long: true}; Cancel aborts it while it traces.
 
 import { $ } from "./dom.js";
+import { isAggregate } from "./aggregates.js";
 import { ApiError, fetchCompact, fetchModels } from "./api.js";
 import { queryB } from "./compare.js";
 import { bindTabs, Detail, showTabs } from "./detail.js";
@@ -16,6 +19,7 @@ import { currentB, currentQuery, fillModels, initForm, learnEntries, learnModel,
 import { Grid } from "./grid.js";
 import { InsightPanel } from "./insight-panel.js";
 import { runSummary } from "./labels.js";
+import { LongMode, longSummary, measure, unavailable } from "./long-mode.js";
 import { copyLink, showNotice, tokenLimit, truncationNotice } from "./notices.js";
 import { initScaleMenu } from "./scale-menu.js";
 import { clampSelection, getState, ignoredParams, initState, moveSelection, readState, subscribe, update } from "./state.js";
@@ -49,12 +53,13 @@ const written = new WrittenView({
 });
 const detail = new Detail({ written });
 const insights = new InsightPanel({ grid, current: () => current, onOpen: (layer, head) => openHead(layer, head) });
+const longMode = new LongMode({ grid, onCancel: cancel });
 
 subscribe((state, changed) => {
   $("hideFirst").checked = state.hideFirst;
   if (!["view", "hideFirst", "lines", "pairs", "scale"].some((key) => changed.has(key))) return;
-  if (current) detail.draw(current);
-  else showTabs(state.view);
+  if (current && !current.long) detail.draw(current);
+  else if (!current) showTabs(state.view);
 });
 
 async function run() {
@@ -77,35 +82,25 @@ async function run() {
   document.body.dataset.insight = "idle"; // the insight views follow this run once it is drawn
   performance.mark("headscope-run");
   try {
-    const attention = await fetchCompact(query, { signal });
+    const { limits = {} } = readInitialState();
+    const limit = tokenLimit(known.models.get(query.model), limits) ?? limits.max_tokens;
+    let long = await measure(query, { limit, signal });
+    const attention = long ? null : await fetchCompact(query, { signal });
     if (signal.aborted) return;
-    // A model loaded by this run: its /api/models entry now says what the answer does not (chat template).
-    const unloaded = known.models.get(attention.model)?.layers == null;
-    const entries = unloaded ? (await fetchModels().catch(() => ({ models: [] }))).models : [];
+    if (attention?.truncated) long = await measure(query, { truncated: true, signal }); // template tokens
     if (signal.aborted) return;
-    learnModel(attention, entries);
-    refreshB();
+    if (long) return await runLong(query, long, signal);
+    longMode.leave();
+    await learn(attention);
+    if (signal.aborted) return;
     const { compare, btext, bmodel } = currentB();
     const b = compare ? queryB(query, { btext, bmodel }) : null;
     const run = { query, queryB: b, attention, signal, exact: new Map(), analysis: null, comparison: null };
     current = run;
-    const limit = tokenLimit(known.models.get(attention.model), readInitialState().limits);
-    showNotice(truncationNotice(attention, { words: query.words, limit }));
+    const cut = tokenLimit(known.models.get(attention.model), limits);
+    showNotice(truncationNotice(attention, { words: query.words, limit: cut }));
     markStale(null); // the old result goes now
-    const shown = clampSelection(getState(), attention);
-    notices.set("selection", selectionNotice(getState(), shown, attention));
-    update({
-      text: query.text,
-      pair: query.pair,
-      model: query.model,
-      words: query.words,
-      newTokens: query.newTokens,
-      chat: query.chat,
-      compare,
-      btext: compare ? btext : "",
-      bmodel: compare && bmodel !== query.model ? bmodel : "",
-      ...shown,
-    });
+    show(query, attention, clampSelection(getState(), attention), { compare, btext, bmodel });
     setBusy("Drawing…");
     performance.mark("headscope-decoded");
     // Marks for benchmarks/browser.py: where the time between click and "ready" goes.
@@ -130,6 +125,73 @@ async function run() {
   }
 }
 
+/** A model loaded by this run: its /api/models entry now says what the answer does not (chat template). */
+async function learn(attention) {
+  const unloaded = known.models.get(attention.model)?.layers == null;
+  const entries = unloaded ? (await fetchModels().catch(() => ({ models: [] }))).models : [];
+  learnModel(attention, entries);
+  refreshB();
+}
+
+/** The run's input and selection into the view state (and so the URL); a clamped selection is said. */
+function show(query, attention, shown, { compare, btext, bmodel }) {
+  notices.set("selection", selectionNotice(getState(), shown, attention));
+  update({
+    text: query.text,
+    pair: query.pair,
+    model: query.model,
+    words: query.words,
+    newTokens: query.newTokens,
+    chat: query.chat,
+    compare,
+    btext: compare ? btext : "",
+    bmodel: compare && bmodel !== query.model ? bmodel : "",
+    ...shown,
+  });
+}
+
+/** A long input (`count`: /api/trace/tokens): trace it with progress, then the overview, detail and text. */
+async function runLong(query, count, signal) {
+  setBusy("Tracing the model…");
+  const run = await longMode.trace(query, { signal });
+  if (signal.aborted) return;
+  const { trace, attention } = run;
+  await learn(attention);
+  if (signal.aborted) return;
+  current = run;
+  // What was asked for and cannot be done here is said, not silently dropped.
+  const asked = [query.words && "Words mode", currentB().compare && "Compare", query.newTokens > 0 && "Continuing"];
+  const left = asked.filter(Boolean).map((name, i) => (i ? name.toLowerCase() : name));
+  const what = left.length > 1 ? `${left.slice(0, -1).join(", ")} and ${left.at(-1)}` : left[0];
+  const note = left.length ? ` ${unavailable(what, count.max_tokens, left.length > 1 ? "need" : "needs")}` : "";
+  showNotice(
+    `${trace.n.toLocaleString("en-US")} tokens: above the ${count.max_tokens} for which every head is shown in ` +
+      `full, so the model was traced: the grid and the heatmap pool blocks of tokens, and the text view gives ` +
+      `one token's exact weights.${note}`,
+  );
+  markStale(null);
+  show(query, attention, clampSelection(LongMode.selection(getState()), attention), currentB());
+  setBusy("Drawing…");
+  const { layer, head } = getState();
+  const complete = await longMode.draw(run, { layer, head }, count.max_tokens);
+  if (signal.aborted || !complete) return;
+  performance.mark("headscope-ready");
+  setBusy("");
+  $("status").textContent = longSummary(trace.n, attention.n, attention.header.reduce);
+  document.body.dataset.state = "ready";
+}
+
+/** Cancel: the trace's stream is closed (the server stops before its next layer); what was shown stays. */
+function cancel() {
+  if (!controller || controller.signal.aborted) return;
+  controller.abort();
+  longMode.hideProgress();
+  setBusy("");
+  $("status").textContent = "Cancelled";
+  document.body.dataset.state = "idle";
+  if (current) markStale(current.query); // the form holds the cancelled text; the screen still the last run
+}
+
 /** Compare's B menu after A's model or a size changed: models of another shape off, with the reason. */
 function refreshB() {
   const was = refreshModelB(known.models, $("model").value);
@@ -143,9 +205,10 @@ async function learnSizes(signal) {
 }
 
 function select(layer, head) {
-  if (!current) return;
+  if (!current || (current.long && isAggregate(head))) return;
   update(clampSelection({ layer, head }, current.attention));
   const state = getState();
+  if (current.long) return longMode.select(current, state.layer, state.head);
   grid.select(state.layer, state.head);
   detail.draw(current);
   insights.showSelection(current);
@@ -198,7 +261,7 @@ async function boot() {
     update({ words: $("words").checked });
     if (current) run(); // every view switches: the same input again, merged to words
   });
-  bindTabs((view) => update({ view }));
+  bindTabs((view) => (current?.long ? null : update({ view }))); // token lines need the full matrices
   const exports = [["exportPng", "png"], ["exportSvg", "svg"], ["exportJson", "json"], ["exportJsonHead", "json-head"]];
   for (const [name, format] of exports) $(name).addEventListener("click", () => exportAs(current, format));
   $("copyLink").addEventListener("click", copyLink);

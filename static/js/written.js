@@ -13,7 +13,7 @@ import { displayToken, topK } from "./decoder.js";
 export const TOP_K = 5;
 
 /** "“␣sat”": a token as the page spells it (already respelled), in quotes. */
-function quoted(token) {
+export function quoted(token) {
   return `“${token}”`;
 }
 
@@ -29,9 +29,18 @@ function ordinal(k) {
 }
 
 /** Background colour of a weight shaded as `t` in [0, 1] of the attention scale (colors.js LUT). */
-function shade(t) {
+export function shade(t) {
   const k = 4 * Math.min(255, Math.max(0, Math.round(t * 255)));
   return { background: `rgb(${LUT[k]}, ${LUT[k + 1]}, ${LUT[k + 2]})`, dark: t > 0.45 };
+}
+
+/** One top-k entry's parts: “token”, where it sits, its weight (3 decimals). `tokens` already spelled. */
+export function topParts(tokens, index, weight, digits = 3) {
+  return [
+    el("span", { className: "written-top-token", text: quoted(tokens[index]) }),
+    el("span", { className: "written-top-where", text: ` token ${index}` }),
+    el("span", { className: "num", text: weight.toFixed(digits) }),
+  ];
 }
 
 export class WrittenView {
@@ -131,15 +140,8 @@ export class WrittenView {
     }
     text.replaceChildren(...spans);
 
-    list.replaceChildren(
-      ...top.map(({ index, weight }) =>
-        el("li", { data: { index, weight } }, [
-          el("span", { className: "written-top-token", text: quoted(tokens[index]) }),
-          el("span", { className: "written-top-where", text: ` token ${index}` }),
-          el("span", { className: "num", text: weight.toFixed(3) }),
-        ]),
-      ),
-    );
+    const items = top.map(({ index, weight }) => el("li", { data: { index, weight } }, topParts(tokens, index, weight)));
+    list.replaceChildren(...items);
     panel.dataset.chosen = String(i);
   }
 }

@@ -65,7 +65,11 @@ def test_page_carries_server_state_as_json_and_no_inline_script(client: TestClie
     assert [m["name"] for m in state["models"]] == [m["name"] for m in models["models"]]
     assert state["limits"]["max_chars"] > 0 and state["limits"]["max_tokens"] > 0
     max_chars = state["limits"]["max_chars"]
-    assert re.search(rf'<textarea id="text"[^>]*maxlength="{max_chars}"', response.text)
+    # A's text may be as long as a trace takes (the page traces what the attention routes would cut); B's not.
+    trace_chars = state["limits"]["trace_max_chars"]
+    assert trace_chars > max_chars
+    assert re.search(rf'<textarea id="text"[^>]*maxlength="{trace_chars}"', response.text)
+    assert re.search(rf'<textarea id="text-b"[^>]*maxlength="{max_chars}"', response.text)
     # The flow button's limit is the service's: its default here, the setting where one is set.
     assert state["limits"]["flow_max_tokens"] == FLOW_MAX_TOKENS
 

@@ -363,3 +363,16 @@ def test_a_long_trace_does_not_hold_up_a_short_request(traced: tuple[TestClient,
     finally:
         release.set()
     assert json.loads(streamed.result(TIMEOUT).chunks[-1])["event"] == "done"
+
+
+def test_tokens_counts_the_whole_input_without_a_forward(traced: tuple[TestClient, Counting], minilm) -> None:  # type: ignore[no-untyped-def]
+    client, counting = traced
+    long = "cat " * 600  # past MiniLM's 512: the attention routes would cut it
+    for text in (TEXT, long):
+        answer = client.post("/api/trace/tokens", json={"text": text, "text_pair": "A dog."})
+        assert answer.status_code == 200, answer.text
+        want = len(minilm.encoder.encode_batch([(text, "A dog.")], 10**6)[0].ids)
+        assert answer.json() == {"model": DEFAULT, "n": want, "max_tokens": 512, "trace_max_tokens": 512}
+    assert want > 512 and counting.forwards == 0
+    assert client.post("/api/trace/tokens", json={"text": "  "}).status_code == 422
+    assert client.post("/api/trace/tokens", json={"text": "a", "model": "nope"}).status_code == 404

@@ -2,7 +2,8 @@
 
 The app serves the embedded default model plus a tiny random GPT-2 checkpoint ("tiny-gpt2") so the causal
 rendering can be checked, and a tiny random Llama ("llama-tiny": 4 query heads over 2 KV heads) for the
-grouped-query heads and continuations. Everything is local: the page must never reach past the app's base URL.
+grouped-query heads and continuations, and a 2-layer tiny Llama with 8,192 positions ("llama-long") for the
+long-input mode. Everything is local: the page must never reach past the app's base URL.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from checkpoints import build_long_llama
 
 from benchmarks.launch import CHROMIUM, launch_chromium, serve
 
@@ -20,6 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
 TINY_GPT2 = "tiny-gpt2"
 TINY_LLAMA = "llama-tiny"
+LONG_LLAMA = "llama-long"
 SERVER_START_S = 180  # loading the default model on a busy shared machine can take a while
 
 
@@ -30,8 +33,18 @@ def tiny_gpt2_dir(tiny_checkpoints: dict[str, Path]) -> Path:
 
 
 @pytest.fixture(scope="session")
-def server(tiny_gpt2_dir: Path, tiny_checkpoints: dict[str, Path]) -> Iterator[str]:
-    models = {TINY_GPT2: str(tiny_gpt2_dir), TINY_LLAMA: str(tiny_checkpoints["llama"])}
+def long_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Llama with 8,192 positions: a 4,000-token trace takes seconds."""
+    return build_long_llama(tmp_path_factory.mktemp("long") / LONG_LLAMA)
+
+
+@pytest.fixture(scope="session")
+def server(tiny_gpt2_dir: Path, tiny_checkpoints: dict[str, Path], long_llama_dir: Path) -> Iterator[str]:
+    models = {
+        TINY_GPT2: str(tiny_gpt2_dir),
+        TINY_LLAMA: str(tiny_checkpoints["llama"]),
+        LONG_LLAMA: str(long_llama_dir),
+    }
     env = {
         "HEADSCOPE_MODELS": json.dumps(models),
         "HEADSCOPE_DEVICE": "cpu",
@@ -59,6 +72,12 @@ def causal_model() -> str:
 def grouped_model() -> str:
     """The registered name of the tiny Llama: 3 layers, 4 query heads over 2 KV heads, causal."""
     return TINY_LLAMA
+
+
+@pytest.fixture(scope="session")
+def long_model() -> str:
+    """The registered name of the long tiny Llama: 2 layers, 8,192 positions, causal."""
+    return LONG_LLAMA
 
 
 @pytest.fixture(scope="session")
