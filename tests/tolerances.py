@@ -60,6 +60,14 @@ def quant8(*, heads: int = 1) -> float:
     return QUANT8 + 2 * U32 + heads * U32
 
 
+def regemm_weight(dim: int, max_score: float) -> float:
+    """|w - w'| between two reads of one trace's weight exp(s - lse) whose scores come from GEMMs of other
+    shapes (a window's block of rows against a single row): each dim-term dot product reorders by up to
+    dim·u·max_score (Higham's gamma_dim), the weight moves by w (<= 1) times that, plus one rounding of exp
+    on each side."""
+    return 2 * dim * U32 * max_score + 2 * U32
+
+
 def recomputed_weight(dim: int, max_score: float) -> float:
     """|w - w'| between a weight recomputed as exp(s - lse) (mha.trace) and the softmax of another forward:
     each score is a dim-term dot product, moved by up to dim·u·max_score in another GEMM kernel (Higham's

@@ -111,6 +111,7 @@ export class LongDetail {
     this.gd.replaceChildren();
     delete this.gd.dataset.cols;
     delete this.gd.dataset.rows;
+    delete this.gd.dataset.state;
   }
 
   /** Pooling by "max" or "mean": the view shown is fetched again. */
@@ -145,6 +146,7 @@ export class LongDetail {
     const request = { layer: view.layer, head: view.head, rows, cols, reduce: this.reduce };
     request.max_cells = Math.min(MAX_CELLS, this.size);
     this.gd.setAttribute("aria-busy", "true");
+    this.gd.dataset.state = "loading"; // "ready" once this window is drawn, "error" if it failed (tests wait on it)
     try {
       const win = await fetchTraceWindow(view.query, request, { signal: controller.signal });
       if (seq !== this.seq) return false; // a newer window was asked for meanwhile
@@ -156,6 +158,7 @@ export class LongDetail {
       if (this.shown !== view) this.purge();
       this.badge.textContent = error.message;
       this.readout.textContent = `The window could not be loaded: ${error.message}`;
+      this.gd.dataset.state = "error";
       return false;
     } finally {
       release();
@@ -189,6 +192,7 @@ export class LongDetail {
     gd.dataset.cols = `${win.col_edges[0]},${win.col_edges[win.col_edges.length - 1]}`;
     gd.dataset.exact = String(win.exact);
     gd.dataset.reduce = win.reduce;
+    gd.dataset.state = "ready";
     this.badge.textContent = badgeText(win);
     this.readout.textContent = describeWindow(win, where);
   }
@@ -199,7 +203,7 @@ export class LongDetail {
     this.gd.on("plotly_relayout", (event) => {
       const keys = Object.keys(event ?? {});
       if (!this.view || !keys.some((k) => /^[xy]axis\.(range|autorange)/.test(k))) return;
-      clearTimeout(this.timer);
+      this.stop(); // an answer on its way was for the view before: drawn now, it would undo this zoom
       this.timer = setTimeout(() => this.load(...this.visible()), SETTLE_MS);
     });
     this.gd.on("plotly_doubleclick", () => this.reset());

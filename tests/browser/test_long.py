@@ -5,11 +5,16 @@ prompt as text shaded by one token's exact row (/api/trace/row)."""
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+import mha
+from tests.tolerances import ROUND6, regemm_weight
 
 pytestmark = pytest.mark.browser
 
@@ -41,6 +46,17 @@ SHADES_JS = """async () => {
     if (probe.style.backgroundColor !== span.style.backgroundColor) bad.push(j);
   });
   return bad;
+}"""
+ZOOM_JS = """async ([x, y]) => {
+  await window.Plotly.relayout(document.querySelector('#long-detail'), {'xaxis.range': x, 'yaxis.range': y});
+  return true;
+}"""
+# Page coordinates of the centre of token cell (query i, key j): cell i spans [i, i + 1) on its axis.
+CELL_JS = """([i, j]) => {
+  const gd = document.querySelector('#long-detail');
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+  const box = gd.getBoundingClientRect();
+  return [box.left + xa._offset + xa.l2p(j + 0.5), box.top + ya._offset + ya.l2p(i + 0.5)];
 }"""
 TOP_JS = """() => [...document.querySelectorAll('#long-text-top button')].map(
   (b) => [Number(b.dataset.index), Number(b.dataset.weight)])"""
@@ -99,7 +115,7 @@ def top10(values: list[float]) -> list[list[float]]:
 
 
 def test_a_4000_token_text_is_traced_with_progress_then_grid_detail_and_text(
-    session: Any, long_model: str
+    session: Any, long_model: str, long_llama_dir: Path
 ) -> None:
     text, n = long_text(session.base, long_model, 4000)
     assert 3800 <= n <= 4200
@@ -146,6 +162,29 @@ def test_a_4000_token_text_is_traced_with_progress_then_grid_detail_and_text(
     assert page.evaluate(WEIGHTS_JS) == row(session.base, text, long_model, 1, 2, q)
     assert "L1 H2" in page.locator("#detail-title").text_content()
 
+    # The detail zoomed down to exact cells (a drag's relayout): hovering (q, j) reads the trace's row.
+    want = row(session.base, text, long_model, 1, 2, q)
+    j = max(range(q + 1), key=lambda key: want[key])  # the heaviest key: a weight worth reading
+    k0 = min(max(j - 50, 0), n - 100)
+    page.evaluate(ZOOM_JS, [[k0, k0 + 100], [q + 50, q - 50]])
+    page.wait_for_selector(f'#long-detail[data-state=ready][data-exact=true][data-cols="{k0},{k0 + 100}"]')
+    page.mouse.move(*page.evaluate(CELL_JS, [q, j]))
+    hover = page.locator("#long-detail .hoverlayer .hovertext")
+    hover.wait_for()
+    said = hover.text_content() or ""
+    match = re.fullmatch(r"query '.*' \((\d+)\) → key '.*' \((\d+)\): (\d\.\d{6})", said, re.S)
+    assert match, said
+    assert (int(match[1]), int(match[2])) == (q, j)
+    value = match[3]
+    # The same trace read two ways: a window's block of rows and one row, GEMMs of other shapes
+    # (tolerances.regemm_weight), each rounded to 6 decimals.
+    kept = mha.load_pretrained(long_llama_dir, device="cpu").trace(text)
+    layer = kept.layers[1]
+    q_norm = layer.q[2].double().norm(dim=-1).max().item()
+    k_norm = layer.k[2 // (layer.q.shape[0] // layer.k.shape[0])].double().norm(dim=-1).max().item()
+    bound = regemm_weight(layer.q.shape[-1], kept.scale * q_norm * k_norm) + 2 * ROUND6
+    assert abs(float(value) - want[j]) <= bound, (value, want[j], bound)
+
     # The keyboard: the text is one tab stop; arrows move a cursor and Enter chooses.
     page.focus("#long-text-tokens")
     page.keyboard.press("End")
@@ -165,7 +204,8 @@ def test_a_4000_token_text_is_traced_with_progress_then_grid_detail_and_text(
         in page.locator("#long-insight").text_content()
     )
     asked = {url.split("?")[0].removeprefix(session.base) for url in session.requests if "/api/" in url}
-    assert asked == {"/api/trace/tokens", "/api/trace", "/api/trace/overview", "/api/trace/row"}, asked
+    routes = {"/api/trace/tokens", "/api/trace", "/api/trace/overview", "/api/trace/window", "/api/trace/row"}
+    assert asked == routes, asked
 
 
 def test_cancel_stops_the_trace_and_leaves_the_page_idle(session: Any, long_model: str) -> None:

@@ -18,7 +18,7 @@ from checkpoints import build_checkpoint
 import mha
 from benchmarks.launch import serve
 from tests.browser.conftest import ARTIFACTS, SERVER_START_S, PageSession
-from tests.tolerances import ROUND6, U32, rounded_row_sum
+from tests.tolerances import ROUND6, regemm_weight, rounded_row_sum
 
 pytestmark = pytest.mark.browser
 
@@ -280,7 +280,7 @@ def test_a_zoom_fetches_exact_cells_whose_hover_is_the_row(
     kept = trace.layers[LAYER]
     q = kept.q[HEAD].double().norm(dim=-1).max().item()
     k = kept.k[HEAD // (kept.q.shape[0] // kept.k.shape[0])].double().norm(dim=-1).max().item()
-    bound = 2 * kept.q.shape[-1] * U32 * trace.scale * q * k + 2 * U32 + 2 * ROUND6
+    bound = regemm_weight(kept.q.shape[-1], trace.scale * q * k) + 2 * ROUND6
     assert abs(float(value) - row["values"][j]) <= bound
     # The whole row of the figure: the row's weights up to the diagonal, gaps (masked) after it.
     drawn = page.evaluate("(r) => document.querySelector('#long-zoom').data[0].z[r]", i - 1000)
@@ -332,3 +332,41 @@ def test_a_failed_window_says_why(shown: Shown) -> None:
     assert "99" in (session.page.text_content(".long-detail-badge") or "")
     # The other head's figure is gone: nothing on screen can be read as head 99's.
     assert session.page.evaluate("() => document.querySelector('#long-zoom').data === undefined")
+
+
+# The next window fetch waits at a gate the test opens (window.openGate()); its answer is then handed over
+# even if the fetch was aborted meanwhile, as an answer already on its way would be.
+GATE_JS = """() => {
+  const original = window.fetch;
+  let gate;
+  window.gated = new Promise((resolve) => (gate = resolve));
+  window.openGate = () => gate();
+  window.asked = 0;
+  window.fetch = async (url, options) => {
+    if (!String(url).includes('/api/trace/window')) return original(url, options);
+    if (window.asked++ > 0) return original(url, options);
+    const response = await original(url, { ...options, signal: undefined });
+    await window.gated;
+    return response;
+  };
+}"""
+
+
+def test_a_zoom_made_while_a_head_loads_is_kept(shown: Shown) -> None:
+    session, setup = shown
+    page = session.page
+    n = setup["n"]
+    page.evaluate("() => window.longDetail.reset()")
+    page.wait_for_function(SHOWS_JS, arg=f"0,{n}")
+    page.evaluate(GATE_JS)
+    show = "longDetail.show({query: longQuery, trace: longTrace, layer: 0, head: 2})"
+    page.evaluate(f"() => {{ window.headShown = {show}; }}")  # head 2, whole: its answer waits at the gate
+    page.wait_for_function("() => window.asked === 1")
+    # A person zooms before the head arrives; the whole head's answer lands inside the zoom's settling time.
+    page.evaluate(ZOOM_JS, [[300, 400], [400, 300]])
+    page.evaluate("() => window.openGate()")
+    assert page.evaluate("async () => window.headShown") is False  # it never drew over the zoom
+    page.wait_for_function(SHOWS_JS, arg="300,400")
+    figure = page.evaluate(FIGURE_JS)
+    assert figure["xaxis"]["range"] == [300, 400] and figure["exact"] == "true"
+    assert figure["readout"].startswith("L0 H2")
