@@ -1,7 +1,7 @@
 """Tiny random encoder-decoder checkpoints (T5, BART, Marian), built offline, with real tokenizer files.
 
 Beside tests/checkpoints.py (the encoders and decoders), in a module of its own to keep each short. The
-tokenizers are trained here in milliseconds on a toy bilingual corpus: a Unigram wrapped in T5's
+tokenizers are trained here in milliseconds on a toy bilingual corpus: a SentencePiece Unigram in T5's
 tokenizer class, a byte-level BPE in BART's, and for Marian two SentencePiece models (English for the
 source, German for the target, so that text_target's switch shows) under one id table. Weights are drawn
 wide so that attention is sharp and varied, every norm weight and bias away from 1 and 0 (random init
@@ -12,6 +12,7 @@ decoder counts cannot be swapped.
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -60,18 +61,35 @@ def _sharpen(model: torch.nn.Module, seed: int) -> None:
                 buffer.copy_(0.5 * torch.randn(buffer.shape, generator=generator))
 
 
+def _sentencepiece(lines: list[str], path: Path, vocab_size: int = 60) -> Any:
+    """A SentencePiece Unigram trained on `lines`, written to `path` and loaded. One thread: trained with
+    more, the same lines can give other pieces from one run to the next."""
+    import sentencepiece as spm
+
+    with path.open("wb") as model:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(lines),
+            model_writer=model,
+            vocab_size=vocab_size,
+            model_type="unigram",
+            character_coverage=1.0,
+            hard_vocab_limit=False,  # as many pieces as the few lines give, up to vocab_size
+            num_threads=1,
+            minloglevel=2,
+        )
+    return spm.SentencePieceProcessor(model_file=str(path))
+
+
 def _t5_tokenizer(directory: Path) -> int:
-    """A Unigram over the corpus in T5's tokenizer class (<pad> 0, </s> 1, <unk> 2; "</s>" appended)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    """A SentencePiece Unigram over the corpus in T5's tokenizer class (<pad> 0, </s> 1, <unk> 2, then its
+    pieces with their scores; "</s>" appended)."""
     from transformers import T5Tokenizer
 
-    tok = Tokenizer(models.Unigram())
-    tok.pre_tokenizer = pre_tokenizers.Metaspace()
-    trainer = trainers.UnigramTrainer(
-        vocab_size=200, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>"
-    )
-    tok.train_from_iterator(CORPUS, trainer=trainer)
-    vocab = [(piece, score) for piece, score in json.loads(tok.to_str())["model"]["vocab"]]
+    with tempfile.TemporaryDirectory() as work:
+        model = _sentencepiece(CORPUS, Path(work) / "t5.model", vocab_size=120)
+        pieces = [(model.id_to_piece(i), model.get_score(i)) for i in range(model.get_piece_size())]
+    specials = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0)]
+    vocab = specials + [(p, score) for p, score in pieces if p not in ("<unk>", "<s>", "</s>")]
     wrapped = T5Tokenizer(vocab=vocab, extra_ids=0)
     wrapped.model_max_length = S_MAX_POSITIONS
     wrapped.save_pretrained(directory)
@@ -146,39 +164,28 @@ def _bart(directory: Path) -> Any:
 def _marian_tokenizer(directory: Path) -> tuple[int, int]:
     """Marian's files: source.spm and target.spm trained on each side of the corpus, vocab.json giving
     </s> 0, <unk> 1, every piece of either, <pad> last. Returns (vocabulary size, pad id)."""
-    import sentencepiece as spm
     from transformers import MarianTokenizer
 
     sides = {
         "source": ["The house is wonderful.", "The cat sat on the mat.", "Attention heads align words."],
         "target": ["Das Haus ist wunderbar.", "Die Katze sass auf der Matte.", "Köpfe richten Wörter aus."],
     }
-    work = directory / "spm"
-    work.mkdir(parents=True, exist_ok=True)
-    pieces: dict[str, None] = {}
-    for side, lines in sides.items():
-        (work / f"{side}.txt").write_text("\n".join(lines * 8), encoding="utf-8")
-        spm.SentencePieceTrainer.train(
-            input=str(work / f"{side}.txt"),
-            model_prefix=str(work / side),
-            vocab_size=60,
-            model_type="unigram",
-            character_coverage=1.0,
-            hard_vocab_limit=False,  # as many pieces as the few lines give, up to 60
-            minloglevel=2,
+    with tempfile.TemporaryDirectory() as temporary:
+        work = Path(temporary)
+        pieces: dict[str, None] = {}
+        for side, lines in sides.items():
+            model = _sentencepiece(lines * 8, work / f"{side}.model")
+            pieces.update(dict.fromkeys(model.id_to_piece(i) for i in range(model.get_piece_size())))
+        ordered = ["</s>", "<unk>", *(p for p in pieces if p not in ("<unk>", "<s>", "</s>")), "<pad>"]
+        vocab = {piece: i for i, piece in enumerate(ordered)}
+        (work / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+        tokenizer = MarianTokenizer(
+            source_spm=str(work / "source.model"),
+            target_spm=str(work / "target.model"),
+            vocab=str(work / "vocab.json"),
+            model_max_length=S_MAX_POSITIONS,
         )
-        model = spm.SentencePieceProcessor(model_file=str(work / f"{side}.model"))
-        pieces.update(dict.fromkeys(model.id_to_piece(i) for i in range(model.get_piece_size())))
-    ordered = ["</s>", "<unk>", *(p for p in pieces if p not in ("<unk>", "<s>", "</s>")), "<pad>"]
-    vocab = {piece: i for i, piece in enumerate(ordered)}
-    (work / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
-    tokenizer = MarianTokenizer(
-        source_spm=str(work / "source.model"),
-        target_spm=str(work / "target.model"),
-        vocab=str(work / "vocab.json"),
-        model_max_length=S_MAX_POSITIONS,
-    )
-    tokenizer.save_pretrained(directory)
+        tokenizer.save_pretrained(directory)  # copies the models in as source.spm and target.spm
     return len(vocab), vocab["<pad>"]
 
 
