@@ -5,6 +5,8 @@
   docs/screenshot-llama.png    1440 x 900: a tiny random Llama (tests/checkpoints.py, 4 query heads over
                                2 KV heads): the KV-group brackets and "L1 H2 · kv 1", first token hidden
   docs/screenshot-insight.png  compare mode, head statistics and rollout (benchmarks/browser.py's)
+  docs/screenshot-long.png     1440 x 900: a 3,000-token input to a tiny random Llama with 8,192 positions
+                               (long mode: the pooled grid, the detail zoomed to exact cells, the text view)
 
 No model hub: the Llama is built offline from a config, its weights random, so its picture shows the page,
 not what a trained Llama attends to.
@@ -28,6 +30,11 @@ from launch import launch_chromium, serve
 REPO = Path(__file__).resolve().parents[1]
 SENTENCE = "The animal didn't cross the street because it was too tired."
 LLAMA = "llama-tiny"
+LONG = "llama-long"
+LONG_TEXT = " ".join(
+    f"Chapter {i}: the animal didn't cross the street because it was too tired, so it slept by the road."
+    for i in range(60)
+)
 
 
 def ready(page: Any) -> None:
@@ -58,6 +65,24 @@ def save_llama(browser: Any, base: str, path: Path) -> None:
     print(f"screenshot: {path}")
 
 
+def save_long(browser: Any, base: str, path: Path) -> None:
+    page = browser.new_page(viewport={"width": 1440, "height": 900}, device_scale_factor=1)
+    page.goto(f"{base}/?{urlencode({'text': LONG_TEXT, 'model': LONG, 'layer': 1, 'head': 1})}")
+    ready(page)
+    page.wait_for_selector("#long-detail[data-state=ready]", timeout=120_000)
+    # Zoomed to the last 120 tokens, where one cell is one token again.
+    zoom = """async () => {
+      const gd = document.querySelector('#long-detail');
+      const n = gd.layout.xaxis.range[1];  // the whole head is shown first: [0, n]
+      await window.Plotly.relayout(gd, {'xaxis.range': [n - 120, n], 'yaxis.range': [n, n - 120]});
+    }"""
+    page.evaluate(zoom)
+    page.wait_for_selector("#long-detail[data-state=ready][data-exact=true]", timeout=120_000)
+    page.screenshot(path=str(path))
+    page.close()
+    print(f"screenshot: {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -65,19 +90,22 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "docs")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "tests"))
-    from checkpoints import build_checkpoint
+    from checkpoints import build_checkpoint, build_long_llama
     from playwright.sync_api import sync_playwright
 
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as directory:
         llama = build_checkpoint("llama", Path(directory) / "llama")
-        env = {"HEADSCOPE_MODELS": json.dumps({LLAMA: str(llama)}), "HEADSCOPE_DEVICE": "cpu"}
+        long = build_long_llama(Path(directory) / "long", layers=6)
+        models = {LLAMA: str(llama), LONG: str(long)}
+        env = {"HEADSCOPE_MODELS": json.dumps(models), "HEADSCOPE_DEVICE": "cpu"}
         with serve(env) as running, sync_playwright() as playwright:
             browser = launch_chromium(playwright)
             save_screenshot(browser, running.base, args.out / "screenshot.png")
             save_phone(browser, running.base, args.out / "screenshot-phone.png")
             save_llama(browser, running.base, args.out / "screenshot-llama.png")
             save_insight_screenshot(browser, running.base, args.out / "screenshot-insight.png")
+            save_long(browser, running.base, args.out / "screenshot-long.png")
             browser.close()
 
 
