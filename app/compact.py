@@ -147,7 +147,8 @@ def encode_sections(
     """An HSA1 buffer of several tensors [L, H, rows, cols] (kind, tensor), in order, each 4-aligned; the
     header gains their `sections` list."""
     spec = _spec(scheme)
-    described, payload = [], []
+    described: list[dict[str, Any]] = []
+    payload: list[bytes] = []
     for kind, attentions in sections:
         layers, heads, rows, cols = _as_array(attentions, square=False).shape
         described.append({"kind": kind, "layers": layers, "heads": heads, "rows": rows, "cols": cols})
