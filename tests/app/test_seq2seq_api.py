@@ -4,9 +4,12 @@ routes, and every refusal a 422 that says why."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,6 +22,8 @@ import mha
 from app import compact
 from app.settings import Settings
 from mha import analysis
+from mha.errors import Cancelled
+from tests.app.asgi import Exchange, post
 
 FAMILIES = ("t5", "bart", "marian")
 SOURCE = "the house is small"
@@ -312,3 +317,44 @@ def test_compare_per_kind(served: TestClient) -> None:
         "/api/compare", json={"a": side, "b": {"text": SOURCE, "model": "llama"}, "kind": "cross"}
     )
     assert mixed.status_code == 422 and "needs an encoder-decoder model" in mixed.json()["detail"]
+
+
+# -- generation runs on the model's workers and stops when nobody waits --------------------------------------
+
+
+def test_generation_stops_when_its_client_leaves(served: TestClient) -> None:
+    model = served.app.state.service.registry.get("t5")[1]  # type: ignore[attr-defined]
+    asked, inside, ended = {"n": 0}, threading.Event(), []
+
+    def attend(text: str, pair: str | None = None, *, cancel: Callable[[], bool], **kwargs: Any) -> Any:
+        def pausing_cancel() -> bool:
+            asked["n"] += 1
+            if asked["n"] == 4:  # past the encoder's 2 layers, between generated tokens: the client leaves
+                inside.set()
+                deadline = time.monotonic() + 30
+                while not cancel() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            return cancel()
+
+        try:
+            result = original(text, pair, cancel=pausing_cancel, **kwargs)
+        except Cancelled as exc:
+            ended.append(str(exc))
+            raise
+        ended.append("ok")
+        return result
+
+    original, model.attend = model.attend, attend
+    try:
+        exchange = served.portal.call(Exchange)  # its Event belongs to the app's loop
+        body = {"text": "a source nobody waits for", "model": "t5"}
+        done = served.portal.start_task_soon(post, served.app, "/api/attention", body, exchange)
+        assert inside.wait(30)
+        served.portal.call(exchange.gone.set)
+        assert done.result(30).status == 499
+        deadline = time.monotonic() + 30
+        while not ended and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        del model.attend  # the class's method again
+    assert len(ended) == 1 and ended[0].startswith("generation cancelled after"), ended
