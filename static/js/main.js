@@ -3,8 +3,10 @@
 // "error"; tests and benchmarks/browser.py wait on it. After "ready" the insight views (statistics,
 // compare) load into #analysis (insight-panel.js); the rollout loads when its panel comes on screen.
 //
-// The view state changes only through state.js update(); a run is {query, queryB, attention, signal, exact,
-// analysis, comparison}, and a new run aborts the old one's signal: its fetches stop and nothing of it draws.
+// The view state changes only through state.js update(); a run is {query, queryB, full, attention, signal,
+// exact, analysis, comparison}, and a new run aborts the old one's signal: its fetches stop and nothing of it
+// draws. `full` is the decoded answer; `attention` the part on screen: all of it, or for an encoder-decoder
+// model the section of the state's `kind` (a kind switch makes a new view of the same answer, no new forward).
 
 import { $ } from "./dom.js";
 import { ApiError, fetchCompact, fetchModels } from "./api.js";
@@ -15,9 +17,11 @@ import { exportAs } from "./export.js";
 import { currentB, currentQuery, fillModels, initForm, learnEntries, learnModel, readInitialState, setBusy, showError } from "./form.js";
 import { Grid } from "./grid.js";
 import { InsightPanel } from "./insight-panel.js";
+import { bindKindSwitch, showKindSwitch } from "./kind-switch.js";
 import { runSummary } from "./labels.js";
 import { copyLink, showNotice, tokenLimit, truncationNotice } from "./notices.js";
 import { initScaleMenu } from "./scale-menu.js";
+import { isSeq2seq, sectionOf, seq2seqSummary, seq2seqTruncation } from "./seq2seq.js";
 import { clampSelection, getState, ignoredParams, initState, moveSelection, readState, subscribe, update } from "./state.js";
 import { Notices, ignoredNotice, markStale, modelBNotice, modelNotice, refreshModelB, selectionNotice } from "./truth.js";
 import { bindScrollCue, reveal } from "./viewport.js";
@@ -28,6 +32,7 @@ initState({ ...readState(), ...firstExample(window.location.search) });
 
 let current = null; // the run on screen (its attention decoded), or null before the first
 let controller = null; // aborts the latest run
+let viewController = null; // aborts the latest view of it (another kind of attention replaces it)
 let known = { models: new Map(), defaultModel: "" };
 const notices = new Notices($("stateNotice")); // what a link asked for that the page shows otherwise
 let ranOnce = false; // the first run is the link's: its notices stay until the next run
@@ -52,6 +57,11 @@ const insights = new InsightPanel({ grid, current: () => current, onOpen: (layer
 
 subscribe((state, changed) => {
   $("hideFirst").checked = state.hideFirst;
+  if (changed.has("kind") && current && isSeq2seq(current.full)) {
+    showKindSwitch(true, state.kind);
+    show(viewOf(current, state.kind));
+    return;
+  }
   if (!["view", "hideFirst", "lines", "pairs", "scale"].some((key) => changed.has(key))) return;
   if (current) detail.draw(current);
   else showTabs(state.view);
@@ -77,20 +87,24 @@ async function run() {
   document.body.dataset.insight = "idle"; // the insight views follow this run once it is drawn
   performance.mark("headscope-run");
   try {
-    const attention = await fetchCompact(query, { signal });
+    const full = await fetchCompact(query, { signal });
     if (signal.aborted) return;
     // A model loaded by this run: its /api/models entry now says what the answer does not (chat template).
-    const unloaded = known.models.get(attention.model)?.layers == null;
+    const unloaded = known.models.get(full.model)?.layers == null;
     const entries = unloaded ? (await fetchModels().catch(() => ({ models: [] }))).models : [];
     if (signal.aborted) return;
-    learnModel(attention, entries);
+    learnModel(full, entries);
     refreshB();
     const { compare, btext, bmodel } = currentB();
-    const b = compare ? queryB(query, { btext, bmodel }) : null;
-    const run = { query, queryB: b, attention, signal, exact: new Map(), analysis: null, comparison: null };
-    current = run;
-    const limit = tokenLimit(known.models.get(attention.model), readInitialState().limits);
-    showNotice(truncationNotice(attention, { words: query.words, limit }));
+    const seq2seq = isSeq2seq(full);
+    const { kind } = getState();
+    // The head and insight routes read the kind; the target goes with every request of the run.
+    const asked = seq2seq ? { ...query, kind } : query;
+    const b = compare ? queryB(asked, { btext, bmodel }) : null;
+    const attention = sectionOf(full, kind);
+    const run = { query: asked, queryB: b, full, attention, signal, exact: new Map(), analysis: null, comparison: null };
+    const limit = tokenLimit(known.models.get(full.model), readInitialState().limits);
+    showNotice(seq2seq ? seq2seqTruncation(full) : truncationNotice(full, { words: query.words, limit }));
     markStale(null); // the old result goes now
     const shown = clampSelection(getState(), attention);
     notices.set("selection", selectionNotice(getState(), shown, attention));
@@ -101,33 +115,63 @@ async function run() {
       words: query.words,
       newTokens: query.newTokens,
       chat: query.chat,
+      target: query.target ?? "",
       compare,
       btext: compare ? btext : "",
       bmodel: compare && bmodel !== query.model ? bmodel : "",
       ...shown,
     });
-    setBusy("Drawing…");
-    performance.mark("headscope-decoded");
-    // Marks for benchmarks/browser.py: where the time between click and "ready" goes.
-    const gridDone = grid.render(attention, { signal }).then((done) => (performance.mark("headscope-grid"), done));
-    const { layer, head } = getState();
-    grid.select(layer, head);
-    const detailDone = detail.draw(run, { keepZoom: false }).then(() => performance.mark("headscope-detail"));
-    const [complete] = await Promise.all([gridDone, detailDone]);
-    if (signal.aborted || !complete) return;
-    setBusy("");
-    $("status").textContent = runSummary(attention, query.newTokens);
-    performance.mark("headscope-ready");
-    document.body.dataset.state = "ready";
-    insights.load(run).then(() => (b ? learnSizes(signal) : null));
+    showKindSwitch(seq2seq, kind);
+    await show(viewOf(run, kind), { newRun: true });
   } catch (error) {
     if (signal.aborted) return;
     setBusy("");
     document.body.dataset.state = "error";
-    if (current && current.signal !== signal) markStale(current.query); // the last good result stays, marked
+    // The last good result stays, marked; it is an older run's when its signal was aborted by this run's start.
+    if (current?.signal.aborted) markStale(current.query);
     showError(error instanceof ApiError ? error.message : `Something went wrong in the page: ${error.message}`);
     if (!(error instanceof ApiError)) console.error(error);
   }
+}
+
+/**
+ * The view of `run` for `kind`: `run` itself for a model without kinds; else the section of that kind, with
+ * its own signal (a later switch aborts its fetches, a new run all of them) and exact values.
+ */
+function viewOf(run, kind) {
+  if (!isSeq2seq(run.full)) return run;
+  viewController?.abort();
+  viewController = new AbortController();
+  const signal = AbortSignal.any([controller.signal, viewController.signal]);
+  const query = { ...run.query, kind };
+  const queryB = run.queryB ? { ...run.queryB, kind } : null;
+  return { ...run, query, queryB, attention: sectionOf(run.full, kind), signal, exact: new Map(), analysis: null, comparison: null };
+}
+
+/** Draw `run`'s view: the grid, the detail, the status, then the insight views (`newRun`: a fresh answer). */
+async function show(run, { newRun = false } = {}) {
+  const { attention, signal } = run;
+  current = run;
+  if (!newRun) {
+    detail.cancelExact();
+    update(clampSelection(getState(), attention)); // another kind may have fewer layers
+    document.body.dataset.state = "loading";
+    document.body.dataset.insight = "idle";
+  }
+  setBusy("Drawing…");
+  performance.mark("headscope-decoded");
+  // Marks for benchmarks/browser.py: where the time between click and "ready" goes.
+  const gridDone = grid.render(attention, { signal }).then((done) => (performance.mark("headscope-grid"), done));
+  const { layer, head } = getState();
+  grid.select(layer, head);
+  const detailDone = detail.draw(run, { keepZoom: false }).then(() => performance.mark("headscope-detail"));
+  const [complete] = await Promise.all([gridDone, detailDone]);
+  if (signal.aborted || !complete) return;
+  setBusy("");
+  $("status").textContent = isSeq2seq(run.full) ? seq2seqSummary(run.full) : runSummary(attention, run.query.newTokens);
+  performance.mark("headscope-ready");
+  document.body.dataset.state = "ready";
+  insights.load(run).then(() => (run.queryB ? learnSizes(signal) : null));
 }
 
 /** Compare's B menu after A's model or a size changed: models of another shape off, with the reason. */
@@ -199,6 +243,7 @@ async function boot() {
     if (current) run(); // every view switches: the same input again, merged to words
   });
   bindTabs((view) => update({ view }));
+  bindKindSwitch((kind) => update({ kind }));
   const exports = [["exportPng", "png"], ["exportSvg", "svg"], ["exportJson", "json"], ["exportJsonHead", "json-head"]];
   for (const [name, format] of exports) $(name).addEventListener("click", () => exportAs(current, format));
   $("copyLink").addEventListener("click", copyLink);
