@@ -19,6 +19,12 @@ bytes grouped by significance (byte 0 of every value, then byte 1, 2, 3: the shu
 Blosc), ``max_abs_error`` 0. /api/attention/head/compact sends one head this way (layers = heads = 1). The
 low mantissa bytes of attention are noise that no compressor shrinks; grouped, the sign-and-exponent bytes
 form long runs: ~3.3 bytes a value after gzip against ~3.6 for plain float32 and ~21 for the JSON.
+
+Sections (an encoder-decoder's answer): one buffer holds several tensors [L, H, rows, cols] in the header's
+one scheme, listed in the header's ``sections`` ({"kind", "layers", "heads", "rows", "cols"}, in payload
+order): each section's payload as above with n x n read as rows x cols (scales [L, H, rows]; q [L, H, rows,
+cols], or key-major [L, H, cols, rows]), zero-padded so the next one starts 4-aligned. A buffer without
+``sections`` is one square tensor, described by the header's layers, heads and n.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,20 +88,24 @@ def _spec(scheme: str) -> _Scheme:
         raise ValueError(f"scheme {scheme!r} is not one of {SCHEMES}") from None
 
 
-def _as_array(attentions: torch.Tensor) -> np.ndarray:
-    if attentions.ndim != 4 or attentions.shape[-1] != attentions.shape[-2]:
-        raise ValueError(f"attentions must have shape [L, H, n, n], got {tuple(attentions.shape)}")
+def _as_array(attentions: torch.Tensor, *, square: bool = True) -> np.ndarray:
+    if attentions.ndim != 4 or (square and attentions.shape[-1] != attentions.shape[-2]):
+        want = "[L, H, n, n]" if square else "[L, H, rows, cols]"
+        raise ValueError(f"attentions must have shape {want}, got {tuple(attentions.shape)}")
     return attentions.detach().to(device="cpu", dtype=torch.float32).numpy()
 
 
-def quantize(attentions: torch.Tensor, *, scheme: str = "row-max-uint8") -> tuple[np.ndarray, np.ndarray]:
-    """[L, H, n, n] float attention -> (scales float32 [L, H, n], q uint8 [L, H, n, n] query-major)."""
+def quantize(
+    attentions: torch.Tensor, *, scheme: str = "row-max-uint8", square: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """[L, H, rows, cols] float attention -> (scales float32 [L, H, rows], q uint8 [L, H, rows, cols]
+    query-major); rows = cols unless `square` is False."""
     spec = _spec(scheme)
     if spec.scale is None:
         raise ValueError(f"scheme {scheme!r} is not quantized; one of {QUANTIZED_SCHEMES} is")
-    a = _as_array(attentions)
+    a = _as_array(attentions, square=square)
     if spec.scale == "row-max":
-        scales = a.max(axis=-1)  # [L, H, n]
+        scales = a.max(axis=-1)  # [L, H, rows]
     else:
         # Attention lies in [0, 1]: a scale of 1 keeps the same 1/510 bound with fewer distinct bytes.
         scales = np.ones(a.shape[:-1], dtype=np.float32)
@@ -105,22 +116,46 @@ def quantize(attentions: torch.Tensor, *, scheme: str = "row-max-uint8") -> tupl
     return scales.astype("<f4", copy=False), q
 
 
-def encode(header: dict[str, Any], attentions: torch.Tensor, *, scheme: str = "row-max-uint8") -> bytes:
-    """The HSA1 buffer: magic, header length, JSON header, zero padding to 4, the scheme's payload."""
-    spec = _spec(scheme)
+def _payload(attentions: torch.Tensor, spec: _Scheme, scheme: str, *, square: bool) -> list[bytes]:
+    """One tensor's payload in `scheme`."""
     if spec.scale is None:
-        values = _as_array(attentions).astype("<f4", copy=False).reshape(-1)
-        payload = [values.view(np.uint8).reshape(-1, 4).T.tobytes()]  # 4 planes: byte k of every value
-    else:
-        scales, q = quantize(attentions, scheme=scheme)
-        if spec.order == "key-major":
-            q = np.ascontiguousarray(q.swapaxes(-1, -2))  # [L, H, key, query]
-        payload = [scales.tobytes(), q.tobytes()]
+        values = _as_array(attentions, square=square).astype("<f4", copy=False).reshape(-1)
+        return [values.view(np.uint8).reshape(-1, 4).T.tobytes()]  # 4 planes: byte k of every value
+    scales, q = quantize(attentions, scheme=scheme, square=square)
+    if spec.order == "key-major":
+        q = np.ascontiguousarray(q.swapaxes(-1, -2))  # [L, H, key, query]
+    return [scales.tobytes(), q.tobytes()]
+
+
+def _framed(header: dict[str, Any], spec: _Scheme, scheme: str, payload: list[bytes]) -> bytes:
     quantization = {"scheme": scheme, "order": spec.order, "max_abs_error": spec.max_abs_error}
     head = json.dumps({**header, "quantization": quantization}, ensure_ascii=False).encode("utf-8")
     prefix_len = 8 + len(head)
     pad = -prefix_len % 4  # so the float32 payload starts 4-aligned and a Float32Array can view it
     return b"".join([MAGIC, struct.pack("<I", len(head)), head, b"\0" * pad, *payload])
+
+
+def encode(header: dict[str, Any], attentions: torch.Tensor, *, scheme: str = "row-max-uint8") -> bytes:
+    """The HSA1 buffer: magic, header length, JSON header, zero padding to 4, the scheme's payload."""
+    spec = _spec(scheme)
+    return _framed(header, spec, scheme, _payload(attentions, spec, scheme, square=True))
+
+
+def encode_sections(
+    header: dict[str, Any], sections: Sequence[tuple[str, torch.Tensor]], *, scheme: str = "row-max-uint8"
+) -> bytes:
+    """An HSA1 buffer of several tensors [L, H, rows, cols] (kind, tensor), in order, each 4-aligned; the
+    header gains their `sections` list."""
+    spec = _spec(scheme)
+    described: list[dict[str, Any]] = []
+    payload: list[bytes] = []
+    for kind, attentions in sections:
+        layers, heads, rows, cols = _as_array(attentions, square=False).shape
+        described.append({"kind": kind, "layers": layers, "heads": heads, "rows": rows, "cols": cols})
+        # The payload starts 4-aligned, so padding its length to 4 aligns the next section.
+        payload.append(b"\0" * (-sum(map(len, payload)) % 4))
+        payload.extend(_payload(attentions, spec, scheme, square=False))
+    return _framed({**header, "sections": described}, spec, scheme, payload)
 
 
 def compress(data: bytes) -> bytes:
@@ -139,29 +174,56 @@ def compress_json(data: bytes) -> bytes:
 
 
 def decode(buffer: bytes) -> tuple[dict[str, Any], np.ndarray]:
-    """Inverse of `encode` (for tests and Python clients): (header, float32 [L, H, n, n] query-major)."""
+    """Inverse of `encode` (for tests and Python clients): (header, float32 [L, H, n, n] query-major). For a
+    buffer with sections, the first one's values (an encoder-decoder's encoder); `decode_sections` has all."""
+    header, sections = decode_sections(buffer)
+    return header, next(iter(sections.values()))
+
+
+def decode_sections(buffer: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """(header, {kind: float32 [L, H, rows, cols] query-major}) in payload order; a buffer without
+    sections gives one, "self", of the header's [layers, heads, n, n]."""
     if buffer[:4] != MAGIC:
         raise ValueError(f"not an HSA1 buffer: starts with {buffer[:4]!r}")
     (h,) = struct.unpack_from("<I", buffer, 4)
     header = json.loads(buffer[8 : 8 + h].decode("utf-8"))
     offset = 8 + h + (-(8 + h) % 4)
-    L, H, n = header["layers"], header["heads"], header["n"]
     spec = _spec(header["quantization"]["scheme"])
+    listed = header.get("sections")
+    if listed is None:
+        n = header["n"]
+        listed = [
+            {"kind": "self", "layers": header["layers"], "heads": header["heads"], "rows": n, "cols": n}
+        ]
+    values = {}
+    for section in listed:
+        offset += -offset % 4  # each section starts 4-aligned
+        shape = (section["layers"], section["heads"], section["rows"], section["cols"])
+        values[section["kind"]], offset = _decoded(buffer, offset, shape, spec)
+    if offset != len(buffer):
+        raise ValueError(f"HSA1 buffer has {len(buffer)} bytes, expected {offset}")
+    return header, values
+
+
+def _decoded(
+    buffer: bytes, offset: int, shape: tuple[int, int, int, int], spec: _Scheme
+) -> tuple[np.ndarray, int]:
+    """One section's float32 values at `offset`, and the offset after them (np.frombuffer raises
+    ValueError for a buffer that ends before)."""
+    L, H, rows, cols = shape
+    count = L * H * rows * cols
     if spec.scale is None:
-        expected = offset + 4 * L * H * n * n
-        planes = np.frombuffer(buffer, dtype=np.uint8, count=4 * L * H * n * n, offset=offset)
+        planes = np.frombuffer(buffer, dtype=np.uint8, count=4 * count, offset=offset)
         values = planes.reshape(4, -1).T.copy().view("<f4")
+        end = offset + 4 * count
     else:
-        expected = offset + 4 * L * H * n + L * H * n * n
-        scales = np.frombuffer(buffer, dtype="<f4", count=L * H * n, offset=offset).reshape(L, H, n)
-        q = np.frombuffer(buffer, dtype=np.uint8, count=L * H * n * n, offset=offset + 4 * L * H * n)
-        q = q.reshape(L, H, n, n)
+        scales = np.frombuffer(buffer, dtype="<f4", count=L * H * rows, offset=offset).reshape(L, H, rows)
+        q = np.frombuffer(buffer, dtype=np.uint8, count=count, offset=offset + 4 * L * H * rows)
         if spec.order == "key-major":
-            q = q.swapaxes(-1, -2)
-        values = q.astype(np.float32) / 255.0 * scales[..., None]
-    if expected != len(buffer):
-        raise ValueError(f"HSA1 buffer has {len(buffer)} bytes, expected {expected}")
-    return header, values.reshape(L, H, n, n).astype(np.float32, copy=False)
+            q = q.reshape(L, H, cols, rows).swapaxes(-1, -2)
+        values = q.reshape(L, H, rows, cols).astype(np.float32) / 255.0 * scales[..., None]
+        end = offset + 4 * L * H * rows + count
+    return values.reshape(shape).astype(np.float32, copy=False), end
 
 
 def accepts_gzip(accept_encoding: str | None) -> bool:

@@ -5,6 +5,10 @@
 //     value = q / 255 * scale, q stored [query][key] or (order "key-major") [key][query];
 //   float32-shuffled: float32 LE values [L, H, n, n], exact (max_abs_error 0), their bytes grouped by
 //     significance: byte 0 of every value, then byte 1, 2, 3 (the shuffle filter of HDF5 and Blosc).
+// An encoder-decoder's buffer lists `sections` ({kind, layers, heads, rows, cols}: encoder n x n, decoder
+// m x m, cross m x n, m = target_tokens.length) whose payloads follow in that order, in the one scheme, each
+// read with [n, n] as [rows, cols] and starting 4-aligned; decodeCompact returns the encoder's, which
+// holds all three as `.sections`.
 // Pure: no DOM, so Node's test runner imports it as the page does (tests/js/).
 
 const MAGIC = "HSA1";
@@ -70,39 +74,141 @@ export function decodeCompact(buffer) {
     throw new CompactDecodeError(`order ${JSON.stringify(stated)} does not match scheme ${JSON.stringify(scheme)}`);
   }
   const exact = scheme === "float32-shuffled";
-  const offset = Math.ceil((8 + headerLength) / 4) * 4;
-  const rows = L * H * n;
-  const expected = exact ? offset + 4 * rows * n : offset + 4 * rows + rows * n;
-  if (buffer.byteLength !== expected) {
+  const start = Math.ceil((8 + headerLength) / 4) * 4;
+  if (header.sections === undefined) {
+    const layout = { kind: "self", layers: L, heads: H, rows: n, cols: n };
+    const end = start + sectionBytes(layout, exact);
+    if (end !== buffer.byteLength) {
+      throw new CompactDecodeError(
+        `buffer is ${buffer.byteLength} bytes, expected ${end} for L=${L} H=${H} n=${n} (${scheme})`,
+      );
+    }
+    return section(buffer, bytes, view, header, start, layout, exact, order)[0];
+  }
+  return decodeSections(buffer, bytes, view, header, start, exact, order);
+}
+
+// An encoder-decoder's buffer: the encoder, decoder and cross sections, in the header's order, each 4-aligned.
+function decodeSections(buffer, bytes, view, header, start, exact, order) {
+  if (!Array.isArray(header.sections)) throw new CompactDecodeError("header sections is not a list");
+  const m = header.target_tokens?.length;
+  if (!Array.isArray(header.target_tokens)) throw new CompactDecodeError("header has sections but no target_tokens");
+  const want = { encoder: [header.n, header.n], decoder: [m, m], cross: [m, header.n] };
+  const sections = {};
+  let offset = start;
+  for (const layout of header.sections) {
+    const { kind, layers, heads, rows, cols } = layout ?? {};
+    if (!Object.hasOwn(want, kind) || Object.hasOwn(sections, kind)) {
+      throw new CompactDecodeError(`section kind ${JSON.stringify(kind)} is unknown or repeated`);
+    }
+    for (const [name, v] of [["layers", layers], ["heads", heads], ["rows", rows], ["cols", cols]]) {
+      if (!Number.isInteger(v) || v < 0) throw new CompactDecodeError(`${kind} ${name}=${JSON.stringify(v)} is not a count`);
+    }
+    if (rows !== want[kind][0] || cols !== want[kind][1]) {
+      throw new CompactDecodeError(`${kind} section is ${rows} x ${cols}, its tokens say ${want[kind].join(" x ")}`);
+    }
+    offset = Math.ceil(offset / 4) * 4;
+    [sections[kind], offset] = section(buffer, bytes, view, header, offset, layout, exact, order);
+  }
+  const missing = Object.keys(want).filter((kind) => !Object.hasOwn(sections, kind));
+  if (missing.length) throw new CompactDecodeError(`header lists no ${missing.join(", ")} section`);
+  if (offset !== buffer.byteLength) {
+    throw new CompactDecodeError(`buffer is ${buffer.byteLength} bytes, its sections end at ${offset}`);
+  }
+  const frozen = Object.freeze(sections);
+  for (const attention of Object.values(sections)) {
+    attention.sections = frozen;
+    attention.architecture = header.architecture;
+  }
+  return sections.encoder;
+}
+
+// A section's payload: float32 values, or a float32 scale per query row and a byte per value.
+function sectionBytes({ layers, heads, rows, cols }, exact) {
+  const count = layers * heads * rows; // query rows
+  return exact ? 4 * count * cols : 4 * count + count * cols;
+}
+
+// One section's Attention at `offset`, and the offset after it. Throws when the buffer ends before.
+function section(buffer, bytes, view, header, offset, layout, exact, order) {
+  const { layers, heads, rows, cols } = layout;
+  const count = layers * heads * rows; // query rows
+  const end = offset + sectionBytes(layout, exact);
+  if (end > buffer.byteLength) {
     throw new CompactDecodeError(
-      `buffer is ${buffer.byteLength} bytes, expected ${expected} for L=${L} H=${H} n=${n} (${scheme})`,
+      `buffer is ${buffer.byteLength} bytes, expected ${end} for ${layout.kind} L=${layers} H=${heads} ` +
+        `${rows} x ${cols} (${header.quantization?.scheme ?? "row-max-uint8"})`,
     );
   }
-  if (exact) return new Attention(header, { values: unshuffleFloat32(bytes.subarray(offset), rows * n), order });
-  const scales = float32s(buffer, view, offset, rows);
-  const q = new Uint8Array(buffer, offset + 4 * rows, rows * n);
-  return new Attention(header, { scales, q, order });
+  const shape = sectionShape(header, layout);
+  if (exact) {
+    const values = unshuffleFloat32(bytes.subarray(offset, end), count * cols);
+    return [new Attention(header, { values, order, shape }), end];
+  }
+  const scales = float32s(buffer, view, offset, count);
+  const q = new Uint8Array(buffer, offset + 4 * count, count * cols);
+  return [new Attention(header, { scales, q, order, shape }), end];
+}
+
+// Which tokens a section's queries and keys are, and what its rows mean (docs/design.md, "compact").
+function sectionShape(header, { kind, layers, heads, rows, cols }) {
+  const source = { tokens: header.tokens, special: header.special ?? new Array(header.n).fill(false) };
+  const target = {
+    tokens: header.target_tokens,
+    special: header.target_special ?? new Array(header.target_tokens?.length ?? 0).fill(false),
+  };
+  const [queries, keys] = { self: [source, source], encoder: [source, source], decoder: [target, target], cross: [target, source] }[kind];
+  const onTarget = kind === "decoder" || kind === "cross";
+  return {
+    kind,
+    layers,
+    heads,
+    rows,
+    cols,
+    queries,
+    keys,
+    // The decoder reads left to right; cross attention sees the whole source; self as the header says.
+    causal: kind === "decoder" || (kind === "self" && Boolean(header.causal)),
+    truncated: Boolean(onTarget ? header.target_truncated : header.truncated),
+    // The encoder reads the source as given: the tokens the model wrote are the target's last ones.
+    generated: kind === "encoder" ? 0 : (header.generated ?? 0),
+    kvHeads: kind === "self" || kind === "encoder" ? (header.kv_heads ?? heads) : heads,
+  };
 }
 
 /**
- * An [L, H, n, n] attention tensor as the transport holds it: uint8 with row scales, or float32 values
- * (`exact`). headInto/meanInto give n*n row-major [query][key] values whatever the stored order.
+ * An [L, H, rows, cols] attention tensor as the transport holds it: uint8 with row scales, or float32
+ * values (`exact`). `kind` is "self" (an encoder's or decoder's only attention) or, in an encoder-decoder's
+ * answer, "encoder", "decoder" or "cross" (queries: the target's tokens, keys: the source's); rows and cols
+ * are its query and key counts, n = rows. headInto/meanInto give rows*cols values row-major [query][key]
+ * whatever the stored order.
  */
 export class Attention {
-  constructor(header, { scales = null, q = null, values = null, order = "query-major" }) {
+  constructor(header, { scales = null, q = null, values = null, order = "query-major", shape }) {
     this.header = header;
-    this.tokens = header.tokens;
-    this.segments = header.segments ?? new Array(header.n).fill(0);
-    this.special = header.special ?? new Array(header.n).fill(false);
-    this.layers = header.layers;
-    this.heads = header.heads;
-    this.kvHeads = header.kv_heads ?? header.heads; // query head h reads KV head h // (heads / kvHeads)
-    this.n = header.n;
-    this.causal = Boolean(header.causal);
-    this.truncated = Boolean(header.truncated);
-    this.generated = header.generated ?? 0; // the last `generated` tokens were written by the model
+    this.kind = shape.kind;
+    this.rows = shape.rows;
+    this.cols = shape.cols;
+    this.queryTokens = shape.queries.tokens;
+    this.keyTokens = shape.keys.tokens;
+    this.querySpecial = shape.queries.special;
+    this.keySpecial = shape.keys.special;
+    this.tokens = this.queryTokens;
+    // Segments (a pair's second text) are the source's; a target is one text.
+    const sourceRows = shape.queries.tokens === header.tokens;
+    this.segments = (sourceRows && header.segments) || new Array(shape.rows).fill(0);
+    this.special = this.querySpecial;
+    this.layers = shape.layers;
+    this.heads = shape.heads;
+    this.kvHeads = shape.kvHeads; // query head h reads KV head h // (heads / kvHeads)
+    this.n = shape.rows;
+    this.causal = shape.causal;
+    this.truncated = shape.truncated;
+    this.generated = shape.generated; // the last `generated` query tokens were written by the model
     this.byteLevel = header.byte_level !== false; // "Ġ" is a space byte (decoder.js displayToken)
     this.model = header.model;
+    this.architecture = header.architecture ?? null;
+    this.sections = null; // an encoder-decoder's {encoder, decoder, cross}
     this.scheme = header.quantization?.scheme ?? "row-max-uint8";
     this.maxAbsError = header.quantization?.max_abs_error ?? 1 / 510;
     this.keyMajor = order === "key-major";
@@ -125,46 +231,47 @@ export class Attention {
     }
   }
 
-  /** out[i * n + j] (+)= weight * value of (layer, head) at query i, key j. */
+  /** out[i * cols + j] (+)= weight * value of (layer, head) at query i, key j. */
   accumulate(layer, head, out, weight, add) {
-    const n = this.n;
-    const row0 = (layer * this.heads + head) * n; // first query row of this head
-    const base = row0 * n;
+    const rows = this.rows;
+    const cols = this.cols;
+    const row0 = (layer * this.heads + head) * rows; // first query row of this head
+    const base = row0 * cols;
     if (this.values) {
       const v = this.values;
-      for (let k = 0; k < n * n; k++) out[k] = (add ? out[k] : 0) + weight * v[base + k];
+      for (let k = 0; k < rows * cols; k++) out[k] = (add ? out[k] : 0) + weight * v[base + k];
       return out;
     }
     const q = this.q;
-    const s = new Float64Array(n); // per query row: scale / 255 * weight
-    for (let i = 0; i < n; i++) s[i] = (this.scales[row0 + i] / 255) * weight;
+    const s = new Float64Array(rows); // per query row: scale / 255 * weight
+    for (let i = 0; i < rows; i++) s[i] = (this.scales[row0 + i] / 255) * weight;
     if (this.keyMajor) {
-      for (let j = 0; j < n; j++) {
-        const src = base + j * n; // key j's column, over the queries
-        for (let i = 0; i < n; i++) {
-          const o = i * n + j;
+      for (let j = 0; j < cols; j++) {
+        const src = base + j * rows; // key j's column, over the queries
+        for (let i = 0; i < rows; i++) {
+          const o = i * cols + j;
           out[o] = (add ? out[o] : 0) + q[src + i] * s[i];
         }
       }
     } else {
-      for (let i = 0; i < n; i++) {
-        const src = base + i * n;
-        const o = i * n;
+      for (let i = 0; i < rows; i++) {
+        const src = base + i * cols;
+        const o = i * cols;
         const si = s[i];
-        for (let j = 0; j < n; j++) out[o + j] = (add ? out[o + j] : 0) + q[src + j] * si;
+        for (let j = 0; j < cols; j++) out[o + j] = (add ? out[o + j] : 0) + q[src + j] * si;
       }
     }
     return out;
   }
 
-  /** One head's n*n values (row-major, query rows) written into `out` (allocated if omitted). */
-  headInto(layer, head, out = new Float32Array(this.n * this.n)) {
+  /** One head's rows*cols values (row-major, query rows) written into `out` (allocated if omitted). */
+  headInto(layer, head, out = new Float32Array(this.rows * this.cols)) {
     this.checkHead(layer, head);
     return this.accumulate(layer, head, out, 1, false);
   }
 
-  /** Mean over the heads of one layer, n*n values. */
-  meanInto(layer, out = new Float32Array(this.n * this.n)) {
+  /** Mean over the heads of one layer, rows*cols values. */
+  meanInto(layer, out = new Float32Array(this.rows * this.cols)) {
     this.checkHead(layer, 0);
     out.fill(0);
     for (let h = 0; h < this.heads; h++) this.accumulate(layer, h, out, 1 / this.heads, true);

@@ -135,3 +135,91 @@ function swap(bytes, from, to) {
   out.set(new TextEncoder().encode(to), at);
   return out;
 }
+
+// -- an encoder-decoder's buffer: three sections ----------------------------------------------------------
+
+const SEQ2SEQ = ["seq2seq-row-max-uint8.hsa1", "seq2seq-abs-uint8-key-major.hsa1", "seq2seq-float32-shuffled.hsa1"];
+
+test("seq2seq: the encoder is returned and holds all three sections, each within its bound", () => {
+  for (const name of SEQ2SEQ) {
+    const encoder = decodeCompact(load(name));
+    assert.equal(encoder.architecture, "encoder-decoder", name);
+    assert.equal(encoder.sections.encoder, encoder, name);
+    assert.deepEqual(Object.keys(encoder.sections), ["encoder", "decoder", "cross"]);
+    const bound = encoder.exact ? 0 : quant8;
+    for (const [kind, source] of Object.entries(expected.sources.seq2seq)) {
+      const a = encoder.sections[kind];
+      assert.equal(a.kind, kind);
+      assert.equal(a.sections, encoder.sections);
+      assert.deepEqual([a.layers, a.heads, a.rows, a.cols], [source.length, source[0].length, source[0][0].length, source[0][0][0].length]);
+      assert.equal(a.n, a.rows);
+      for (let l = 0; l < a.layers; l++) {
+        for (let h = 0; h < a.heads; h++) {
+          const diff = maxDiff(a.headInto(l, h), flat(source[l][h]));
+          assert.ok(diff <= bound, `${name} ${kind} L${l} H${h}: ${diff} > ${bound}`);
+          assert.equal(a.headInto(l, h).length, a.rows * a.cols);
+        }
+      }
+    }
+  }
+});
+
+test("seq2seq: queries and keys are the target's and the source's tokens, section by section", () => {
+  const { encoder, decoder, cross } = decodeCompact(load("seq2seq-row-max-uint8.hsa1")).sections;
+  const source = ["[CLS]", "<b>", "é", '"', "\\"];
+  const target = ["<pad>", "▁é", "</s>"];
+  assert.deepEqual([encoder.queryTokens, encoder.keyTokens, encoder.tokens], [source, source, source]);
+  assert.deepEqual([decoder.queryTokens, decoder.keyTokens, decoder.tokens], [target, target, target]);
+  assert.deepEqual([cross.queryTokens, cross.keyTokens, cross.tokens], [target, source, target]);
+  assert.deepEqual(cross.querySpecial, [true, false, true]);
+  assert.deepEqual(cross.keySpecial, [true, false, false, false, false]);
+  assert.deepEqual([encoder.causal, decoder.causal, cross.causal], [false, true, false]);
+  // The target was cut and the model wrote its last 2 tokens; the source is as given.
+  assert.deepEqual([encoder.truncated, decoder.truncated, cross.truncated], [false, true, true]);
+  assert.deepEqual([encoder.generated, decoder.generated, cross.generated], [0, 2, 2]);
+  assert.deepEqual([decoder.prompt, cross.prompt], [1, 1]);
+  assert.deepEqual([encoder.rows, encoder.cols, decoder.rows, decoder.cols, cross.rows, cross.cols], [5, 5, 3, 3, 3, 5]);
+  assert.deepEqual(cross.segments, [0, 0, 0]);
+});
+
+test("seq2seq: a cross head's layer mean and key-major storage agree with the query-major one", () => {
+  const rows = decodeCompact(load("seq2seq-row-max-uint8.hsa1")).sections.cross;
+  const columns = decodeCompact(load("seq2seq-abs-uint8-key-major.hsa1")).sections.cross;
+  assert.equal(columns.keyMajor, true);
+  const source = expected.sources.seq2seq.cross;
+  for (let l = 0; l < rows.layers; l++) {
+    // one head per layer here: the mean is that head
+    assert.ok(maxDiff(columns.meanInto(l), flat(source[l][0])) <= quant8);
+    assert.ok(maxDiff(rows.meanInto(l), flat(source[l][0])) <= quant8);
+  }
+  const decoder = decodeCompact(load("seq2seq-abs-uint8-key-major.hsa1")).sections.decoder;
+  const m = decoder.rows;
+  for (let l = 0; l < decoder.layers; l++) {
+    const values = decoder.headInto(l, 0);
+    for (let i = 0; i < m; i++) for (let j = i + 1; j < m; j++) assert.equal(values[i * m + j], 0);
+  }
+});
+
+test("every Attention says its kind and shape; a plain buffer is one square 'self'", () => {
+  const a = decodeCompact(load("pair-row-max-uint8.hsa1"));
+  assert.deepEqual([a.kind, a.rows, a.cols, a.sections, a.architecture], ["self", 6, 6, null, null]);
+  assert.equal(a.queryTokens, a.tokens);
+  assert.equal(a.keyTokens, a.tokens);
+  assert.deepEqual(a.keySpecial, a.special);
+});
+
+test("damaged seq2seq buffers fail with the values that are wrong", () => {
+  const good = new Uint8Array(load("seq2seq-row-max-uint8.hsa1"));
+  const cases = [
+    [good.slice(0, -1), new RegExp(`buffer is ${good.length - 1} bytes, expected ${good.length} for cross`)],
+    [new Uint8Array([...good, 0, 0, 0, 0]), new RegExp(`buffer is ${good.length + 4} bytes, its sections end at ${good.length}`)],
+    [swap(good, '"kind": "cross"', '"kind": "crosx"'), /section kind "crosx" is unknown or repeated/],
+    [swap(good, '"kind": "decoder"', '"kind":"encoder" '), /section kind "encoder" is unknown or repeated/],
+    [swap(good, '"rows": 3, "cols": 5', '"rows": 3, "cols": 4'), /cross section is 3 x 4, its tokens say 3 x 5/],
+    [swap(good, '"target_tokens"', '"target_tokenz"'), /header has sections but no target_tokens/],
+  ];
+  for (const [bytes, message] of cases) {
+    const buffer = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength);
+    assert.throws(() => decodeCompact(buffer), (error) => error instanceof CompactDecodeError && message.test(error.message));
+  }
+});

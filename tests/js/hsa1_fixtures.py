@@ -25,13 +25,17 @@ from tolerances import U32, quant8  # noqa: E402
 from app import compact  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SEQ2SEQ_SCHEMES = ("row-max-uint8", "abs-uint8-key-major", "float32-shuffled")
 
 
-def attention(layers: int, heads: int, n: int, *, causal: bool, seed: int) -> np.ndarray:
-    """Rows of non-negative integers (some peaked, some flat), normalised: float32 [L, H, n, n]."""
+def attention(
+    layers: int, heads: int, n: int, *, causal: bool, seed: int, cols: int | None = None
+) -> np.ndarray:
+    """Rows of non-negative integers (some peaked, some flat), normalised: float32 [L, H, n, cols or n]."""
     rng = np.random.default_rng(seed)
-    weights = rng.integers(0, 40, size=(layers, heads, n, n)).astype(np.float64)
-    weights[..., 0, :] = rng.integers(0, 2, size=(layers, heads, n))  # a sparse first row
+    cols = n if cols is None else cols
+    weights = rng.integers(0, 40, size=(layers, heads, n, cols)).astype(np.float64)
+    weights[..., 0, :] = rng.integers(0, 2, size=(layers, heads, cols))  # a sparse first row
     weights[..., 1, 1] += 400  # a peaked second row: its maximum near 1
     weights[..., 0] += 1  # every row has mass on key 0 (the [CLS] sink), so no row is all zero
     if causal:
@@ -56,6 +60,25 @@ def header(n: int, *, layers: int, heads: int, causal: bool, pair: bool) -> dict
     }
 
 
+def seq2seq() -> tuple[dict[str, Any], list[tuple[str, np.ndarray]]]:
+    """An encoder-decoder's answer: 5 source tokens, 3 target tokens, a decoder with other layers and heads
+    than the encoder, so that no section's byte count is a multiple of 4 (the padding between them)."""
+    head = header(5, layers=2, heads=2, causal=False, pair=False)
+    head.update(
+        architecture="encoder-decoder",
+        target_tokens=["<pad>", "▁é", "</s>"],
+        target_special=[True, False, True],
+        target_truncated=True,
+        generated=2,
+    )
+    sections = [
+        ("encoder", attention(2, 2, 5, causal=False, seed=3)),
+        ("decoder", attention(3, 1, 3, causal=True, seed=4)),
+        ("cross", attention(3, 1, 3, causal=False, seed=5, cols=5)),
+    ]
+    return head, sections
+
+
 def build() -> tuple[dict[str, bytes], dict[str, Any]]:
     """{file name: HSA1 bytes}, and expected.json: the source values and the tolerances of the test."""
     pair = attention(2, 3, 6, causal=False, seed=1)
@@ -63,6 +86,8 @@ def build() -> tuple[dict[str, bytes], dict[str, Any]]:
     pair_header = header(6, layers=2, heads=3, causal=False, pair=True)
     causal_header = header(5, layers=2, heads=2, causal=True, pair=False)
     head_header = {**pair_header, "layers": 1, "heads": 1, "layer": 1, "head": 2}
+    s2s_header, s2s = seq2seq()
+    s2s_tensors = [(kind, torch.from_numpy(values)) for kind, values in s2s]
     buffers = {
         "pair-row-max-uint8.hsa1": compact.encode(pair_header, torch.from_numpy(pair)),
         "pair-abs-uint8.hsa1": compact.encode(pair_header, torch.from_numpy(pair), scheme="abs-uint8"),
@@ -75,15 +100,25 @@ def build() -> tuple[dict[str, bytes], dict[str, Any]]:
         "head-float32-shuffled.hsa1": compact.encode(
             head_header, torch.from_numpy(pair[1:2, 2:3]), scheme="float32-shuffled"
         ),
+        **{
+            f"seq2seq-{scheme}.hsa1": compact.encode_sections(s2s_header, s2s_tensors, scheme=scheme)
+            for scheme in SEQ2SEQ_SCHEMES
+        },
     }
     expected = {
-        "sources": {"pair": pair.tolist(), "causal": causal.tolist(), "head": pair[1:2, 2:3].tolist()},
+        "sources": {
+            "pair": pair.tolist(),
+            "causal": causal.tolist(),
+            "head": pair[1:2, 2:3].tolist(),
+            "seq2seq": {kind: values.tolist() for kind, values in s2s},
+        },
         "fixtures": {
             "pair-row-max-uint8.hsa1": "pair",
             "pair-abs-uint8.hsa1": "pair",
             "pair-abs-uint8-key-major.hsa1": "pair",
             "causal-abs-uint8-key-major.hsa1": "causal",
             "head-float32-shuffled.hsa1": "head",
+            **{f"seq2seq-{scheme}.hsa1": "seq2seq" for scheme in SEQ2SEQ_SCHEMES},
         },
         # From tests/tolerances.py, so the Node tests use the bounds the Python tests use.
         "tolerances": {
