@@ -59,7 +59,8 @@ export function axisNames(kind) {
  */
 export function seq2seqSummary(full) {
   const { encoder, decoder } = full.sections;
-  const wrote = full.generated > 0 ? ` (the model wrote ${full.generated} token${full.generated === 1 ? "" : "s"})` : "";
+  const k = decoder.generated; // the decoder's rows are the target: the model wrote its last k tokens
+  const wrote = k > 0 ? ` (the model wrote ${k} token${k === 1 ? "" : "s"})` : "";
   const target = `${decoder.rows ?? decoder.n} target tokens${wrote}`;
   return (
     `${encoder.n} source tokens → ${target} · encoder ${encoder.layers} layers × ${encoder.heads} heads, ` +
@@ -80,9 +81,9 @@ export function rolloutNote(kind) {
 export function seq2seqTruncation(full) {
   const parts = [];
   if (full.truncated) parts.push(`Source truncated to ${full.n} tokens, the most this model reads here.`);
-  const target = full.targetTruncated ?? full.header?.target_truncated;
-  if (target) {
-    const m = full.sections?.decoder?.rows ?? full.sections?.decoder?.n;
+  const decoder = full.sections?.decoder;
+  if (decoder?.truncated) {
+    const m = decoder.rows ?? decoder.n;
     parts.push(`Target truncated to ${m} tokens, the most its decoder reads here: the rest was not forced.`);
   }
   return parts.join(" ");

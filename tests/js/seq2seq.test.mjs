@@ -60,7 +60,10 @@ function fullAnswer({ generated = 0 } = {}) {
   const encoder = new Section("encoder", { layers: 2, heads: 4, queryTokens: SOURCE, keyTokens: SOURCE, matrices: [[square(SOURCE)]] });
   const decoder = new Section("decoder", { layers: 3, heads: 4, queryTokens: TARGET, keyTokens: TARGET, matrices: [[square(TARGET)]], causal: true });
   const cross = new Section("cross", { layers: 3, heads: 4, queryTokens: TARGET, keyTokens: SOURCE, matrices: [[alignment(4, 6)]] });
-  Object.assign(encoder, { architecture: "encoder-decoder", generated, sections: { encoder, decoder, cross } });
+  // As decode.js has it: the decoder's and cross's rows are the target, whose last `generated` the model wrote.
+  for (const section of [decoder, cross]) section.generated = generated;
+  encoder.generated = 0;
+  Object.assign(encoder, { architecture: "encoder-decoder", sections: { encoder, decoder, cross } });
   return encoder;
 }
 
@@ -102,7 +105,7 @@ test("the status line says what the model wrote; truncation names source and tar
   const full = fullAnswer();
   assert.equal(seq2seqTruncation(full), "");
   full.truncated = true;
-  full.header = { target_truncated: true };
+  full.sections.decoder.truncated = true;
   assert.equal(
     seq2seqTruncation(full),
     "Source truncated to 6 tokens, the most this model reads here. " +
@@ -182,4 +185,23 @@ test("colour scales and 'hide first token' work row by row over n columns", () =
   assert.equal(hidden[2], 0.5);
   // float64 sums of two terms of float32 inputs: one rounding each, well under 1e-15.
   assert.ok(Math.abs(hidden[4] + hidden[5] - 1) < 1e-15);
+});
+
+test("a decoded seq2seq buffer (app/compact.py's fixture) goes through the same helpers", async () => {
+  const { readFileSync } = await import("node:fs");
+  const { decodeCompact } = await import("../../static/js/decode.js");
+  const fixtures = new URL("./fixtures/", import.meta.url);
+  const bytes = readFileSync(new URL("seq2seq-float32-shuffled.hsa1", fixtures));
+  const full = decodeCompact(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
+  const want = JSON.parse(readFileSync(new URL("expected.json", fixtures), "utf8")).sources.seq2seq.cross;
+  assert.equal(isSeq2seq(full), true);
+  const cross = sectionOf(full, "cross");
+  const { rows, cols } = shapeOf(cross);
+  assert.deepEqual([rows, cols], [want[0][0].length, want[0][0][0].length]);
+  assert.deepEqual(axesOf(cross).keyTokens, full.tokens); // keys: the source
+  assert.equal(isRectangular(cross), true);
+  // The detail's cell (query i, key j) of layer 2 head 0 is the model's value (exact scheme: the same float32).
+  const values = cross.headInto(2, 0);
+  assert.equal(values[1 * cols + 1], Math.fround(want[2][0][1][1]));
+  assert.match(seq2seqSummary(full), /^5 source tokens → 3 target tokens/);
 });
