@@ -1,8 +1,9 @@
 """Browser fixtures: the real app under uvicorn (a subprocess on a free port) and Debian's Chromium.
 
 The app serves the embedded default model plus a tiny random GPT-2 checkpoint ("tiny-gpt2") so the causal
-rendering can be checked, and a tiny random Llama ("llama-tiny": 4 query heads over 2 KV heads) for the
-grouped-query heads and continuations. Everything is local: the page must never reach past the app's base URL.
+rendering can be checked, a tiny random Llama ("llama-tiny": 4 query heads over 2 KV heads) for the
+grouped-query heads and continuations, and a tiny random T5 ("t5-tiny", tests/seq2seq_checkpoints.py) for
+encoder-decoder models. Everything is local: the page must never reach past the app's base URL.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from typing import Any
 import pytest
 
 from benchmarks.launch import CHROMIUM, launch_chromium, serve
+from tests.seq2seq_checkpoints import build_seq2seq_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
 TINY_GPT2 = "tiny-gpt2"
 TINY_LLAMA = "llama-tiny"
+TINY_T5 = "t5-tiny"
 SERVER_START_S = 180  # loading the default model on a busy shared machine can take a while
 
 
@@ -30,8 +33,20 @@ def tiny_gpt2_dir(tiny_checkpoints: dict[str, Path]) -> Path:
 
 
 @pytest.fixture(scope="session")
-def server(tiny_gpt2_dir: Path, tiny_checkpoints: dict[str, Path]) -> Iterator[str]:
-    models = {TINY_GPT2: str(tiny_gpt2_dir), TINY_LLAMA: str(tiny_checkpoints["llama"])}
+def tiny_t5_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random T5 (2 encoder layers, 3 decoder layers, 4 heads) with its trained tokenizer."""
+    return build_seq2seq_checkpoint("t5", tmp_path_factory.mktemp("t5-tiny"))
+
+
+@pytest.fixture(scope="session")
+def seq2seq_model() -> str:
+    """The registered name of the tiny T5 the server was started with."""
+    return TINY_T5
+
+
+@pytest.fixture(scope="session")
+def server(tiny_gpt2_dir: Path, tiny_checkpoints: dict[str, Path], tiny_t5_dir: Path) -> Iterator[str]:
+    models = {TINY_GPT2: str(tiny_gpt2_dir), TINY_LLAMA: str(tiny_checkpoints["llama"]), TINY_T5: str(tiny_t5_dir)}
     env = {
         "HEADSCOPE_MODELS": json.dumps(models),
         "HEADSCOPE_DEVICE": "cpu",
