@@ -46,7 +46,11 @@ def seq2seq_model() -> str:
 
 @pytest.fixture(scope="session")
 def server(tiny_gpt2_dir: Path, tiny_checkpoints: dict[str, Path], tiny_t5_dir: Path) -> Iterator[str]:
-    models = {TINY_GPT2: str(tiny_gpt2_dir), TINY_LLAMA: str(tiny_checkpoints["llama"]), TINY_T5: str(tiny_t5_dir)}
+    models = {
+        TINY_GPT2: str(tiny_gpt2_dir),
+        TINY_LLAMA: str(tiny_checkpoints["llama"]),
+        TINY_T5: str(tiny_t5_dir),
+    }
     env = {
         "HEADSCOPE_MODELS": json.dumps(models),
         "HEADSCOPE_DEVICE": "cpu",

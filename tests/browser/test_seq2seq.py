@@ -27,7 +27,8 @@ FIGURE_JS = """() => {
   const gd = document.querySelector('#head-detail');
   const [heatmap] = gd.data.filter((t) => t.type === 'heatmap');
   const {xaxis, yaxis} = gd.layout;
-  return {z: heatmap.z, x: xaxis.ticktext, y: yaxis.ticktext, xtitle: xaxis.title.text, ytitle: yaxis.title.text};
+  const titles = {xtitle: xaxis.title.text, ytitle: yaxis.title.text};
+  return {z: heatmap.z, x: xaxis.ticktext, y: yaxis.ticktext, ...titles};
 }"""
 
 
@@ -94,7 +95,8 @@ def test_typed_source_and_target_cross_attention_hover_reads_mha(
     page.evaluate("document.querySelector('#head-detail').dataset.exact = 'pending'")
     page.locator(f'#grid .thumb[data-layer="{layer}"][data-head="{head}"]').click()
     page.wait_for_selector("#head-detail[data-exact=true]")
-    assert f"Cross-attention, layer {layer}, head {head}" in (page.locator("#detail-title").text_content() or "")
+    title = page.locator("#detail-title").text_content() or ""
+    assert f"Cross-attention, layer {layer}, head {head}" in title
 
     figure = page.evaluate(FIGURE_JS)
     cross = reference.cross_attentions[layer, head]  # [m, n]: target rows, source columns
@@ -111,7 +113,8 @@ def test_typed_source_and_target_cross_attention_hover_reads_mha(
     j = int(cross[i].argmax())
     text = hover_text(session, i, j)
     query, key = spelled(reference.target_tokens)[i], spelled(reference.tokens)[j]
-    match = re.fullmatch(rf"query '{re.escape(query)}' \({i}\) → key '{re.escape(key)}' \({j}\): ([0-9.]+)", text)
+    where = rf"query '{re.escape(query)}' \({i}\) → key '{re.escape(key)}' \({j}\)"
+    match = re.fullmatch(where + r": ([0-9.]+)", text)
     assert match, text
     assert abs(float(match.group(1)) - float(cross[i, j])) <= HOVER
 
