@@ -12,7 +12,7 @@ import { DEFAULT_SCALE, SCALES } from "./scale.js";
 import { tabKey } from "./keys.js";
 import { exportName, selectionLabel } from "./labels.js";
 import { LinesView } from "./lines-view.js";
-import { KIND_LABELS, axesOf, axisNames, isRectangular, isSeq2seq, shapeOf } from "./seq2seq.js";
+import { KIND_LABELS, axesOf, fileModel, axisNames, isRectangular, isSeq2seq, shapeOf } from "./seq2seq.js";
 import { showExportAvailability } from "./notices.js";
 import { getState } from "./state.js";
 
@@ -163,7 +163,7 @@ export class Detail {
       renormalised: hideFirst,
       colorScale: scale, // scale.js: the colours only; the hover reads `values`
       onRow: (i) => this.written.choose(i),
-      filename: exportName(attention.model, layer, head),
+      filename: exportName(fileModel(attention), layer, head),
       keepZoom, // a new run starts unzoomed; another head of the same run keeps the zoomed region
     };
     if (heatmapVisible) {

@@ -88,3 +88,8 @@ export function seq2seqTruncation(full) {
   }
   return parts.join(" ");
 }
+
+/** The model name export files are named by: an encoder-decoder's gets the kind ("t5-small-cross"). */
+export function fileModel(attention) {
+  return isSeq2seq(attention) && attention.kind ? `${attention.model}-${attention.kind}` : attention.model;
+}

@@ -205,3 +205,11 @@ test("a decoded seq2seq buffer (app/compact.py's fixture) goes through the same 
   assert.equal(values[1 * cols + 1], Math.fround(want[2][0][1][1]));
   assert.match(seq2seqSummary(full), /^5 source tokens → 3 target tokens/);
 });
+
+test("export files of an encoder-decoder name the kind, so the three kinds of one head never collide", async () => {
+  const { fileModel } = await import("../../static/js/seq2seq.js");
+  const { headJsonName } = await import("../../static/js/labels.js");
+  const cross = { ...fullAnswer().sections.cross, model: "t5-tiny", architecture: "encoder-decoder" };
+  assert.equal(headJsonName(fileModel(cross), 2, 1), "headscope-t5-tiny-cross-L2-H1.json");
+  assert.equal(fileModel({ model: "bert", kind: "self", architecture: null }), "bert");
+});
