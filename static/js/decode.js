@@ -8,7 +8,8 @@
 // An encoder-decoder's buffer lists `sections` ({kind, layers, heads, rows, cols}: encoder n x n, decoder
 // m x m, cross m x n, m = target_tokens.length) whose payloads follow in that order, in the one scheme, each
 // read with [n, n] as [rows, cols] and starting 4-aligned; decodeCompact returns the encoder's, which
-// holds all three as `.sections`.
+// holds all three as `.sections`. One head of an encoder-decoder (header `layer`, `head`, `kind`) is one
+// section of that kind, returned as is.
 // Pure: no DOM, so Node's test runner imports it as the page does (tests/js/).
 
 const MAGIC = "HSA1";
@@ -110,8 +111,11 @@ function decodeSections(buffer, bytes, view, header, start, exact, order) {
     offset = Math.ceil(offset / 4) * 4;
     [sections[kind], offset] = section(buffer, bytes, view, header, offset, layout, exact, order);
   }
-  const missing = Object.keys(want).filter((kind) => !Object.hasOwn(sections, kind));
-  if (missing.length) throw new CompactDecodeError(`header lists no ${missing.join(", ")} section`);
+  const kinds = Object.keys(sections);
+  // The whole answer has all three; one head (/api/attention/head/compact) the one asked for.
+  if (kinds.length !== 3 && !(kinds.length === 1 && Number.isInteger(header.layer))) {
+    throw new CompactDecodeError(`header lists sections ${JSON.stringify(kinds)}, expected encoder, decoder and cross`);
+  }
   if (offset !== buffer.byteLength) {
     throw new CompactDecodeError(`buffer is ${buffer.byteLength} bytes, its sections end at ${offset}`);
   }
@@ -120,7 +124,7 @@ function decodeSections(buffer, bytes, view, header, start, exact, order) {
     attention.sections = frozen;
     attention.architecture = header.architecture;
   }
-  return sections.encoder;
+  return sections.encoder ?? sections[kinds[0]];
 }
 
 // A section's payload: float32 values, or a float32 scale per query row and a byte per value.

@@ -223,3 +223,12 @@ test("damaged seq2seq buffers fail with the values that are wrong", () => {
     assert.throws(() => decodeCompact(buffer), (error) => error instanceof CompactDecodeError && message.test(error.message));
   }
 });
+
+test("seq2seq: one head is one section of its kind, exact", () => {
+  const a = decodeCompact(load("seq2seq-head-cross.hsa1"));
+  assert.deepEqual([a.kind, a.layers, a.heads, a.rows, a.cols, a.exact], ["cross", 1, 1, 3, 5, true]);
+  assert.deepEqual(Object.keys(a.sections), ["cross"]);
+  assert.deepEqual([a.header.layer, a.header.head], [2, 0]);
+  // JSON carries each float32 exactly (as a double): equality, not closeness.
+  assert.deepEqual(Array.from(a.headInto(0, 0)), flat(expected.sources.seq2seq.cross[2][0]));
+});

@@ -104,6 +104,12 @@ def build() -> tuple[dict[str, bytes], dict[str, Any]]:
             f"seq2seq-{scheme}.hsa1": compact.encode_sections(s2s_header, s2s_tensors, scheme=scheme)
             for scheme in SEQ2SEQ_SCHEMES
         },
+        # One cross head, as /api/attention/head/compact sends an encoder-decoder's: one section.
+        "seq2seq-head-cross.hsa1": compact.encode_sections(
+            {**s2s_header, "layers": 1, "heads": 1, "layer": 2, "head": 0, "kind": "cross"},
+            [("cross", s2s_tensors[2][1][2:3, 0:1])],
+            scheme="float32-shuffled",
+        ),
     }
     expected = {
         "sources": {
@@ -119,6 +125,7 @@ def build() -> tuple[dict[str, bytes], dict[str, Any]]:
             "causal-abs-uint8-key-major.hsa1": "causal",
             "head-float32-shuffled.hsa1": "head",
             **{f"seq2seq-{scheme}.hsa1": "seq2seq" for scheme in SEQ2SEQ_SCHEMES},
+            "seq2seq-head-cross.hsa1": "seq2seq",
         },
         # From tests/tolerances.py, so the Node tests use the bounds the Python tests use.
         "tolerances": {
