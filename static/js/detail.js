@@ -12,7 +12,7 @@ import { DEFAULT_SCALE, SCALES } from "./scale.js";
 import { tabKey } from "./keys.js";
 import { exportName, selectionLabel } from "./labels.js";
 import { LinesView } from "./lines-view.js";
-import { KIND_LABELS, axesOf, fileModel, axisNames, isRectangular, isSeq2seq, shapeOf } from "./seq2seq.js";
+import { KIND_LABELS, axesOf, axisNames, fileModel, isRectangular, isSeq2seq, shapeOf } from "./seq2seq.js";
 import { showExportAvailability } from "./notices.js";
 import { getState } from "./state.js";
 

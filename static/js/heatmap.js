@@ -115,7 +115,9 @@ export function buildFigure(spec) {
   // Plotly formats as it formats z (a formatted string a cell costs more to build), and the labels from text.
   const weights = painted.transformed ? new Array(n) : null;
   // Two sentences: the hover names each side's token and position, as the cell cursor reads it.
-  const where = rect ? (i, j) => `query '${labels[i]}' (${i}) → key '${keyLabels[j]}' (${j})` : (i, j) => `${labels[i]} → ${labels[j]}`;
+  const where = rect
+    ? (i, j) => `query '${labels[i]}' (${i}) → key '${keyLabels[j]}' (${j})`
+    : (i, j) => `${labels[i]} → ${labels[j]}`;
   for (let i = 0; i < n; i++) {
     const row = new Array(cols);
     const cd = new Array(cols);
