@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from app.settings import MAX_NEW_TOKENS
+from mha.translate import DEFAULT_NEW_TOKENS
 
 # A character cap independent of the body limit, so a long text fails with a message about text, and the
 # tokenizer never sees more than this many characters (512 tokens need far fewer).
@@ -113,13 +114,22 @@ class InputText(BaseModel):
     text: Text
     text_pair: TextPair = None
     model: ModelName = None
-    max_new_tokens: Index = Field(
-        default=0,
+    max_new_tokens: Index | None = Field(
+        default=None,
         le=MAX_NEW_TOKENS,
         description="Decoder models: first continue the text greedily by up to this many tokens (as "
         "transformers' generate(do_sample=False), stopping at an end-of-sequence token), then answer for "
-        "prompt and continuation; `generated` in the answer counts the tokens written. 0: the text alone. "
-        "Above the service's HEADSCOPE_MAX_NEW_TOKENS, or for an encoder: 422.",
+        "prompt and continuation; `generated` in the answer counts the tokens written. 0 or null: the text "
+        "alone. Encoder-decoder models without a target: the most target tokens the model writes (null: "
+        f"min({DEFAULT_NEW_TOKENS}, HEADSCOPE_MAX_NEW_TOKENS)). Above the service's "
+        "HEADSCOPE_MAX_NEW_TOKENS, or for an encoder: 422.",
+    )
+    target: TextPair = Field(
+        default=None,
+        description="Encoder-decoder models (architecture encoder-decoder in /api/models): the target text "
+        "the decoder reads (forced decoding; cut to the decoder's limit, then target_truncated is true). "
+        'null, "" or only whitespace: the model writes its own target greedily, up to max_new_tokens. '
+        "A target for any other model: 422 naming its architecture.",
     )
     chat: StrictBool = Field(
         default=False,
@@ -134,7 +144,19 @@ class AttentionRequest(InputText):
     words: StrictBool = Field(default=False, description=WORDS_DESCRIPTION)
 
 
-class HeadRequest(AttentionRequest):
+Kind = Literal["encoder", "decoder", "cross"]
+KIND_DESCRIPTION = (
+    "Which attention: \"encoder\" (every model's own: an encoder's, a decoder's, an encoder-decoder's "
+    'encoder), or for an encoder-decoder "decoder" (the target\'s causal self-attention) or "cross" (target '
+    "tokens, the queries, to source tokens, the keys). decoder or cross for another model: 422."
+)
+
+
+class KindRequest(AttentionRequest):
+    kind: Kind = Field(default="encoder", description=KIND_DESCRIPTION)
+
+
+class HeadRequest(KindRequest):
     layer: Index = Field(description="0-based layer index, below the model's `layers`.")
     head: Index = Field(description="0-based head index, below the model's `heads`.")
 
@@ -166,6 +188,17 @@ class ModelEntry(BaseModel):
         '"Ċ", "ĉ" are the bytes of a space, newline and tab. Null until loaded.',
     )
     max_tokens: int | None
+    architecture: str | None = Field(
+        default=None,
+        description="encoder (bidirectional), decoder (causal) or encoder-decoder (T5, BART, Marian: takes "
+        "a `target`; layers and heads are its encoder's). Null until loaded.",
+    )
+    decoder_layers: int | None = Field(
+        default=None, description="An encoder-decoder's decoder layers, when they differ from `layers`."
+    )
+    decoder_heads: int | None = Field(
+        default=None, description="An encoder-decoder's decoder heads, when they differ from `heads`."
+    )
     trace_max_tokens: int | None = Field(
         default=None,
         description="The longest input /api/trace takes: the model's max_tokens, capped by the tokens "
@@ -214,13 +247,43 @@ class AttentionHeader(BaseModel):
 
 class AttentionResponse(AttentionHeader):
     attention: list[list[list[list[float]]]] = Field(
-        description="Indexed [layer][head][query][key]; each row sums to 1; rounded to 6 decimals."
+        description="Indexed [layer][head][query][key]; each row sums to 1; rounded to 6 decimals. An "
+        "encoder-decoder's: its encoder's, over the source `tokens`."
     )
+    # An encoder-decoder's answer only (absent for the others):
+    architecture: Literal["encoder-decoder"] | None = None
+    target_tokens: list[str] | None = Field(
+        default=None, description="The decoder's input: its start token, then the target's tokens (m)."
+    )
+    target_special: list[bool] | None = None
+    target_truncated: bool | None = Field(
+        default=None,
+        description="The target was cut to the decoder's limit (`generated` counts the "
+        "tokens the model wrote when no target was sent).",
+    )
+    decoder_attentions: list[list[list[list[float]]]] | None = Field(
+        default=None, description="[layer][head][query][key] over the target, m x m, causal; 6 decimals."
+    )
+    cross_attentions: list[list[list[list[float]]]] | None = Field(
+        default=None, description="[layer][head][target query][source key], m x n; 6 decimals."
+    )
+
+
+KEY_TOKENS = Field(
+    default=None,
+    description="An encoder-decoder's answer: the keys' tokens (the source's for cross attention, else "
+    "`tokens`); absent for other models.",
+)
+ANSWER_KIND = Field(
+    default=None, description="An encoder-decoder's answer: which attention (the request's `kind`)."
+)
 
 
 class HeadResponse(BaseModel):
     model: str
-    tokens: list[str]
+    tokens: list[str] = Field(description="The query tokens (an encoder-decoder's target for decoder/cross).")
+    kind: Kind | None = ANSWER_KIND
+    key_tokens: list[str] | None = KEY_TOKENS
     layer: int
     head: int
     attention: list[list[float]] = Field(description="[query][key] at full float32 precision.")
@@ -241,6 +304,8 @@ class AnalysisResponse(BaseModel):
     model: str
     tokens: list[str] = Field(description="Tokens, or words with `words: true`.")
     n: int
+    kind: Kind | None = Field(default=None, description='The request\'s `kind`, unless "encoder".')
+    key_tokens: list[str] | None = Field(default=None, description="Cross attention's keys: the source.")
     layers: int
     heads: int
     words: bool
@@ -251,7 +316,9 @@ class AnalysisResponse(BaseModel):
     stat_descriptions: dict[str, str] = Field(description="Statistic name -> what it measures, one line.")
     labels: list[list[str]] = Field(
         description="[layer][head] role: previous-token, next-token, self, special-sink, first-token-sink, "
-        "punctuation, broad, local or mixed (mha.analysis.head_labels, using `thresholds`)."
+        "punctuation, broad, local or mixed (mha.analysis.head_labels, using `thresholds`). Cross "
+        "attention: special-sink, first-token-sink, punctuation, alignment (the rows' maxima move "
+        "monotonically through the source), broad or mixed (mha.analysis.cross_labels)."
     )
     thresholds: dict[str, float] = Field(
         description="pointer: a pointer label needs its statistic above this; broad: entropy_norm at least "
@@ -301,6 +368,7 @@ class CompareRequest(BaseModel):
     a: InputText
     b: InputText
     words: StrictBool = Field(default=False, description=WORDS_DESCRIPTION)
+    kind: Kind = Field(default="encoder", description=KIND_DESCRIPTION + " Both sides compare that kind.")
 
 
 class CompareHeadRequest(CompareRequest):
@@ -319,6 +387,7 @@ class CompareSide(BaseModel):
 class CompareResponse(BaseModel):
     a: CompareSide
     b: CompareSide
+    kind: Kind | None = Field(default=None, description='The request\'s `kind`, unless "encoder".')
     pairs: list[list[int]] = Field(
         description="Aligned (index in a, index in b), in order: equal tokens (difflib on the tokens as "
         "spelled, or the words), and a replaced run of equal length position by position."
@@ -336,6 +405,8 @@ class CompareResponse(BaseModel):
 
 class CompareHeadResponse(BaseModel):
     tokens: list[str] = Field(description="The aligned tokens' labels, taken from a.")
+    kind: Kind | None = Field(default=None, description='"cross" for cross attention, else absent.')
+    key_tokens: list[str] | None = Field(default=None, description="Cross attention's keys: a's source.")
     layer: int
     head: int
     a: list[list[float]] = Field(

@@ -11,12 +11,12 @@ from app.deps import ServiceDep
 from app.routes.common import TRUNCATION, ApiRouter, Scheme, compact_response, described, json_answer
 from app.schemas import (
     AnalysisResponse,
-    AttentionRequest,
     CompareHeadRequest,
     CompareHeadResponse,
     CompareRequest,
     CompareResponse,
     FlowResponse,
+    KindRequest,
     RolloutResponse,
 )
 from app.service import FLOW_MAX_TOKENS
@@ -28,7 +28,7 @@ WORDS = " With `words: true` the attention is merged to words first and `tokens`
 
 @router.post_json("/analysis", AnalysisResponse, "Head statistics, labels and similar heads")
 @described(WORDS, TRUNCATION)
-async def analysis(body: AttentionRequest, request: Request, service: ServiceDep) -> Response:
+async def analysis(body: KindRequest, request: Request, service: ServiceDep) -> Response:
     """What each head does, without the n×n maps (after Clark et al. 2019): per-head statistics (entropy,
     distance, weight on self / previous / next / special / punctuation tokens, ...), a label per head from
     stated thresholds, and each head's most similar heads. Cached with the attention."""
@@ -37,7 +37,7 @@ async def analysis(body: AttentionRequest, request: Request, service: ServiceDep
 
 @router.post_json("/rollout", RolloutResponse, "Attention rollout through all layers")
 @described(WORDS, TRUNCATION)
-async def rollout(body: AttentionRequest, request: Request, service: ServiceDep) -> Response:
+async def rollout(body: KindRequest, request: Request, service: ServiceDep) -> Response:
     """Attention rollout (Abnar & Zuidema 2020): per layer the heads' mean, mixed with the identity
     (`residual`), rows renormalised, multiplied from the first layer to the last. Row i says how output token
     i draws on each input token; `per_layer` is the cumulative product after each layer. Rounded to 6
@@ -48,7 +48,7 @@ async def rollout(body: AttentionRequest, request: Request, service: ServiceDep)
 @router.post_compact("/rollout/compact", summary="Attention rollout in the compact binary transport")
 @described(WORDS)
 async def rollout_compact(
-    body: AttentionRequest, request: Request, service: ServiceDep, scheme: Scheme = "row-max-uint8"
+    body: KindRequest, request: Request, service: ServiceDep, scheme: Scheme = "row-max-uint8"
 ) -> Response:
     """`per_layer` of `POST /api/rollout` as an HSA1 buffer (the layout of `POST /api/attention/compact`)
     with `layers` = L cumulative rollouts and `heads` = 1; the header adds `residual`. The same decoder reads
@@ -60,7 +60,7 @@ async def rollout_compact(
 
 @router.post_json("/flow", FlowResponse, "Attention flow (max-flow) for short inputs")
 @described(WORDS, limit=FLOW_MAX_TOKENS)
-async def flow(body: AttentionRequest, request: Request, service: ServiceDep) -> Response:
+async def flow(body: KindRequest, request: Request, service: ServiceDep) -> Response:
     """Attention flow (Abnar & Zuidema 2020): entry [i][j] is the maximum flow from output token i to input
     token j through the layered graph whose capacities are the rollout's per-layer matrices. It solves n²
     max-flow problems, so inputs longer than the service's limit ({limit} tokens by default) get 422 naming

@@ -38,8 +38,11 @@ class JobDropped(Exception):
 class Job:
     text: str
     pair: str | None
-    new_tokens: int = 0  # continue the text by up to this many tokens first (a decoder's own words)
+    # write up to this many tokens first (a decoder continues the text, an encoder-decoder writes its
+    # target); None: the model's default (none for a decoder)
+    new_tokens: int | None = 0
     chat: bool = False  # the text as a user's turn of the model's chat template
+    target: str | None = None  # an encoder-decoder's target text (forced decoding)
     # Set (by the service) when every client waiting for this job has gone: the job is dropped before
     # its forward, or its forward stops between layers.
     abandoned: threading.Event = field(default_factory=threading.Event)
@@ -121,12 +124,13 @@ class Batcher:
         text: str,
         pair: str | None,
         *,
-        new_tokens: int = 0,
+        new_tokens: int | None = 0,
         chat: bool = False,
+        target: str | None = None,
         abandoned: threading.Event | None = None,
         work: Callable[[Any], Any] | None = None,
     ) -> Future[Any]:
-        job = Job(text, pair, new_tokens, chat, work=work)
+        job = Job(text, pair, new_tokens, chat, target, work=work)
         if abandoned is not None:
             job.abandoned = abandoned
         with self._lock:

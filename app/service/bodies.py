@@ -45,76 +45,126 @@ def _hsa1(header: dict[str, Any], attentions: torch.Tensor, scheme: str) -> byte
     return compact.compress(compact.encode(header, attentions, scheme=scheme))
 
 
+def _hsa1_sections(header: dict[str, Any], sections: list[tuple[str, torch.Tensor]], scheme: str) -> bytes:
+    return compact.compress(compact.encode_sections(header, sections, scheme=scheme))
+
+
 # -- attention -------------------------------------------------------------------------------------
 
 
 def attention_body(view: Computed) -> dict[str, Any]:
-    return {**view.header(), "attention": Floats(view.attentions)}  # 6 decimals (float64 first)
+    body = {**view.header(), "attention": Floats(view.attentions)}  # 6 decimals (float64 first)
+    if view.seq2seq is not None:
+        body["decoder_attentions"] = Floats(view.seq2seq.decoder_attentions)
+        body["cross_attentions"] = Floats(view.seq2seq.cross_attentions)
+    return body
 
 
-def head_body(view: Computed, layer: int, head: int) -> dict[str, Any]:
-    view.check_head(layer, head)
+def head_body(view: Computed, layer: int, head: int, *, kind: str = "encoder") -> dict[str, Any]:
+    one = view.of_kind(kind)
+    one.check_head(layer, head)
+    # An encoder-decoder's head says which attention it is, and cross attention's keys are the source.
+    seq2seq = {"kind": kind, "key_tokens": one.key_tokens or one.tokens} if view.seq2seq is not None else {}
     return {
-        "model": view.model,
-        "tokens": view.tokens,
+        "model": one.model,
+        "tokens": one.tokens,
+        **seq2seq,
         "layer": layer,
         "head": head,
         # float32 -> Python float is exact, so this is the model's full precision.
-        "attention": Floats(view.attentions[layer, head], decimals=None),
+        "attention": Floats(one.attentions[layer, head], decimals=None),
     }
 
 
 def encode_compact(view: Computed, _abandoned: threading.Event, *, scheme: str) -> bytes:
+    if view.seq2seq is not None:
+        return _hsa1_sections(view.header(), view.sections(), scheme)
     return _hsa1(view.header(), view.attentions, scheme)
 
 
-def encode_head_compact(view: Computed, _abandoned: threading.Event, *, layer: int, head: int) -> bytes:
-    view.check_head(layer, head)
+def encode_head_compact(
+    view: Computed, _abandoned: threading.Event, *, layer: int, head: int, kind: str = "encoder"
+) -> bytes:
+    one = view.of_kind(kind)
+    one.check_head(layer, head)
     header = {**view.header(), "layers": 1, "heads": 1, "layer": layer, "head": head}
-    one = view.attentions[layer : layer + 1, head : head + 1]  # [1, 1, n, n]
-    return _hsa1(header, one, "float32-shuffled")
+    values = one.attentions[layer : layer + 1, head : head + 1]  # [1, 1, rows, cols]
+    if view.seq2seq is not None:  # one section, of the kind asked for
+        return _hsa1_sections({**header, "kind": kind}, [(kind, values)], "float32-shuffled")
+    return _hsa1(header, values, "float32-shuffled")
 
 
 # -- insight ---------------------------------------------------------------------------------------
 
 
 def _summary(view: Computed) -> dict[str, Any]:
-    """The fields the insight answers open with."""
-    return {"model": view.model, "tokens": view.tokens, "n": view.n}
+    """The fields the insight answers open with (an encoder-decoder's kind, and cross attention's keys)."""
+    summary = {"model": view.model, "tokens": view.tokens, "n": view.n}
+    if view.kind != "encoder":
+        summary["kind"] = view.kind
+    if view.key_tokens is not None:
+        summary["key_tokens"] = view.key_tokens
+    return summary
 
 
-def analysis_body(view: Computed, *, words: bool) -> dict[str, Any]:
+def analysis_body(view: Computed, *, words: bool, kind: str = "encoder") -> dict[str, Any]:
+    view = view.of_kind(kind)
     layers, heads = view.layers, view.heads
-    stats = analysis.head_stats(view.attentions, view.tokens, special=view.special, causal=view.causal)
+    if view.key_tokens is not None:  # cross attention: target queries, source keys
+        stats = analysis.cross_stats(
+            view.attentions, view.key_tokens, key_special=view.key_special, query_special=view.special
+        )
+        labels, descriptions = analysis.cross_labels(stats), analysis.CROSS_STAT_DESCRIPTIONS
+        keys: tuple[str, ...] = analysis.CROSS_SIMILARITY_STATS
+    else:
+        stats = analysis.head_stats(view.attentions, view.tokens, special=view.special, causal=view.causal)
+        labels, descriptions = analysis.head_labels(stats), analysis.STAT_DESCRIPTIONS
+        keys = analysis.SIMILARITY_STATS
     k = min(SIMILAR_HEADS, layers * heads - 1)
     # Statistics and distances to 6 decimals, as every JSON answer: the full float repr doubled the bytes.
     similar = [
         [
-            [[ly, hd, round(float(d), 6)] for ly, hd, d in analysis.similar_heads(stats, layer, head, k=k)]
+            [
+                [ly, hd, round(float(d), 6)]
+                for ly, hd, d in analysis.similar_heads(stats, layer, head, k=k, keys=keys)
+            ]
             if k > 0
             else []
             for head in range(heads)
         ]
         for layer in range(layers)
     ]
+    thresholds = {
+        "pointer": analysis.POINTER_THRESHOLD,
+        "broad": analysis.BROAD_THRESHOLD,
+        "local": analysis.LOCAL_THRESHOLD,
+    }
+    if view.key_tokens is not None:
+        thresholds["alignment_min_keys"] = analysis.ALIGNMENT_MIN_KEYS
     return {
         **_summary(view),
         "layers": layers,
         "heads": heads,
         "words": words,
         "stats": {name: Floats(value) for name, value in stats.items()},
-        "stat_descriptions": {name: analysis.STAT_DESCRIPTIONS[name] for name in stats},
-        "labels": analysis.head_labels(stats),
-        "thresholds": {
-            "pointer": analysis.POINTER_THRESHOLD,
-            "broad": analysis.BROAD_THRESHOLD,
-            "local": analysis.LOCAL_THRESHOLD,
-        },
+        "stat_descriptions": {name: descriptions[name] for name in stats},
+        "labels": labels,
+        "thresholds": thresholds,
         "similar": similar,
     }
 
 
-def rollout_body(view: Computed) -> dict[str, Any]:
+def _encoder_only(view: Computed, kind: str, what: str) -> Computed:
+    if kind != "encoder":
+        raise InvalidInputError(
+            f'{what} runs across the encoder\'s layers only (kind "encoder"); kind {kind!r} is not a stack '
+            "of self-attention that rolls out from input to output"
+        )
+    return view.of_kind(kind)
+
+
+def rollout_body(view: Computed, *, kind: str = "encoder") -> dict[str, Any]:
+    view = _encoder_only(view, kind, "attention rollout")
     per_layer = analysis.rollout_per_layer(view.attentions, residual=ROLLOUT_RESIDUAL)
     return {
         **_summary(view),
@@ -125,13 +175,17 @@ def rollout_body(view: Computed) -> dict[str, Any]:
     }
 
 
-def encode_rollout_compact(view: Computed, _abandoned: threading.Event, *, scheme: str) -> bytes:
+def encode_rollout_compact(
+    view: Computed, _abandoned: threading.Event, *, scheme: str, kind: str = "encoder"
+) -> bytes:
+    view = _encoder_only(view, kind, "attention rollout")
     per_layer = analysis.rollout_per_layer(view.attentions, residual=ROLLOUT_RESIDUAL)  # [L, n, n]
     header = {**view.header(), "heads": 1, "residual": ROLLOUT_RESIDUAL}
     return _hsa1(header, per_layer.unsqueeze(1), scheme)  # [L, 1, n, n]
 
 
-def flow_body(view: Computed, *, max_tokens: int) -> dict[str, Any]:
+def flow_body(view: Computed, *, max_tokens: int, kind: str = "encoder") -> dict[str, Any]:
+    view = _encoder_only(view, kind, "attention flow")
     # One max-flow run gives both forms: the raw values and the rows normalised as the paper publishes them.
     flow = analysis.attention_flow(view.attentions, max_tokens=max_tokens, residual=ROLLOUT_RESIDUAL)
     return {
@@ -145,6 +199,8 @@ def flow_body(view: Computed, *, max_tokens: int) -> dict[str, Any]:
 
 
 def _pairs(view_a: Computed, view_b: Computed) -> list[tuple[int, int]]:
+    if view_a.key_tokens is not None:  # cross attention: the same shape (checked), position by position
+        return [(i, i) for i in range(view_a.n)]
     pairs = analysis.align_tokens(view_a.tokens, view_b.tokens, include_replaced=True)
     if not pairs:
         raise InvalidInputError(
@@ -153,20 +209,40 @@ def _pairs(view_a: Computed, view_b: Computed) -> list[tuple[int, int]]:
     return pairs
 
 
+def _compared(a: torch.Tensor, b: torch.Tensor, pairs: list[tuple[int, int]], *, cross: bool) -> Any:
+    """compare_aligned's result; cross attention's maps (one shape) compared as they are, all kept."""
+    if not cross:
+        return analysis.compare_aligned(a, b, pairs)
+    js_rows = analysis.js_divergence(a, b)
+    kept = torch.ones(a.shape[:2], dtype=a.dtype)
+    return analysis.AlignedComparison(
+        difference=a - b, js_rows=js_rows, js=js_rows.mean(-1), a=a, b=b, kept_a=kept, kept_b=kept
+    )
+
+
+def _sides(view_a: Computed, view_b: Computed) -> dict[str, Any]:
+    sides: dict[str, Any] = {
+        "a": {"model": view_a.model, "tokens": view_a.tokens},
+        "b": {"model": view_b.model, "tokens": view_b.tokens},
+    }
+    if view_a.kind != "encoder":
+        sides["kind"] = view_a.kind
+    return sides
+
+
 def compare_body(view_a: Computed, view_b: Computed) -> dict[str, Any]:
     pairs = _pairs(view_a, view_b)
+    cross = view_a.key_tokens is not None
     # One layer at a time: the restricted maps of a 512-token input are ~75 MB per copy for all layers.
     scores, kept_a, kept_b = [], [], []
     for layer in range(view_a.layers):
-        result = analysis.compare_aligned(
-            view_a.attentions[layer : layer + 1], view_b.attentions[layer : layer + 1], pairs
-        )
+        one = slice(layer, layer + 1)
+        result = _compared(view_a.attentions[one], view_b.attentions[one], pairs, cross=cross)
         scores.append(result.js[0])
         kept_a.append(result.kept_a[0])
         kept_b.append(result.kept_b[0])
     return {
-        "a": {"model": view_a.model, "tokens": view_a.tokens},
-        "b": {"model": view_b.model, "tokens": view_b.tokens},
+        **_sides(view_a, view_b),
         "pairs": [list(pair) for pair in pairs],
         "tokens": [view_a.tokens[i] for i, _ in pairs],
         "layers": view_a.layers,
@@ -180,9 +256,11 @@ def compare_body(view_a: Computed, view_b: Computed) -> dict[str, Any]:
 def compare_head_body(view_a: Computed, view_b: Computed, layer: int, head: int) -> dict[str, Any]:
     pairs = _pairs(view_a, view_b)
     one = (slice(layer, layer + 1), slice(head, head + 1))
-    result = analysis.compare_aligned(view_a.attentions[one], view_b.attentions[one], pairs)
+    cross = view_a.key_tokens is not None
+    result = _compared(view_a.attentions[one], view_b.attentions[one], pairs, cross=cross)
     return {
         "tokens": [view_a.tokens[i] for i, _ in pairs],
+        **({"kind": view_a.kind, "key_tokens": view_a.key_tokens} if cross else {}),
         "layer": layer,
         "head": head,
         # float32 -> Python float is exact: full precision, as /api/attention/head.

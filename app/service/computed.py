@@ -11,10 +11,28 @@ import mha
 from app.errors import InvalidInputError
 from mha import analysis
 
+KINDS = ("encoder", "decoder", "cross")  # a request's `kind`: the encoder's is every model's attention
+
+
+@dataclass(frozen=True, eq=False)
+class Seq2Seq:
+    """What an encoder-decoder adds: the target (the decoder start token first) and two attentions."""
+
+    target_tokens: list[str]
+    target_special: list[bool]
+    target_truncated: bool
+    decoder_attentions: torch.Tensor  # float32 CPU [L_dec, H_dec, m, m]
+    cross_attentions: torch.Tensor  # float32 CPU [L_dec, H_dec, m, n]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.numel() * a.element_size() for a in (self.decoder_attentions, self.cross_attentions))
+
 
 @dataclass(frozen=True, eq=False)
 class Computed:
-    """The header fields of every answer and the attention, float32 CPU [L, H, n, n].
+    """The header fields of every answer and the attention, float32 CPU [L, H, n, n] (cross attention's
+    view: [L, H, m, n], its keys `key_tokens`).
 
     `word_ids` and `offsets` are the tokenizer's, kept to merge pieces into words; empty for a view that is
     already word-level."""
@@ -33,6 +51,12 @@ class Computed:
     texts: tuple[str, str | None] = ("", None)
     word_ids: tuple[int | None, ...] = ()
     offsets: tuple[tuple[int, int], ...] = ()
+    # An encoder-decoder's (None for the others): `tokens` and `attentions` are the source and the
+    # encoder's, `generated` counts the target's tokens the model wrote.
+    seq2seq: Seq2Seq | None = None
+    kind: str = "encoder"  # which of KINDS `attentions` is (of_kind)
+    key_tokens: list[str] | None = None  # cross attention's keys (the source); None: the keys are `tokens`
+    key_special: list[bool] | None = None
 
     @property
     def layers(self) -> int:
@@ -47,12 +71,19 @@ class Computed:
         return int(self.attentions.shape[2])
 
     @property
+    def cols(self) -> int:
+        """Keys per query row: n, or the source's length for cross attention."""
+        return int(self.attentions.shape[3])
+
+    @property
     def nbytes(self) -> int:
-        return self.attentions.numel() * self.attentions.element_size()
+        extra = self.seq2seq.nbytes if self.seq2seq is not None else 0
+        return self.attentions.numel() * self.attentions.element_size() + extra
 
     def header(self) -> dict[str, Any]:
-        """The fields every attention answer starts with, in the documented order (AttentionHeader)."""
-        return {
+        """The fields every attention answer starts with, in the documented order (AttentionHeader); an
+        encoder-decoder's add the architecture and the target."""
+        header = {
             "model": self.model,
             "tokens": self.tokens,
             "segments": self.segments,
@@ -66,16 +97,68 @@ class Computed:
             "generated": self.generated,
             "byte_level": self.byte_level,
         }
+        if self.seq2seq is not None:
+            header.update(
+                architecture="encoder-decoder",
+                target_tokens=self.seq2seq.target_tokens,
+                target_special=self.seq2seq.target_special,
+                target_truncated=self.seq2seq.target_truncated,
+            )
+        return header
+
+    def sections(self) -> list[tuple[str, torch.Tensor]]:
+        """An encoder-decoder's (kind, [L, H, rows, cols]) for each of KINDS, in that order."""
+        if self.seq2seq is None:
+            raise ValueError(f"{self.model!r} is not an encoder-decoder: it has one attention")
+        return [
+            ("encoder", self.attentions),
+            ("decoder", self.seq2seq.decoder_attentions),
+            ("cross", self.seq2seq.cross_attentions),
+        ]
+
+    def of_kind(self, kind: str) -> Computed:
+        """The view whose `attentions` are `kind`'s ("encoder": this one). The decoder's queries and keys
+        are the target's tokens; cross attention's `tokens` are the target's (its queries) and `key_tokens`
+        the source's. InvalidInputError (422) for decoder or cross of a model without them."""
+        if kind == "encoder" or kind == self.kind:
+            return self
+        if self.seq2seq is None:
+            raise InvalidInputError(
+                f'kind "{kind}" needs an encoder-decoder model: {self.model!r} is '
+                f'{article(self.architecture)} model, whose only attention is kind "encoder"'
+            )
+        s = self.seq2seq
+        attentions = s.decoder_attentions if kind == "decoder" else s.cross_attentions
+        return replace(
+            self,
+            tokens=s.target_tokens,
+            segments=[0] * len(s.target_tokens),
+            special=s.target_special,
+            truncated=s.target_truncated,
+            causal=kind == "decoder",
+            kv_heads=int(attentions.shape[1]),
+            attentions=attentions,
+            texts=("", None),
+            word_ids=(),
+            offsets=(),
+            seq2seq=None,
+            kind=kind,
+            key_tokens=self.tokens if kind == "cross" else None,
+            key_special=self.special if kind == "cross" else None,
+        )
+
+    @property
+    def architecture(self) -> str:
+        if self.seq2seq is not None:
+            return "encoder-decoder"
+        return "decoder" if self.causal else "encoder"
 
     def check_head(self, layer: int, head: int) -> None:
+        what = f"{self.model!r}" + ("" if self.kind == "encoder" else f" ({self.kind} attention)")
         if layer >= self.layers:
-            raise InvalidInputError(
-                f"layer {layer} is out of range: {self.model!r} has layers 0..{self.layers - 1}"
-            )
+            raise InvalidInputError(f"layer {layer} is out of range: {what} has layers 0..{self.layers - 1}")
         if head >= self.heads:
-            raise InvalidInputError(
-                f"head {head} is out of range: {self.model!r} has heads 0..{self.heads - 1}"
-            )
+            raise InvalidInputError(f"head {head} is out of range: {what} has heads 0..{self.heads - 1}")
 
 
 def from_result(name: str, model: mha.AttentionModel, result: mha.AttentionResult) -> Computed:
@@ -83,6 +166,15 @@ def from_result(name: str, model: mha.AttentionModel, result: mha.AttentionResul
     if not attentions.is_contiguous() or attentions.untyped_storage().nbytes() > 4 * attentions.numel():
         # A row of a padded batch: copy it, so the cache never keeps a whole batch's buffer alive.
         attentions = attentions.clone(memory_format=torch.contiguous_format)
+    seq2seq = None
+    if isinstance(result, mha.Seq2SeqResult):
+        seq2seq = Seq2Seq(
+            target_tokens=list(result.target_tokens),
+            target_special=[bool(s) for s in result.target_special],
+            target_truncated=bool(result.target_truncated),
+            decoder_attentions=result.decoder_attentions,  # mha's own: float32, CPU, owned
+            cross_attentions=result.cross_attentions,
+        )
     return Computed(
         model=name,
         tokens=list(result.tokens),
@@ -97,11 +189,19 @@ def from_result(name: str, model: mha.AttentionModel, result: mha.AttentionResul
         attentions=attentions,
         word_ids=tuple(result.word_ids),
         offsets=tuple((int(start), int(end)) for start, end in result.offsets),
+        seq2seq=seq2seq,
     )
 
 
 def merge_words(computed: Computed) -> Computed:
     """Word-level view: pieces grouped by the tokenizer's word ids, labels sliced from the text by offsets."""
+    if computed.seq2seq is not None or computed.kind != "encoder":
+        # The target has no word ids of its own when the model wrote it, and cross attention's keys would
+        # need merging apart from its queries: token-level only.
+        raise InvalidInputError(
+            f"words: true is not available for an encoder-decoder ({computed.model!r}): its answers are "
+            "token-level; send words: false"
+        )
     groups = analysis.word_groups_from(computed.word_ids, computed.segments, computed.special).groups
     labels = analysis.word_labels(
         computed.tokens, groups, offsets=computed.offsets, segments=computed.segments, texts=computed.texts
@@ -117,3 +217,8 @@ def merge_words(computed: Computed) -> Computed:
         word_ids=(),
         offsets=(),
     )
+
+
+def article(word: str) -> str:
+    """A word with its indefinite article: "an encoder", "a decoder"."""
+    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"

@@ -33,19 +33,20 @@ from app.schemas import (
     HeadRequest,
     Health,
     InputText,
+    KindRequest,
     ModelEntry,
     ModelList,
     TraceOverviewRequest,
 )
 from app.service import bodies
 from app.service.batcher import Batcher, Job, QueueFull, background, drop_if_abandoned
-from app.service.computed import Computed, from_result, merge_words
+from app.service.computed import Computed, article, from_result, merge_words
 from app.service.flights import STREAM_VALUES, Flights, Stream, settled
 from app.service.loaders import build_checks, build_loaders, default_model
 from app.service.traces import Traces
 from app.service.trim import Trimmer
 from app.settings import Settings
-from mha import analysis
+from mha import analysis, translate
 from mha.errors import Cancelled, FlowTooLongError
 
 logger = logging.getLogger(__name__)
@@ -56,8 +57,9 @@ BATCH_CHARS = 600
 
 T = TypeVar("T")
 V = TypeVar("V", bytes, Computed)
-# (registered model name, text, pair, tokens to continue by, chat template): what a forward depends on
-Input = tuple[str, str, str | None, int, bool]
+# (registered model name, text, pair, tokens to write (None: the model's default), chat template, an
+# encoder-decoder's target): what a forward depends on
+Input = tuple[str, str, str | None, int | None, bool, str | None]
 
 
 class ModelBusyError(HTTPException):
@@ -76,15 +78,21 @@ def cache_key(kind: str, *inputs: Input, extra: tuple[Hashable, ...] = ()) -> tu
     return (kind, *(part for one in inputs for part in one), *extra)
 
 
-def _chars(text: str, pair: str | None) -> int:
-    return len(text) + len(pair or "")
+def _chars(text: str, pair: str | None, target: str | None = None) -> int:
+    return len(text) + len(pair or "") + len(target or "")
+
+
+def _differs(value: int | None, base: int) -> int | None:
+    return value if value is not None and value != base else None
 
 
 def _is_long(job: Job) -> bool:
-    # A continuation runs its own forwards, one per new token: never batched with others.
+    # A continuation runs its own forwards, one per new token: never batched with others; so does an
+    # encoder-decoder's target (`_forward` runs an encoder-decoder's batch one job at a time anyway).
     # A chat-templated text too: a batch is all one way (attend_batch's chat flag).
     # Other work (a trace) runs alone as well.
-    return job.work is not None or job.new_tokens > 0 or job.chat or _chars(job.text, job.pair) > BATCH_CHARS
+    long = job.work is not None or bool(job.new_tokens) or job.target is not None or job.chat
+    return long or _chars(job.text, job.pair, job.target) > BATCH_CHARS
 
 
 class AttentionService:
@@ -176,6 +184,10 @@ class AttentionService:
                     chat_template=info.chat_template if info else None,
                     byte_level=info.byte_level if info else None,
                     max_tokens=info.max_tokens if info else None,
+                    architecture=info.architecture if info else None,
+                    # the decoder's own shape, when it differs from the encoder's
+                    decoder_layers=_differs(info.decoder_layers, info.layers) if info else None,
+                    decoder_heads=_differs(info.decoder_heads, info.heads) if info else None,
                     trace_max_tokens=self.traces.max_tokens(entry.model) if entry.model is not None else None,
                     causal=info.causal if info else None,
                     pretrained=info.pretrained if info else None,
@@ -211,12 +223,12 @@ class AttentionService:
             return hit  # type: ignore[no-any-return]
         view_of = partial(self._view, source, words=request.words)
         slot = None
-        if _chars(request.text, request.text_pair) > BATCH_CHARS:
+        if _chars(request.text, request.text_pair, request.target) > BATCH_CHARS:
             slot = await self._stream_slot()
         streaming = False
         try:
             view = await view_of()
-            if view.attentions.numel() <= STREAM_VALUES:
+            if view.nbytes // view.attentions.element_size() <= STREAM_VALUES:
                 make_body = partial(bodies.attention_body, view)
                 return await self._once(
                     key, lambda abandoned: self._off_loop(bodies.encode_pieces, make_body, abandoned)
@@ -245,14 +257,16 @@ class AttentionService:
 
     async def head(self, request: HeadRequest) -> bytes:
         view = await self._view(self._input(request), words=request.words)
-        make_body = partial(bodies.head_body, view, request.layer, request.head)
+        make_body = partial(bodies.head_body, view, request.layer, request.head, kind=request.kind)
         return await self._off_loop(bodies.encode_pieces, make_body)
 
     async def head_compact(self, request: HeadRequest, *, gzipped: bool) -> bytes:
         """One head at full float32 precision as HSA1 (scheme float32-shuffled, layers = heads = 1), gzipped
         once off the loop and cached as bytes like the compact attention."""
-        kind = f"head.hsa1.gz:{request.layer}:{request.head}"
-        encode = partial(bodies.encode_head_compact, layer=request.layer, head=request.head)
+        kind = f"head.hsa1.gz:{request.kind}:{request.layer}:{request.head}"
+        encode = partial(
+            bodies.encode_head_compact, layer=request.layer, head=request.head, kind=request.kind
+        )
         return await self._gunzipped_unless(gzipped, await self._encoded(kind, request, encode))
 
     async def trace_overview(self, request: TraceOverviewRequest, *, gzipped: bool, scheme: str) -> bytes:
@@ -261,24 +275,25 @@ class AttentionService:
 
     # -- insight ---------------------------------------------------------------------------------
 
-    async def analysis(self, request: AttentionRequest) -> bytes:
-        body = partial(bodies.analysis_body, words=request.words)
-        return await self._encoded("analysis", request, bodies.json_of(body))
+    async def analysis(self, request: KindRequest) -> bytes:
+        body = partial(bodies.analysis_body, words=request.words, kind=request.kind)
+        return await self._encoded(f"analysis:{request.kind}", request, bodies.json_of(body))
 
-    async def rollout(self, request: AttentionRequest) -> bytes:
-        return await self._encoded("rollout", request, bodies.json_of(bodies.rollout_body))
+    async def rollout(self, request: KindRequest) -> bytes:
+        body = partial(bodies.rollout_body, kind=request.kind)
+        return await self._encoded(f"rollout:{request.kind}", request, bodies.json_of(body))
 
-    async def rollout_compact(self, request: AttentionRequest, *, gzipped: bool, scheme: str) -> bytes:
-        encode = partial(bodies.encode_rollout_compact, scheme=scheme)
+    async def rollout_compact(self, request: KindRequest, *, gzipped: bool, scheme: str) -> bytes:
+        encode = partial(bodies.encode_rollout_compact, scheme=scheme, kind=request.kind)
         return await self._gunzipped_unless(
-            gzipped, await self._encoded(f"rollout.gz:{scheme}", request, encode)
+            gzipped, await self._encoded(f"rollout.gz:{scheme}:{request.kind}", request, encode)
         )
 
-    async def flow(self, request: AttentionRequest) -> bytes:
+    async def flow(self, request: KindRequest) -> bytes:
         limit = self.settings.flow_max_tokens or analysis.FLOW_MAX_TOKENS
-        encode = bodies.json_of(partial(bodies.flow_body, max_tokens=limit))
+        encode = bodies.json_of(partial(bodies.flow_body, max_tokens=limit, kind=request.kind))
         try:
-            return await self._encoded("flow", request, encode)
+            return await self._encoded(f"flow:{request.kind}", request, encode)
         except FlowTooLongError as exc:  # mha refuses before any work: the cost grows as n⁴
             unit = "words" if request.words else "tokens"
             raise InvalidInputError(
@@ -290,29 +305,42 @@ class AttentionService:
         sources = (self._input(request.a), self._input(request.b))
 
         async def encode(abandoned: threading.Event) -> bytes:
-            view_a, view_b = await self._compare_views(sources, request.words)
+            view_a, view_b = await self._compare_views(sources, request.words, request.kind)
             make_body = partial(bodies.compare_body, view_a, view_b)
             return await self._off_loop(bodies.encode_pieces, make_body, abandoned)
 
-        return await self._cached(cache_key("compare", *sources, extra=(request.words,)), encode)
+        return await self._cached(cache_key("compare", *sources, extra=(request.words, request.kind)), encode)
 
     async def compare_head(self, request: CompareHeadRequest) -> bytes:
         sources = (self._input(request.a), self._input(request.b))
-        view_a, view_b = await self._compare_views(sources, request.words)
+        view_a, view_b = await self._compare_views(sources, request.words, request.kind)
         view_a.check_head(request.layer, request.head)
-        key = cache_key("compare/head", *sources, extra=(request.words, request.layer, request.head))
+        extra = (request.words, request.kind, request.layer, request.head)
+        key = cache_key("compare/head", *sources, extra=extra)
         make_body = partial(bodies.compare_head_body, view_a, view_b, request.layer, request.head)
         return await self._flights.join(
             key, lambda abandoned: self._off_loop(bodies.encode_pieces, make_body, abandoned)
         )
 
-    async def _compare_views(self, sources: tuple[Input, Input], words: bool) -> tuple[Computed, Computed]:
-        view_a, view_b = await asyncio.gather(*(self._view(source, words=words) for source in sources))
+    async def _compare_views(
+        self, sources: tuple[Input, Input], words: bool, kind: str
+    ) -> tuple[Computed, Computed]:
+        views = await asyncio.gather(*(self._view(source, words=words) for source in sources))
+        view_a, view_b = (view.of_kind(kind) for view in views)
+        what = "" if kind == "encoder" else f" ({kind} attention)"
         shape_a, shape_b = (view_a.layers, view_a.heads), (view_b.layers, view_b.heads)
         if shape_a != shape_b:
             raise InvalidInputError(
-                f"models are not comparable: a ({view_a.model!r}) has {shape_a[0]} layers x {shape_a[1]} "
-                f"heads, b ({view_b.model!r}) has {shape_b[0]} layers x {shape_b[1]} heads; they must match"
+                f"models are not comparable{what}: a ({view_a.model!r}) has {shape_a[0]} layers x "
+                f"{shape_a[1]} heads, b ({view_b.model!r}) has {shape_b[0]} layers x {shape_b[1]} heads; "
+                "they must match"
+            )
+        if kind == "cross" and view_a.attentions.shape != view_b.attentions.shape:
+            # Queries and keys are two sequences: no one token alignment serves both axes.
+            raise InvalidInputError(
+                f"cross attention is compared position by position, so a and b need the same target and "
+                f"source lengths: a has {view_a.n} target x {view_a.cols} source tokens, b has {view_b.n} x "
+                f"{view_b.cols}"
             )
         return view_a, view_b
 
@@ -320,12 +348,12 @@ class AttentionService:
 
     def _input(self, request: InputText) -> Input:
         name = self.registry.resolve(request.model)
-        if request.max_new_tokens > self.settings.max_new_tokens:
+        if request.max_new_tokens is not None and request.max_new_tokens > self.settings.max_new_tokens:
             raise InvalidInputError(
                 f"max_new_tokens ({request.max_new_tokens}) is over this service's limit "
                 f"({self.settings.max_new_tokens}, HEADSCOPE_MAX_NEW_TOKENS)"
             )
-        return (name, request.text, request.text_pair, request.max_new_tokens, request.chat)
+        return (name, request.text, request.text_pair, request.max_new_tokens, request.chat, request.target)
 
     async def _cached(self, key: Hashable, compute: Callable[[threading.Event], Awaitable[V]]) -> V:
         """The cached value of `key`, else computed once for all identical requests in flight and cached."""
@@ -377,15 +405,40 @@ class AttentionService:
         return self._submit(name, "", None, work=work, abandoned=abandoned)
 
     async def _computed(self, source: Input) -> Computed:
-        name, text, pair, new_tokens, chat = source
+        name, text, pair, new_tokens, chat, target = source
 
         async def forward(abandoned: threading.Event) -> Computed:
-            future = self._submit(name, text, pair, new_tokens=new_tokens, chat=chat, abandoned=abandoned)
+            job = {"new_tokens": new_tokens, "chat": chat, "target": target, "abandoned": abandoned}
+            future = self._submit(name, text, pair, **job)
             computed: Computed = await settled(future)
             self._trimmer.answered(computed.nbytes)
             return computed
 
         return await self._cached(cache_key("result", source), forward)
+
+    def _attend_one(
+        self, model: mha.AttentionModel, job: Job, limit: int, cancel: Callable[[], bool]
+    ) -> mha.AttentionResult:
+        """A continuation, or an encoder-decoder's forced or generated target (worker thread)."""
+        info = model.info
+        if job.target is not None and not info.seq2seq:
+            raise InvalidInputError(
+                f"{info.name!r} is {article(info.architecture)} model: "
+                "only encoder-decoder models take a target (T5, BART, Marian); send no target"
+            )
+        new_tokens = job.new_tokens
+        if info.seq2seq and new_tokens is None:
+            new_tokens = min(translate.DEFAULT_NEW_TOKENS, self.settings.max_new_tokens)
+        return model.attend(
+            job.text,
+            job.pair,
+            max_tokens=limit,
+            target=job.target,
+            hidden_state=False,
+            max_new_tokens=new_tokens,
+            chat=job.chat,
+            cancel=cancel,
+        )
 
     # -- off the loop ----------------------------------------------------------------------------
 
@@ -466,6 +519,10 @@ class AttentionService:
         live = [job for job in group if not drop_if_abandoned(job)]
         if not live:
             return
+        if model.info.seq2seq and len(live) > 1:  # one source at a time (mha translates one at a time)
+            for job in live:
+                self._forward(name, model, [job])
+            return
         limit = min(self.settings.max_tokens, model.info.max_tokens)
         started = time.perf_counter()
 
@@ -475,25 +532,15 @@ class AttentionService:
 
         try:
             with torch.inference_mode():
-                if live[0].new_tokens:  # a continuation always runs alone (`_is_long`)
-                    job = live[0]
-                    results = [
-                        model.attend(
-                            job.text,
-                            job.pair,
-                            max_tokens=limit,
-                            hidden_state=False,
-                            max_new_tokens=job.new_tokens,
-                            chat=job.chat,
-                            cancel=cancel,
-                        )
-                    ]
+                job = live[0]
+                if job.new_tokens or job.target is not None or model.info.seq2seq:  # always alone
+                    results = [self._attend_one(model, job, limit, cancel)]
                 else:
                     results = model.attend_batch(
                         [(j.text, j.pair) for j in live],
                         max_tokens=limit,
                         hidden_state=False,
-                        chat=live[0].chat,  # a chat job runs alone (`_is_long`)
+                        chat=job.chat,  # a chat job runs alone (`_is_long`)
                         cancel=cancel,
                     )
         except Cancelled as exc:
@@ -515,6 +562,6 @@ class AttentionService:
         for job, result in zip(live, results, strict=True):
             computed = from_result(name, model, result)
             # Cached here too: a batch-mate's result is kept even if its own clients have gone.
-            key = cache_key("result", (name, job.text, job.pair, job.new_tokens, job.chat))
+            key = cache_key("result", (name, job.text, job.pair, job.new_tokens, job.chat, job.target))
             self.cache.put(key, computed, size=computed.nbytes)
             job.future.set_result(computed)

@@ -189,6 +189,9 @@ class Traces:
         self._listeners: dict[Hashable, list[asyncio.Queue[tuple[int, int] | None]]] = {}
 
     def max_tokens(self, model: mha.AttentionModel) -> int:
+        """The longest input a trace of `model` takes; 0 for an encoder-decoder, which has no traces."""
+        if model.info.seq2seq:
+            return 0
         return trace_max_tokens(model, self.settings.trace_max_bytes)
 
     # -- answers ---------------------------------------------------------------------------------
@@ -243,6 +246,11 @@ class Traces:
 
     def _check_length(self, model: mha.AttentionModel, source: Source) -> None:
         name, text, pair, _, chat = source
+        if model.info.seq2seq:
+            raise InvalidInputError(
+                f"{name!r} is an encoder-decoder model: long-input traces cover encoder and decoder models; "
+                "use /api/attention (its source and target are within the model's limits)"
+            )
         limit = self.max_tokens(model)
         if not model.encoder.encode_batch([(text, pair)], limit, chat=chat)[0].truncated:
             return

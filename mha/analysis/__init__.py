@@ -11,6 +11,8 @@ Each module's docstring holds its definitions, written once:
 - ``rollout``: attention rollout and attention flow (Abnar & Zuidema 2020).
 - ``words``: token maps merged to word maps, and word labels.
 - ``compare``: two maps compared, per head, directly or on the aligned tokens of two inputs.
+- ``cross``: an encoder-decoder's cross attention [L, H, m, n] (target to source): its statistics
+  (``cross_stats``) and labels (``cross_labels``, with "alignment").
 
 Every public name is re-exported here. ``mha.analysis.rollout`` and ``mha.analysis.compare`` are the
 functions; their modules are imported by full name (``from mha.analysis.rollout import ...``).
@@ -24,6 +26,15 @@ from mha.analysis.compare import (
     compare,
     compare_aligned,
     js_divergence,
+)
+from mha.analysis.cross import (
+    ALIGNMENT_MIN_KEYS,
+    CROSS_LABELS,
+    CROSS_POINTER_LABELS,
+    CROSS_SIMILARITY_STATS,
+    CROSS_STAT_DESCRIPTIONS,
+    cross_labels,
+    cross_stats,
 )
 from mha.analysis.rollout import (
     FLOW_CAPACITY_SCALE,
@@ -52,6 +63,11 @@ from mha.analysis.stats import (
 from mha.analysis.words import WordGroups, merge_to_words, word_groups_from, word_labels
 
 __all__ = [
+    "ALIGNMENT_MIN_KEYS",
+    "CROSS_LABELS",
+    "CROSS_POINTER_LABELS",
+    "CROSS_SIMILARITY_STATS",
+    "CROSS_STAT_DESCRIPTIONS",
     "BROAD_THRESHOLD",
     "FLOW_CAPACITY_SCALE",
     "FLOW_MAX_TOKENS",
@@ -72,6 +88,8 @@ __all__ = [
     "attention_flow",
     "compare",
     "compare_aligned",
+    "cross_labels",
+    "cross_stats",
     "head_labels",
     "head_stats",
     "is_punctuation_token",

@@ -56,6 +56,9 @@ def test_models_lists_default_loaded_and_random_lazy(client: TestClient) -> None
         "chat_template": False,
         "byte_level": False,
         "max_tokens": 512,
+        "architecture": "encoder",
+        "decoder_layers": None,  # an encoder-decoder's, where its decoder's shape differs
+        "decoder_heads": None,
         "trace_max_tokens": 512,  # the model's own limit: the default 2 GiB holds far more
         "causal": False,
         "pretrained": True,
