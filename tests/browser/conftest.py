@@ -143,6 +143,16 @@ class PageSession:
         x, y = self.page.evaluate(CELL_CENTER_JS, [i, j])
         return x, y
 
+    def hover_text(self, i: int, j: int) -> str:
+        """The head detail's hover label over cell (query i, key j), drawn afresh."""
+        page = self.page
+        page.mouse.move(0, 0)  # leave the cell, so the next hover is drawn afresh
+        page.locator("#head-detail").scroll_into_view_if_needed()
+        page.mouse.move(*self.cell_center(i, j))
+        hover = page.locator("#head-detail .hoverlayer .hovertext")
+        hover.wait_for()
+        return str(hover.text_content())
+
     def run(self, text: str, *, pair: str = "", model: str | None = None) -> None:
         page = self.page
         page.fill("#text", text)

@@ -62,16 +62,6 @@ def choose_kind(session: Any, kind: str) -> None:
     session.wait_ready()
 
 
-def hover_text(session: Any, i: int, j: int) -> str:
-    page = session.page
-    page.mouse.move(0, 0)  # leave the cell, so the next hover is drawn afresh
-    page.locator("#head-detail").scroll_into_view_if_needed()
-    page.mouse.move(*session.cell_center(i, j))
-    hover = page.locator("#head-detail .hoverlayer .hovertext")
-    hover.wait_for()
-    return str(hover.text_content())
-
-
 def test_typed_source_and_target_cross_attention_hover_reads_mha(
     session: Any, seq2seq_model: str, reference: Any, artifacts: Path
 ) -> None:
@@ -113,7 +103,7 @@ def test_typed_source_and_target_cross_attention_hover_reads_mha(
     # The hover on the sharpest alignment: the target row whose largest weight is the largest, at that key.
     i = int(cross.max(dim=1).values.argmax())
     j = int(cross[i].argmax())
-    text = hover_text(session, i, j)
+    text = session.hover_text(i, j)
     query, key = spelled(reference.target_tokens)[i], spelled(reference.tokens)[j]
     where = rf"query '{re.escape(query)}' \({i}\) → key '{re.escape(key)}' \({j}\)"
     match = re.fullmatch(where + r": ([0-9.]+)", text)
