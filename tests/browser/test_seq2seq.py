@@ -122,6 +122,7 @@ def test_blank_target_the_model_writes_it(session: Any, seq2seq_model: str, tiny
     assert wrote, status
     # Greedy, as mha writes it: the decoder's rows are the start token and what the model wrote.
     written = mha.load_pretrained(tiny_t5_dir, device="cpu").attend(SOURCE, target=None, max_new_tokens=20)
+    assert isinstance(written, mha.Seq2SeqResult)
     assert int(wrote.group(1)) == written.generated
     figure = page.evaluate(FIGURE_JS)
     assert figure["y"] == figure["x"] == spelled(written.target_tokens)
@@ -158,6 +159,14 @@ def test_kind_in_the_link_and_views_that_follow_it(session: Any, seq2seq_model: 
     right = page.locator("#token-lines text.right").all_text_contents()
     assert (left, right) == (spelled(reference.target_tokens), spelled(reference.tokens))
     assert int(page.locator("#token-view").get_attribute("data-lines") or 0) > 0
+
+    # The switch is one tab stop whose arrow keys choose, as radios do.
+    page.evaluate("document.body.dataset.state = 'idle'")
+    page.focus("#kind-switch input[value=cross]")
+    page.keyboard.press("ArrowUp")
+    session.wait_ready()
+    assert parse_qs(urlparse(page.url).query)["kind"] == ["decoder"]
+    assert "Decoder self-attention" in (page.locator("#detail-title").text_content() or "")
 
 
 def test_target_box_and_kind_switch_hidden_for_an_encoder(session: Any) -> None:
