@@ -32,7 +32,13 @@ every row, the same bound, about half the bytes after gzip. `scheme=abs-uint8-ke
 stored [L, H, key, query] (the header says `"order": "key-major"`), 7-18% fewer bytes after gzip; the scales
 stay per query row. About one byte per value before gzip.
 Any single head is available at full precision from `POST /api/attention/head/compact` (binary float32) and
-`POST /api/attention/head` (JSON).{TRUNCATION}
+`POST /api/attention/head` (JSON).
+
+An encoder-decoder's answer (header `"architecture": "encoder-decoder"`, with `target_tokens`,
+`target_special`, `target_truncated`, `generated`) holds three tensors in one buffer, listed in the header's
+`sections` as `{{"kind", "layers", "heads", "rows", "cols"}}`: encoder n x n, decoder m x m, cross m x n (m
+target tokens). Their payloads follow in that order, each as above with n x n read as rows x cols, each
+starting at a multiple of 4 bytes (zero padding between).{TRUNCATION}
 """
 
 HEAD_COMPACT_DESCRIPTION = f"""
@@ -53,7 +59,10 @@ The values are the model's own, exactly. Grouped by significance (the shuffle fi
 byte 0 of every value, then byte 1, 2 and 3, so gzip finds the repeated exponent bytes; in numpy,
 `np.frombuffer(payload, np.uint8).reshape(4, -1).T.copy().view("<f4").reshape(n, n)`. The header has
 `layers` = `heads` = 1, the `layer` and `head` asked for, and
-`"quantization": {{"scheme": "float32-shuffled", "order": "query-major", "max_abs_error": 0.0}}`.{TRUNCATION}
+`"quantization": {{"scheme": "float32-shuffled", "order": "query-major", "max_abs_error": 0.0}}`.
+For an encoder-decoder, `kind` picks the encoder's, the decoder's or the cross attention's head: the header
+is that model's (with `kind`) and holds one section of that kind (rows x cols: cross is target x source), as
+`POST /api/attention/compact` describes.{TRUNCATION}
 """
 
 

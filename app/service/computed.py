@@ -110,17 +110,14 @@ class Computed:
         """An encoder-decoder's (kind, [L, H, rows, cols]) for each of KINDS, in that order."""
         if self.seq2seq is None:
             raise ValueError(f"{self.model!r} is not an encoder-decoder: it has one attention")
-        return [
-            ("encoder", self.attentions),
-            ("decoder", self.seq2seq.decoder_attentions),
-            ("cross", self.seq2seq.cross_attentions),
-        ]
+        s = self.seq2seq
+        return list(zip(KINDS, (self.attentions, s.decoder_attentions, s.cross_attentions), strict=True))
 
     def of_kind(self, kind: str) -> Computed:
         """The view whose `attentions` are `kind`'s ("encoder": this one). The decoder's queries and keys
         are the target's tokens; cross attention's `tokens` are the target's (its queries) and `key_tokens`
         the source's. InvalidInputError (422) for decoder or cross of a model without them."""
-        if kind == "encoder" or kind == self.kind:
+        if kind == self.kind:  # a model's own view is its encoder's (KINDS[0])
             return self
         if self.seq2seq is None:
             raise InvalidInputError(

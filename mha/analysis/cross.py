@@ -44,23 +44,10 @@ import torch
 from torch import Tensor
 
 from mha.analysis._base import _check_rows, check_length, row_entropy
-from mha.analysis.stats import (
-    BROAD_THRESHOLD,
-    POINTER_THRESHOLD,
-    SPECIAL_TOKENS,
-    _entries,
-    is_punctuation_token,
-)
+from mha.analysis.stats import BROAD_THRESHOLD, SPECIAL_TOKENS, _entries, is_punctuation_token, pick_labels
 
-__all__ = [
-    "ALIGNMENT_MIN_KEYS",
-    "CROSS_LABELS",
-    "CROSS_POINTER_LABELS",
-    "CROSS_SIMILARITY_STATS",
-    "CROSS_STAT_DESCRIPTIONS",
-    "cross_labels",
-    "cross_stats",
-]
+__all__ = ["ALIGNMENT_MIN_KEYS", "CROSS_LABELS", "CROSS_POINTER_LABELS", "CROSS_SIMILARITY_STATS"]
+__all__ += ["CROSS_STAT_DESCRIPTIONS", "cross_labels", "cross_stats"]
 
 ALIGNMENT_MIN_KEYS = 2  # an alignment's row maxima visit at least this many source tokens
 
@@ -154,21 +141,6 @@ def cross_labels(stats: Mapping[str, Tensor]) -> list[list[str]]:
     if missing:
         raise ValueError(f"stats lack {missing}; pass the dict cross_stats returns")
     pointer_scores = torch.stack([stats[key] for key in CROSS_POINTER_LABELS.values()], dim=-1)  # [L, H, P]
-    best_score, best_index = pointer_scores.max(dim=-1)  # max returns the first index on ties
-    names = list(CROSS_POINTER_LABELS)
     aligned = (stats["monotone"] == 1) & (stats["argmax_keys"] >= ALIGNMENT_MIN_KEYS)
     broad = stats["entropy_norm"] >= BROAD_THRESHOLD
-    labels: list[list[str]] = []
-    for layer in range(best_score.shape[0]):
-        row: list[str] = []
-        for head in range(best_score.shape[1]):
-            if best_score[layer, head] > POINTER_THRESHOLD:
-                row.append(names[int(best_index[layer, head])])
-            elif aligned[layer, head]:
-                row.append("alignment")
-            elif broad[layer, head]:
-                row.append("broad")
-            else:
-                row.append("mixed")
-        labels.append(row)
-    return labels
+    return pick_labels(pointer_scores, list(CROSS_POINTER_LABELS), [("alignment", aligned), ("broad", broad)])

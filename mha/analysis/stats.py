@@ -79,6 +79,7 @@ __all__ = [
     "head_labels",
     "head_stats",
     "is_punctuation_token",
+    "pick_labels",
     "similar_heads",
 ]
 
@@ -246,22 +247,25 @@ def head_labels(stats: Mapping[str, Tensor]) -> list[list[str]]:
     if missing:
         raise ValueError(f"stats lack {missing}; pass the dict head_stats returns")
     pointer_scores = torch.stack([stats[key] for key in POINTER_LABELS.values()], dim=-1)  # [L, H, P]
-    best_score, best_index = pointer_scores.max(dim=-1)  # max returns the first index on ties
-    pointer_names = list(POINTER_LABELS)
     broad = stats["entropy_norm"] >= BROAD_THRESHOLD
     local = stats["local"] >= LOCAL_THRESHOLD
+    return pick_labels(pointer_scores, list(POINTER_LABELS), [("broad", broad), ("local", local)])
+
+
+def pick_labels(
+    pointer_scores: Tensor, pointer_names: Sequence[str], rules: Sequence[tuple[str, Tensor]]
+) -> list[list[str]]:
+    """labels[layer][head]: the pointer label of the highest score [L, H, P] above POINTER_THRESHOLD
+    (the first on ties), else the first rule whose [L, H] mask holds, else "mixed"."""
+    best_score, best_index = pointer_scores.max(dim=-1)  # max returns the first index on ties
     labels: list[list[str]] = []
     for layer in range(best_score.shape[0]):
         row: list[str] = []
         for head in range(best_score.shape[1]):
             if best_score[layer, head] > POINTER_THRESHOLD:  # strict: uniform over 2 tokens is broad
                 row.append(pointer_names[int(best_index[layer, head])])
-            elif broad[layer, head]:
-                row.append("broad")
-            elif local[layer, head]:
-                row.append("local")
             else:
-                row.append("mixed")
+                row.append(next((name for name, mask in rules if mask[layer, head]), "mixed"))
         labels.append(row)
     return labels
 

@@ -36,7 +36,7 @@ def served(client: TestClient, text: str, pair: str | None = None, *, words: boo
     against mha.analysis on the very same tensor: equal up to the answer's own rounding. That the service's
     attention equals mha's own forward is tests/app/test_api.py's concern."""
     service = client.app.state.service  # type: ignore[attr-defined]
-    return asyncio.run(service._view((MODEL, text, pair, 0, False), words=words))
+    return asyncio.run(service._view((MODEL, text, pair, None, False, None), words=words))
 
 
 def js_atol(m: int) -> float:
@@ -157,12 +157,12 @@ def test_words_are_cached_apart_from_tokens(client: TestClient) -> None:
     assert "##ization" in tokens["tokens"] and tokens["n"] > words["n"]
     service = client.app.state.service  # type: ignore[attr-defined]
     name = "all-MiniLM-L6-v2"
-    # Keys: (kind, model, text, pair, tokens to continue by, chat, ...)
-    assert service.cache.get(("result", name, text, None, 0, False)).n == tokens["n"]
-    assert service.cache.get(("words", name, text, None, 0, False)).n == words["n"]
+    # Keys: (kind, model, text, pair, tokens to write (None: the default), chat, target, ...)
+    assert service.cache.get(("result", name, text, None, None, False, None)).n == tokens["n"]
+    assert service.cache.get(("words", name, text, None, None, False, None)).n == words["n"]
     # Every answer kind is cached under its own (kind, ..., words) key of the same LRU.
-    assert service.cache.get(("json", name, text, None, 0, False, True)) is not None
-    assert service.cache.get(("json", name, text, None, 0, False, False)) is not None
+    assert service.cache.get(("json", name, text, None, None, False, None, True)) is not None
+    assert service.cache.get(("json", name, text, None, None, False, None, False)) is not None
 
 
 # -- /api/rollout -----------------------------------------------------------------------------------
