@@ -100,6 +100,12 @@ export function showNewTokens() {
   const architecture = known?.architecture;
   const seq2seq = architecture === ENCODER_DECODER || (architecture == null && Boolean($("target").value.trim()));
   $("targetField").hidden = !seq2seq;
+  // An encoder-decoder's answers are token-level (the API's words: 422): Words is off for one, saying why.
+  const words = $("words");
+  const label = words.parentElement;
+  label.dataset.title ??= label.title; // the template's own, put back when another model allows words
+  words.disabled = architecture === ENCODER_DECODER;
+  label.title = words.disabled ? "Encoder-decoder models show tokens only: words are merged for encoders and decoders" : label.dataset.title;
 }
 
 /**
@@ -113,7 +119,7 @@ export function currentQuery() {
     text: $("text").value,
     pair: $("textPair").value,
     model: $("model").value,
-    words: $("words").checked,
+    words: $("words").checked && !$("words").disabled,
     newTokens,
     chat,
   };

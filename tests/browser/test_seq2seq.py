@@ -72,6 +72,7 @@ def test_typed_source_and_target_cross_attention_hover_reads_mha(
         # A model not loaded yet has no known architecture: one run (the model writes the target) teaches it.
         run(session)
     assert page.locator("#target-field").is_visible()
+    assert page.locator("#words").is_disabled()  # its answers are token-level: the API refuses words
     page.fill("#target", TARGET)
     run(session)
     assert parse_qs(urlparse(page.url).query)["target"] == [TARGET]
@@ -174,4 +175,5 @@ def test_target_box_and_kind_switch_hidden_for_an_encoder(session: Any) -> None:
     session.wait_ready()
     assert page.locator("#target-field").is_hidden()
     assert page.locator("#kind-switch").is_hidden()
+    assert page.locator("#words").is_enabled()
     assert "kind=" not in page.url and "target=" not in page.url
