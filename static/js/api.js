@@ -49,20 +49,30 @@ export async function request(url, options) {
 
 // One input as the API names its fields. `words` (merge word pieces), `newTokens` (continue a causal
 // model's text first) and `chat` (the model's chat template) are sent only when set: false and 0 are the API's defaults, so plain bodies stay as
-// they were.
-export function body({ text, pair, model, words, newTokens = 0, chat = false }) {
+// they were. `target` (an encoder-decoder model's forced target) is sent only when it has text: a blank
+// one means "the model writes it", which is the API's default.
+export function body({ text, pair, model, words, newTokens = 0, chat = false, target = null }) {
   const input = { text, text_pair: pair || null, model: model || null };
   if (newTokens > 0) input.max_new_tokens = newTokens;
   if (chat) input.chat = true;
+  if (target?.trim()) input.target = target;
   return words ? { ...input, words: true } : input;
 }
 
-/** An n x n matrix of a JSON answer as n*n row-major values, the shape of a decoded head (decode.js). */
+/** body() plus the attention `kind` a head or insight route reads (encoder-decoder runs only). */
+export function kindBody(query) {
+  return query.kind ? { ...body(query), kind: query.kind } : body(query);
+}
+
+/**
+ * A rows x cols matrix of a JSON answer as rows*cols row-major values, the shape of a decoded head
+ * (decode.js); n x n for every self-attention map, m x n for cross-attention's.
+ */
 export function flatRows(rows) {
-  const n = rows.length;
+  const cols = rows[0]?.length ?? 0;
   // Float64: the JSON's numbers drawn as they came (float32 would move a 6-decimal value by up to 3e-8).
-  const out = new Float64Array(n * n);
-  rows.forEach((row, i) => row.forEach((v, j) => (out[i * n + j] = v ?? Number.NaN)));
+  const out = new Float64Array(rows.length * cols);
+  rows.forEach((row, i) => row.forEach((v, j) => (out[i * cols + j] = v ?? Number.NaN)));
   return out;
 }
 
@@ -99,12 +109,12 @@ export async function fetchCompact(query, { signal } = {}) {
 
 /** POST /api/attention/head/compact: one head at full float32 precision, an exact Attention (1 x 1). */
 export async function fetchHead(query, layer, head, { signal } = {}) {
-  return postCompact("/api/attention/head/compact", { ...body(query), layer, head }, signal);
+  return postCompact("/api/attention/head/compact", { ...kindBody(query), layer, head }, signal);
 }
 
 /** POST /api/attention/head as a Blob: one head's tokens and matrix at full precision (the head's JSON export). */
 export async function fetchHeadBlob(query, layer, head, { signal } = {}) {
-  return (await post("/api/attention/head", { ...body(query), layer, head }, signal)).blob();
+  return (await post("/api/attention/head", { ...kindBody(query), layer, head }, signal)).blob();
 }
 
 /** POST /api/attention as a Blob (the JSON export of every head). */
@@ -116,7 +126,7 @@ export async function fetchFullBlob(query, { signal } = {}) {
 
 /** POST /api/analysis: per-head statistics, labels and similar heads (no n*n payload). */
 export async function fetchAnalysis(query, { signal } = {}) {
-  return postJson("/api/analysis", body(query), signal);
+  return postJson("/api/analysis", kindBody(query), signal);
 }
 
 /**
@@ -124,17 +134,18 @@ export async function fetchAnalysis(query, { signal } = {}) {
  * attention); header.residual is the identity weight mixed into each layer.
  */
 export async function fetchRollout(query, { signal } = {}) {
-  return postCompact(`/api/rollout/compact?scheme=${COMPACT_SCHEME}`, body(query), signal);
+  return postCompact(`/api/rollout/compact?scheme=${COMPACT_SCHEME}`, kindBody(query), signal);
 }
 
 /** POST /api/flow: attention flow (flow and flow_normalized as n*n rows), 422 for long inputs. */
 export async function fetchFlow(query, { signal } = {}) {
-  const result = await postJson("/api/flow", body(query), signal);
+  const result = await postJson("/api/flow", kindBody(query), signal);
   return { ...result, flow: flatRows(result.flow), flow_normalized: flatRows(result.flow_normalized) };
 }
 
 function compareBody(a, b, words) {
   const pair = { a: body({ ...a, words: false }), b: body({ ...b, words: false }) };
+  if (a.kind) pair.kind = a.kind; // encoder-decoder inputs compare one kind of attention
   return words ? { ...pair, words: true } : pair;
 }
 

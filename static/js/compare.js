@@ -128,6 +128,7 @@ export class CompareView {
       `A − B is red where A attends more, blue where B does (scale ±${peak.toFixed(3)}).`;
     const { byteLevel } = this;
     const common = { tokens: maps.tokens, causal, byteLevel, boundary: -1, exact: true, keepZoom: true, minPx: SIDE_MIN_PX };
+    if (maps.key_tokens) common.keyTokens = maps.key_tokens; // cross-attention: the keys are the source's
     const title = (which) => `${which} · layer ${layer}, head ${head}`;
     await Promise.all([
       renderHeatmap(a, { ...common, values: maps.a, title: title(`A (${this.result.a.model})`), filename: `headscope-A-L${layer}-H${head}` }),

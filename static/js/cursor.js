@@ -25,11 +25,13 @@ export class CellCursor {
   }
 
   /**
-   * After each draw of the heatmap: the figure's tokens (display text), how its cells read, and `onRow(i)`
+   * After each draw of the heatmap: the figure's tokens (display text; `keyTokens` too when the keys are
+   * another sentence), how its cells read, and `onRow(i)`
    * (what a click on row i does; Enter on the cursor does the same).
    */
   follow(info) {
-    const other = this.info?.tokens.join("\u0000") !== info.tokens.join("\u0000");
+    const key = (f) => [...f.tokens, "\u0001", ...(f.keyTokens ?? [])].join("\u0000");
+    const other = !this.info || key(this.info) !== key(info);
     this.info = info;
     if (other) this.at = { i: 0, j: 0 }; // another input: start at its first cell
     this.gd.removeListener?.("plotly_relayout", this.place); // a redraw may have kept it (same figure)
@@ -48,7 +50,8 @@ export class CellCursor {
       this.info.onRow?.(this.at.i);
       return;
     }
-    const next = cellKey(this.at, event.key, event.ctrlKey, this.info.tokens.length);
+    const { tokens, keyTokens = tokens } = this.info;
+    const next = cellKey(this.at, event.key, event.ctrlKey, tokens.length, keyTokens.length);
     if (!next) return;
     event.preventDefault(); // the keys read cells: no scrolling, and never the grid's selection
     this.at = next;

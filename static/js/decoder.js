@@ -20,18 +20,18 @@ export function kvGroups({ heads, kvHeads }) {
 }
 
 /**
- * `values` (n*n row-major) without key column 0, each row renormalised over the rest: column 0 becomes NaN
- * (drawn as a gap), and a row with no weight left (a causal model's first row) NaN throughout. Float64,
- * summed left to right, so a reference that sums the same way gets the same numbers.
+ * `values` (n*cols row-major; cols = n unless rectangular) without key column 0, each row renormalised over
+ * the rest: column 0 becomes NaN (drawn as a gap), and a row with no weight left (a causal model's first row)
+ * NaN throughout. Float64, summed left to right, so a reference that sums the same way gets the same numbers.
  */
-export function withoutFirstToken(values, n) {
-  const out = new Float64Array(n * n);
+export function withoutFirstToken(values, n, cols = n) {
+  const out = new Float64Array(n * cols);
   for (let i = 0; i < n; i++) {
-    const o = i * n;
+    const o = i * cols;
     let rest = 0;
-    for (let j = 1; j < n; j++) rest += values[o + j];
+    for (let j = 1; j < cols; j++) rest += values[o + j];
     out[o] = Number.NaN;
-    for (let j = 1; j < n; j++) out[o + j] = rest > 0 ? values[o + j] / rest : Number.NaN;
+    for (let j = 1; j < cols; j++) out[o + j] = rest > 0 ? values[o + j] / rest : Number.NaN;
   }
   return out;
 }

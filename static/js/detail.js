@@ -12,6 +12,7 @@ import { DEFAULT_SCALE, SCALES } from "./scale.js";
 import { tabKey } from "./keys.js";
 import { exportName, selectionLabel } from "./labels.js";
 import { LinesView } from "./lines-view.js";
+import { KIND_LABELS, axesOf, axisNames, fileModel, isRectangular, isSeq2seq, shapeOf } from "./seq2seq.js";
 import { showExportAvailability } from "./notices.js";
 import { getState } from "./state.js";
 
@@ -45,8 +46,8 @@ export function bindTabs(onChoose) {
 }
 
 /**
- * n*n values of (layer, head) in `run`: the exact head when it arrived, else the 8-bit grid data. The
- * caller renormalises without the first token when the state asks for it.
+ * rows*cols values of (layer, head) in `run`'s attention on screen: the exact head when it arrived, else the
+ * 8-bit grid data. The caller renormalises without the first token when the state asks for it.
  */
 function detailValues(run, layer, head) {
   const { attention } = run;
@@ -97,19 +98,23 @@ export class Detail {
     const { attention } = run;
     const { layer, head, view, hideFirst, lines, scale } = getState();
     const { values: drawn, exact } = detailValues(run, layer, head);
-    const values = hideFirst ? withoutFirstToken(drawn, attention.n) : drawn;
+    const { rows, cols } = shapeOf(attention);
+    const values = hideFirst ? withoutFirstToken(drawn, rows, cols) : drawn;
+    // An encoder-decoder run: which attention, and no "written" marks (its target is its own sentence).
+    const seq2seq = isSeq2seq(run.full);
+    const written = seq2seq ? 0 : attention.generated;
     const modelName = attention.model ?? run.query.model ?? "";
     const overlay = view === "tokens" && lines === "layer"; // token lines of every head of the layer
     // Words mode changes what every row and column is: the titles say so.
-    const label = `${overlay ? `layer ${layer}, all heads` : selectionLabel(layer, head, attention)}${
-      run.query.words ? " · words" : ""
-    }`;
+    const label = `${seq2seq ? `${KIND_LABELS[attention.kind] ?? attention.kind}, ` : ""}${
+      overlay ? `layer ${layer}, all heads` : selectionLabel(layer, head, attention)
+    }${run.query.words ? " · words" : ""}`;
     $("detailTitle").textContent = `Head detail: ${label}`;
     const notes = [
       exact
         ? "Exact float32 values."
         : `8-bit values (within ±${attention.maxAbsError.toFixed(4)})${
-            isAggregate(head) || attention.n > AUTO_EXACT_MAX_N ? "" : "; exact values on the way"
+            isAggregate(head) || rows * cols > AUTO_EXACT_MAX_N ** 2 ? "" : "; exact values on the way"
           }.`,
     ];
     if (overlay) notes.shift(); // the selected head's precision: the lines note says that of every head
@@ -123,11 +128,10 @@ export class Detail {
         notes.push(`8-bit weights under ${under} read as 0, drawn at the floor; exact values show the lower decades.`);
       }
     }
-    if (attention.generated > 0) {
-      notes.push(
-        `✎ marks the ${attention.generated} token(s) the model wrote (orange bands); click one's row to see what it looked at.`,
-      );
+    if (written > 0) {
+      notes.push(`✎ marks the ${written} token(s) the model wrote (orange bands); click one's row to see what it looked at.`);
     }
+    if (attention.kind === "cross") notes.push("Rows: the target's tokens; columns: the source's.");
     notes.push(
       view === "heatmap"
         ? "Drag to zoom, double-click to reset."
@@ -142,35 +146,42 @@ export class Detail {
     showTabs(view);
     showExportAvailability(view);
 
+    const axes = axesOf(attention);
     const spec = {
-      tokens: markWritten(attention.tokens, attention.generated),
+      tokens: markWritten(axes.queryTokens, written),
+      ...(isRectangular(attention) ? { keyTokens: axes.keyTokens, keySpecial: axes.keySpecial } : {}),
+      ...(seq2seq ? { axisNames: axisNames(attention.kind) } : {}),
       values,
       causal: attention.causal,
-      boundary: attention.boundary,
+      boundary: seq2seq ? -1 : attention.boundary,
       segments: attention.segments,
-      special: attention.special,
+      special: axes.querySpecial,
       exact,
       title: `${modelName} · ${label}`,
-      written: attention.generated,
+      written,
       byteLevel: attention.byteLevel,
       renormalised: hideFirst,
       colorScale: scale, // scale.js: the colours only; the hover reads `values`
       onRow: (i) => this.written.choose(i),
-      filename: exportName(attention.model, layer, head),
+      filename: exportName(fileModel(attention), layer, head),
       keepZoom, // a new run starts unzoomed; another head of the same run keeps the zoomed region
     };
     if (heatmapVisible) {
       await this.renderFitting(spec, { newRun: !keepZoom });
-      const tokens = spec.tokens.map((token) => displayToken(token, attention.byteLevel));
-      this.cursor.follow({ tokens, causal: attention.causal, renormalised: hideFirst, onRow: spec.onRow });
+      const spell = (list) => list?.map((token) => displayToken(token, attention.byteLevel));
+      const [tokens, keyTokens] = [spell(spec.tokens), spell(spec.keyTokens) ?? undefined];
+      this.cursor.follow({ tokens, keyTokens, causal: attention.causal, renormalised: hideFirst, onRow: spec.onRow });
     } else {
       this.cursor.hide();
       this.lines.draw(run, spec);
     }
-    this.written.show(run, values, { head: label, renormalised: hideFirst });
+    if (written > 0) this.written.show(run, values, { head: label, renormalised: hideFirst });
+    else this.written.clear();
+    // A head of up to AUTO_EXACT_MAX_N² values comes by itself (a rectangle counts its cells, as the bytes do).
+    const small = rows * cols <= AUTO_EXACT_MAX_N ** 2;
     const wantsExact = !exact && !isAggregate(head);
-    $("exact").hidden = !(wantsExact && attention.n > AUTO_EXACT_MAX_N);
-    if (wantsExact && attention.n <= AUTO_EXACT_MAX_N) this.scheduleExact(run, layer, head);
+    $("exact").hidden = !(wantsExact && !small);
+    if (wantsExact && small) this.scheduleExact(run, layer, head);
     else if (!wantsExact) this.cancelExact();
   }
 

@@ -10,6 +10,7 @@ import { setBusy, showError } from "./form.js";
 import { withDisplayTokens } from "./decoder.js";
 import { exportImage } from "./heatmap.js";
 import { allHeadsName, exportName, headJsonName, tokenLinesName } from "./labels.js";
+import { fileModel, isSeq2seq, shapeOf } from "./seq2seq.js";
 import { getState } from "./state.js";
 
 function download(blob, filename) {
@@ -21,24 +22,32 @@ function download(blob, filename) {
   setTimeout(() => URL.revokeObjectURL(url), 10_000);
 }
 
-/** n*n row-major values as n rows of numbers, rounded to 6 decimals as the API's JSON answers are. */
-export function matrixRows(values, n) {
-  return Array.from({ length: n }, (_, i) => Array.from(values.subarray(i * n, (i + 1) * n), (v) => +v.toFixed(6)));
+/**
+ * n*cols row-major values (cols = n unless rectangular) as n rows of numbers, rounded to 6 decimals as the
+ * API's JSON answers are.
+ */
+export function matrixRows(values, n, cols = n) {
+  const row = (i) => Array.from(values.subarray(i * cols, (i + 1) * cols), (v) => +v.toFixed(6));
+  return Array.from({ length: n }, (_, i) => row(i));
 }
 
 // An aggregate is computed in the page from the 8-bit grid data: the file says so and gives the error bound
 // (a mean of values each within ±e is within ±e).
 function aggregateBlob(attention, layer, head) {
-  const { n, tokens } = attention;
+  const { tokens } = attention;
+  const { rows, cols } = shapeOf(attention);
   const values = AGGREGATES[head].compute(attention, layer);
+  // An encoder-decoder's section says which one, and cross-attention's keys are the source's tokens.
+  const seq2seq = isSeq2seq(attention) ? { kind: attention.kind, key_tokens: attention.keyTokens } : {};
   const doc = {
     model: attention.model,
     tokens,
+    ...seq2seq,
     layer,
     head,
     description: `${AGGREGATES[head].title}, from the page's 8-bit values`,
     max_abs_error: attention.maxAbsError,
-    attention: matrixRows(values, n),
+    attention: matrixRows(values, rows, cols),
   };
   return new Blob([JSON.stringify(doc)], { type: "application/json" });
 }
@@ -49,13 +58,14 @@ async function exportJson(run, { layer, head, alone }) {
   setBusy(alone ? "Preparing this head's JSON…" : "Preparing JSON of every head…");
   if (!alone) {
     const blob = await fetchFullBlob(query, { signal: run.signal });
-    download(withDisplayTokens(blob, attention), allHeadsName(attention.model, { words }));
+    // Every head of every kind: its `tokens` are the source's, those of the answer's first Attention.
+    download(withDisplayTokens(blob, run.full ?? attention), allHeadsName(attention.model, { words }));
   } else if (isAggregate(head)) {
     const blob = withDisplayTokens(aggregateBlob(attention, layer, head), attention);
-    download(blob, headJsonName(attention.model, layer, head, { words }));
+    download(blob, headJsonName(fileModel(attention), layer, head, { words }));
   } else {
     const blob = await fetchHeadBlob(query, layer, head, { signal: run.signal });
-    download(withDisplayTokens(blob, attention), headJsonName(attention.model, layer, head, { words }));
+    download(withDisplayTokens(blob, attention), headJsonName(fileModel(attention), layer, head, { words }));
   }
   setBusy("");
 }
@@ -68,13 +78,13 @@ export async function exportAs(run, format) {
   }
   showError("");
   const { layer, head, view, lines } = getState();
-  const name = exportName(run.attention.model, layer, head);
+  const name = exportName(fileModel(run.attention), layer, head);
   try {
     if (format === "json" || format === "json-head") {
       await exportJson(run, { layer, head, alone: format === "json-head" });
     } else if (view === "tokens" && format === "svg") {
       const source = new XMLSerializer().serializeToString($("tokenView").querySelector("svg.token-lines"));
-      const file = tokenLinesName(run.attention.model, layer, head, { allHeads: lines === "layer" });
+      const file = tokenLinesName(fileModel(run.attention), layer, head, { allHeads: lines === "layer" });
       download(new Blob([source], { type: "image/svg+xml" }), file);
     } else {
       await exportImage($("headDetail"), format, name);

@@ -4,6 +4,7 @@
 
 import { $, el } from "./dom.js";
 import { modelLabel } from "./labels.js";
+import { ENCODER_DECODER } from "./seq2seq.js";
 import { MAX_NEW_TOKENS, parseNewTokens } from "./state.js";
 import { servable } from "./truth.js";
 
@@ -59,6 +60,7 @@ export function learnModel(attention, entries = []) {
   const { layers, heads, kvHeads, causal } = attention;
   const listed = entries.find((entry) => entry.name === attention.model);
   Object.assign(known, { layers, heads, kv_heads: kvHeads, causal, chat_template: listed?.chat_template });
+  known.architecture ??= attention.architecture ?? listed?.architecture; // the answer says it for seq2seq
   known.max_tokens ??= listed?.max_tokens; // the model's own limit, known once it is loaded
   for (const select of [$("model"), $("modelB")]) {
     const option = [...select.options].find((o) => o.value === attention.model);
@@ -94,20 +96,34 @@ export function showNewTokens() {
   // The chat template likewise: offered where the tokenizer has one, or tried where a link asks for it.
   const chat = known?.chat_template;
   $("chatField").hidden = !(chat === true || (chat == null && $("chat").checked));
+  // The target box for encoder-decoder models; for a model whose kind is unknown, when a link gives a target.
+  const architecture = known?.architecture;
+  const seq2seq = architecture === ENCODER_DECODER || (architecture == null && Boolean($("target").value.trim()));
+  $("targetField").hidden = !seq2seq;
+  // An encoder-decoder's answers are token-level (the API's words: 422): Words is off for one, saying why.
+  const words = $("words");
+  const label = words.parentElement;
+  label.dataset.title ??= label.title; // the template's own, put back when another model allows words
+  words.disabled = architecture === ENCODER_DECODER;
+  label.title = words.disabled ? "Encoder-decoder models show tokens only: words are merged for encoders and decoders" : label.dataset.title;
 }
 
-/** A's query as typed: {text, pair, model, words, newTokens, chat}; 0 and false where a control is hidden. */
+/**
+ * A's query as typed: {text, pair, model, words, newTokens, chat}, plus `target` (blank: the model writes
+ * it) for an encoder-decoder model; 0 and false where a control is hidden.
+ */
 export function currentQuery() {
   const newTokens = $("newTokensField").hidden ? 0 : parseNewTokens($("newTokens").value);
   const chat = !$("chatField").hidden && $("chat").checked;
-  return {
+  const query = {
     text: $("text").value,
     pair: $("textPair").value,
     model: $("model").value,
-    words: $("words").checked,
+    words: $("words").checked && !$("words").disabled,
     newTokens,
     chat,
   };
+  return $("targetField").hidden ? query : { ...query, target: $("target").value };
 }
 
 /** Compare mode as typed: {compare, btext, bmodel}. */
@@ -132,13 +148,14 @@ export function initForm(state, { defaultModel, limits = {} }, { onRun }) {
   $("newTokens").max = String(Math.min(MAX_NEW_TOKENS, limits.max_new_tokens ?? MAX_NEW_TOKENS));
   $("newTokens").value = String(state.newTokens);
   $("chat").checked = state.chat;
+  $("target").value = state.target;
   showNewTokens();
 
   $("form").addEventListener("submit", (event) => {
     event.preventDefault();
     onRun();
   });
-  for (const name of ["text", "textPair", "textB"]) {
+  for (const name of ["text", "textPair", "textB", "target"]) {
     $(name).addEventListener("keydown", (event) => {
       if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
         event.preventDefault();

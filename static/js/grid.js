@@ -8,24 +8,26 @@ import { AGGREGATES, isAggregate } from "./aggregates.js";
 import { isGrouped, kvGroups } from "./decoder.js";
 import { selectionLabel } from "./labels.js";
 import { gridKey } from "./keys.js";
+import { shapeOf } from "./seq2seq.js";
 
 const THUMB_PX = 64; // canvas backing size; CSS scales it, pixelated
 const SLICE_MS = 12; // budget per background slice, well under a frame
 
 /**
- * Paint `matrix` (n*n, query rows) into an S x S ImageData. When n > S each pixel shows the max of its
- * block (sparse peaks survive; a mean would wash them out); when n < S cells are repeated.
+ * Paint `matrix` (n*cols, query rows; cols = n when square) into an S x S ImageData. When n > S each pixel
+ * shows the max of its block (sparse peaks survive; a mean would wash them out); when n < S cells are
+ * repeated. A rectangular head (cross-attention) is stretched to the square, rows down and keys across.
  * Blocks entirely above the diagonal of a causal model are hatched grey: masked, not zero.
  */
-export function paintThumbnail(image, matrix, n, causal) {
+export function paintThumbnail(image, matrix, n, causal, cols = n) {
   const S = image.width;
   const data = image.data;
   for (let y = 0; y < S; y++) {
     const r0 = Math.floor((y * n) / S);
     const r1 = Math.max(r0 + 1, Math.floor(((y + 1) * n) / S));
     for (let x = 0; x < S; x++) {
-      const c0 = Math.floor((x * n) / S);
-      const c1 = Math.max(c0 + 1, Math.floor(((x + 1) * n) / S));
+      const c0 = Math.floor((x * cols) / S);
+      const c1 = Math.max(c0 + 1, Math.floor(((x + 1) * cols) / S));
       const p = 4 * (y * S + x);
       if (causal && c0 > r1 - 1) {
         const c = (x + y) % 6 < 2 ? MASK_FG : MASK_BG;
@@ -37,7 +39,7 @@ export function paintThumbnail(image, matrix, n, causal) {
       }
       let m = 0;
       for (let r = r0; r < r1; r++) {
-        const o = r * n;
+        const o = r * cols;
         for (let c = c0; c < c1; c++) {
           const v = matrix[o + c];
           if (v > m) m = v;
@@ -195,7 +197,8 @@ export class Grid {
     }
     this.container.replaceChildren(...rows);
 
-    const scratch = new Float32Array(attention.n * attention.n);
+    const { rows: n, cols } = shapeOf(attention);
+    const scratch = new Float32Array(n * cols);
     const draw = (thumb) => {
       if (thumb.dataset.drawn === "true") return;
       const layer = Number(thumb.dataset.layer);
@@ -207,7 +210,7 @@ export class Grid {
       const canvas = thumb.firstElementChild;
       const ctx = canvas.getContext("2d");
       const image = ctx.createImageData(canvas.width, canvas.height);
-      paintThumbnail(image, matrix, attention.n, attention.causal);
+      paintThumbnail(image, matrix, n, attention.causal, cols);
       ctx.putImageData(image, 0, 0);
       thumb.dataset.drawn = "true";
     };

@@ -15,13 +15,10 @@
 import { COLORSCALE, MASK_BG_CSS, MASK_FG_CSS } from "./colors.js";
 import { displayToken } from "./decoder.js";
 import { scaleValues } from "./scale.js";
+import { ALL_LABELS_N, LABEL_PX, MAX_FONT_PX, plotlyText, shorten, thinTicks, tickFont } from "./heatmap-ticks.js";
 
-const MIN_FONT_PX = 9; // the smallest label font that still reads
-const MAX_FONT_PX = 12;
-const LABEL_PX = MIN_FONT_PX + 1; // minimum spacing between two axis labels: the font and 1 px of air
-export const ALL_LABELS_N = 64; // up to this many tokens every one is labelled
-const MAX_LABELS = ALL_LABELS_N; // per axis and view: more costs Plotly seconds and reads no better
-const MAX_LABEL_CHARS = 18; // longer tokens are cut on the axes (the hover keeps them whole)
+export { ALL_LABELS_N, plotlyText, shorten, thinTicks, tickFont }; // their old home: callers import them here
+
 const MIN_PLOT_PX = 360;
 const MIN_FIT_PX = 160; // a figure fitted to a narrow panel never gets smaller than this
 export const NARROW_PX = 480; // panels narrower than this (phones) get the narrow layout
@@ -36,16 +33,6 @@ const COLORBAR_UNDER_PX = 64; // a horizontal colour bar under the plot: gap, ba
 const WRITTEN_CSS = "#e8710a"; // the tokens a model wrote: divider and bands beside the axes
 const RENORMALISED = "renormalised without the first token";
 
-/** Plotly parses a small HTML subset in labels; entities make every token literal text. */
-export function plotlyText(s) {
-  return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
-}
-
-/** A token cut to MAX_LABEL_CHARS for an axis label (the hover keeps it whole). */
-export function shorten(token) {
-  return token.length > MAX_LABEL_CHARS ? `${token.slice(0, MAX_LABEL_CHARS - 1)}…` : token;
-}
-
 /**
  * Side of the square plot area in px. It fits `roomPx` (at most MAX_FIT_PX and MAX_CELL_PX a cell; at least
  * `minPx` where the room allows). Up to ALL_LABELS_N tokens it grows, past the room if need be, until every
@@ -55,21 +42,6 @@ export function plotSize(n, roomPx = MAX_FIT_PX, minPx = MIN_PLOT_PX, fitOnly = 
   const floor = Math.min(minPx, Math.max(roomPx, MIN_FIT_PX));
   const fit = Math.max(Math.min(MAX_FIT_PX, roomPx, n * MAX_CELL_PX), floor);
   return !fitOnly && n <= ALL_LABELS_N ? Math.max(fit, n * LABEL_PX) : fit;
-}
-
-/** Label font for ticks `spacingPx` apart: as large as fits, MIN_FONT_PX to MAX_FONT_PX. */
-export function tickFont(spacingPx) {
-  return Math.max(MIN_FONT_PX, Math.min(MAX_FONT_PX, Math.floor(spacingPx) - 1));
-}
-
-/** Tick positions in [lo, hi]: labels of `cellPx`-wide cells must not overlap, at most MAX_LABELS. */
-export function thinTicks(lo, hi, cellPx) {
-  const span = Math.max(hi - lo + 1, 1);
-  const step = Math.max(1, Math.ceil(LABEL_PX / Math.max(cellPx, 1e-6)), Math.ceil(span / MAX_LABELS));
-  const first = Math.ceil(Math.max(lo, 0) / step) * step;
-  const ticks = [];
-  for (let i = first; i <= hi; i += step) ticks.push(i);
-  return ticks;
 }
 
 let measureContext = null;
@@ -114,37 +86,47 @@ function writtenShapes(n, written, size) {
 
 /**
  * Build the figure. `values` is n*n row-major (a Float32Array of a decoded head, or api.js's flatRows of
- * a JSON answer); NaN is a missing value, drawn as a gap. `written` marks the last tokens as the model's
+ * a JSON answer); NaN is a missing value, drawn as a gap. With `keyTokens` (cross-attention: the keys are
+ * another sentence) it is n*cols, queries down and keys across, in square cells; `axisNames` {query, key}
+ * titles the axes. `written` marks the last tokens as the model's
  * own; `renormalised` says the values are decoder.js withoutFirstToken's (key 0 hidden, rows renormalised).
  * `scale` overrides the attention colour scale for other matrices (rollout, flow, A - B):
  * {colorscale, zmin, zmax, title, signed} (a diverging scale gets zmin = -zmax, so 0 is its centre).
  * `colorScale` names a scale.js scale (default 0–1): it changes the colours and the colour bar, never the
  * hover, which reads the true value.
  * `minPx` lets side-by-side figures be smaller.
- * Returns {data, layout, labels, size}.
+ * Returns {data, layout, labels, size, keyTokens (null when square), plotW, plotH}.
  */
 export function buildFigure(spec) {
   const { values, causal, boundary, title, exact, widthPx = 900, scale, minPx } = spec;
   const { written = 0, renormalised = false, colorScale } = spec;
   const tokens = spec.tokens.map((token) => displayToken(token, spec.byteLevel)); // axes, hover, image exports
+  // Cross-attention's keys are another sentence (`keyTokens`, across); else queries and keys are one.
+  const rect = Array.isArray(spec.keyTokens);
+  const keyTokens = rect ? spec.keyTokens.map((token) => displayToken(token, spec.byteLevel)) : tokens;
   const n = tokens.length;
+  const cols = keyTokens.length;
   const labels = tokens.map(plotlyText);
-  const painted = scaleValues(values, n, colorScale);
+  const keyLabels = rect ? keyTokens.map(plotlyText) : labels;
+  const painted = scaleValues(values, n, colorScale, cols);
   const z = new Array(n);
   const customdata = new Array(n);
   // A transformed z is a colour, not a weight: then the hover reads the weights from here, as numbers that
   // Plotly formats as it formats z (a formatted string a cell costs more to build), and the labels from text.
   const weights = painted.transformed ? new Array(n) : null;
+  // Two sentences: the hover names each side's token and position, as the cell cursor reads it.
+  const where = rect
+    ? (i, j) => `query '${labels[i]}' (${i}) → key '${keyLabels[j]}' (${j})`
+    : (i, j) => `${labels[i]} → ${labels[j]}`;
   for (let i = 0; i < n; i++) {
-    const row = new Array(n);
-    const cd = new Array(n);
-    if (weights) weights[i] = Array.from({ length: n }, (_, j) => values[i * n + j]);
-    const q = labels[i];
-    const o = i * n;
-    for (let j = 0; j < n; j++) {
+    const row = new Array(cols);
+    const cd = new Array(cols);
+    const o = i * cols;
+    if (weights) weights[i] = Array.from({ length: cols }, (_, j) => values[o + j]);
+    for (let j = 0; j < cols; j++) {
       const v = values[o + j];
       row[j] = (causal && j > i) || Number.isNaN(v) ? null : painted.z[o + j];
-      cd[j] = `${q} → ${labels[j]}`;
+      cd[j] = where(i, j);
     }
     z[i] = row;
     customdata[i] = cd;
@@ -156,13 +138,21 @@ export function buildFigure(spec) {
   const narrow = widthPx < NARROW_PX;
   const rightPx = narrow ? 2 : colorbarPx; // narrow: the colour bar lies under the plot
   const roomPx = widthPx - (widestLabel(tokens.map(shorten), MAX_FONT_PX) + 10 + AXIS_TITLE_PX + rightPx);
-  const size = plotSize(n, roomPx, minPx, narrow);
-  const cellPx = size / Math.max(n, 1);
+  // The longer side gets the square's size; a rectangle keeps square cells (`size` is then its longer side).
+  const side = Math.max(n, cols);
+  const size = plotSize(side, roomPx, minPx, narrow);
+  const cellPx = size / Math.max(side, 1);
+  const plotW = rect ? cols * cellPx : size;
+  const plotH = rect ? n * cellPx : size;
   const ticks = thinTicks(0, n - 1, cellPx);
-  const fontSize = tickFont((ticks.length > 1 ? ticks[1] - ticks[0] : 1) * cellPx);
+  const keyTicks = rect ? thinTicks(0, cols - 1, cellPx) : ticks;
+  const spacing = (t) => (t.length > 1 ? t[1] - t[0] : 1) * cellPx;
+  const fontSize = tickFont(Math.min(spacing(ticks), spacing(keyTicks)));
   // Every label, not only those shown: zooming in shows others, and the margin must hold them too.
   const labelPx = widestLabel(tokens.map(shorten), fontSize) + 10; // + tick mark and its gap
+  const keyLabelPx = rect ? widestLabel(keyTokens.map(shorten), fontSize) + 10 : labelPx;
   const shown = ticks.map((i) => shorten(tokens[i]));
+  const keyShown = keyTicks.map((j) => shorten(keyTokens[j]));
 
   const hoverValue = weights ? "%{text}: %{customdata:.3f}" : `%{customdata}: %{z:${scale?.signed ? "+" : ""}.3f}`;
 
@@ -209,15 +199,15 @@ export function buildFigure(spec) {
             len: 1,
             x: 0,
             xanchor: "left",
-            y: -12 / size, // paper units: 12 px under the plot
+            y: -12 / plotH, // paper units: 12 px under the plot
             yanchor: "top",
           }
-        : { title: { text: barTitle, side: "right" }, thickness: 14, len: Math.min(1, 420 / size), y: 1, yanchor: "top" }),
+        : { title: { text: barTitle, side: "right" }, thickness: 14, len: Math.min(1, 420 / plotH), y: 1, yanchor: "top" }),
     },
   });
 
   const shapes = [];
-  if (boundary > 0 && boundary < n) {
+  if (!rect && boundary > 0 && boundary < n) {
     const line = { color: "#d62728", width: 2, dash: "dot" };
     const at = boundary - 0.5;
     shapes.push(
@@ -230,7 +220,7 @@ export function buildFigure(spec) {
     const hidden = { color: MASK_FG_CSS, width: 1 };
     shapes.push({ type: "rect", name: "first-token-hidden", layer: "below", xref: "x", yref: "paper", x0: -0.5, x1: 0.5, y0: 0, y1: 1, fillcolor: MASK_BG_CSS, line: hidden });
   }
-  shapes.push(...writtenShapes(n, written, size));
+  if (!rect) shapes.push(...writtenShapes(n, written, size));
 
   const axis = {
     tickmode: "array",
@@ -246,26 +236,27 @@ export function buildFigure(spec) {
   };
   // Narrow: each line of the colour bar's title past the first takes 14 px more under it.
   const under = narrow ? COLORBAR_UNDER_PX + (barTitle.split("<br>").length - 1) * 14 : 0;
-  const margin = { l: labelPx + AXIS_TITLE_PX, r: rightPx, t: TITLE_PX + labelPx + AXIS_TITLE_PX, b: 16 + under };
+  const margin = { l: labelPx + AXIS_TITLE_PX, r: rightPx, t: TITLE_PX + keyLabelPx + AXIS_TITLE_PX, b: 16 + under };
+  const names = spec.axisNames ?? { query: "query (attending)", key: "key (attended to)" };
   const layout = {
     title: { text: plotlyText(title), x: 0.01, xanchor: "left", y: 1, yanchor: "top", yref: "container", pad: { t: 10 }, font: { size: 14 } },
-    width: margin.l + size + margin.r,
-    height: margin.t + size + margin.b,
+    width: margin.l + plotW + margin.r,
+    height: margin.t + plotH + margin.b,
     margin,
     xaxis: {
       ...axis,
-      tickvals: ticks,
-      ticktext: shown.map(plotlyText),
-      title: { text: "key (attended to)", standoff: 6 },
+      tickvals: keyTicks,
+      ticktext: keyShown.map(plotlyText),
+      title: { text: names.key, standoff: 6 },
       side: "top",
       tickangle: -90,
-      range: [-0.5, n - 0.5],
+      range: [-0.5, cols - 0.5],
     },
     yaxis: {
       ...axis,
       tickvals: ticks,
       ticktext: shown.map(plotlyText),
-      title: { text: "query (attending)", standoff: 6 },
+      title: { text: names.query, standoff: 6 },
       range: [n - 0.5, -0.5],
     },
     shapes,
@@ -273,9 +264,9 @@ export function buildFigure(spec) {
     paper_bgcolor: "#ffffff",
     dragmode: "zoom",
     hovermode: "closest",
-    uirevision: `${n}`,
+    uirevision: rect ? `${n}x${cols}` : `${n}`,
   };
-  return { data, layout, labels, size };
+  return { data, layout, labels, size, keyTokens: rect ? keyTokens : null, plotW, plotH };
 }
 
 /** The colour bar's title with a line saying which colour scale is on (none for the default 0–1). */
@@ -288,7 +279,7 @@ function colorbarTitle(exact, renormalised) {
   return renormalised ? `${base}<br>${RENORMALISED}` : base;
 }
 
-// What a drawn figure needs to thin its ticks on zoom: gd -> {tokens, size, thinning}. A WeakMap, not
+// What a drawn figure needs to thin its ticks on zoom: gd -> {tokens, keyTokens, px, thinning}. A WeakMap, not
 // properties on the element: it goes when the element goes, and Plotly's own fields stay its own.
 const figures = new WeakMap();
 
@@ -296,10 +287,12 @@ const figures = new WeakMap();
 export async function renderHeatmap(gd, spec) {
   // The scrolling panel's width is the room the figure may take before it scrolls.
   const widthPx = gd.parentElement?.clientWidth || 900;
-  const { data, layout, size } = buildFigure({ ...spec, widthPx });
+  const { data, layout, keyTokens, plotW, plotH } = buildFigure({ ...spec, widthPx });
   const narrow = widthPx < NARROW_PX;
   // Keep a person's zoom when only the head changes (same tokens), so heads compare region by region.
-  if (spec.keepZoom && gd.layout && figures.get(gd)?.tokens.length === spec.tokens.length) {
+  const known = figures.get(gd);
+  const sameShape = known?.tokens.length === spec.tokens.length && (known?.keyTokens?.length ?? -1) === (keyTokens?.length ?? -1);
+  if (spec.keepZoom && gd.layout && sameShape) {
     layout.xaxis.range = [...gd.layout.xaxis.range];
     layout.yaxis.range = [...gd.layout.yaxis.range];
   }
@@ -318,23 +311,25 @@ export async function renderHeatmap(gd, spec) {
   gd.dataset.n = String(spec.tokens.length);
   gd.dataset.exact = spec.exact ? "true" : "false";
   const shown = spec.tokens.map((token) => displayToken(token, spec.byteLevel));
-  await bindTickThinning(gd, shown, size, spec.onRow, layout.xaxis.tickfont.size);
+  const axes = { tokens: shown, keyTokens, px: { xaxis: plotW, yaxis: plotH } };
+  await bindTickThinning(gd, axes, spec.onRow, layout.xaxis.tickfont.size);
   return gd;
 }
 
 // When a person zooms, more labels fit: ticks follow the visible range. Also run after each redraw,
 // because Plotly.react keeps a zoom (same uirevision) but would take the full view's ticks.
 function updateTicks(gd) {
-  const { tokens, size, fontPx } = figures.get(gd);
+  const { tokens, keyTokens, px, fontPx } = figures.get(gd);
   const update = {};
   for (const name of ["xaxis", "yaxis"]) {
+    const labels = name === "xaxis" && keyTokens ? keyTokens : tokens;
     const [a, b] = gd.layout[name].range;
     const lo = Math.max(0, Math.ceil(Math.min(a, b)));
-    const hi = Math.min(tokens.length - 1, Math.floor(Math.max(a, b)));
-    const cellPx = size / Math.max(Math.abs(b - a), 1);
+    const hi = Math.min(labels.length - 1, Math.floor(Math.max(a, b)));
+    const cellPx = px[name] / Math.max(Math.abs(b - a), 1);
     const ticks = thinTicks(lo, hi, cellPx);
     update[`${name}.tickvals`] = ticks;
-    update[`${name}.ticktext`] = ticks.map((i) => plotlyText(shorten(tokens[i])));
+    update[`${name}.ticktext`] = ticks.map((i) => plotlyText(shorten(labels[i])));
     // No larger than the first draw's font, which the margins were measured for.
     const spacing = (ticks.length > 1 ? ticks[1] - ticks[0] : 1) * cellPx;
     update[`${name}.tickfont.size`] = Math.min(fontPx, tickFont(spacing));
@@ -373,9 +368,10 @@ function bindRowClicks(gd) {
   });
 }
 
-function bindTickThinning(gd, tokens, size, onRow = null, fontPx = MAX_FONT_PX) {
+// `axes`: {tokens (the queries'), keyTokens (the keys' when another sentence, else null), px: {xaxis, yaxis}}.
+function bindTickThinning(gd, axes, onRow = null, fontPx = MAX_FONT_PX) {
   const known = figures.get(gd);
-  figures.set(gd, { tokens, size, onRow, fontPx, thinning: true });
+  figures.set(gd, { ...axes, onRow, fontPx, thinning: true });
   if (!known?.thinning) {
     bindRowClicks(gd);
     gd.on("plotly_relayout", (event) => {

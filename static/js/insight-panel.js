@@ -12,6 +12,7 @@ import { readInitialState, showError } from "./form.js";
 import { renderGlossary, watchOverflow } from "./glossary.js";
 import { statName, standoutBadges } from "./names.js";
 import { RolloutView } from "./rollout.js";
+import { rolloutNote } from "./seq2seq.js";
 import { getState, subscribe, update } from "./state.js";
 
 export class InsightPanel {
@@ -79,8 +80,11 @@ export class InsightPanel {
       return comparison ? this.compare.show(layer, head, { delay: 0, causal: attention.causal }) : null;
     });
     // Below the statistics: fetched when its panel is on screen, so the first view moves only what it shows.
+    // An encoder-decoder model's rollout chains its encoder: the other kinds say so instead.
     const { causal, boundary, byteLevel, n } = attention;
-    this.rollout.watch(query, { causal, boundary, byteLevel, n }, { signal });
+    const off = rolloutNote(query.kind);
+    if (off) this.rollout.off(off);
+    else this.rollout.watch(query, { causal, boundary, byteLevel, n }, { signal });
     await stats.catch((error) => {
       if (!signal.aborted) problems.push(`statistics: ${error.message}`);
     });

@@ -20,25 +20,25 @@ export function gridKey({ layer, head }, key, ctrl, { layers, heads }) {
 }
 
 /**
- * The heatmap cell cursor (query row i, key column j of an n x n figure) after `key`, or null for another
- * key. Arrows step and stop at the edges; Home/End: the row's first / last key; Ctrl+Home/End: the first /
- * last cell; PageUp/PageDown: the first / last query of the column.
+ * The heatmap cell cursor (query row i, key column j of an n x cols figure; cols = n when square) after
+ * `key`, or null for another key. Arrows step and stop at the edges; Home/End: the row's first / last key;
+ * Ctrl+Home/End: the first / last cell; PageUp/PageDown: the first / last query of the column.
  */
-export function cellKey({ i, j }, key, ctrl, n) {
-  const clamp = (v) => Math.min(Math.max(v, 0), n - 1);
+export function cellKey({ i, j }, key, ctrl, n, cols = n) {
+  const clamp = (v, count) => Math.min(Math.max(v, 0), count - 1);
   const moves = {
     ArrowUp: [i - 1, j],
     ArrowDown: [i + 1, j],
     ArrowLeft: [i, j - 1],
     ArrowRight: [i, j + 1],
     Home: ctrl ? [0, 0] : [i, 0],
-    End: ctrl ? [n - 1, n - 1] : [i, n - 1],
+    End: ctrl ? [n - 1, cols - 1] : [i, cols - 1],
     PageUp: [0, j],
     PageDown: [n - 1, j],
   };
-  if (!Object.hasOwn(moves, key) || n < 1) return null;
+  if (!Object.hasOwn(moves, key) || n < 1 || cols < 1) return null;
   const [a, b] = moves[key];
-  return { i: clamp(a), j: clamp(b) };
+  return { i: clamp(a, n), j: clamp(b, cols) };
 }
 
 /** The tab index after `key` among `count` tabs (Left/Right wrap round, Home/End), or null for another key. */
@@ -52,11 +52,12 @@ export function tabKey(index, key, count) {
 
 /**
  * What the cell cursor announces, the hover's words spelled out: "query 'cat' (3) → key 'the' (1): 0.730".
- * `tokens` are display tokens (decoder.js displayToken); `value` is the drawn value (null: not drawn).
- * A causal model's cells above the diagonal are masked; the hidden first key column (renormalised) is hidden.
+ * `tokens` are display tokens (decoder.js displayToken), the queries'; `keyTokens` the keys' where they are
+ * another sentence (cross-attention); `value` is the drawn value (null: not drawn). A causal model's cells
+ * above the diagonal are masked; the hidden first key column (renormalised) is hidden.
  */
-export function cellText({ tokens, i, j, value, causal = false, renormalised = false }) {
-  const where = `query '${tokens[i]}' (${i}) → key '${tokens[j]}' (${j})`;
+export function cellText({ tokens, keyTokens = tokens, i, j, value, causal = false, renormalised = false }) {
+  const where = `query '${tokens[i]}' (${i}) → key '${keyTokens[j]}' (${j})`;
   if (causal && j > i) return `${where}: masked (a causal model cannot look ahead)`;
   if (renormalised && j === 0) return `${where}: hidden (first token set aside, rows renormalised)`;
   if (value === null || value === undefined || Number.isNaN(value)) return `${where}: no value`;

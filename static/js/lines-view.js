@@ -7,6 +7,7 @@
 import { $, el } from "./dom.js";
 import { withoutFirstToken } from "./decoder.js";
 import { DISTINCT_STYLES, PAIR_FILTERS, headStyle, pairFilter, swatchGroups, toggleHead } from "./lines.js";
+import { isSeq2seq, shapeOf } from "./seq2seq.js";
 import { getState, update } from "./state.js";
 import { renderTokenView } from "./tokens.js";
 
@@ -39,9 +40,10 @@ export class LinesView {
     const { layer, head, lines: mode, pairs, hideFirst } = getState();
     const shape = `${attention.heads}:${attention.kvHeads}`;
     if (shape !== this.shape) Object.assign(this, { shape, hidden: new Set(), pin: null });
-    if (this.pin && this.pin.index >= attention.n) this.pin = null;
+    const { rows, cols } = shapeOf(attention);
+    if (this.pin && this.pin.index >= (this.pin.side === "left" ? rows : cols)) this.pin = null;
     const all = mode === "layer";
-    const segmented = attention.boundary > 0;
+    const segmented = !isSeq2seq(run.full) && attention.boundary > 0; // a pair's two segments, not seq2seq's
     this.showControls(attention, { layer, head, all, pairs, segmented });
 
     const heads = [];
@@ -50,7 +52,7 @@ export class LinesView {
       for (let h = 0; h < attention.heads; h++) {
         if (this.hidden.has(h)) continue;
         const raw = attention.headInto(layer, h);
-        const values = hideFirst ? withoutFirstToken(raw, attention.n) : raw;
+        const values = hideFirst ? withoutFirstToken(raw, rows, cols) : raw;
         heads.push({ h, values, ...headStyle(h), slot: slot(h) });
       }
     }
@@ -60,6 +62,8 @@ export class LinesView {
       layer,
       head,
       heads: all ? heads : undefined,
+      // Cross-attention: the target's tokens on the left, the source's on the right, lines the alignment.
+      ...(attention.kind === "cross" ? { sides: { left: "Target (queries)", right: "Source (keys)" } } : {}),
       exact: all ? attention.exact : spec.exact,
       keep: segmented ? pairFilter(pairs, attention.segments) : undefined,
       budget: all ? LINE_BUDGET : Infinity,

@@ -56,17 +56,17 @@ export function pairFilter(name, segments) {
 }
 
 /**
- * The lines worth drawing: [{h, i, j, w}] for each head of `heads` ([{h, values}], values n*n row-major),
- * weight >= `threshold` (NaN never: a hidden first token), keys up to the query for a causal model, kept by
- * `keep(i, j)`. At most `budget` lines, the strongest (ties in head, query, key order), so a long input
+ * The lines worth drawing: [{h, i, j, w}] for each head of `heads` ([{h, values}], values n*cols row-major;
+ * cols = n but for cross-attention's other sentence of keys), weight >= `threshold` (NaN never: a hidden
+ * first token), keys up to the query for a causal model, kept by `keep(i, j)`. At most `budget` lines, the strongest (ties in head, query, key order), so a long input
  * stays a light drawing; `cut` is the weight of the weakest line kept when the budget cut (else null).
  */
-export function collectLines(heads, { n, causal = false, threshold = 0, keep = () => true, budget = Infinity }) {
+export function collectLines(heads, { n, cols = n, causal = false, threshold = 0, keep = () => true, budget = Infinity }) {
   const lines = [];
   for (const { h, values } of heads) {
     for (let i = 0; i < n; i++) {
-      for (let j = 0; j < (causal ? i + 1 : n); j++) {
-        const w = values[i * n + j];
+      for (let j = 0; j < (causal ? Math.min(i + 1, cols) : cols); j++) {
+        const w = values[i * cols + j];
         if (w >= threshold && keep(i, j)) lines.push({ h, i, j, w });
       }
     }
@@ -77,10 +77,13 @@ export function collectLines(heads, { n, causal = false, threshold = 0, keep = (
   return { lines: kept.map((k) => lines[k]), cut: lines[order[budget - 1]].w };
 }
 
-/** "L2 H3: 'it' → 'animal' 0.412" ("≈" for 8-bit values); `tokens` already spelled for display. */
-export function lineText({ layer, h, i, j, w }, tokens, { exact = true } = {}) {
+/**
+ * "L2 H3: 'it' → 'animal' 0.412" ("≈" for 8-bit values); `tokens` already spelled for display, `keyTokens`
+ * too where the keys are another sentence (cross-attention).
+ */
+export function lineText({ layer, h, i, j, w }, tokens, { exact = true, keyTokens = tokens } = {}) {
   const name = typeof h === "number" ? `H${h}` : h; // an aggregate of the heads goes by its name
-  return `L${layer} ${name}: '${tokens[i]}' → '${tokens[j]}' ${exact ? "" : "≈"}${w.toFixed(3)}`;
+  return `L${layer} ${name}: '${tokens[i]}' → '${keyTokens[j]}' ${exact ? "" : "≈"}${w.toFixed(3)}`;
 }
 
 /** Swatch groups: [{label, heads}], one unlabelled group without grouped-query heads, else "kv g" each. */

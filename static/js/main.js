@@ -3,8 +3,10 @@
 // "error"; tests and benchmarks/browser.py wait on it. After "ready" the insight views (statistics,
 // compare) load into #analysis (insight-panel.js); the rollout loads when its panel comes on screen.
 //
-// The view state changes only through state.js update(); a run is {query, queryB, attention, signal, exact,
-// analysis, comparison}, and a new run aborts the old one's signal: its fetches stop and nothing of it draws.
+// The view state changes only through state.js update(); a run is {query, queryB, full, attention, signal,
+// exact, analysis, comparison}, and a new run aborts the old one's signal: its fetches stop and nothing of it
+// draws. `full` is the decoded answer; `attention` the part on screen: all of it, or for an encoder-decoder
+// model the section of the state's `kind` (a kind switch makes a new view of the same answer, no new forward).
 // An input longer than the model's max_tokens that it can trace is a long run (long-mode.js): {query, trace,
 // attention (the pooled overview), signal, long: true}; Cancel aborts it while it traces.
 
@@ -18,10 +20,12 @@ import { exportAs } from "./export.js";
 import { currentB, currentQuery, fillModels, initForm, learnEntries, learnModel, readInitialState, setBusy, showError } from "./form.js";
 import { Grid } from "./grid.js";
 import { InsightPanel } from "./insight-panel.js";
+import { bindKindSwitch, showKindSwitch } from "./kind-switch.js";
 import { runSummary } from "./labels.js";
 import { LongMode, longSummary, measure, unavailable } from "./long-mode.js";
 import { copyLink, showNotice, tokenLimit, truncationNotice } from "./notices.js";
 import { initScaleMenu } from "./scale-menu.js";
+import { isSeq2seq, sectionOf, seq2seqSummary, seq2seqTruncation } from "./seq2seq.js";
 import { clampSelection, getState, ignoredParams, initState, moveSelection, readState, subscribe, update } from "./state.js";
 import { Notices, ignoredNotice, markStale, modelBNotice, modelNotice, refreshModelB, selectionNotice } from "./truth.js";
 import { bindScrollCue, reveal } from "./viewport.js";
@@ -32,6 +36,7 @@ initState({ ...readState(), ...firstExample(window.location.search) });
 
 let current = null; // the run on screen (its attention decoded), or null before the first
 let controller = null; // aborts the latest run
+let viewController = null; // aborts the latest view of it (another kind of attention replaces it)
 let known = { models: new Map(), defaultModel: "" };
 const notices = new Notices($("stateNotice")); // what a link asked for that the page shows otherwise
 let ranOnce = false; // the first run is the link's: its notices stay until the next run
@@ -57,6 +62,11 @@ const longMode = new LongMode({ grid, onCancel: cancel });
 
 subscribe((state, changed) => {
   $("hideFirst").checked = state.hideFirst;
+  if (changed.has("kind") && current && isSeq2seq(current.full)) {
+    showKindSwitch(true, state.kind);
+    show(viewOf(current, state.kind));
+    return;
+  }
   if (!["view", "hideFirst", "lines", "pairs", "scale"].some((key) => changed.has(key))) return;
   if (current && !current.long) detail.draw(current);
   else if (!current) showTabs(state.view);
@@ -85,41 +95,35 @@ async function run() {
     const { limits = {} } = readInitialState();
     const limit = tokenLimit(known.models.get(query.model), limits) ?? limits.max_tokens;
     let long = await measure(query, { limit, signal });
-    const attention = long ? null : await fetchCompact(query, { signal });
+    const full = long ? null : await fetchCompact(query, { signal });
     if (signal.aborted) return;
-    if (attention?.truncated) long = await measure(query, { truncated: true, signal }); // template tokens
+    // Template tokens took it over the limit (an encoder-decoder's cut is flagged, never traced).
+    if (full?.truncated && !isSeq2seq(full)) long = await measure(query, { truncated: true, signal });
     if (signal.aborted) return;
     if (long) return await runLong(query, long, signal);
     longMode.leave();
-    await learn(attention);
+    await learn(full);
     if (signal.aborted) return;
     const { compare, btext, bmodel } = currentB();
-    const b = compare ? queryB(query, { btext, bmodel }) : null;
-    const run = { query, queryB: b, attention, signal, exact: new Map(), analysis: null, comparison: null };
-    current = run;
-    const cut = tokenLimit(known.models.get(attention.model), limits);
-    showNotice(truncationNotice(attention, { words: query.words, limit: cut }));
+    const seq2seq = isSeq2seq(full);
+    const { kind } = getState();
+    // The head and insight routes read the kind; the target goes with every request of the run.
+    const asked = seq2seq ? { ...query, kind } : query;
+    const b = compare ? queryB(asked, { btext, bmodel }) : null;
+    const attention = sectionOf(full, kind);
+    const run = { query: asked, queryB: b, full, attention, signal, exact: new Map(), analysis: null, comparison: null };
+    const cut = tokenLimit(known.models.get(full.model), limits);
+    showNotice(seq2seq ? seq2seqTruncation(full) : truncationNotice(full, { words: query.words, limit: cut }));
     markStale(null); // the old result goes now
-    show(query, attention, clampSelection(getState(), attention), { compare, btext, bmodel });
-    setBusy("Drawing…");
-    performance.mark("headscope-decoded");
-    // Marks for benchmarks/browser.py: where the time between click and "ready" goes.
-    const gridDone = grid.render(attention, { signal }).then((done) => (performance.mark("headscope-grid"), done));
-    const { layer, head } = getState();
-    grid.select(layer, head);
-    const detailDone = detail.draw(run, { keepZoom: false }).then(() => performance.mark("headscope-detail"));
-    const [complete] = await Promise.all([gridDone, detailDone]);
-    if (signal.aborted || !complete) return;
-    setBusy("");
-    $("status").textContent = runSummary(attention, query.newTokens);
-    performance.mark("headscope-ready");
-    document.body.dataset.state = "ready";
-    insights.load(run).then(() => (b ? learnSizes(signal) : null));
+    record(query, attention, clampSelection(getState(), attention), { compare, btext, bmodel });
+    showKindSwitch(seq2seq, kind);
+    await show(viewOf(run, kind), { newRun: true });
   } catch (error) {
     if (signal.aborted) return;
     setBusy("");
     document.body.dataset.state = "error";
-    if (current && current.signal !== signal) markStale(current.query); // the last good result stays, marked
+    // The last good result stays, marked; it is an older run's when its signal was aborted by this run's start.
+    if (current?.signal.aborted) markStale(current.query);
     showError(error instanceof ApiError ? error.message : `Something went wrong in the page: ${error.message}`);
     if (!(error instanceof ApiError)) console.error(error);
   }
@@ -134,7 +138,7 @@ async function learn(attention) {
 }
 
 /** The run's input and selection into the view state (and so the URL); a clamped selection is said. */
-function show(query, attention, shown, { compare, btext, bmodel }) {
+function record(query, attention, shown, { compare, btext, bmodel }) {
   notices.set("selection", selectionNotice(getState(), shown, attention));
   update({
     text: query.text,
@@ -143,11 +147,52 @@ function show(query, attention, shown, { compare, btext, bmodel }) {
     words: query.words,
     newTokens: query.newTokens,
     chat: query.chat,
+    target: query.target ?? "",
     compare,
     btext: compare ? btext : "",
     bmodel: compare && bmodel !== query.model ? bmodel : "",
     ...shown,
   });
+}
+
+/**
+ * The view of `run` for `kind`: `run` itself for a model without kinds; else the section of that kind, with
+ * its own signal (a later switch aborts its fetches, a new run all of them) and exact values.
+ */
+function viewOf(run, kind) {
+  if (!isSeq2seq(run.full)) return run;
+  viewController?.abort();
+  viewController = new AbortController();
+  const signal = AbortSignal.any([controller.signal, viewController.signal]);
+  const query = { ...run.query, kind };
+  const queryB = run.queryB ? { ...run.queryB, kind } : null;
+  return { ...run, query, queryB, attention: sectionOf(run.full, kind), signal, exact: new Map(), analysis: null, comparison: null };
+}
+
+/** Draw `run`'s view: the grid, the detail, the status, then the insight views (`newRun`: a fresh answer). */
+async function show(run, { newRun = false } = {}) {
+  const { attention, signal } = run;
+  current = run;
+  if (!newRun) {
+    detail.cancelExact();
+    update(clampSelection(getState(), attention)); // another kind may have fewer layers
+    document.body.dataset.state = "loading";
+    document.body.dataset.insight = "idle";
+  }
+  setBusy("Drawing…");
+  performance.mark("headscope-decoded");
+  // Marks for benchmarks/browser.py: where the time between click and "ready" goes.
+  const gridDone = grid.render(attention, { signal }).then((done) => (performance.mark("headscope-grid"), done));
+  const { layer, head } = getState();
+  grid.select(layer, head);
+  const detailDone = detail.draw(run, { keepZoom: false }).then(() => performance.mark("headscope-detail"));
+  const [complete] = await Promise.all([gridDone, detailDone]);
+  if (signal.aborted || !complete) return;
+  setBusy("");
+  $("status").textContent = isSeq2seq(run.full) ? seq2seqSummary(run.full) : runSummary(attention, run.query.newTokens);
+  performance.mark("headscope-ready");
+  document.body.dataset.state = "ready";
+  insights.load(run).then(() => (run.queryB ? learnSizes(signal) : null));
 }
 
 /** A long input (`count`: /api/trace/tokens): trace it with progress, then the overview, detail and text. */
@@ -170,7 +215,7 @@ async function runLong(query, count, signal) {
       `one token's exact weights.${note}`,
   );
   markStale(null);
-  show(query, attention, clampSelection(LongMode.selection(getState()), attention), currentB());
+  record(query, attention, clampSelection(LongMode.selection(getState()), attention), currentB());
   setBusy("Drawing…");
   const { layer, head } = getState();
   const complete = await longMode.draw(run, { layer, head }, count.max_tokens);
@@ -262,6 +307,7 @@ async function boot() {
     if (current) run(); // every view switches: the same input again, merged to words
   });
   bindTabs((view) => (current?.long ? null : update({ view }))); // token lines need the full matrices
+  bindKindSwitch((kind) => update({ kind }));
   const exports = [["exportPng", "png"], ["exportSvg", "svg"], ["exportJson", "json"], ["exportJsonHead", "json-head"]];
   for (const [name, format] of exports) $(name).addEventListener("click", () => exportAs(current, format));
   $("copyLink").addEventListener("click", copyLink);

@@ -62,6 +62,17 @@ export class RolloutView {
     plot.dataset.state = "idle";
   }
 
+  /** No rollout for the attention on screen (a seq2seq decoder's or cross): `note` says why, flow is off too. */
+  off(note) {
+    this.clear();
+    const { caption, flowButton, flowMessage, plot } = this.els;
+    caption.textContent = note;
+    flowButton.disabled = true;
+    flowButton.title = note;
+    flowMessage.textContent = "";
+    plot.dataset.state = "off";
+  }
+
   /**
    * Follow `query` (`shape`: {causal, boundary} of its attention) for the run of `signal`: its rollout
    * loads once the panel shows, unless the run was aborted first.

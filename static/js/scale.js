@@ -30,13 +30,13 @@ export function headMax(values) {
   return max;
 }
 
-/** Largest finite value of each of the n rows of `values` (n*n row-major); 0 for a row with none. */
-export function rowMax(values, n) {
+/** Largest finite value of each of the n rows of `values` (n*cols row-major); 0 for a row with none. */
+export function rowMax(values, n, cols = n) {
   const out = new Float64Array(n);
   for (let i = 0; i < n; i++) {
     let max = 0;
-    const o = i * n;
-    for (let j = 0; j < n; j++) if (values[o + j] > max) max = values[o + j];
+    const o = i * cols;
+    for (let j = 0; j < cols; j++) if (values[o + j] > max) max = values[o + j];
     out[i] = max;
   }
   return out;
@@ -53,13 +53,13 @@ export function logScaled(values) {
 }
 
 /** Each row divided by its own max (a row of zeros stays zeros); NaN stays NaN. */
-export function rowScaled(values, n) {
-  const maxima = rowMax(values, n);
-  const out = new Float64Array(n * n);
+export function rowScaled(values, n, cols = n) {
+  const maxima = rowMax(values, n, cols);
+  const out = new Float64Array(n * cols);
   for (let i = 0; i < n; i++) {
-    const o = i * n;
+    const o = i * cols;
     const m = maxima[i];
-    for (let j = 0; j < n; j++) out[o + j] = m > 0 ? values[o + j] / m : values[o + j];
+    for (let j = 0; j < cols; j++) out[o + j] = m > 0 ? values[o + j] / m : values[o + j];
   }
   return out;
 }
@@ -67,12 +67,12 @@ export function rowScaled(values, n) {
 const fmt = (v) => String(Number(v.toPrecision(3))); // 0.41234 -> "0.412", 1 -> "1"
 
 /**
- * The colours of `values` (n*n row-major, NaN = gap) on scale `name`: {z, zmin, zmax, title, transformed,
- * tickvals?, ticktext?}. `z` is `values` itself when the colour bar can read true weights (0–1, head
+ * The colours of `values` (n*cols row-major, cols = n unless rectangular; NaN = gap) on scale `name`:
+ * {z, zmin, zmax, title, transformed, tickvals?, ticktext?}. `z` is `values` itself when the colour bar can read true weights (0–1, head
  * maximum: only zmax moves), else a new Float64Array and `transformed` is true, so the hover must read
  * `values`. `title` is "" for the default, else the colour bar's line saying which scale is on.
  */
-export function scaleValues(values, n, name = DEFAULT_SCALE) {
+export function scaleValues(values, n, name = DEFAULT_SCALE, cols = n) {
   const scale = parseScale(name);
   if (scale === "head") {
     const max = headMax(values);
@@ -81,7 +81,7 @@ export function scaleValues(values, n, name = DEFAULT_SCALE) {
     return { z: values, zmin: 0, zmax, title: `colour: 0 to the head's max ${fmt(zmax)}`, transformed: false };
   }
   if (scale === "row") {
-    return { z: rowScaled(values, n), zmin: 0, zmax: 1, title: SCALES.row.title, transformed: true };
+    return { z: rowScaled(values, n, cols), zmin: 0, zmax: 1, title: SCALES.row.title, transformed: true };
   }
   if (scale === "log") {
     // Ticks at each decade, labelled with the weights themselves (the floor as "≤").

@@ -9,6 +9,8 @@ import { DEFAULT_SCALE, parseScale } from "./scale.js";
 
 const VIEWS = ["heatmap", "tokens"];
 const LINES = ["head", "layer"];
+// Encoder-decoder models: which attention the grid and the detail show (seq2seq.js names them).
+export const KINDS = ["encoder", "decoder", "cross"];
 
 export const DEFAULT_STATE = Object.freeze({
   text: "",
@@ -28,6 +30,8 @@ export const DEFAULT_STATE = Object.freeze({
   lines: "head", // token lines of the selected head, or of every head of its layer ("layer")
   pairs: "all", // token lines of a pair: all, or only A -> B, B -> A, A -> A, B -> B (lines.js PAIR_FILTERS)
   scale: DEFAULT_SCALE, // the detail heatmap's colour scale (scale.js SCALES); 0–1 keeps heads comparable
+  target: "", // encoder-decoder models: the target the decoder is forced through; blank = the model writes it
+  kind: "cross", // encoder-decoder models: encoder, decoder or cross attention; cross is the alignment picture
 });
 
 // The page offers up to this many written tokens (the service's default HEADSCOPE_MAX_NEW_TOKENS; a service
@@ -70,6 +74,8 @@ export function readState(search = window.location.search) {
     lines: LINES.includes(params.get("lines")) ? params.get("lines") : DEFAULT_STATE.lines,
     pairs: Object.hasOwn(PAIR_FILTERS, params.get("pairs") ?? "") ? params.get("pairs") : DEFAULT_STATE.pairs,
     scale: parseScale(params.get("scale")),
+    target: params.get("target") ?? DEFAULT_STATE.target,
+    kind: KINDS.includes(params.get("kind")) ? params.get("kind") : DEFAULT_STATE.kind,
   };
 }
 
@@ -85,6 +91,7 @@ export function ignoredParams(search = window.location.search) {
     view: (v) => VIEWS.includes(v),
     color: (v) => COLOR_NAME.test(v),
     continue: (v) => parseIndex(v.trim(), null) !== null,
+    kind: (v) => KINDS.includes(v),
     ...Object.fromEntries(["words", "compare", "nofirst", "chat"].map((flag) => [flag, (v) => v === "1" || v === "0"])),
   };
   const ignored = [];
@@ -116,6 +123,8 @@ export function encodeState(state) {
   if (state.lines !== DEFAULT_STATE.lines) params.set("lines", state.lines);
   if (state.pairs !== DEFAULT_STATE.pairs) params.set("pairs", state.pairs);
   if (state.scale !== DEFAULT_SCALE) params.set("scale", state.scale);
+  if (state.target) params.set("target", state.target);
+  if (state.kind !== DEFAULT_STATE.kind) params.set("kind", state.kind);
   return params.toString();
 }
 

@@ -29,7 +29,9 @@ export function lineThreshold(n) {
 
 /**
  * Draw into `container`. `heads` is [{h, values, color, dash, slot}] (values n*n row-major; slot in
- * [-0.5, 0.5] places the head's line ends within a row); or one head's `values` alone. `keep(i, j)` filters
+ * [-0.5, 0.5] places the head's line ends within a row); or one head's `values` alone. With `keyTokens`
+ * (cross-attention) the right column is that other sentence, values n*cols: the drawing is the alignment of
+ * the two, and `sides` {left, right} heads each column with its sentence's name. `keep(i, j)` filters
  * lines (pairs), `budget` caps them, `pinned` ({side, index} or null) is the token isolated at first;
  * `onPin(pin)` hears a change of it, `onRead(text)` each line or token read out. Returns {drawn, threshold, cut}.
  */
@@ -38,16 +40,20 @@ export function renderTokenView(container, spec) {
   const { keep, budget = Infinity, pinned = null, onPin = () => {}, onRead = () => {}, byteLevel } = spec;
   const heads = spec.heads ?? [{ h: head, values, color: null, dash: "", slot: 0 }];
   const tokens = raw.map((token) => displayToken(token, byteLevel)); // the page's spelling, drawn and exported
+  const keyTokens = spec.keyTokens ? spec.keyTokens.map((token) => displayToken(token, byteLevel)) : tokens;
+  const keySpecial = spec.keyTokens ? spec.keySpecial : special;
   const n = tokens.length;
+  const cols = keyTokens.length;
   const { width, text: textPx, gap: gapPx } = tokenLayout(container.clientWidth);
-  const height = n * ROW_PX + 10;
+  const top = spec.sides ? ROW_PX : 0; // a row for the columns' headings
+  const height = top + Math.max(n, cols) * ROW_PX + 10;
   const leftX = textPx - 6;
   const rightX = textPx + gapPx + 6;
-  const y = (i) => 5 + i * ROW_PX + ROW_PX / 2;
-  const threshold = lineThreshold(n);
-  const { lines, cut } = collectLines(heads, { n, causal, threshold, keep, budget });
+  const y = (i) => top + 5 + i * ROW_PX + ROW_PX / 2;
+  const threshold = lineThreshold(Math.max(n, cols));
+  const { lines, cut } = collectLines(heads, { n, cols, causal, threshold, keep, budget });
   const style = new Map(heads.map((entry) => [entry.h, entry]));
-  const read = (line) => lineText({ layer, ...line }, tokens, { exact });
+  const read = (line) => lineText({ layer, ...line }, tokens, { exact, keyTokens });
 
   const root = svg("svg", {
     class: "token-lines",
@@ -75,17 +81,26 @@ export function renderTokenView(container, spec) {
   });
   links.append(...groups);
   const columns = svg("g", { class: "columns" });
-  for (let i = 0; i < n; i++) {
-    const cls = `tok${segments?.[i] === 1 ? " seg1" : ""}${special?.[i] ? " special" : ""}`;
-    columns.append(
-      svg("text", { class: `${cls} left`, x: leftX, y: y(i), "text-anchor": "end", "data-i": i }, tokens[i]),
-      svg("text", { class: `${cls} right`, x: rightX, y: y(i), "text-anchor": "start", "data-j": i }, tokens[i]),
-    );
+  const cls = (k, marks) => `tok${segments?.[k] === 1 && !spec.keyTokens ? " seg1" : ""}${marks?.[k] ? " special" : ""}`;
+  for (let k = 0; k < Math.max(n, cols); k++) {
+    if (k < n) columns.append(svg("text", { class: `${cls(k, special)} left`, x: leftX, y: y(k), "text-anchor": "end", "data-i": k }, tokens[k]));
+    if (k >= cols) continue;
+    const attrs = { class: `${cls(k, keySpecial)} right`, x: rightX, y: y(k), "text-anchor": "start", "data-j": k };
+    columns.append(svg("text", attrs, keyTokens[k]));
   }
   root.append(links, columns);
+  if (spec.sides) {
+    const at = 5 + ROW_PX / 2;
+    const sides = svg("g", { class: "sides" });
+    sides.append(
+      svg("text", { class: "side-title", x: leftX, y: at, "text-anchor": "end" }, spec.sides.left),
+      svg("text", { class: "side-title", x: rightX, y: at, "text-anchor": "start" }, spec.sides.right),
+    );
+    root.append(sides);
+  }
 
   // Isolation: a query token (left) shows only its own lines; a key token (right) only the lines into it.
-  let pin = pinned && pinned.index < n ? pinned : null;
+  let pin = pinned && pinned.index < (pinned.side === "left" ? n : cols) ? pinned : null;
   let cursor = pin?.side === "left" ? pin.index : -1; // the query token the arrow keys are on
   let step = -1; // which of the pinned token's lines ←/→ is on
   const textOf = ({ side, index }) =>
@@ -104,7 +119,7 @@ export function renderTokenView(container, spec) {
     const strongest = linesOf(target)
       .map((node) => lines[Number(node.dataset.k)])
       .sort((a, b) => b.w - a.w);
-    const name = `'${tokens[target.index]}' (${target.side === "left" ? "query" : "key"})`;
+    const name = `'${(target.side === "left" ? tokens : keyTokens)[target.index]}' (${target.side === "left" ? "query" : "key"})`;
     if (strongest.length === 0) return `${name}: no line above ${threshold}.`;
     const top = strongest.slice(0, 3).map(read).join("; ");
     return `${name}: ${strongest.length} line(s); strongest ${top}.`;

@@ -1,9 +1,10 @@
 """Browser fixtures: the real app under uvicorn (a subprocess on a free port) and Debian's Chromium.
 
 The app serves the embedded default model plus a tiny random GPT-2 checkpoint ("tiny-gpt2") so the causal
-rendering can be checked, and a tiny random Llama ("llama-tiny": 4 query heads over 2 KV heads) for the
-grouped-query heads and continuations, and a 2-layer tiny Llama with 8,192 positions ("llama-long") for the
-long-input mode. Everything is local: the page must never reach past the app's base URL.
+rendering can be checked, a tiny random Llama ("llama-tiny": 4 query heads over 2 KV heads) for the
+grouped-query heads and continuations, a 2-layer tiny Llama with 8,192 positions ("llama-long") for the
+long-input mode, and a tiny random T5 ("t5-tiny", tests/seq2seq_checkpoints.py) for encoder-decoder models.
+Everything is local: the page must never reach past the app's base URL.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import pytest
 from checkpoints import build_long_llama
 
 from benchmarks.launch import CHROMIUM, launch_chromium, serve
+from tests.seq2seq_checkpoints import build_seq2seq_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
 TINY_GPT2 = "tiny-gpt2"
 TINY_LLAMA = "llama-tiny"
 LONG_LLAMA = "llama-long"
+TINY_T5 = "t5-tiny"
 SERVER_START_S = 180  # loading the default model on a busy shared machine can take a while
 
 
@@ -39,11 +42,26 @@ def long_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def server(tiny_gpt2_dir: Path, tiny_checkpoints: dict[str, Path], long_llama_dir: Path) -> Iterator[str]:
+def tiny_t5_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random T5 (2 encoder layers, 3 decoder layers, 4 heads) with its trained tokenizer."""
+    return build_seq2seq_checkpoint("t5", tmp_path_factory.mktemp("t5-tiny"))
+
+
+@pytest.fixture(scope="session")
+def seq2seq_model() -> str:
+    """The registered name of the tiny T5 the server was started with."""
+    return TINY_T5
+
+
+@pytest.fixture(scope="session")
+def server(
+    tiny_gpt2_dir: Path, tiny_checkpoints: dict[str, Path], long_llama_dir: Path, tiny_t5_dir: Path
+) -> Iterator[str]:
     models = {
         TINY_GPT2: str(tiny_gpt2_dir),
         TINY_LLAMA: str(tiny_checkpoints["llama"]),
         LONG_LLAMA: str(long_llama_dir),
+        TINY_T5: str(tiny_t5_dir),
     }
     env = {
         "HEADSCOPE_MODELS": json.dumps(models),
@@ -142,6 +160,16 @@ class PageSession:
         """Page coordinates of the centre of cell (query i, key j) of the head detail's heatmap."""
         x, y = self.page.evaluate(CELL_CENTER_JS, [i, j])
         return x, y
+
+    def hover_text(self, i: int, j: int) -> str:
+        """The head detail's hover label over cell (query i, key j), drawn afresh."""
+        page = self.page
+        page.mouse.move(0, 0)  # leave the cell, so the next hover is drawn afresh
+        page.locator("#head-detail").scroll_into_view_if_needed()
+        page.mouse.move(*self.cell_center(i, j))
+        hover = page.locator("#head-detail .hoverlayer .hovertext")
+        hover.wait_for()
+        return str(hover.text_content())
 
     def run(self, text: str, *, pair: str = "", model: str | None = None) -> None:
         page = self.page

@@ -103,16 +103,6 @@ def choose(page: Any, scale: str, expect_in_title: str) -> dict[str, Any]:
     return figure
 
 
-def hover_text(session: Any, i: int, j: int) -> str:
-    page = session.page
-    page.mouse.move(0, 0)  # leave the cell, so the next hover is drawn afresh
-    page.locator("#head-detail").scroll_into_view_if_needed()
-    page.mouse.move(*session.cell_center(i, j))
-    hover = page.locator("#head-detail .hoverlayer .hovertext")
-    hover.wait_for()
-    return str(hover.text_content())
-
-
 def test_each_scale_recolours_the_detail_but_the_hover_reads_the_true_weight(
     session: Any, causal_model: str
 ) -> None:
@@ -132,16 +122,16 @@ def test_each_scale_recolours_the_detail_but_the_hover_reads_the_true_weight(
     unit = page.evaluate(FIGURE_JS)
     assert unit["z"] == drawn and (unit["zmin"], unit["zmax"]) == (0, 1)
     assert "colour:" not in unit["title"]
-    assert want_hover in hover_text(session, i, j)
+    assert want_hover in session.hover_text(i, j)
 
     head = choose(page, "head", "head's max")
     top = max(v for row in drawn for v in row if v is not None)
     assert head["z"] == drawn and (head["zmin"], head["zmax"]) == (0, top)  # same weights, zmax moves
-    assert want_hover in hover_text(session, i, j)
+    assert want_hover in session.hover_text(i, j)
 
     row = choose(page, "row", "each row")
     assert row["z"] == per_row(drawn)  # the same float64 divisions as the page: exact
-    assert want_hover in hover_text(session, i, j)
+    assert want_hover in session.hover_text(i, j)
 
     log = choose(page, "log", "floor 0.0001")
     assert (log["zmin"], log["zmax"]) == (-4, 0) and log["ticktext"][0] == "≤0.0001"
@@ -151,7 +141,7 @@ def test_each_scale_recolours_the_detail_but_the_hover_reads_the_true_weight(
                 assert got is None, (r, c)  # masked stays masked
             else:
                 assert abs(got - math.log10(max(want, 1e-4))) <= LOG_TOLERANCE, (r, c, got, want)
-    assert want_hover in hover_text(session, i, j)
+    assert want_hover in session.hover_text(i, j)
     assert "Colour scale: log" in page.locator("#detail-caption").text_content()
 
     # In the URL, so a reload (a shared link) and a rerun keep it.
@@ -198,7 +188,7 @@ def test_hide_first_token_then_scale_per_row(session: Any, causal_model: str) ->
     renormalised = without_first(weights["attention"])
     i = len(renormalised) - 1
     j = sorted(range(1, i + 1), key=lambda k: renormalised[i][k] or 0.0)[(i - 1) // 2]
-    text = hover_text(session, i, j)
+    text = session.hover_text(i, j)
     assert f": {renormalised[i][j]:.3f}" in text and "renormalised" in text
 
 

@@ -45,6 +45,8 @@ test("every field round-trips, odd characters included", () => {
     lines: "layer",
     pairs: "ab",
     scale: "log",
+    target: "Das Haus ist wunderbar. 100% & #1",
+    kind: "encoder",
   };
   assert.deepEqual(roundTrip(state), state);
   assert.deepEqual(roundTrip({ ...state, head: "mean" }), { ...state, head: "mean" });
@@ -203,4 +205,18 @@ test("subscribers see the merged state in order, and an unsubscribed one hears n
   initState(DEFAULT_STATE, { write: () => {} }); // a fresh start drops every subscriber
   update({ layer: 3 });
   assert.deepEqual(seen, ["a1", "b1", "b2"]);
+});
+
+test("an encoder-decoder view: the target and a kind other than cross travel in the link", () => {
+  const state = { ...DEFAULT_STATE, text: "The house", target: "Das Haus", kind: "decoder" };
+  const query = new URLSearchParams(encodeState(state));
+  assert.equal(query.get("target"), "Das Haus");
+  assert.equal(query.get("kind"), "decoder");
+  assert.deepEqual(roundTrip(state), state);
+  // Cross attention is the default (the alignment picture): a link need not say it; a blank target neither.
+  const plain = new URLSearchParams(encodeState({ ...state, target: "", kind: "cross" }));
+  assert.equal(plain.has("kind") || plain.has("target"), false);
+  // A kind the page does not know falls back to cross, and the page says it ignored it.
+  assert.equal(readState("?kind=sideways").kind, "cross");
+  assert.deepEqual(ignoredParams("?kind=sideways&kind=encoder"), [{ name: "kind", value: "sideways" }]);
 });
