@@ -39,6 +39,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import cast
 
 import torch
@@ -183,7 +184,7 @@ def wire_bytes(directory: str, sizes: list[int]) -> None:
 
     word_tokenizer(directory, cast(int, SMOLLM2["vocab_size"]))
     settings = Settings(
-        models={"smollm2-shaped": directory},
+        models={"smollm2-shaped": Path(directory)},
         default_model="smollm2-shaped",
         allowed_hosts=["testserver"],
         log_level="warning",

@@ -56,16 +56,17 @@ OVERVIEW_SIZE = 128
 # Query rows whose scores are alive at once in a window, a row or an overview recomputed from a trace: up
 # to H·ROW_BLOCK·n floats (36 MiB for 9 heads at n = 8,192).
 ROW_BLOCK = 128
-# The forward's row blocks hold at most ~this many scores per head (ROW_BLOCK rows at n = 1,024, 32 at
-# 8,192): a block's scores pass through five operations, and a block that stays in the CPU's cache costs
-# them a third less than one streamed from memory (docs/design.md, "a trace's speed").
-FORWARD_SCORES = 1 << 18
+# The forward's row blocks hold about this many scores per head (128 rows at n = 1,024, 64 at 2,048, 32
+# from 4,096 on): each block's scores pass through five operations, cheaper while they stay in the CPU's
+# cache (one SmolLM2-shaped layer at n = 8,192 on one thread: 1.56 s in blocks of 32 rows, 1.82 s of 128).
+FORWARD_SCORES = 1 << 17
 
 
 def forward_rows(n: int) -> int:
-    """Query rows per block in a trace's forward for an n-token input: ROW_BLOCK, fewer above 1,024 tokens
-    so a block's scores stay near FORWARD_SCORES per head, and never under 16 (a GEMM's rows)."""
-    return min(ROW_BLOCK, max(16, FORWARD_SCORES // n))
+    """Query rows per block in a trace's forward for an n-token input: at most ROW_BLOCK, fewer from 2,048
+    tokens on so a block's scores stay near FORWARD_SCORES per head, but at least 32 (fewer make the GEMMs
+    narrow and the loop long)."""
+    return min(ROW_BLOCK, max(32, FORWARD_SCORES // n))
 
 
 def edges(lo: int, hi: int, cells: int) -> torch.Tensor:
