@@ -228,7 +228,11 @@ def main() -> None:
     parser.add_argument("--no-eager", action="store_true", help="skip transformers' eager memory")
     parser.add_argument("--no-memory", action="store_true", help="skip both memory figures")
     parser.add_argument(
-        "--wire", type=int, nargs="*", default=list(WIRE_SIZES), help="n for bytes on the wire"
+        "--wire",
+        type=int,
+        nargs="*",
+        default=list(WIRE_SIZES),
+        help="n for bytes on the wire (--wire alone: none)",
     )
     parser.add_argument("--dir", help=argparse.SUPPRESS)  # the checkpoint, for a memory child
     parser.add_argument("--child", nargs=2, metavar=("WHICH", "N"), help=argparse.SUPPRESS)
