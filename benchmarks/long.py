@@ -17,31 +17,43 @@ in one run:
            memory it would need when its [L, H, n, n] weights alone exceed the memory the machine has free
   window = trace.window(layer, head, 512 x 512 rows x cols) and trace.row(layer, head, q) at the largest
            n, medians over layers, heads and positions; goals <= 150 ms and <= 20 ms
+  wire   = bytes on the wire at n = 2048 and 8192 (--wire), the app called in-process through its ASGI
+           interface as a browser would call it (Accept-Encoding: gzip): the /api/trace stream (progress
+           lines and the tokens), the 128 x 128 overview of every head (HSA1, gzipped; row-max-uint8, the
+           route's default, and abs-uint8-key-major, the page's COMPACT_SCHEME), and one 512 x 512
+           /api/trace/window (JSON, 6 decimals). The checkpoint gets a word-level tokenizer (one token a
+           word, its vocabulary padded to the model's rows as checkpoints pad theirs).
 
     .venv/bin/python benchmarks/long.py [--sizes 1024 2048 4096 8192] [--repeats 3] [--threads 2]
+        [--wire 2048 8192] [--no-eager] [--no-memory]
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import cast
 
 import torch
 import torch.nn.functional as F
-from extract import SMOLLM2, child_peak_mib, llama_checkpoint, load_llama, print_peak_added
+from extract import SMOLLM2, WORDS, child_peak_mib, llama_checkpoint, load_llama, print_peak_added
 
 from mha.layers import Block
 from mha.model import Transformer
 from mha.trace import Trace, trace_forward
 
 SIZES = (1024, 2048, 4096, 8192)
+WIRE_SIZES = (2048, 8192)
+# The scheme static/js/api.js asks /api/attention/compact for (COMPACT_SCHEME).
+PAGE_SCHEME = "abs-uint8-key-major"
 GiB = 1 << 30
 
 
@@ -145,15 +157,83 @@ def windows_and_rows(network: Transformer, n: int, repeats: int) -> tuple[float,
     return traced, statistics.median(window), statistics.median(row)
 
 
+def word_tokenizer(directory: str, vocab_size: int) -> None:
+    """A word-level fast tokenizer saved into the checkpoint: <s> first, then WORDS, then unused entries up
+    to the model's rows (the service refuses a tokenizer under half of them, as a stand-in)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<s>", "<unk>", *dict.fromkeys(WORDS)]
+    vocab = {
+        word: i for i, word in enumerate(words + [f"<unused{i}>" for i in range(vocab_size - len(words))])
+    }
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
+    wrapped = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", unk_token="<unk>")
+    wrapped.model_max_length = cast(int, SMOLLM2["max_position_embeddings"])
+    wrapped.save_pretrained(directory)
+
+
+def wire_bytes(directory: str, sizes: list[int]) -> None:
+    """Bytes on the wire of a long input's answers, the app called in-process (no server, no port)."""
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+    from app.settings import Settings
+
+    word_tokenizer(directory, cast(int, SMOLLM2["vocab_size"]))
+    settings = Settings(
+        models={"smollm2-shaped": Path(directory)},
+        default_model="smollm2-shaped",
+        allowed_hosts=["testserver"],
+        log_level="warning",
+    )
+    gzip = {"Accept-Encoding": "gzip"}
+    print(f"bytes on the wire (gzip accepted; {PAGE_SCHEME} is static/js/api.js's COMPACT_SCHEME):")
+    print(
+        f"{'n':>5} {'trace stream':>13} {'overview row-max-uint8':>23} {f'overview {PAGE_SCHEME}':>29}"
+        f" {'512 x 512 window':>17}"
+    )
+    with TestClient(create_app(settings)) as client:
+        for n in sizes:
+            text = " ".join((WORDS * (n // len(WORDS) + 1))[: n - 1])  # and <s>: n tokens
+            body = {"text": text, "model": "smollm2-shaped"}
+            stream = client.post("/api/trace", json=body, headers=gzip)
+            done = json.loads(stream.text.strip().splitlines()[-1])
+            if done.get("event") != "done" or done["n"] != n:
+                raise RuntimeError(f"/api/trace did not trace {n} tokens: {stream.text[-300:]}")
+            overview = {
+                scheme: client.post(f"/api/trace/overview?scheme={scheme}", json=body, headers=gzip)
+                for scheme in ("row-max-uint8", PAGE_SCHEME)
+            }
+            # The bottom-right window: the last 512 queries against the 512 keys before them and their own.
+            spot = {"layer": 0, "head": 0, "rows": [n - 512, n], "cols": [n - 512, n], "max_cells": 512}
+            window = client.post("/api/trace/window", json=body | spot, headers=gzip)
+            for answer in (*overview.values(), window):
+                answer.raise_for_status()
+            sent = [stream, overview["row-max-uint8"], overview[PAGE_SCHEME], window]
+            widths = (13, 23, 29, 17)
+            row = " ".join(f"{a.num_bytes_downloaded:>{w},}" for a, w in zip(sent, widths, strict=True))
+            print(f"{n:>5} {row}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-eager", action="store_true", help="skip transformers' eager memory")
     parser.add_argument("--no-memory", action="store_true", help="skip both memory figures")
+    parser.add_argument(
+        "--wire",
+        type=int,
+        nargs="*",
+        default=list(WIRE_SIZES),
+        help="n for bytes on the wire (--wire alone: none)",
+    )
     parser.add_argument("--dir", help=argparse.SUPPRESS)  # the checkpoint, for a memory child
     parser.add_argument("--child", nargs=2, metavar=("WHICH", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -192,9 +272,14 @@ def main() -> None:
                 flush=True,
             )
             gc.collect()
-        n = max(args.sizes)
-        traced, window, row = windows_and_rows(network, n, max(args.repeats, 3))
-        print(f"at n = {n} (trace {traced:.0f} ms): 512 x 512 window {window:.1f} ms, row {row:.2f} ms")
+        if args.sizes:
+            n = max(args.sizes)
+            traced, window, row = windows_and_rows(network, n, max(args.repeats, 3))
+            print(f"at n = {n} (trace {traced:.0f} ms): 512 x 512 window {window:.1f} ms, row {row:.2f} ms")
+        if args.wire:
+            del network
+            gc.collect()
+            wire_bytes(directory, sorted(args.wire))
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 

@@ -205,6 +205,27 @@ def test_no_square_matrix_is_ever_held(models: dict[str, AttentionModel], family
     assert largest <= max(cfg.num_heads * ROW_BLOCK * n, n * width, weight)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_trace_holds_only_the_bytes_it_counts(models: dict[str, AttentionModel], family: str) -> None:
+    """Trace.nbytes (what the service's cache budgets) counts each kept tensor's own values: none may be a
+    view that keeps a larger buffer alive, such as the fused q/k/v projection k and q are cut from."""
+    trace = models[family].trace(TEXT)
+    for kept in trace.layers:
+        for t in (kept.q, kept.k, kept.lse):
+            assert t.untyped_storage().nbytes() == t.numel() * t.element_size()
+
+
+@pytest.mark.parametrize("n", [1, 100, 1024, 1025, 2048, 4096, 8192, 10**6])
+def test_the_forward_row_blocks_shrink_with_n_within_their_bounds(
+    monkeypatch: pytest.MonkeyPatch, n: int
+) -> None:
+    monkeypatch.setattr(trace_module, "ROW_BLOCK", 128)
+    rows = trace_module.forward_rows(n)
+    assert 32 <= rows <= 128 and rows == min(128, max(32, trace_module.FORWARD_SCORES // n))
+    assert rows * n <= trace_module.FORWARD_SCORES or rows == 32  # a block's scores stay near the budget
+    assert trace_module.forward_rows(n + 1) <= rows  # longer inputs never get larger blocks
+
+
 def test_bad_requests_name_what_is_wrong(models: dict[str, AttentionModel]) -> None:
     trace: Trace = models["llama"].trace("A short text.")
     with pytest.raises(IndexError, match="layer 3"):
