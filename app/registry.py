@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Generic, TypeVar
 
@@ -33,7 +34,8 @@ M = TypeVar("M")
 class Entry(Generic[M]):
     name: str
     loader: Callable[[], M]
-    check: Callable[[], None] | None = None
+    check: Callable[[], object] | None = None
+    found: object = None  # what the last passing check returned (the checkpoint's architecture)
     model: M | None = None
     error: str | None = None
     failures: int = 0  # consecutive failed attempts (check or load) since the last success
@@ -48,7 +50,7 @@ class Registry(Generic[M]):
         loaders: dict[str, Callable[[], M]],
         *,
         default: str,
-        checks: dict[str, Callable[[], None]] | None = None,
+        checks: dict[str, Callable[[], object]] | None = None,
         retry_seconds: float = 5.0,
         retry_max_seconds: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
@@ -94,7 +96,7 @@ class Registry(Generic[M]):
                 continue
             with entry.lock:
                 if entry.model is None and entry.error is None:
-                    self._attempt(entry, entry.check, "check")
+                    self._attempt(entry, partial(self._check, entry), "check")
 
     def get(self, name: str | None) -> tuple[str, M]:
         """(name, loaded model), loading it on first use; blocking, so call it off the event loop."""
@@ -113,9 +115,12 @@ class Registry(Generic[M]):
     def loaded(self, name: str) -> M | None:
         return self._entries[name].model
 
+    def _check(self, entry: Entry[M]) -> None:
+        if entry.check is not None:
+            entry.found = entry.check()
+
     def _load(self, entry: Entry[M]) -> None:
-        if entry.check is not None:  # the cheap check first: its message is the clearer one
-            entry.check()
+        self._check(entry)  # the cheap check first: its message is the clearer one
         logger.info("loading model %r", entry.name)
         entry.model = entry.loader()
         logger.info("model %r loaded", entry.name)

@@ -23,6 +23,7 @@ from mha.pretrained import (
     ModelInfo,
     Seq2SeqResult,
     check_checkpoint,
+    checkpoint_architecture,
     load_pretrained,
     random_model,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "TransformerConfig",
     "UnsupportedCheckpointError",
     "check_checkpoint",
+    "checkpoint_architecture",
     "load_pretrained",
     "random_model",
 ]

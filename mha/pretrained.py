@@ -249,6 +249,20 @@ class AttentionModel:
         ]
 
 
+def checkpoint_architecture(path: str | Path) -> str | None:
+    """ "encoder", "decoder" or "encoder-decoder": what a local checkpoint is, from its config alone (no
+    weights, no tokenizer: milliseconds), so a service can say it before loading; None for a hub id not on
+    disk. Raises what check_checkpoint raises for broken files."""
+    from transformers import AutoConfig
+
+    directory = checkpoint.local_directory(path)
+    if directory is None:
+        return None
+    _, converter, _ = checkpoint.check_directory(directory)
+    config = converter.config_from_hf(AutoConfig.from_pretrained(str(directory), local_files_only=True))
+    return "encoder-decoder" if isinstance(config, Seq2SeqConfig) else config.architecture
+
+
 def load_pretrained(
     path: str | Path | None = None,
     *,

@@ -82,6 +82,10 @@ def _chars(text: str, pair: str | None, target: str | None = None) -> int:
     return len(text) + len(pair or "") + len(target or "")
 
 
+def _architecture(found: object) -> str | None:
+    return found if isinstance(found, str) else None
+
+
 def _differs(value: int | None, base: int) -> int | None:
     return value if value is not None and value != base else None
 
@@ -184,7 +188,8 @@ class AttentionService:
                     chat_template=info.chat_template if info else None,
                     byte_level=info.byte_level if info else None,
                     max_tokens=info.max_tokens if info else None,
-                    architecture=info.architecture if info else None,
+                    # unloaded: what its startup check read from the config (None for a hub id)
+                    architecture=info.architecture if info else _architecture(entry.found),
                     # the decoder's own shape, when it differs from the encoder's
                     decoder_layers=_differs(info.decoder_layers, info.layers) if info else None,
                     decoder_heads=_differs(info.decoder_heads, info.heads) if info else None,

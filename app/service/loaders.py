@@ -41,11 +41,17 @@ def build_loaders(settings: Settings) -> dict[str, Loader]:
     return loaders
 
 
-def build_checks(settings: Settings) -> dict[str, Callable[[], None]]:
+def build_checks(settings: Settings) -> dict[str, Callable[[], object]]:
     """name -> the cheap file check of an operator's checkpoint (milliseconds, no weights read), run at
-    startup so /api/models names a missing config, weights file or vocabulary before any request loads it."""
+    startup so /api/models names a missing config, weights file or vocabulary before any request loads it,
+    and what architecture it is (so the page offers a target box before the model is loaded)."""
     paths = _operator_paths(settings)
-    return {name: partial(mha.check_checkpoint, str(path)) for name, path in paths.items()}
+    return {name: partial(_check, str(path)) for name, path in paths.items()}
+
+
+def _check(path: str) -> str | None:
+    mha.check_checkpoint(path)
+    return mha.checkpoint_architecture(path)
 
 
 def _operator_paths(settings: Settings) -> dict[str, str | Path]:

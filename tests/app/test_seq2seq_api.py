@@ -70,6 +70,19 @@ def tensors(result: mha.Seq2SeqResult) -> dict[str, torch.Tensor]:
 # -- /api/models --------------------------------------------------------------------------------------------
 
 
+def test_models_say_the_architecture_before_loading(
+    seq2seq_checkpoints: dict[str, Path], make_settings: Callable[..., Settings]
+) -> None:
+    from app.main import create_app
+
+    # Read from each checkpoint's config by the startup check: the page offers a target box at once.
+    with TestClient(create_app(make_settings(models=seq2seq_checkpoints))) as client:
+        entries = {m["name"]: m for m in client.get("/api/models").json()["models"]}
+    for family in FAMILIES:
+        assert entries[family]["loaded"] is False and entries[family]["architecture"] == "encoder-decoder"
+        assert entries[family]["layers"] is None  # the rest waits for the load
+
+
 def test_models_say_the_architecture(served: TestClient) -> None:
     for name in (*FAMILIES, "llama"):  # a request loads each
         assert served.post("/api/attention", json={"text": "Hi.", "model": name}).status_code == 200

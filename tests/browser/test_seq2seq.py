@@ -177,3 +177,14 @@ def test_target_box_and_kind_switch_hidden_for_an_encoder(session: Any) -> None:
     assert page.locator("#kind-switch").is_hidden()
     assert page.locator("#words").is_enabled()
     assert "kind=" not in page.url and "target=" not in page.url
+
+
+def test_choosing_an_encoder_decoder_offers_the_target_box_before_any_run(
+    session: Any, seq2seq_model: str
+) -> None:
+    # /api/models names the architecture from the checkpoint's config, loaded or not (test_seq2seq_api).
+    page = session.open()
+    assert page.locator("#target-field").is_hidden()
+    page.select_option("#model", seq2seq_model)
+    page.wait_for_selector("#target-field", state="visible")
+    assert page.locator("#words").is_disabled()

@@ -25,6 +25,7 @@ from seq2seq_checkpoints import (
 )
 from tolerances import FORWARD, row_sum
 
+import mha
 from mha import AttentionModel, load_pretrained
 from mha.errors import CheckpointMismatchError, EmptyInputError, TargetNotSupportedError
 from mha.relative import relative_position_bucket
@@ -351,3 +352,13 @@ def test_generation_config_bans_and_forces_as_generate_does(pairs: dict[str, Pai
     written = pair.ours.attend(SOURCE, max_new_tokens=4).target_ids
     assert first not in written[1:] and written[-1] == forced
     assert written == pair.generate(SOURCE, 4)
+
+
+def test_a_checkpoint_says_its_architecture_from_its_config_alone(
+    seq2seq_checkpoints: dict[str, Path], tiny_checkpoints: dict[str, Path]
+) -> None:
+    for family in ("t5", "bart", "marian"):
+        assert mha.checkpoint_architecture(seq2seq_checkpoints[family]) == "encoder-decoder"
+    assert mha.checkpoint_architecture(tiny_checkpoints["bert"]) == "encoder"
+    assert mha.checkpoint_architecture(tiny_checkpoints["llama"]) == "decoder"
+    assert mha.checkpoint_architecture("someone/not-on-disk") is None  # a hub id: known once fetched
