@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from app.settings import MAX_NEW_TOKENS
 from mha.translate import DEFAULT_NEW_TOKENS
@@ -131,6 +131,11 @@ class InputText(BaseModel):
         'null, "" or only whitespace: the model writes its own target greedily, up to max_new_tokens. '
         "A target for any other model: 422 naming its architecture.",
     )
+    generate: StrictBool = Field(
+        default=False,
+        description="Encoder-decoder models: the model writes its target greedily, up to max_new_tokens "
+        "(what no target means too, said outright). With a target as well, or for any other model: 422.",
+    )
     chat: StrictBool = Field(
         default=False,
         description="Put the text in the model's chat template as the user's turn, the assistant's turn "
@@ -138,6 +143,12 @@ class InputText(BaseModel):
         "templated ones. Only for models whose /api/models entry has chat_template true, without "
         "text_pair; otherwise 422.",
     )
+
+    @model_validator(mode="after")
+    def _target_or_generate(self) -> InputText:
+        if self.generate and self.target is not None:
+            raise ValueError("send a target or generate: true, not both (generate writes the target)")
+        return self
 
 
 class AttentionRequest(InputText):

@@ -78,6 +78,9 @@ def cache_key(kind: str, *inputs: Input, extra: tuple[Hashable, ...] = ()) -> tu
     return (kind, *(part for one in inputs for part in one), *extra)
 
 
+GENERATE = ""  # the target of a request with generate: true (a real target is never blank)
+
+
 def _chars(text: str, pair: str | None, target: str | None = None) -> int:
     return len(text) + len(pair or "") + len(target or "")
 
@@ -358,7 +361,10 @@ class AttentionService:
                 f"max_new_tokens ({request.max_new_tokens}) is over this service's limit "
                 f"({self.settings.max_new_tokens}, HEADSCOPE_MAX_NEW_TOKENS)"
             )
-        return (name, request.text, request.text_pair, request.max_new_tokens, request.chat, request.target)
+        # generate: "" (a blank target never gets here as one: the schema makes it None), so a model that
+        # cannot write a target refuses it in _attend_one, and the cache keeps it apart from a plain request.
+        target = GENERATE if request.generate else request.target
+        return (name, request.text, request.text_pair, request.max_new_tokens, request.chat, target)
 
     async def _cached(self, key: Hashable, compute: Callable[[threading.Event], Awaitable[V]]) -> V:
         """The cached value of `key`, else computed once for all identical requests in flight and cached."""
@@ -427,9 +433,10 @@ class AttentionService:
         """A continuation, or an encoder-decoder's forced or generated target (worker thread)."""
         info = model.info
         if job.target is not None and not info.seq2seq:
+            what = "write a target (generate)" if job.target == GENERATE else "take a target"
             raise InvalidInputError(
                 f"{info.name!r} is {article(info.architecture)} model: "
-                "only encoder-decoder models take a target (T5, BART, Marian); send no target"
+                f"only encoder-decoder models {what} (T5, BART, Marian); send no target"
             )
         new_tokens = job.new_tokens
         if info.seq2seq and new_tokens is None:
@@ -438,7 +445,7 @@ class AttentionService:
             job.text,
             job.pair,
             max_tokens=limit,
-            target=job.target,
+            target=job.target or None,  # GENERATE: no target, the model writes it
             hidden_state=False,
             max_new_tokens=new_tokens,
             chat=job.chat,

@@ -240,6 +240,22 @@ def test_a_target_for_a_model_without_a_decoder_of_its_own(
     assert (
         served.post("/api/attention", json={"text": SOURCE, "model": model, "target": " "}).status_code == 200
     )
+    # Asked outright to write one: refused the same way.
+    r = served.post("/api/attention", json={"text": SOURCE, "model": model, "generate": True})
+    assert r.status_code == 422
+    assert r.json()["detail"] == (
+        f"{model!r} is {architecture} model: only encoder-decoder models write a target (generate) (T5, "
+        "BART, Marian); send no target"
+    )
+
+
+def test_generate_is_no_target_said_outright(served: TestClient) -> None:
+    plain = served.post("/api/attention", json={"text": SOURCE, "model": "t5"}).json()
+    asked = served.post("/api/attention", json={"text": SOURCE, "model": "t5", "generate": True}).json()
+    assert asked == plain and asked["generated"] >= 1
+    body = {"text": SOURCE, "model": "t5", "generate": True, "target": "Hi"}
+    both = served.post("/api/attention", json=body)
+    assert both.status_code == 422 and "not both" in str(both.json()["detail"])
 
 
 @pytest.mark.parametrize("kind", ["decoder", "cross"])
