@@ -118,6 +118,25 @@ CELL_CENTER_JS = """([i, j]) => {
 }"""
 
 
+def zoom_js(selector: str) -> str:
+    """JS (args [x range, y range], in tokens) zooming the Plotly figure at `selector`, as a drag would."""
+    return f"""async ([x, y]) => {{
+  await window.Plotly.relayout(document.querySelector('{selector}'), {{'xaxis.range': x, 'yaxis.range': y}});
+  return true;
+}}"""
+
+
+def cell_js(selector: str) -> str:
+    """JS (args [i, j]) giving the page coordinates of the centre of token cell (query i, key j) of the
+    long-input figure at `selector`: cell i spans [i, i + 1) on its axis."""
+    return f"""([i, j]) => {{
+  const gd = document.querySelector('{selector}');
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+  const box = gd.getBoundingClientRect();
+  return [box.left + xa._offset + xa.l2p(j + 0.5), box.top + ya._offset + ya.l2p(i + 0.5)];
+}}"""
+
+
 class PageSession:
     """A page plus what it did: every request URL, dialogs that fired, uncaught script errors."""
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import mha
+from tests.browser.conftest import cell_js, zoom_js
 from tests.tolerances import ROUND6, regemm_weight
 
 pytestmark = pytest.mark.browser
@@ -47,17 +48,8 @@ SHADES_JS = """async () => {
   });
   return bad;
 }"""
-ZOOM_JS = """async ([x, y]) => {
-  await window.Plotly.relayout(document.querySelector('#long-detail'), {'xaxis.range': x, 'yaxis.range': y});
-  return true;
-}"""
-# Page coordinates of the centre of token cell (query i, key j): cell i spans [i, i + 1) on its axis.
-CELL_JS = """([i, j]) => {
-  const gd = document.querySelector('#long-detail');
-  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
-  const box = gd.getBoundingClientRect();
-  return [box.left + xa._offset + xa.l2p(j + 0.5), box.top + ya._offset + ya.l2p(i + 0.5)];
-}"""
+ZOOM_JS = zoom_js("#long-detail")
+CELL_JS = cell_js("#long-detail")
 TOP_JS = """() => [...document.querySelectorAll('#long-text-top button')].map(
   (b) => [Number(b.dataset.index), Number(b.dataset.weight)])"""
 

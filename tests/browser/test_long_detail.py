@@ -17,7 +17,7 @@ from checkpoints import build_checkpoint
 
 import mha
 from benchmarks.launch import serve
-from tests.browser.conftest import ARTIFACTS, SERVER_START_S, PageSession
+from tests.browser.conftest import ARTIFACTS, SERVER_START_S, PageSession, cell_js, zoom_js
 from tests.tolerances import ROUND6, regemm_weight, rounded_row_sum
 
 pytestmark = pytest.mark.browser
@@ -67,20 +67,11 @@ FIGURE_JS = """() => {
   };
 }"""
 
-ZOOM_JS = """async ([x, y]) => {
-  await window.Plotly.relayout(document.querySelector('#long-zoom'), {'xaxis.range': x, 'yaxis.range': y});
-  return true;
-}"""
+ZOOM_JS = zoom_js("#long-zoom")
 
 SHOWS_JS = "(cols) => document.querySelector('#long-zoom').dataset.cols === cols"
 
-# Page coordinates of the centre of token cell (query i, key j): cell i spans [i, i + 1) on its axis.
-CELL_JS = """([i, j]) => {
-  const gd = document.querySelector('#long-zoom');
-  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
-  const box = gd.getBoundingClientRect();
-  return [box.left + xa._offset + xa.l2p(j + 0.5), box.top + ya._offset + ya.l2p(i + 0.5)];
-}"""
+CELL_JS = cell_js("#long-zoom")
 
 # What the page shows for tokens: the axis label (display token, shortened, escaped) and the hover's words.
 LABELS_JS = """async ([indices, i, j]) => {
