@@ -81,6 +81,10 @@ class Settings(BaseSettings):
     # Traces kept for zooming (LRU by Trace.nbytes); an evicted one is recomputed when next asked for.
     trace_cache_bytes: int = Field(default=4 * 2**30, ge=2**20)
 
+    def tokens_for(self, model_max_tokens: int) -> int:
+        """The most tokens the full-matrix routes read of a model: HEADSCOPE_MAX_TOKENS, capped by its own."""
+        return min(self.max_tokens, model_max_tokens)
+
     @model_validator(mode="after")
     def _back_off_in_order(self) -> Settings:
         if self.load_retry_max_seconds < self.load_retry_seconds:

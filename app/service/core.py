@@ -535,7 +535,7 @@ class AttentionService:
             for job in live:
                 self._forward(name, model, [job])
             return
-        limit = min(self.settings.max_tokens, model.info.max_tokens)
+        limit = self.settings.tokens_for(model.info.max_tokens)
         started = time.perf_counter()
 
         # Between layers (and between new tokens): stop once every client of this batch has gone.

@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 
 # Traces kept at most, whatever their size (the byte budget is the real bound; tiny traces are KBs).
 MAX_TRACES = 1024
-# The tokenizer's limit when counting the tokens of an input over the limit (for the 413's detail).
+# The tokenizer's limit when counting an input's tokens uncut (count_tokens: /api/trace/tokens, a 413).
 COUNT_ALL = 10**9
 
 Source = tuple[str, str, str | None, int, bool]  # core.Input: (model, text, pair, new tokens = 0, chat)
@@ -75,6 +75,11 @@ def trace_max_tokens(model: mha.AttentionModel, max_bytes: int) -> int:
         n += trace_nbytes(model, n + 1) <= max_bytes  # the float root may land one below
         n -= trace_nbytes(model, n) > max_bytes  # ... or one above
     return max(0, min(model.info.max_tokens, n))
+
+
+def count_tokens(model: mha.AttentionModel, text: str, pair: str | None, chat: bool) -> int:
+    """An input's tokens, uncut (the tokenizer alone): what /api/trace/tokens and a 413's detail say."""
+    return len(model.encoder.encode_batch([(text, pair)], COUNT_ALL, chat=chat)[0].ids)
 
 
 def _line(event: dict[str, Any]) -> bytes:
@@ -165,9 +170,8 @@ def tokens_json(
     name: str, model: mha.AttentionModel, request: TraceRequest, limits: tuple[int, int]
 ) -> bytes:
     """Encoding thread: the input's uncut token count (the tokenizer alone) and the limits it meets."""
-    encoded = model.encoder.encode_batch([(request.text, request.text_pair)], COUNT_ALL, chat=request.chat)
     max_tokens, trace_max = limits
-    n = len(encoded[0].ids)
+    n = count_tokens(model, request.text, request.text_pair, request.chat)
     counted = TraceTokens(model=name, n=n, max_tokens=max_tokens, trace_max_tokens=trace_max)
     return counted.model_dump_json().encode()
 
@@ -247,7 +251,7 @@ class Traces:
         """How long an input is, without a forward: the page's choice between /api/attention and a trace."""
         name = self.registry.resolve(request.model)
         _, model = await self._off_loop(self.registry.get, name)
-        limits = (min(self.settings.max_tokens, model.info.max_tokens), self.max_tokens(model))
+        limits = (self.settings.tokens_for(model.info.max_tokens), self.max_tokens(model))
         body: bytes = await self._off_loop(tokens_json, name, model, request, limits)
         return body
 
@@ -280,7 +284,7 @@ class Traces:
         limit = self.max_tokens(model)
         if not model.encoder.encode_batch([(text, pair)], limit, chat=chat)[0].truncated:
             return
-        n = len(model.encoder.encode_batch([(text, pair)], COUNT_ALL, chat=chat)[0].ids)
+        n = count_tokens(model, text, pair, chat)
         why = (
             "the model's own limit"
             if limit == model.info.max_tokens
@@ -358,7 +362,7 @@ class Traces:
                 if not listeners:
                     self._listeners.pop(key, None)
                 task.cancel()
-        stats_max_tokens = min(self.settings.max_tokens, trace.info.max_tokens)
+        stats_max_tokens = self.settings.tokens_for(trace.info.max_tokens)
         yield await self._off_loop(done_event, source[0], trace, stats_max_tokens)
 
 
