@@ -5,9 +5,10 @@
 // Figures are built by long-figure.js; this module owns the fetches: one window at a time (a new one aborts
 // the last), and an answer that is no longer the latest never draws.
 
-import { body, postJson } from "./api.js";
+import { postJson } from "./api.js";
 import { selectionLabel } from "./labels.js";
 import { MARGIN, MAX_CELLS, badgeText, buildLongFigure, describeWindow, visibleSpan } from "./long-figure.js";
+import { traceBody } from "./trace-api.js";
 
 const SETTLE_MS = 150; // a zoom or pan fetches once the view has been still this long
 const MIN_PLOT_PX = 240;
@@ -16,7 +17,8 @@ const REDUCES = Object.freeze({ max: "max (a lone spike stays visible)", mean: "
 
 /** POST /api/trace/window: one head's weights over rows x cols of a traced input (TraceWindowResponse). */
 export function fetchTraceWindow(query, request, { signal } = {}) {
-  return postJson("/api/trace/window", { ...body(query), ...request }, signal);
+  // The trace routes' body (the input alone): a run's words or continuation asked for are not theirs.
+  return postJson("/api/trace/window", { ...traceBody(query), ...request }, signal);
 }
 
 /** Which input a view shows: another head of the same one keeps the zoom. */

@@ -245,6 +245,8 @@ def test_over_the_trace_limit_says_the_limit_and_a_short_input_is_the_normal_pag
     page.check("#words")  # asked for, and not possible for a long input: said, not silently dropped
     session.run(SENTENCE * 30, model=long_model)  # ~600 tokens: long mode
     assert page.locator("#long-view").is_visible() and page.locator("#compare").is_disabled()
+    # The trace routes read the input alone: the words asked for never reach the detail's windows.
+    page.wait_for_selector("#long-detail[data-state=ready]")
     notice = page.locator("#notice").text_content()
     assert "Words mode needs the full matrices: available up to 512 tokens." in notice, notice
     page.fill("#text", "The cat sat on the mat.")  # typing gives the form's controls back
