@@ -7,6 +7,7 @@ Examples::
     HEADSCOPE_MODELS_DIR=/models                    # every subfolder with a config.json is registered
     HEADSCOPE_CORS_ORIGINS='["https://example.org"]'
     HEADSCOPE_ALLOWED_HOSTS='["headscope.example.org"]'  # names the server answers to besides localhost
+    HEADSCOPE_RUNS_DIR=/data/runs                   # finished `headscope corpus` runs, one subfolder each
 """
 
 from __future__ import annotations
@@ -80,6 +81,10 @@ class Settings(BaseSettings):
     trace_max_bytes: int = Field(default=2 * 2**30, ge=2**20)
     # Traces kept for zooming (LRU by Trace.nbytes); an evicted one is recomputed when next asked for.
     trace_cache_bytes: int = Field(default=4 * 2**30, ge=2**20)
+    # -- corpus runs (the Corpus view) --
+    # A folder of finished `headscope corpus` runs, one subfolder each, read only; None: the view says how
+    # to set it. Requests name a run by its subfolder's name, never by a path.
+    runs_dir: Path | None = None
 
     def tokens_for(self, model_max_tokens: int) -> int:
         """The most tokens the full-matrix routes read of a model: HEADSCOPE_MAX_TOKENS, capped by its own."""

@@ -41,6 +41,7 @@ from app.schemas import (
 from app.service import bodies
 from app.service.batcher import Batcher, Job, QueueFull, background, drop_if_abandoned
 from app.service.computed import Computed, article, from_result, merge_words
+from app.service.corpus import CorpusRuns
 from app.service.flights import STREAM_VALUES, Flights, Stream, settled
 from app.service.loaders import build_checks, build_loaders, default_model
 from app.service.traces import Traces
@@ -138,6 +139,7 @@ class AttentionService:
         self.traces = Traces(
             settings, self.registry, submit=self._submit_work, off_loop=self._off_loop, cached=self._cached
         )
+        self.corpus = CorpusRuns(settings.runs_dir, served=lambda: self.registry.names)
 
     # -- lifecycle -------------------------------------------------------------------------------
 

@@ -1,0 +1,57 @@
+"""The Corpus view's answers (app/routes/corpus.py): finished `headscope corpus` runs read back. The
+files behind them are the contract of docs/design.md "Corpus runs"; run.json is passed on as it is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class RunSummary(BaseModel):
+    name: str = Field(description="The run's folder name in HEADSCOPE_RUNS_DIR: how requests name it.")
+    model: str = Field(description="The model the run measured (run.json model.name).")
+    layers: int | None
+    heads: int | None
+    kind: str | None = Field(description='"self", or "encoder" for an encoder-decoder\'s encoder.')
+    words: bool = Field(description="Whether the statistics were taken on words (the page's Words mode).")
+    counts: dict[str, Any] = Field(description="records, texts, errors, truncated, shards (run.json).")
+    finished: str | None
+    stats: list[str] = Field(description="The statistics measured, as `head_stats` names them.")
+    served: bool = Field(description="Whether this server runs the run's model, so a text opens in full.")
+
+
+class RunList(BaseModel):
+    configured: bool = Field(description="Whether HEADSCOPE_RUNS_DIR is set.")
+    hint: str | None = Field(description="How to set it, when it is not.")
+    runs: list[RunSummary]
+
+
+class RunDetail(RunSummary):
+    run: dict[str, Any] = Field(description="run.json as written by the job.")
+    per_head: dict[str, list[Any]] = Field(
+        description="per_head.parquet as columns (layer, head, count, <stat>_mean|_std|_p05|_p50|_p95, "
+        "label_<label>), one entry per head, ordered by layer then head."
+    )
+
+
+class Example(BaseModel):
+    side: str = Field(description='"top" (highest values) or "bottom" (lowest).')
+    rank: int
+    value: float | None
+    id: str
+    line: int
+    text: str
+    text_pair: str | None
+
+
+class HeadValues(BaseModel):
+    name: str
+    layer: int
+    head: int
+    stat: str
+    values: list[float | None] = Field(description="The statistic for each text, in input order.")
+    ids: list[str] = Field(description="Each text's id (the input's `id`, else its line).")
+    lines: list[int] = Field(description="Each text's line (record number) in the input.")
+    top: list[Example] = Field(description="The texts where the statistic is highest, rank 1 first.")
+    bottom: list[Example] = Field(description="The texts where it is lowest, rank 1 first.")

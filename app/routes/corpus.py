@@ -1,0 +1,57 @@
+"""Finished corpus runs for the Corpus view: the list, one run's per-head table, one head's values.
+Thin: names are checked and files read in the service (app/service/corpus.py), off the event loop."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Path, Query, Request, Response
+
+from app.corpus_schemas import HeadValues, RunDetail, RunList
+from app.deps import ServiceDep
+from app.routes.common import ApiRouter, json_answer
+from app.schemas import ErrorResponse
+
+router = ApiRouter(tags=["corpus"])
+
+RUN_ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {
+        "model": ErrorResponse,
+        "description": "No such finished run in HEADSCOPE_RUNS_DIR (the detail lists them), or none is set.",
+    },
+    409: {"model": ErrorResponse, "description": "The run's files cannot be read or break the format."},
+}
+HEAD_ERRORS: dict[int | str, dict[str, Any]] = {
+    **RUN_ERRORS,
+    422: {"model": ErrorResponse, "description": "A layer or head beyond the run's model; an unknown stat."},
+}
+
+RunName = Annotated[str, Path(min_length=1, max_length=255, description="A run's name, as listed.")]
+Index = Annotated[int, Path(ge=0, le=32767)]
+
+
+@router.get("/corpus/runs", response_model=RunList)
+async def corpus_runs(request: Request, service: ServiceDep) -> Response:
+    """The finished runs of HEADSCOPE_RUNS_DIR (subfolders whose run.json says `complete`), by name, with
+    their model (`served`: this server runs it), kind, counts, finish time and statistics."""
+    return await json_answer(request, service.corpus.listing())
+
+
+@router.get("/corpus/runs/{name}", response_model=RunDetail, responses=RUN_ERRORS)
+async def corpus_run(name: RunName, request: Request, service: ServiceDep) -> Response:
+    """One run: its run.json and its per-head table (per_head.parquet) as columns."""
+    return await json_answer(request, service.corpus.run(name))
+
+
+@router.get("/corpus/runs/{name}/heads/{layer}/{head}", response_model=HeadValues, responses=HEAD_ERRORS)
+async def corpus_head(
+    name: RunName,
+    layer: Index,
+    head: Index,
+    request: Request,
+    service: ServiceDep,
+    stat: Annotated[str, Query(min_length=1, max_length=64, description="A statistic the run measured.")],
+) -> Response:
+    """One head's statistic over the corpus: its value for each text (per_text.parquet), and the texts
+    where it is highest and lowest (examples.parquet)."""
+    return await json_answer(request, service.corpus.head(name, layer, head, stat))

@@ -1,0 +1,250 @@
+"""Finished corpus runs (`headscope corpus`, mha.corpus) read back for the page, from HEADSCOPE_RUNS_DIR.
+
+Read-only, and a request never names a path: a run is a subfolder's name, looked up in the listing (real
+subfolders of the runs folder, symlinks leading out of it left out, whose run.json says complete), so
+"..", "a/b", absolute paths and links out of the folder are unknown runs (404). The files are the
+contract of docs/design.md "Corpus runs". Parquet is read in a worker thread and kept in a small LRU by
+(file, size, mtime): a run rewritten in place is read afresh, an unchanged one once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Callable, Collection
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from anyio import to_thread
+
+from app.cache import LRUCache
+from app.errors import InvalidInputError, ServiceError
+
+logger = logging.getLogger(__name__)
+
+FILES = ("run.json", "per_text.parquet", "per_head.parquet", "examples.parquet")
+RUNS_DIR_HINT = (
+    "set HEADSCOPE_RUNS_DIR to a folder holding finished runs of `headscope corpus` (one subfolder a run) "
+    "and restart the server"
+)
+CACHE_ENTRIES = 64  # per_head tables, heads' values and examples of the runs being looked at
+CACHE_BYTES = 64 * 2**20
+
+
+class UnknownRunError(ServiceError):
+    status = 404
+
+    def __init__(self, name: str, known: Collection[str], *, configured: bool = True) -> None:
+        if not configured:
+            super().__init__(f"no corpus runs are served here: {RUNS_DIR_HINT}")
+            return
+        names = ", ".join(sorted(known)) or "none"
+        # repr() so a name with quotes, slashes or newlines is shown, not interpreted.
+        super().__init__(f"unknown corpus run {name[:100]!r}; finished runs: {names}")
+
+
+class UnreadableRunError(ServiceError):
+    """A listed run whose files cannot be read (being rewritten, or damaged): the operator's to fix."""
+
+    status = 409
+
+
+def finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: such a float (an empty statistic) becomes null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [finite(item) for item in value]
+    return value
+
+
+def _inside(path: Path, root: Path) -> bool:
+    """Whether `path`, its links followed, lies within `root` (itself resolved)."""
+    try:
+        return path.resolve(strict=True).is_relative_to(root)
+    except OSError:
+        return False
+
+
+class CorpusRuns:
+    """The runs of one folder (None: none configured). `served()` names the models this server runs."""
+
+    def __init__(self, root: Path | None, *, served: Callable[[], Collection[str]]) -> None:
+        self.root = root
+        self.served = served
+        self.cache = LRUCache(max_entries=CACHE_ENTRIES, max_bytes=CACHE_BYTES)
+
+    @property
+    def configured(self) -> bool:
+        return self.root is not None
+
+    # -- the listing: the only way from a name to a folder ------------------------------------------
+
+    def _runs(self) -> dict[str, tuple[Path, dict[str, Any]]]:
+        """name -> (folder, run.json) of every finished run, in name order."""
+        if self.root is None:
+            return {}
+        try:
+            root = self.root.resolve(strict=True)
+            folders = sorted(root.iterdir())
+        except OSError as error:
+            logger.warning("corpus runs folder %s cannot be read: %s", self.root, error)
+            return {}
+        runs = {}
+        for folder in folders:
+            if not folder.is_dir() or not _inside(folder, root):
+                continue
+            if not all(_inside(folder / name, root) for name in FILES):
+                continue  # unfinished, or a file linked from outside the runs folder
+            meta = self._meta(folder)
+            if meta is not None and meta.get("complete") is True:
+                runs[folder.name] = (folder, meta)
+        return runs
+
+    def _meta(self, folder: Path) -> dict[str, Any] | None:
+        path = folder / "run.json"
+        try:
+            key = ("run.json", *_stamp(path))
+            meta = self.cache.get(key)
+            if meta is None:
+                meta = json.loads(path.read_text("utf-8"))
+                self.cache.put(key, meta, size=path.stat().st_size)
+        except (OSError, ValueError) as error:
+            logger.warning("corpus run %s: run.json cannot be read: %s", folder, error)
+            return None
+        return meta if isinstance(meta, dict) else None
+
+    def _run(self, name: str) -> tuple[Path, dict[str, Any]]:
+        runs = self._runs()
+        if name not in runs:
+            raise UnknownRunError(name, runs, configured=self.configured)
+        return runs[name]
+
+    # -- answers (each runs in a worker thread) -----------------------------------------------------
+
+    # Each is read and encoded to JSON in a worker thread: a head's values may be 100,000 numbers.
+
+    async def listing(self) -> bytes:
+        return await to_thread.run_sync(_readable, lambda _name: self._listing(), "")
+
+    async def run(self, name: str) -> bytes:
+        return await to_thread.run_sync(_readable, self._run_answer, name)
+
+    async def head(self, name: str, layer: int, head: int, stat: str) -> bytes:
+        return await to_thread.run_sync(_readable, self._head_answer, name, layer, head, stat)
+
+    def _listing(self) -> dict[str, Any]:
+        served = set(self.served())
+        runs = [self._summary(name, meta, served) for name, (_, meta) in self._runs().items()]
+        hint = None if self.configured else RUNS_DIR_HINT
+        return {"configured": self.configured, "hint": hint, "runs": runs}
+
+    @staticmethod
+    def _summary(name: str, meta: dict[str, Any], served: Collection[str]) -> dict[str, Any]:
+        """What the list says of a run; a field of run.json of the wrong type reads as absent."""
+
+        def of(where: dict[str, Any], key: str, kind: type) -> Any:
+            value = where.get(key)  # isinstance(True, int) holds: a bool is no count
+            return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+        model = of(meta, "model", dict) or {}
+        settings = of(meta, "settings", dict) or {}
+        stats = of(meta, "stats", list) or []
+        model_name = str(model.get("name", ""))
+        return finite(
+            {
+                "name": name,
+                "model": model_name,
+                "layers": of(model, "layers", int),
+                "heads": of(model, "heads", int),
+                "kind": of(meta, "kind", str),
+                "words": settings.get("words") is True,
+                "counts": of(meta, "counts", dict) or {},
+                "finished": of(meta, "finished", str),
+                "stats": [stat for stat in stats if isinstance(stat, str)],
+                "served": model_name in served,
+            }
+        )
+
+    def _run_answer(self, name: str) -> dict[str, Any]:
+        folder, meta = self._run(name)
+        table = self._table(folder, "per_head.parquet")
+        order = pc.sort_indices(table, sort_keys=[("layer", "ascending"), ("head", "ascending")])
+        columns = table.take(order).to_pydict()
+        summary = self._summary(name, meta, set(self.served()))
+        return finite({**summary, "run": meta, "per_head": columns})
+
+    def _head_answer(self, name: str, layer: int, head: int, stat: str) -> dict[str, Any]:
+        folder, meta = self._run(name)
+        summary = self._summary(name, meta, ())
+        stats = summary["stats"]
+        if stat not in stats:
+            raise InvalidInputError(f"unknown statistic {stat[:100]!r}; this run has: {', '.join(stats)}")
+        for what, index, count in (("layer", layer, summary["layers"]), ("head", head, summary["heads"])):
+            if isinstance(count, int) and index >= count:
+                raise InvalidInputError(
+                    f"{what} {index} out of range: the run's model has {count} {what}s (0..{count - 1})"
+                )
+        where = (pc.field("layer") == layer) & (pc.field("head") == head)
+        texts = self._table(folder, "per_text.parquet", columns=("id", "line", stat), where=where)
+        texts = texts.take(pc.sort_indices(texts, sort_keys=[("line", "ascending")]))
+        examples = self._table(folder, "examples.parquet", where=where & (pc.field("stat") == stat))
+        examples = examples.take(pc.sort_indices(examples, sort_keys=[("rank", "ascending")]))
+        rows = examples.select(["side", "rank", "value", "id", "line", "text", "text_pair"]).to_pylist()
+        return finite(
+            {
+                "name": name,
+                "layer": layer,
+                "head": head,
+                "stat": stat,
+                "values": texts.column(stat).to_pylist(),
+                "ids": texts.column("id").to_pylist(),
+                "lines": texts.column("line").to_pylist(),
+                "top": [row for row in rows if row["side"] == "top"],
+                "bottom": [row for row in rows if row["side"] == "bottom"],
+            }
+        )
+
+    def _table(
+        self,
+        folder: Path,
+        file: str,
+        *,
+        columns: tuple[str, ...] | None = None,
+        where: pc.Expression | None = None,
+    ) -> pa.Table:
+        """A Parquet file of a run (the rows `where` keeps), through the LRU."""
+        path = folder / file
+        try:
+            key = (str(path), *_stamp(path), columns, str(where))
+            table = self.cache.get(key)
+            if table is None:
+                table = pq.read_table(path, columns=list(columns) if columns else None, filters=where)
+                self.cache.put(key, table, size=table.nbytes)
+        except (OSError, pa.ArrowException) as error:
+            detail = f"corpus run {folder.name!r}: {file} cannot be read ({error})"
+            raise UnreadableRunError(detail) from error
+        return table
+
+
+def _readable(answer: Callable[..., dict[str, Any]], name: str, *args: Any) -> bytes:
+    """`answer(name, *args)` as JSON; a run's files that break the contract (a column missing, a wrong
+    type) said as such rather than as a server error."""
+    try:
+        return json.dumps(answer(name, *args), allow_nan=False, separators=(",", ":")).encode()
+    except (KeyError, TypeError, ValueError, pa.ArrowException) as error:
+        detail = f"corpus run {name[:100]!r} does not follow the format: {error!r}"
+        raise UnreadableRunError(detail) from error
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    """What changes when a file is rewritten: its size and modification time (ns)."""
+    status = os.stat(path)
+    return status.st_size, status.st_mtime_ns

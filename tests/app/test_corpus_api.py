@@ -1,0 +1,161 @@
+"""The corpus routes: finished runs of HEADSCOPE_RUNS_DIR listed by name, read back to the contract,
+and never a path from a request."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from corpus_fixture import STATS, random_values, sentences, write_run
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
+
+LAYERS, HEADS, TEXTS = 2, 3, 12
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    root = tmp_path_factory.mktemp("runs")
+    texts = sentences(TEXTS)
+    values = random_values(TEXTS, LAYERS, HEADS, seed=1)
+    write_run(root / "minilm-demo", texts, values)
+    write_run(
+        root / "elsewhere-model", texts[:4], random_values(4, LAYERS, HEADS, seed=2), model="not-served"
+    )
+    write_run(root / "unfinished", texts[:3], random_values(3, LAYERS, HEADS, seed=3), complete=False)
+    (root / "notes.txt").write_text("not a run")
+    (root / "empty").mkdir()
+    outside = write_run(tmp_path_factory.mktemp("outside") / "secret", texts[:3], random_values(3, 1, 1))
+    (root / "linked-out").symlink_to(outside, target_is_directory=True)
+    return {"root": root, "texts": texts, "values": values}
+
+
+@pytest.fixture(scope="module")
+def client(runs: dict[str, object], make_settings: Callable[..., Settings]) -> Iterator[TestClient]:
+    with TestClient(create_app(make_settings(runs_dir=runs["root"]))) as test_client:
+        yield test_client
+
+
+def test_the_list_names_finished_runs_only(client: TestClient) -> None:
+    answer = client.get("/api/corpus/runs").json()
+    assert answer["configured"] is True and answer["hint"] is None
+    # unfinished (complete: false), a file, an empty folder and a link out of the folder are not runs.
+    assert [run["name"] for run in answer["runs"]] == ["elsewhere-model", "minilm-demo"]
+    demo = answer["runs"][1]
+    assert demo["model"] == "all-MiniLM-L6-v2" and demo["served"] is True
+    assert (demo["layers"], demo["heads"], demo["kind"], demo["words"]) == (LAYERS, HEADS, "self", False)
+    assert demo["counts"]["texts"] == TEXTS and demo["stats"] == list(STATS)
+    assert answer["runs"][0]["served"] is False  # "not-served" is no model of this server
+
+
+def test_a_run_gives_its_per_head_table(client: TestClient, runs: dict[str, object]) -> None:
+    values = runs["values"]
+    assert isinstance(values, dict)
+    answer = client.get("/api/corpus/runs/minilm-demo").json()
+    assert answer["run"]["complete"] is True and answer["name"] == "minilm-demo"
+    table = answer["per_head"]
+    assert table["layer"] == [0, 0, 0, 1, 1, 1] and table["head"] == [0, 1, 2, 0, 1, 2]
+    assert table["count"] == [TEXTS] * (LAYERS * HEADS)
+    # Exact: the fixture wrote these very float64 numbers, and JSON carries a float64 round trip.
+    expected = [values["entropy"][:, layer, head].mean() for layer in range(LAYERS) for head in range(HEADS)]
+    assert table["entropy_mean"] == expected
+    labels = [key for key in table if key.startswith("label_")]
+    assert "label_previous_token" in labels and "label_mixed" in labels
+    assert all(sum(table[key][i] for key in labels) == TEXTS for i in range(LAYERS * HEADS))
+
+
+def test_a_head_gives_each_texts_value_and_its_examples(client: TestClient, runs: dict[str, object]) -> None:
+    values, texts = runs["values"], runs["texts"]
+    assert isinstance(values, dict) and isinstance(texts, list)
+    answer = client.get("/api/corpus/runs/minilm-demo/heads/1/2", params={"stat": "previous"}).json()
+    column = values["previous"][:, 1, 2]
+    assert answer["values"] == column.tolist()  # exact: float64 through Parquet and JSON
+    assert answer["ids"] == [text["id"] for text in texts]
+    assert answer["lines"] == list(range(1, TEXTS + 1))
+    top = np.argsort(-column, kind="stable")[:5]
+    assert [example["line"] for example in answer["top"]] == [texts[t]["line"] for t in top]
+    assert [example["rank"] for example in answer["top"]] == [1, 2, 3, 4, 5]
+    assert answer["top"][0]["value"] == column.max() and answer["bottom"][0]["value"] == column.min()
+    first = answer["top"][0]
+    assert first["text"] == texts[top[0]]["text"] and first["text_pair"] == texts[top[0]]["text_pair"]
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "words"),
+    [
+        ("/api/corpus/runs/nope", 404, "finished runs: elsewhere-model, minilm-demo"),
+        ("/api/corpus/runs/unfinished", 404, "unknown corpus run 'unfinished'"),
+        ("/api/corpus/runs/linked-out", 404, "unknown corpus run 'linked-out'"),
+        ("/api/corpus/runs/notes.txt", 404, "unknown corpus run"),
+        ("/api/corpus/runs/..", 404, ""),  # a client normalises it away: no such route
+        ("/api/corpus/runs/%2e%2e", 404, "unknown corpus run '..'"),
+        # "/" decoded before routing: no route takes a name with one.
+        ("/api/corpus/runs/%2e%2e%2fminilm-demo", 404, "Not Found"),
+        ("/api/corpus/runs/%2Fetc", 404, "Not Found"),
+        (
+            "/api/corpus/runs/minilm-demo/heads/2/0?stat=entropy",
+            422,
+            "layer 2 out of range: the run's model has 2",
+        ),
+        (
+            "/api/corpus/runs/minilm-demo/heads/0/3?stat=entropy",
+            422,
+            "head 3 out of range: the run's model has 3",
+        ),
+        ("/api/corpus/runs/minilm-demo/heads/-1/0?stat=entropy", 422, "layer"),
+        (
+            "/api/corpus/runs/minilm-demo/heads/0/0?stat=nope",
+            422,
+            "unknown statistic 'nope'; this run has: entropy",
+        ),
+        ("/api/corpus/runs/minilm-demo/heads/0/0", 422, "stat: Field required"),
+        ("/api/corpus/runs/unfinished/heads/0/0?stat=entropy", 404, "unknown corpus run"),
+    ],
+)
+def test_what_is_no_run_is_refused_clearly(client: TestClient, path: str, status: int, words: str) -> None:
+    response = client.get(path)
+    assert response.status_code == status, response.text
+    assert words in response.json()["detail"]
+
+
+def test_without_a_runs_dir_the_list_says_how_to_set_it(make_settings: Callable[..., Settings]) -> None:
+    with TestClient(create_app(make_settings())) as client:
+        answer = client.get("/api/corpus/runs").json()
+        assert answer == {"configured": False, "hint": answer["hint"], "runs": []}
+        assert "HEADSCOPE_RUNS_DIR" in answer["hint"]
+        response = client.get("/api/corpus/runs/minilm-demo")
+        assert response.status_code == 404 and "HEADSCOPE_RUNS_DIR" in response.json()["detail"]
+
+
+def test_a_run_rewritten_in_place_is_read_afresh(
+    tmp_path: Path, make_settings: Callable[..., Settings]
+) -> None:
+    texts = sentences(4)
+    write_run(tmp_path / "run", texts, random_values(4, 1, 2, seed=5))
+    with TestClient(create_app(make_settings(runs_dir=tmp_path))) as client:
+        before = client.get("/api/corpus/runs/run/heads/0/1", params={"stat": "max"}).json()["values"]
+        assert client.get("/api/corpus/runs/run/heads/0/1", params={"stat": "max"}).json()["values"] == before
+        again = random_values(4, 1, 2, seed=6)
+        write_run(tmp_path / "run", texts, again)
+        stamp = time.time() + 10  # a new mtime even on a file system with coarse timestamps
+        for file in (tmp_path / "run").iterdir():
+            os.utime(file, (stamp, stamp))
+        after = client.get("/api/corpus/runs/run/heads/0/1", params={"stat": "max"}).json()["values"]
+        assert after == again["max"][:, 0, 1].tolist() != before
+
+
+def test_a_damaged_run_is_a_clear_409(tmp_path: Path, make_settings: Callable[..., Settings]) -> None:
+    write_run(tmp_path / "run", sentences(3), random_values(3, 1, 1))
+    (tmp_path / "run" / "per_text.parquet").write_bytes(b"not parquet")
+    (tmp_path / "run" / "per_head.parquet").write_bytes(b"PAR1")
+    with TestClient(create_app(make_settings(runs_dir=tmp_path))) as client:
+        for path in ("/api/corpus/runs/run", "/api/corpus/runs/run/heads/0/0?stat=entropy"):
+            response = client.get(path)
+            assert response.status_code == 409, response.text
+            assert "corpus run 'run'" in response.json()["detail"]

@@ -1,0 +1,189 @@
+"""A finished corpus run written exactly to the contract of docs/design.md "Corpus runs" (the files
+`mha.corpus.run` writes and the Corpus view reads), from given numbers, with pyarrow.
+
+`write_run(out, texts, values, ...)`: `texts` the input records ({"id", "line", "text", "text_pair"}),
+`values[stat]` an array [texts, layers, heads] for every `head_stats` statistic. Labels come from
+mha's own `head_labels` on each text's statistics; per_head and examples are aggregated here by the
+contract's rules (population std, numpy's linear percentiles, ties to the earlier line).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from mha.analysis.stats import LABELS, head_labels
+
+# head_stats's keys, in its order.
+STATS = (
+    "entropy",
+    "entropy_norm",
+    "distance",
+    "self",
+    "previous",
+    "next",
+    "local",
+    "forward",
+    "special",
+    "punctuation",
+    "first",
+    "max",
+)
+EXAMPLES = 5  # texts per side, head and statistic
+
+
+def random_values(texts: int, layers: int, heads: int, *, seed: int = 0) -> dict[str, np.ndarray]:
+    """Plausible statistics: shares in [0, 1], entropy and distance positive; all distinct."""
+    rng = np.random.default_rng(seed)
+    shape = (texts, layers, heads)
+    values = {stat: rng.uniform(0.0, 1.0, shape) for stat in STATS}
+    values["entropy"] = rng.uniform(0.0, 3.0, shape)
+    values["distance"] = rng.uniform(0.0, 12.0, shape)
+    return values
+
+
+def write_run(
+    out: Path,
+    texts: Sequence[Mapping[str, Any]],
+    values: Mapping[str, np.ndarray],
+    *,
+    model: str = "all-MiniLM-L6-v2",
+    kind: str = "self",
+    words: bool = False,
+    complete: bool = True,
+) -> Path:
+    """Write run.json, per_text.parquet, per_head.parquet and examples.parquet into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    count, layers, heads = values[STATS[0]].shape
+    if len(texts) != count or set(values) != set(STATS):
+        raise ValueError(f"{len(texts)} texts for {count} rows of values; stats {sorted(values)}")
+    labels = [head_labels({s: torch.from_numpy(values[s][t]) for s in STATS}) for t in range(count)]
+
+    # per_text: input order, then layer, then head.
+    t_index, l_index, h_index = (a.ravel() for a in np.indices((count, layers, heads)))
+    per_text: dict[str, pa.Array] = {
+        "id": pa.array([str(texts[t]["id"]) for t in t_index], pa.string()),
+        "line": pa.array([int(texts[t]["line"]) for t in t_index], pa.int64()),
+        "n_tokens": pa.array([len(str(texts[t]["text"]).split()) + 2 for t in t_index], pa.int32()),
+        "truncated": pa.array([False] * len(t_index), pa.bool_()),
+        "layer": pa.array(l_index, pa.int16()),
+        "head": pa.array(h_index, pa.int16()),
+        **{stat: pa.array(values[stat].ravel(), pa.float64()) for stat in STATS},
+        "label": pa.array([labels[t][lay][h] for t, lay, h in zip(t_index, l_index, h_index, strict=True)]),
+    }
+    pq.write_table(pa.table(per_text), out / "per_text.parquet")
+
+    # per_head: one row per (layer, head).
+    rows: dict[str, list[Any]] = {"layer": [], "head": [], "count": []}
+    for layer in range(layers):
+        for head in range(heads):
+            rows["layer"].append(layer)
+            rows["head"].append(head)
+            rows["count"].append(count)
+            for stat in STATS:
+                column = values[stat][:, layer, head]
+                for suffix, value in (
+                    ("mean", column.mean()),
+                    ("std", column.std(ddof=0)),
+                    ("p05", np.percentile(column, 5)),
+                    ("p50", np.percentile(column, 50)),
+                    ("p95", np.percentile(column, 95)),
+                ):
+                    rows.setdefault(f"{stat}_{suffix}", []).append(float(value))
+            for label in LABELS:
+                hits = sum(labels[t][layer][head] == label for t in range(count))
+                rows.setdefault(f"label_{label.replace('-', '_')}", []).append(hits)
+    types = {"layer": pa.int16(), "head": pa.int16(), "count": pa.int64()}
+    table = {
+        key: pa.array(column, types.get(key, pa.int64() if key.startswith("label_") else pa.float64()))
+        for key, column in rows.items()
+    }
+    pq.write_table(pa.table(table), out / "per_head.parquet")
+
+    # examples: for each (layer, head, stat) the top and bottom texts, ties to the earlier line.
+    examples: dict[str, list[Any]] = {
+        key: []
+        for key in ("layer", "head", "stat", "side", "rank", "value", "id", "line", "text", "text_pair")
+    }
+    lines = np.array([int(text["line"]) for text in texts])
+    for layer in range(layers):
+        for head in range(heads):
+            for stat in STATS:
+                column = values[stat][:, layer, head]
+                for side, key in (("top", -column), ("bottom", column)):
+                    order = np.lexsort((lines, key))[:EXAMPLES]
+                    for rank, t in enumerate(order, start=1):
+                        text = texts[int(t)]
+                        for field, value in (
+                            ("layer", layer),
+                            ("head", head),
+                            ("stat", stat),
+                            ("side", side),
+                            ("rank", rank),
+                            ("value", float(column[t])),
+                            ("id", str(text["id"])),
+                            ("line", int(text["line"])),
+                            ("text", text["text"]),
+                            ("text_pair", text.get("text_pair")),
+                        ):
+                            examples[field].append(value)
+    example_types = {
+        "layer": pa.int16(),
+        "head": pa.int16(),
+        "rank": pa.int16(),
+        "line": pa.int64(),
+        "value": pa.float64(),
+        "text_pair": pa.string(),
+    }
+    pq.write_table(
+        pa.table({key: pa.array(column, example_types.get(key)) for key, column in examples.items()}),
+        out / "examples.parquet",
+    )
+    (out / "errors.jsonl").write_text("")
+
+    run = {
+        "format": 1,
+        "complete": complete,
+        "name": out.name,
+        "engine": "local",
+        "kind": kind,
+        "model": {
+            "name": model,
+            "family": "bert",
+            "architecture": "encoder",
+            "layers": layers,
+            "heads": heads,
+        },
+        "input": {"name": "texts.jsonl", "format": "jsonl", "bytes": 1234},
+        "settings": {"batch": 32, "words": words, "shard_size": 1000, "max_tokens": 512},
+        "counts": {"records": count, "texts": count, "errors": 0, "truncated": 0, "shards": 1},
+        "stats": list(STATS),
+        "labels": list(LABELS),
+        "timings": {"seconds": 1.5, "texts_per_second": count / 1.5},
+        "versions": {"headscope": "0.1.0", "torch": torch.__version__, "pyarrow": pa.__version__},
+        "started": "2026-11-24T01:00:00Z",
+        "finished": "2026-11-24T01:00:02Z",
+    }
+    (out / "run.json").write_text(json.dumps(run, indent=2))
+    return out
+
+
+def sentences(count: int) -> list[dict[str, Any]]:
+    """`count` distinct short records, every third with a pair, ids "t<line>"."""
+    words = ("the cat sat on the mat", "a dog ran in the park", "birds sing at dawn", "rain fell all night")
+    return [
+        {
+            "id": f"t{line}",
+            "line": line,
+            "text": f"{words[line % len(words)]} {line}.",
+            "text_pair": f"And then {line} more." if line % 3 == 0 else None,
+        }
+        for line in range(1, count + 1)
+    ]
