@@ -29,6 +29,7 @@ class RunList(BaseModel):
 
 class RunDetail(RunSummary):
     run: dict[str, Any] = Field(description="run.json as written by the job.")
+    stat_descriptions: dict[str, str] = Field(description="What each statistic measures (one line each).")
     per_head: dict[str, list[Any]] = Field(
         description="per_head.parquet as columns (layer, head, count, <stat>_mean|_std|_p05|_p50|_p95, "
         "label_<label>), one entry per head, ordered by layer then head."

@@ -20,10 +20,15 @@ RUN_ERRORS: dict[int | str, dict[str, Any]] = {
         "description": "No such finished run in HEADSCOPE_RUNS_DIR (the detail lists them), or none is set.",
     },
     409: {"model": ErrorResponse, "description": "The run's files cannot be read or break the format."},
+    422: {"model": ErrorResponse, "description": "A malformed name."},
 }
 HEAD_ERRORS: dict[int | str, dict[str, Any]] = {
     **RUN_ERRORS,
-    422: {"model": ErrorResponse, "description": "A layer or head beyond the run's model; an unknown stat."},
+    422: {
+        "model": ErrorResponse,
+        "description": "A layer or head beyond the run's model, a statistic it did not measure, or a "
+        "malformed name, layer, head or stat.",
+    },
 }
 
 RunName = Annotated[str, Path(min_length=1, max_length=255, description="A run's name, as listed.")]

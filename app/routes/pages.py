@@ -7,10 +7,11 @@ import hashlib
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import plotly
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
 from app.deps import ServiceDep, SettingsDep
@@ -26,8 +27,12 @@ PLOTLY_PATH = "/static/vendor/plotly.min.js"
 PLOTLY_CACHE = "public, max-age=31536000, immutable"
 
 
-@router.get("/", response_class=HTMLResponse)
-def index(request: Request, service: ServiceDep, settings: SettingsDep) -> HTMLResponse:
+@router.get("/", response_class=HTMLResponse, response_model=None)
+def index(request: Request, service: ServiceDep, settings: SettingsDep) -> HTMLResponse | RedirectResponse:
+    root = request.scope.get("root_path", "")
+    if request.query_params.get("view") == "corpus":  # the Corpus view has a page of its own
+        rest = [(key, value) for key, value in request.query_params.multi_items() if key != "view"]
+        return RedirectResponse(f"{root}/corpus?{urlencode(rest)}", status_code=303)
     models = service.models()
     # Everything the page needs before its first request; rendered as a JSON data block by |tojson.
     data: dict[str, Any] = {
@@ -41,13 +46,20 @@ def index(request: Request, service: ServiceDep, settings: SettingsDep) -> HTMLR
             "flow_max_tokens": settings.flow_max_tokens or FLOW_MAX_TOKENS,  # the flow button's limit
         },
     }
-    root = request.scope.get("root_path", "")
     context = {
         "data": data,
         "static_prefix": f"{root}/static",
         "plotly_url": f"{root}{PLOTLY_PATH}?v={plotly.__version__}",
     }
     return templates.TemplateResponse(request, "index.html", context)
+
+
+@router.get("/corpus", response_class=HTMLResponse)
+def corpus(request: Request) -> HTMLResponse:
+    """The Corpus view: finished corpus runs (HEADSCOPE_RUNS_DIR), which it fetches itself."""
+    root = request.scope.get("root_path", "")
+    context = {"static_prefix": f"{root}/static", "plotly_url": f"{root}{PLOTLY_PATH}?v={plotly.__version__}"}
+    return templates.TemplateResponse(request, "corpus.html", context)
 
 
 @router.get("/docs", response_class=HTMLResponse)

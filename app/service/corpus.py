@@ -24,6 +24,7 @@ from anyio import to_thread
 
 from app.cache import LRUCache
 from app.errors import InvalidInputError, ServiceError
+from mha.analysis import STAT_DESCRIPTIONS
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +180,8 @@ class CorpusRuns:
         order = pc.sort_indices(table, sort_keys=[("layer", "ascending"), ("head", "ascending")])
         columns = table.take(order).to_pydict()
         summary = self._summary(name, meta, set(self.served()))
-        return finite({**summary, "run": meta, "per_head": columns})
+        descriptions = {stat: STAT_DESCRIPTIONS.get(stat, "") for stat in summary["stats"]}
+        return finite({**summary, "run": meta, "stat_descriptions": descriptions, "per_head": columns})
 
     def _head_answer(self, name: str, layer: int, head: int, stat: str) -> dict[str, Any]:
         folder, meta = self._run(name)

@@ -105,6 +105,23 @@ export const SELECTORS = Object.freeze({
   longTextTokens: "#long-text-tokens",
   longTextCursor: "#long-text-cursor",
   longInsight: "#long-insight",
+  // The Corpus view (templates/corpus.html)
+  corpusRun: "#corpus-run",
+  corpusStat: "#corpus-stat",
+  corpusPlotKind: "#corpus-plot-kind",
+  corpusAll: "#corpus-all",
+  corpusEmpty: "#corpus-empty",
+  corpusNotice: "#corpus-notice",
+  corpusSummary: "#corpus-summary",
+  corpusGrid: "#corpus-grid",
+  corpusLegend: "#corpus-legend",
+  corpusHeadTitle: "#corpus-head-title",
+  corpusHeadSummary: "#corpus-head-summary",
+  corpusPlot: "#corpus-plot",
+  corpusTop: "#corpus-top",
+  corpusBottom: "#corpus-bottom",
+  corpusLinkNote: "#corpus-link-note",
+  corpusWorkspace: "#corpus-workspace",
 });
 
 /** The element registered under `name`; throws if the template lacks it (a bug, not a user error). */

@@ -2,7 +2,8 @@
 
 The app serves the embedded default, "random", and a tiny checkpoint of each family in tests/checkpoints.py
 FAMILIES, and a tiny T5 (an encoder-decoder: tests/seq2seq_checkpoints.py); a family added there is fuzzed
-here with no other change. Each route is fuzzed once as
+here with no other change. The corpus routes read a run folder written by tests/corpus_fixture.py. Each route
+is fuzzed once as
 schemathesis generates its requests (the schema's `model` is an enum of the registered names) and once per
 family, with every `model` the request names set to that family. The answers that a schema-valid request
 may still get (413, and 422 for what depends on the model) are declared in schemathesis.toml, which the
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 import schemathesis
 from checkpoints import FAMILIES, build_tiny_checkpoints
+from corpus_fixture import STATS, random_values, sentences, write_run
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 from schemathesis.config import SchemathesisConfig
@@ -43,6 +45,10 @@ for _family in SEQ2SEQ:
     build_seq2seq_checkpoint(_family, CHECKPOINTS / _family)
 MODELS = FAMILIES + SEQ2SEQ
 FLOW_MAX_TOKENS = 6
+# A finished corpus run of 2 layers x 2 heads, named where the drawn name is a valid one (see _corpus).
+RUN = "fuzz-run"
+RUNS = CHECKPOINTS / "runs"
+write_run(RUNS / RUN, sentences(6), random_values(6, 2, 2), model=FAMILIES[0])
 
 # max_tokens caps the cost of each example; flow_max_tokens keeps an attention-flow example to
 # milliseconds (its cost grows as n⁴). The cache stays on: repeated examples are common, and it is the
@@ -56,6 +62,7 @@ app = create_app(
         max_tokens=32,
         flow_max_tokens=FLOW_MAX_TOKENS,
         allowed_hosts=["testserver"],
+        runs_dir=RUNS,
     )
 )
 schema = schemathesis.openapi.from_asgi(
@@ -99,6 +106,7 @@ def test_no_input_breaks_the_contract_on_any_family(case, family: str) -> None: 
 
 
 def _check(case, model: str | None) -> None:  # type: ignore[no-untyped-def]
+    _corpus(case)
     inputs = _inputs(case.body)
     if model is not None:
         for part in inputs:
@@ -111,6 +119,17 @@ def _check(case, model: str | None) -> None:  # type: ignore[no-untyped-def]
     case.validate_response(response)  # every check, as `schemathesis run --checks all`
     if response.status_code == 200:
         answered[f"{case.method} {case.path}"].update(str(part.get("model")) for part in inputs)
+
+
+def _corpus(case) -> None:  # type: ignore[no-untyped-def]
+    """On a corpus route, name the fuzz run (and a statistic it has) where the drawn value is valid, on
+    every other draw (by length: stable across runs), so that answers past the lookup are fuzzed too."""
+    params, query = case.path_parameters or {}, case.query or {}
+    name, stat = params.get("name"), query.get("stat")
+    if isinstance(name, str) and 0 < len(name) <= 255 and "/" not in name and len(name) % 2:
+        params["name"] = RUN
+    if isinstance(stat, str) and 0 < len(stat) <= 64 and len(stat) % 2:
+        query["stat"] = STATS[len(stat) % len(STATS)]
 
 
 def _inputs(body: Any) -> list[dict[str, Any]]:
@@ -149,3 +168,5 @@ def test_every_route_answered_every_family() -> None:
         for route in routes
     }
     assert not any(missing.values()), f"routes that never answered a family: {missing}"
+    corpus = [f"GET {path}" for path in app.openapi()["paths"] if path.startswith("/api/corpus/")]
+    assert len(corpus) == 3 and not [route for route in corpus if route not in answered], answered.keys()

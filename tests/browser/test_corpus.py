@@ -1,0 +1,171 @@
+"""The Corpus view in Chromium, on runs written to the contract by tests/corpus_fixture.py: pick a run, the
+grid coloured by a statistic's corpus mean, a head's distribution and examples, and one click from an
+example to the normal view of that text with that head open."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from corpus_fixture import random_values, sentences, write_run
+
+from benchmarks.launch import serve
+
+pytestmark = pytest.mark.browser
+
+LAYERS, HEADS, TEXTS = 6, 12, 30  # the embedded default, all-MiniLM-L6-v2: its texts open in the normal view
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("runs")
+    texts = sentences(TEXTS)
+    values = random_values(TEXTS, LAYERS, HEADS, seed=7)
+    write_run(root / "minilm-demo", texts, values)
+    write_run(root / "unserved", texts[:5], random_values(5, 1, 2, seed=8), model="not-served-here")
+    return {"root": root, "texts": texts, "values": values}
+
+
+@pytest.fixture(scope="module")
+def server(corpus: dict[str, Any], artifacts: Path) -> Iterator[str]:
+    """This module's own server: the embedded default model and the runs folder, nothing else."""
+    env = {
+        "HEADSCOPE_RUNS_DIR": str(corpus["root"]),
+        "HEADSCOPE_DEVICE": "cpu",
+        "HEADSCOPE_THREADS": "1",
+        "HEADSCOPE_LOG_LEVEL": "warning",
+    }
+    with serve(env, log=artifacts / "corpus-server.log", start_s=180) as running:
+        yield running.base
+
+
+def wait_corpus(page: Any, state: str = "ready") -> None:
+    page.wait_for_function(
+        "() => ['ready', 'empty', 'error'].includes(document.body.dataset.state)", timeout=30_000
+    )
+    found = page.evaluate("document.body.dataset.state")
+    assert found == state, f"corpus view ended {found!r}: {page.locator('#error').text_content()!r}"
+
+
+def plot_values(page: Any) -> list[list[float]]:
+    return page.evaluate("() => document.querySelector('#corpus-plot').data.map((t) => Array.from(t.y))")
+
+
+def test_a_run_from_grid_to_distribution_to_the_text(session: Any, corpus: dict[str, Any]) -> None:
+    values, texts = corpus["values"], corpus["texts"]
+    page = session.open("?view=corpus&stat=previous")  # the main page's link form leads here
+    wait_corpus(page)
+    assert page.url.startswith(f"{session.base}/corpus?")
+    assert page.input_value("#corpus-run") == "minilm-demo" and page.input_value("#corpus-stat") == "previous"
+
+    # The grid: each cell is its head's corpus mean of the statistic, as per_head holds it.
+    for stat in ("previous", "entropy"):
+        page.select_option("#corpus-stat", stat)
+        wait_corpus(page)
+        cell = page.locator('.corpus-cell[data-layer="2"][data-head="3"]')
+        mean = values[stat][:, 2, 3].mean()  # what the fixture wrote as <stat>_mean
+        assert float(cell.get_attribute("data-mean")) == mean  # exact: JSON carries a float64 round trip
+        assert cell.text_content() == f"{mean:.3f}"
+        lo = min(
+            float(v) for v in page.eval_on_selector_all(".corpus-cell", "cs => cs.map(c => c.dataset.mean)")
+        )
+        # Each head's mean as the fixture took it (one column at a time: mean(axis=0) sums in another order).
+        assert lo == min(
+            values[stat][:, layer, head].mean() for layer in range(LAYERS) for head in range(HEADS)
+        )
+    colours = page.eval_on_selector_all(".corpus-cell", "cs => new Set(cs.map(c => c.style.background)).size")
+    assert colours > LAYERS * HEADS // 2  # coloured by value, not one fill
+
+    # A click: that head's per-text values in the distribution, and the view in the URL.
+    page.click('.corpus-cell[data-layer="2"][data-head="3"]')
+    wait_corpus(page)
+    assert plot_values(page) == [values["entropy"][:, 2, 3].tolist()]
+    assert "layer=2&head=3" in page.url and "stat=entropy" in page.url
+    assert page.locator("#corpus-head-title").text_content().startswith("Layer 2, head 3")
+
+    # Keyboard: the selected cell is the grid's one tab stop; an arrow moves to the next head.
+    page.focus('.corpus-cell[tabindex="0"]')
+    page.keyboard.press("ArrowRight")
+    wait_corpus(page)
+    assert page.evaluate("document.activeElement.dataset.head") == "4"
+    column = values["entropy"][:, 2, 4]
+    assert plot_values(page) == [column.tolist()]
+
+    # The layer side by side, as violins.
+    page.check("#corpus-all")
+    page.select_option("#corpus-plot-kind", "violin")
+    wait_corpus(page)
+    assert plot_values(page) == [values["entropy"][:, 2, h].tolist() for h in range(HEADS)]
+    assert page.evaluate("document.querySelector('#corpus-plot').data[0].type") == "violin"
+    page.uncheck("#corpus-all")
+    wait_corpus(page)
+
+    # The examples: the highest text first; one click opens it in the normal view with that head.
+    top = texts[int(np.argmax(column))]
+    first = page.locator("#corpus-top li").first
+    assert first.get_attribute("data-line") == str(top["line"])
+    link = first.locator("a")
+    assert link.text_content().startswith(top["text"])
+    link.click()
+    page.wait_for_url(f"{session.base}/?*")
+    session.wait_ready(timeout_ms=60_000)
+    assert page.input_value("#text") == top["text"]
+    assert page.input_value("#text-pair") == (top["text_pair"] or "")
+    selected = page.locator(".thumb.selected")
+    assert (selected.get_attribute("data-layer"), selected.get_attribute("data-head")) == ("2", "4")
+
+
+def test_a_run_of_a_model_not_served_here_says_why_its_texts_do_not_open(session: Any) -> None:
+    page = session.open("corpus?run=unserved&stat=max&layer=0&head=1")
+    wait_corpus(page)
+    note = page.locator("#corpus-link-note")
+    assert note.is_visible() and "not-served-here" in note.text_content()
+    link = page.locator("#corpus-top li a").first
+    assert link.get_attribute("href") is None and link.get_attribute("aria-disabled") == "true"
+    assert "not served here" in link.get_attribute("title")
+
+
+def test_an_unknown_run_in_a_link_is_said_and_the_first_shown(session: Any) -> None:
+    page = session.open("corpus?run=..%2Fsecret&layer=99&head=99")
+    wait_corpus(page)
+    notice = page.locator("#corpus-notice").text_content()
+    assert (
+        "no finished run “../secret”" in notice
+        and "L99 H99 is beyond this run's 6 layers × 12 heads" in notice
+    )
+    assert page.input_value("#corpus-run") == "minilm-demo"
+    assert "layer=5&head=11" in page.url  # clamped to the run's model
+
+
+@pytest.mark.parametrize(
+    ("listing", "words"),
+    [
+        (
+            {"configured": False, "hint": "set HEADSCOPE_RUNS_DIR to a folder", "runs": []},
+            "HEADSCOPE_RUNS_DIR",
+        ),
+        ({"configured": True, "hint": None, "runs": []}, "headscope corpus"),
+    ],
+)
+def test_no_runs_folder_or_no_runs_is_a_clear_empty_state(
+    session: Any, listing: dict[str, Any], words: str
+) -> None:
+    page = session.page
+    page.route("**/api/corpus/runs", lambda route: route.fulfill(json=listing))
+    session.open("corpus")
+    wait_corpus(page, "empty")
+    assert words in page.locator("#corpus-empty").text_content()
+    assert page.locator("#corpus-workspace").is_hidden() and page.locator("#corpus-run").is_disabled()
+
+
+def test_the_main_page_links_to_the_corpus_view(session: Any) -> None:
+    page = session.open()
+    page.click("nav >> text=Corpus runs")
+    wait_corpus(page)
+    assert (
+        json.loads(page.evaluate("JSON.stringify(document.querySelector('#corpus-plot').data.length)")) == 1
+    )
