@@ -59,7 +59,7 @@ export function meanGrid(perHead, stat, layers, heads) {
   const means = perHead[`${stat}_mean`] ?? [];
   perHead.layer.forEach((layer, i) => {
     const head = perHead.head[i];
-    if (layer < layers && head < heads) grid[layer][head] = means[i];
+    if (layer < layers && head < heads) grid[layer][head] = means[i] ?? null;
   });
   return grid;
 }

@@ -1,0 +1,120 @@
+// The Corpus view's pure parts (static/js/corpus-model.js): URL state, means, keys, the distribution
+// figure and the link to the normal view. Run: node --test tests/js/
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import {
+  ALL_POINTS_MAX,
+  DEFAULT_CORPUS,
+  clampCorpus,
+  corpusKey,
+  distributionFigure,
+  encodeCorpusState,
+  headRow,
+  headSummary,
+  linkReason,
+  meanGrid,
+  readCorpusState,
+  runLabel,
+  textLink,
+} from "../../static/js/corpus-model.js";
+import { readState } from "../../static/js/state.js";
+
+// per_head.parquet of 2 layers x 2 heads as the API gives it: columns, ordered by layer then head.
+const PER_HEAD = {
+  layer: [0, 0, 1, 1],
+  head: [0, 1, 0, 1],
+  count: [10, 10, 10, 10],
+  entropy_mean: [0.5, 1.25, 2.0, 0.75],
+  entropy_std: [0.1, 0.2, 0.3, 0.4],
+  entropy_p05: [0.2, 0.9, 1.5, 0.1],
+  entropy_p50: [0.5, 1.2, 2.0, 0.7],
+  entropy_p95: [0.8, 1.6, 2.5, 1.4],
+};
+const RUN = { name: "wiki", model: "all-MiniLM-L6-v2", kind: "self", words: false, served: true, counts: { texts: 2000 } };
+
+test("the view's URL round-trips, and bad values fall back to the defaults", () => {
+  const state = { run: "mini wiki/2", stat: "entropy_norm", layer: 2, head: 11, plot: "violin", all: true };
+  assert.deepEqual(readCorpusState(`?${encodeCorpusState(state)}`), state);
+  assert.equal(encodeCorpusState({ ...DEFAULT_CORPUS, run: "a" }), "run=a&stat=entropy&layer=0&head=0");
+  const bad = readCorpusState("?stat=DROP%20TABLE&layer=-1&head=x&plot=pie&all=yes");
+  assert.deepEqual(bad, { ...DEFAULT_CORPUS });
+});
+
+test("a selection is clamped to the run's model, and an unmeasured statistic becomes its first", () => {
+  const stats = ["entropy", "max"];
+  const state = { ...DEFAULT_CORPUS, layer: 9, head: 30, stat: "nope" };
+  assert.deepEqual(clampCorpus(state, { layers: 6, heads: 12, stats }), { ...state, layer: 5, head: 11, stat: "entropy" });
+  assert.equal(clampCorpus({ ...state, stat: "max" }, { layers: 6, heads: 12, stats }).stat, "max");
+});
+
+test("the grid's means come from per_head's <stat>_mean, by layer and head whatever the row order", () => {
+  assert.deepEqual(meanGrid(PER_HEAD, "entropy", 2, 2), [[0.5, 1.25], [2.0, 0.75]]);
+  const shuffled = Object.fromEntries(Object.entries(PER_HEAD).map(([k, v]) => [k, [...v].reverse()]));
+  assert.deepEqual(meanGrid(shuffled, "entropy", 2, 2), [[0.5, 1.25], [2.0, 0.75]]);
+  assert.deepEqual(meanGrid(PER_HEAD, "max", 2, 2), [[null, null], [null, null]]);
+});
+
+test("a head's summary reads its mean, spread and percentiles from its per_head row", () => {
+  const row = headRow(PER_HEAD, 1, 0);
+  assert.equal(row.entropy_mean, 2.0);
+  assert.equal(headRow(PER_HEAD, 3, 0), null);
+  assert.equal(headSummary(row, "entropy"), "mean 2.000 · std 0.300 · median 2.000 · 5th–95th percentile 1.500–2.500 · 10 texts");
+});
+
+test("grid keys step, jump and stop at the edges, with no aggregate columns", () => {
+  const size = { layers: 3, heads: 4 };
+  const at = { layer: 1, head: 1 };
+  assert.deepEqual(corpusKey(at, "ArrowRight", false, size), { layer: 1, head: 2 });
+  assert.deepEqual(corpusKey({ layer: 0, head: 0 }, "ArrowUp", false, size), { layer: 0, head: 0 });
+  assert.deepEqual(corpusKey({ layer: 2, head: 3 }, "ArrowRight", false, size), { layer: 2, head: 3 });
+  assert.deepEqual(corpusKey(at, "End", false, size), { layer: 1, head: 3 });
+  assert.deepEqual(corpusKey(at, "End", true, size), { layer: 2, head: 3 });
+  assert.deepEqual(corpusKey(at, "Home", true, size), { layer: 0, head: 0 });
+  assert.deepEqual(corpusKey(at, "PageDown", false, size), { layer: 2, head: 1 });
+  assert.equal(corpusKey(at, "ArrowLeft", true, size), null);
+  assert.equal(corpusKey(at, "a", false, size), null);
+});
+
+test("the distribution holds the values unchanged, every point up to ALL_POINTS_MAX texts", () => {
+  const values = [0.1, 0.7, 0.3];
+  const { data, layout } = distributionFigure([{ layer: 2, head: 3, values, ids: ["a", "b", "c"] }], { stat: "previous" });
+  assert.equal(data.length, 1);
+  assert.equal(data[0].type, "box");
+  assert.equal(data[0].y, values);
+  assert.equal(data[0].boxpoints, "all");
+  assert.deepEqual(data[0].text, ["text a", "text b", "text c"]);
+  assert.equal(layout.yaxis.title.text, "Attention to previous token (share)");
+  const many = Array(ALL_POINTS_MAX + 1).fill(0.5);
+  const ids = many.map((_, i) => String(i));
+  const violins = distributionFigure(
+    [{ layer: 0, head: 0, values: many, ids }, { layer: 0, head: 1, values: many, ids }],
+    { stat: "entropy", plot: "violin" },
+  );
+  assert.deepEqual(violins.data.map((t) => [t.type, t.name, t.points]), [["violin", "L0 H0", "outliers"], ["violin", "L0 H1", "outliers"]]);
+  assert.equal(violins.layout.xaxis.showticklabels, true);
+});
+
+test("an example opens the normal view of its text and pair with the head open, in the page's own URL form", () => {
+  const example = { text: "The cat sat.", text_pair: "It was tired.", id: "t3", line: 3, value: 0.9 };
+  const link = textLink(RUN, example, 2, 7);
+  assert.ok(link.startsWith("./?"));
+  const state = readState(link.slice(2));
+  assert.deepEqual(
+    [state.text, state.pair, state.model, state.layer, state.head, state.words, state.kind],
+    ["The cat sat.", "It was tired.", "all-MiniLM-L6-v2", 2, 7, false, "cross"],
+  );
+  // A words run opens in words mode; an encoder-decoder's run on its encoder's attention.
+  const words = readState(textLink({ ...RUN, words: true, kind: "encoder" }, { ...example, text_pair: null }, 0, 0).slice(2));
+  assert.deepEqual([words.words, words.kind, words.pair], [true, "encoder", ""]);
+});
+
+test("a run whose model is not served says why its texts do not open", () => {
+  assert.equal(linkReason(RUN), "");
+  const reason = linkReason({ ...RUN, served: false, model: "gpt-x" });
+  assert.match(reason, /“gpt-x” is not served here/);
+  assert.match(reason, /HEADSCOPE_MODELS/);
+  assert.equal(runLabel(RUN), "wiki · all-MiniLM-L6-v2 · 2,000 texts");
+  assert.equal(runLabel({ ...RUN, served: false }), "wiki · all-MiniLM-L6-v2 · 2,000 texts (model not served here)");
+});
