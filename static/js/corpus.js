@@ -5,21 +5,27 @@
 // with history.replaceState. document.body.dataset.state goes "loading" -> "ready" (grid and head drawn),
 // "empty" (no runs folder, or no runs in it) or "error"; the tests wait on it.
 
-import { $ } from "./dom.js";
+import { $, el } from "./dom.js";
 import { ApiError, request } from "./api.js";
 import { CorpusGrid } from "./corpus-grid.js";
 import { HeadPanel } from "./corpus-head.js";
 import { clampCorpus, encodeCorpusState, headRow, meanGrid, readCorpusState, runLabel } from "./corpus-model.js";
-import { el } from "./dom.js";
 import { showError } from "./form.js";
 import { statName } from "./names.js";
+import { reveal } from "./viewport.js";
 
 let state = readCorpusState(window.location.search);
 let runs = []; // the list's entries
 let run = null; // {entry, detail} of the run on screen
 let controller = null; // aborts the latest head's fetches: a quicker key press wins
 
-const grid = new CorpusGrid($("corpusGrid"), $("corpusLegend"), { onSelect: (layer, head) => select(layer, head) });
+// A head chosen while its panel lies off screen (a phone: it is under the grid) brings the panel into view.
+const grid = new CorpusGrid($("corpusGrid"), $("corpusLegend"), {
+  onSelect: (layer, head) => {
+    select(layer, head);
+    reveal($("corpusHeadPanel"));
+  },
+});
 const panel = new HeadPanel({
   title: $("corpusHeadTitle"),
   summary: $("corpusHeadSummary"),

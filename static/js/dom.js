@@ -122,6 +122,7 @@ export const SELECTORS = Object.freeze({
   corpusBottom: "#corpus-bottom",
   corpusLinkNote: "#corpus-link-note",
   corpusWorkspace: "#corpus-workspace",
+  corpusHeadPanel: ".corpus-head",
 });
 
 /** The element registered under `name`; throws if the template lacks it (a bug, not a user error). */

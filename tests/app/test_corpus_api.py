@@ -159,3 +159,13 @@ def test_a_damaged_run_is_a_clear_409(tmp_path: Path, make_settings: Callable[..
             response = client.get(path)
             assert response.status_code == 409, response.text
             assert "corpus run 'run'" in response.json()["detail"]
+
+
+def test_the_corpus_page_and_the_main_pages_link_to_it(client: TestClient) -> None:
+    page = client.get("/corpus")
+    assert page.status_code == 200 and 'id="corpus-grid"' in page.text and "js/corpus.js" in page.text
+    assert 'href="corpus"' in client.get("/?text=").text
+    # The main page's view parameter leads there, the rest of the link kept.
+    moved = client.get("/?view=corpus&run=minilm-demo&stat=entropy&layer=2", follow_redirects=False)
+    assert moved.status_code == 303
+    assert moved.headers["location"] == "/corpus?run=minilm-demo&stat=entropy&layer=2"
