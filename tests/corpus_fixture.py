@@ -19,23 +19,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from mha.analysis.stats import LABELS, head_labels
+from mha.analysis.stats import LABELS, STAT_DESCRIPTIONS, head_labels
 
-# head_stats's keys, in its order.
-STATS = (
-    "entropy",
-    "entropy_norm",
-    "distance",
-    "self",
-    "previous",
-    "next",
-    "local",
-    "forward",
-    "special",
-    "punctuation",
-    "first",
-    "max",
-)
+# head_stats's keys, in its order (its docstring lists them so).
+STATS = tuple(STAT_DESCRIPTIONS)
 EXAMPLES = 5  # texts per side, head and statistic
 
 
@@ -187,3 +174,13 @@ def sentences(count: int) -> list[dict[str, Any]]:
         }
         for line in range(1, count + 1)
     ]
+
+
+def write_demo_runs(root: Path, *, layers: int, heads: int, texts: int, seed: int) -> dict[str, Any]:
+    """Two finished runs in `root`: "minilm-demo" of the embedded default model (`texts` records, random
+    statistics from `seed`) and "unserved", of a model no test server runs. Returns root, texts, values."""
+    records = sentences(texts)
+    values = random_values(texts, layers, heads, seed=seed)
+    write_run(root / "minilm-demo", records, values)
+    write_run(root / "unserved", records[:5], random_values(5, 1, 2, seed=seed + 1), model="not-served-here")
+    return {"root": root, "texts": records, "values": values}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from corpus_fixture import STATS, random_values, sentences, write_run
+from corpus_fixture import STATS, random_values, sentences, write_demo_runs, write_run
 from fastapi.testclient import TestClient
 
 from app.main import create_app
@@ -21,19 +21,14 @@ LAYERS, HEADS, TEXTS = 2, 3, 12
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    root = tmp_path_factory.mktemp("runs")
-    texts = sentences(TEXTS)
-    values = random_values(TEXTS, LAYERS, HEADS, seed=1)
-    write_run(root / "minilm-demo", texts, values)
-    write_run(
-        root / "elsewhere-model", texts[:4], random_values(4, LAYERS, HEADS, seed=2), model="not-served"
-    )
+    runs = write_demo_runs(tmp_path_factory.mktemp("runs"), layers=LAYERS, heads=HEADS, texts=TEXTS, seed=1)
+    root, texts = runs["root"], runs["texts"]
     write_run(root / "unfinished", texts[:3], random_values(3, LAYERS, HEADS, seed=3), complete=False)
     (root / "notes.txt").write_text("not a run")
     (root / "empty").mkdir()
     outside = write_run(tmp_path_factory.mktemp("outside") / "secret", texts[:3], random_values(3, 1, 1))
     (root / "linked-out").symlink_to(outside, target_is_directory=True)
-    return {"root": root, "texts": texts, "values": values}
+    return runs
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +41,12 @@ def test_the_list_names_finished_runs_only(client: TestClient) -> None:
     answer = client.get("/api/corpus/runs").json()
     assert answer["configured"] is True and answer["hint"] is None
     # unfinished (complete: false), a file, an empty folder and a link out of the folder are not runs.
-    assert [run["name"] for run in answer["runs"]] == ["elsewhere-model", "minilm-demo"]
-    demo = answer["runs"][1]
+    assert [run["name"] for run in answer["runs"]] == ["minilm-demo", "unserved"]
+    demo = answer["runs"][0]
     assert demo["model"] == "all-MiniLM-L6-v2" and demo["served"] is True
     assert (demo["layers"], demo["heads"], demo["kind"], demo["words"]) == (LAYERS, HEADS, "self", False)
     assert demo["counts"]["texts"] == TEXTS and demo["stats"] == list(STATS)
-    assert answer["runs"][0]["served"] is False  # "not-served" is no model of this server
+    assert answer["runs"][1]["served"] is False  # "not-served-here" is no model of this server
 
 
 def test_a_run_gives_its_per_head_table(client: TestClient, runs: dict[str, object]) -> None:
@@ -89,7 +84,7 @@ def test_a_head_gives_each_texts_value_and_its_examples(client: TestClient, runs
 @pytest.mark.parametrize(
     ("path", "status", "words"),
     [
-        ("/api/corpus/runs/nope", 404, "finished runs: elsewhere-model, minilm-demo"),
+        ("/api/corpus/runs/nope", 404, "finished runs: minilm-demo, unserved"),
         ("/api/corpus/runs/unfinished", 404, "unknown corpus run 'unfinished'"),
         ("/api/corpus/runs/linked-out", 404, "unknown corpus run 'linked-out'"),
         ("/api/corpus/runs/notes.txt", 404, "unknown corpus run"),

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from corpus_fixture import random_values, sentences, write_run
+from corpus_fixture import write_demo_runs
 
 from benchmarks.launch import serve
 
@@ -22,12 +22,7 @@ LAYERS, HEADS, TEXTS = 6, 12, 30  # the embedded default, all-MiniLM-L6-v2: its 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("runs")
-    texts = sentences(TEXTS)
-    values = random_values(TEXTS, LAYERS, HEADS, seed=7)
-    write_run(root / "minilm-demo", texts, values)
-    write_run(root / "unserved", texts[:5], random_values(5, 1, 2, seed=8), model="not-served-here")
-    return {"root": root, "texts": texts, "values": values}
+    return write_demo_runs(tmp_path_factory.mktemp("runs"), layers=LAYERS, heads=HEADS, texts=TEXTS, seed=7)
 
 
 @pytest.fixture(scope="module")
