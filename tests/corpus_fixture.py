@@ -51,7 +51,9 @@ def write_run(
     count, layers, heads = values[STATS[0]].shape
     if len(texts) != count or set(values) != set(STATS):
         raise ValueError(f"{len(texts)} texts for {count} rows of values; stats {sorted(values)}")
-    labels = [head_labels({s: torch.from_numpy(values[s][t]) for s in STATS}) for t in range(count)]
+    # head_labels reads [L, H]; every text's layers stacked as its rows label all texts in one call.
+    stacked = {s: torch.from_numpy(values[s].reshape(count * layers, heads)) for s in STATS}
+    labels = np.array(head_labels(stacked), dtype=object).reshape(count, layers, heads)
 
     # per_text: input order, then layer, then head.
     t_index, l_index, h_index = (a.ravel() for a in np.indices((count, layers, heads)))
@@ -63,7 +65,7 @@ def write_run(
         "layer": pa.array(l_index, pa.int16()),
         "head": pa.array(h_index, pa.int16()),
         **{stat: pa.array(values[stat].ravel(), pa.float64()) for stat in STATS},
-        "label": pa.array([labels[t][lay][h] for t, lay, h in zip(t_index, l_index, h_index, strict=True)]),
+        "label": pa.array(labels.ravel().tolist(), pa.string()),
     }
     pq.write_table(pa.table(per_text), out / "per_text.parquet")
 
@@ -85,7 +87,7 @@ def write_run(
                 ):
                     rows.setdefault(f"{stat}_{suffix}", []).append(float(value))
             for label in LABELS:
-                hits = sum(labels[t][layer][head] == label for t in range(count))
+                hits = int((labels[:, layer, head] == label).sum())
                 rows.setdefault(f"label_{label.replace('-', '_')}", []).append(hits)
     types = {"layer": pa.int16(), "head": pa.int16(), "count": pa.int64()}
     table = {

@@ -18,6 +18,7 @@ let state = readCorpusState(window.location.search);
 let runs = []; // the list's entries
 let run = null; // {entry, detail} of the run on screen
 let controller = null; // aborts the latest head's fetches: a quicker key press wins
+let opening = 0; // the latest run asked for: an earlier one answering late is dropped
 
 // A head chosen while its panel lies off screen (a phone: it is under the grid) brings the panel into view.
 const grid = new CorpusGrid($("corpusGrid"), $("corpusLegend"), {
@@ -86,9 +87,11 @@ async function boot() {
 async function openRun(name, notes = []) {
   document.body.dataset.state = "loading";
   controller?.abort();
+  const asking = ++opening;
   const entry = runs.find((r) => r.name === name);
   $("corpusRun").value = name;
   const detail = await getJson(api(name));
+  if (asking !== opening) return;
   run = { entry, detail };
   const stats = detail.stats;
   $("corpusStat").replaceChildren(

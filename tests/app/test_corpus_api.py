@@ -164,3 +164,15 @@ def test_the_corpus_page_and_the_main_pages_link_to_it(client: TestClient) -> No
     moved = client.get("/?view=corpus&run=minilm-demo&stat=entropy&layer=2", follow_redirects=False)
     assert moved.status_code == 303
     assert moved.headers["location"] == "/corpus?run=minilm-demo&stat=entropy&layer=2"
+
+
+def test_an_unchanged_run_is_read_once(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = "/api/corpus/runs/minilm-demo/heads/0/1"
+    first = client.get(path, params={"stat": "local"})
+
+    def unreadable(*args: object, **kwargs: object) -> None:
+        raise OSError("read again")
+
+    monkeypatch.setattr("app.service.corpus.pq.read_table", unreadable)
+    assert client.get(path, params={"stat": "local"}).content == first.content  # kept
+    assert client.get(path, params={"stat": "first"}).status_code == 409  # another head is read: it fails
