@@ -14,6 +14,7 @@ import pytest
 from corpus_fixture import write_demo_runs
 
 from benchmarks.launch import serve
+from tests.browser.test_phone import EDGE_PX, OVERFLOW_JS
 
 pytestmark = pytest.mark.browser
 
@@ -164,3 +165,23 @@ def test_the_main_page_links_to_the_corpus_view(session: Any) -> None:
     assert (
         json.loads(page.evaluate("JSON.stringify(document.querySelector('#corpus-plot').data.length)")) == 1
     )
+
+
+def test_on_a_phone_nothing_is_wider_than_the_screen(browser: Any, server: str) -> None:
+    width = 390
+    context = browser.new_context(viewport={"width": width, "height": 844}, is_mobile=True, has_touch=True)
+    try:
+        page = context.new_page()
+        page.goto(f"{server}/corpus?stat=previous&layer=2&head=11")
+        wait_corpus(page)
+        found = page.evaluate(OVERFLOW_JS, [width, EDGE_PX])
+        assert found["scrollWidth"] <= width and found["wide"] == [], found
+        # A tap on a head brings its panel, under the grid here, into view.
+        page.evaluate("window.scrollTo(0, 0)")
+        page.tap('.corpus-cell[data-layer="1"][data-head="0"]')
+        wait_corpus(page)
+        page.wait_for_function(
+            "() => document.querySelector('.corpus-head').getBoundingClientRect().top < 200"
+        )
+    finally:
+        context.close()
