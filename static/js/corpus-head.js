@@ -4,7 +4,7 @@
 
 import { el } from "./dom.js";
 import { formatStat } from "./insight.js";
-import { distributionFigure, headSummary, linkReason, textLink } from "./corpus-model.js";
+import { distributionFigure, headSummary, linkReason, roleShares, textLink } from "./corpus-model.js";
 import { statName } from "./names.js";
 
 const PLOT_CONFIG = { displaylogo: false, responsive: true, showTips: false };
@@ -23,7 +23,8 @@ export class HeadPanel {
     this.title.textContent = layerWide
       ? `Layer ${layer}, every head · ${statName(stat)}`
       : `Layer ${layer}, head ${head} · ${statName(stat)}`;
-    this.summary.textContent = `L${layer} H${head}: ${headSummary(row, stat)}`;
+    const roles = roleShares(row);
+    this.summary.textContent = `L${layer} H${head}: ${headSummary(row, stat)}${roles ? `. Role: ${roles}` : ""}`;
     const { data, layout } = distributionFigure(series, { stat, plot });
     await window.Plotly.react(this.plot, data, layout, PLOT_CONFIG);
     Object.assign(this.plot.dataset, { layer, head, stat, plot, series: String(series.length) });

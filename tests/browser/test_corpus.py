@@ -82,6 +82,8 @@ def test_a_run_from_grid_to_distribution_to_the_text(session: Any, corpus: dict[
     assert plot_values(page) == [values["entropy"][:, 2, 3].tolist()]
     assert "layer=2&head=3" in page.url and "stat=entropy" in page.url
     assert page.locator("#corpus-head-title").text_content().startswith("Layer 2, head 3")
+    summary = page.locator("#corpus-head-summary").text_content()
+    assert f"mean {values['entropy'][:, 2, 3].mean():.3f}" in summary and f"{TEXTS} texts. Role: " in summary
 
     # Keyboard: the selected cell is the grid's one tab stop; an arrow moves to the next head.
     page.focus('.corpus-cell[tabindex="0"]')

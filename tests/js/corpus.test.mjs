@@ -16,6 +16,7 @@ import {
   linkReason,
   meanGrid,
   readCorpusState,
+  roleShares,
   runLabel,
   textLink,
 } from "../../static/js/corpus-model.js";
@@ -117,4 +118,11 @@ test("a run whose model is not served says why its texts do not open", () => {
   assert.match(reason, /HEADSCOPE_MODELS/);
   assert.equal(runLabel(RUN), "wiki · all-MiniLM-L6-v2 · 2,000 texts");
   assert.equal(runLabel({ ...RUN, served: false }), "wiki · all-MiniLM-L6-v2 · 2,000 texts (model not served here)");
+});
+
+test("a head's roles across the texts read from its label counts, most frequent first", () => {
+  const row = { count: 8, label_previous_token: 5, label_mixed: 2, label_broad: 1, label_self: 0, label_new_role: 0 };
+  assert.equal(roleShares(row), "previous-token 63% · mixed 25% · broad 13%");
+  assert.equal(roleShares({ count: 2, label_first_token_sink: 1, label_some_new: 1 }), "first-token-sink 50% · some-new 50%");
+  assert.equal(roleShares(null), "");
 });
