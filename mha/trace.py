@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal, cast
@@ -452,6 +452,7 @@ class _Recorder:
                     workers.submit(self._blocks, run, starts[i::threads], pools[i], inference)
                     for i in range(threads)
                 ]
+                wait(done)  # all finished before an error is raised or the threads restored
                 for future in done:
                     future.result()
             if self.pool is not None:
@@ -495,7 +496,7 @@ class _Recorder:
                     run.out[:, rows[0] : rows[1]] = mixed.view(heads, r, -1)
 
 
-_WORKERS: ThreadPoolExecutor | None = None
+_WORKERS: dict[int, ThreadPoolExecutor] = {}  # by their count, made on first use
 _WORKERS_LOCK = threading.Lock()
 
 
@@ -504,13 +505,12 @@ def _one_thread_each(threads: int) -> Iterator[ThreadPoolExecutor]:
     """`threads` Python workers whose torch operations each run on one thread (torch releases the GIL in
     them), torch's intra-op threads restored after. The setting is process-wide: one such section at a
     time, so two concurrent traces never restore each other's one thread."""
-    global _WORKERS
     with _WORKERS_LOCK:
-        if _WORKERS is None or _WORKERS._max_workers < threads:
-            _WORKERS = ThreadPoolExecutor(threads, thread_name_prefix="trace")
+        if threads not in _WORKERS:
+            _WORKERS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="trace")
         torch.set_num_threads(1)
         try:
-            yield _WORKERS
+            yield _WORKERS[threads]
         finally:
             torch.set_num_threads(threads)
 
