@@ -437,16 +437,16 @@ class _Recorder:
         run = _Rows(q, k, v, q.new_empty(heads, n), q.new_empty(heads, n), out, forward_rows(n))
         starts = list(range(0, n, run.block))
         threads = torch.get_num_threads()
+        # Grad and inference mode are per thread: the blocks take the caller's (an inference tensor is
+        # updated in place only in inference mode), on whichever thread they run.
+        inference = torch.is_inference_mode_enabled()
         if threads == 1 or len(starts) < 2 * threads or q.device.type != "cpu":
-            self._blocks(run, starts, self.pool)
+            self._blocks(run, starts, self.pool, inference)
         else:
             # Each CPU thread runs every threads-th block alone, as SDPA's kernel gives each thread its own
             # tiles: a block's dozen operations, each split across the threads, made as many barriers
             # where a thread descheduled by a busy machine stalls the other.
             pools = [self.pool] + [self.pool and self.pool.fork() for _ in range(threads - 1)]
-            # Grad and inference mode are per thread: the workers take the caller's (an inference tensor
-            # is updated in place only in inference mode).
-            inference = torch.is_inference_mode_enabled()
             with _one_thread_each(threads) as workers:
                 done = [
                     workers.submit(self._blocks, run, starts[i::threads], pools[i], inference)
@@ -464,7 +464,7 @@ class _Recorder:
             return x  # the last layer: nothing reads its output
         return attn.out_proj(out.transpose(0, 1).reshape(1, n, heads * v.shape[-1]))
 
-    def _blocks(self, run: _Rows, starts: list[int], pool: _Pool | None, inference: bool = False) -> None:
+    def _blocks(self, run: _Rows, starts: list[int], pool: _Pool | None, inference: bool) -> None:
         """The row blocks starting at `starts`, each written into its rows of run's top, peak and out."""
         attn, q, k, v = self.attn, run.q, run.k, run.v
         heads, n, dim = q.shape

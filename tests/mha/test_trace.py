@@ -263,8 +263,8 @@ def test_blocks_split_across_threads_trace_like_one_thread(
     models: dict[str, AttentionModel], family: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With two torch threads each runs every other row block alone (torch set to one thread meanwhile,
-    restored after), in the caller's inference mode as the service traces: the same weights as one
-    thread's loop, within the bound of weights recomputed from scores that another thread count's GEMMs
+    restored after); either way in the caller's inference mode, as the service traces: the same weights as
+    one thread's loop, within the bound of weights recomputed from scores that another thread count's GEMMs
     round differently (the layers' projections run on one thread against two)."""
     model, threads = models[family], torch.get_num_threads()
     sections = []
@@ -276,10 +276,10 @@ def test_blocks_split_across_threads_trace_like_one_thread(
 
     monkeypatch.setattr(trace_module, "_one_thread_each", counted)
     try:
-        torch.set_num_threads(1)
-        alone = model.trace(TEXT, overview_size=16)
-        torch.set_num_threads(2)
         with torch.inference_mode():
+            torch.set_num_threads(1)
+            alone = model.trace(TEXT, overview_size=16)
+            torch.set_num_threads(2)
             split = model.trace(TEXT, overview_size=16)
         assert torch.get_num_threads() == 2
     finally:
