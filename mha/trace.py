@@ -20,7 +20,10 @@ travel with every pooled result so a page can label its axes.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal, cast
 
@@ -146,6 +149,17 @@ class _Pool:
         how = "amax" if self.reduce == "max" else "sum"
         out = w.new_zeros(*w.shape[:2], len(sizes))
         return out.scatter_reduce_(2, bins.expand_as(w), w, how)
+
+    def fork(self) -> _Pool:
+        """An empty pool over the same cells, for blocks accumulated on another thread (merge)."""
+        return _Pool(self.acc.shape[0], self.row_edges, self.col_edges, self.reduce)
+
+    def merge(self, other: _Pool) -> None:
+        """Add what `other` (a fork) pooled: cells are max'ed or summed, in any order."""
+        if self.reduce == "max":
+            torch.maximum(self.acc, other.acc, out=self.acc)
+        else:
+            self.acc.add_(other.acc)
 
     def result(self) -> Pooled:
         values = self.acc
@@ -353,11 +367,14 @@ def _mask_(
     causal: bool,
     window: int | None,
     value: float,
+    keeps: dict[tuple[int, int, int], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Fill scores [..., r, c] of query rows rows[0]..rows[1]-1 against keys cols[0]..cols[1]-1 with
     `value` where the band masks them, touching only the key columns some of these rows mask: in a decoder
     those after the first row, with a window those before the last row's window. A row block far from the
-    diagonal is thus never passed over."""
+    diagonal is thus never passed over. `keeps` caches the band's masks: they depend only on where the
+    columns lie relative to the first row (the band is shift-invariant), which a forward's equal blocks
+    repeat."""
     spans = []
     if window is not None:
         spans.append((cols[0], min(cols[1], rows[1] - window)))
@@ -367,10 +384,30 @@ def _mask_(
         spans = [(spans[0][0], spans[1][1])]
     for lo, hi in spans:
         if lo < hi:
-            keep = band_keep(rows, (lo, hi), causal=causal, window=window, device=scores.device)
-            assert keep is not None  # causal or windowed, or there would be no span
-            scores[..., lo - cols[0] : hi - cols[0]].masked_fill_(~keep, value)
+            shape = (rows[1] - rows[0], lo - rows[0], hi - rows[0])
+            keep = None if keeps is None else keeps.get(shape)
+            if keep is None:
+                keep = band_keep((0, shape[0]), shape[1:], causal=causal, window=window, device=scores.device)
+                assert keep is not None  # causal or windowed, or there would be no span
+                keep = ~keep
+                if keeps is not None:
+                    keeps[shape] = keep
+            scores[..., lo - cols[0] : hi - cols[0]].masked_fill_(keep, value)
     return scores
+
+
+@dataclass
+class _Rows:
+    """One layer's forward in row blocks: its q [H, n, D], k and v [H_kv, n, D], and what the blocks write
+    into their own rows: each row's top score and largest weight [H, n], and the mixed values [H, n, D]."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    top: torch.Tensor
+    peak: torch.Tensor
+    out: torch.Tensor | None
+    block: int
 
 
 class _Recorder:
@@ -395,38 +432,87 @@ class _Recorder:
         # Contiguous: the GEMMs below read whole rows, and a kept k that is a view would hold the fused
         # projection (v included) alive with it.
         q, k, v = q[0].contiguous(), k[0].contiguous(), v[0].contiguous()
-        heads, n, dim = q.shape
-        kv_heads = k.shape[0]
-        group = heads // kv_heads
-        lse = q.new_empty(heads, n)
+        heads, n, _ = q.shape
         out = q.new_empty(heads, n, v.shape[-1]) if self.values else None
-        block = forward_rows(n)
-        for start in range(0, n, block):
-            rows = (start, min(start + block, n))
-            cols = _key_span(rows, self.causal, self.window, n)
-            r, c = rows[1] - rows[0], cols[1] - cols[0]
-            # (H_kv, G·r, D) against (H_kv, c, D): one GEMM per key head serves its G query heads, and
-            # neither k nor v is ever repeated per group.
-            grouped = q[:, rows[0] : rows[1]].reshape(kv_heads, group * r, dim)
-            scores = attention_scores(
-                grouped, k[:, cols[0] : cols[1]], scale=attn.scale, softcap=attn.softcap
-            ).view(heads, r, c)
-            # Every row keeps its own token: no row is empty, so -inf never makes a NaN.
-            _mask_(scores, rows, cols, self.causal, self.window, float("-inf"))
-            top = scores.amax(dim=-1)
-            weights = torch.softmax(scores, dim=-1, out=scores)  # one fused pass, in place
-            # The top score's weight, exp(0) / sum, is its row's largest: lse = top + log(sum) = top -
-            # log(largest weight). Two vectorised max passes cost a tenth of an argmax and a gather.
-            lse[:, rows[0] : rows[1]] = top - weights.amax(dim=-1).log()
+        run = _Rows(q, k, v, q.new_empty(heads, n), q.new_empty(heads, n), out, forward_rows(n))
+        starts = list(range(0, n, run.block))
+        threads = torch.get_num_threads()
+        # Grad and inference mode are per thread: the blocks take the caller's (an inference tensor is
+        # updated in place only in inference mode), on whichever thread they run.
+        inference = torch.is_inference_mode_enabled()
+        if threads == 1 or len(starts) < 2 * threads or q.device.type != "cpu":
+            self._blocks(run, starts, self.pool, inference)
+        else:
+            # Each CPU thread runs every threads-th block alone, as SDPA's kernel gives each thread its own
+            # tiles: a block's dozen operations, each split across the threads, made as many barriers
+            # where a thread descheduled by a busy machine stalls the other.
+            pools = [self.pool] + [self.pool and self.pool.fork() for _ in range(threads - 1)]
+            with _one_thread_each(threads) as workers:
+                done = [
+                    workers.submit(self._blocks, run, starts[i::threads], pools[i], inference)
+                    for i in range(threads)
+                ]
+                wait(done)  # all finished before an error is raised or the threads restored
+                for future in done:
+                    future.result()
             if self.pool is not None:
-                self.pool.add(weights, rows, cols)
-            if out is not None:
-                mixed = torch.bmm(weights.view(kv_heads, group * r, c), v[:, cols[0] : cols[1]])
-                out[:, rows[0] : rows[1]] = mixed.view(heads, r, -1)
-        self.kept = LayerTrace(q=q, k=k, lse=lse, window=self.window)
+                for other in pools[1:]:
+                    self.pool.merge(cast("_Pool", other))
+        # lse = top + log(sum) = top - log(largest weight): that weight is the top score's, exp(0) / sum.
+        self.kept = LayerTrace(q=q, k=k, lse=run.top.sub_(run.peak.log_()), window=self.window)
         if out is None:
             return x  # the last layer: nothing reads its output
         return attn.out_proj(out.transpose(0, 1).reshape(1, n, heads * v.shape[-1]))
+
+    def _blocks(self, run: _Rows, starts: list[int], pool: _Pool | None, inference: bool) -> None:
+        """The row blocks starting at `starts`, each written into its rows of run's top, peak and out."""
+        attn, q, k, v = self.attn, run.q, run.k, run.v
+        heads, n, dim = q.shape
+        kv_heads = k.shape[0]
+        group = heads // kv_heads
+        keeps: dict[tuple[int, int, int], torch.Tensor] = {}
+        with torch.no_grad(), torch.inference_mode(inference):
+            for start in starts:
+                rows = (start, min(start + run.block, n))
+                cols = _key_span(rows, self.causal, self.window, n)
+                r, c = rows[1] - rows[0], cols[1] - cols[0]
+                # (H_kv, G·r, D) against (H_kv, c, D): one GEMM per key head serves its G query heads, and
+                # neither k nor v is ever repeated per group.
+                grouped = q[:, rows[0] : rows[1]].reshape(kv_heads, group * r, dim)
+                scores = attention_scores(
+                    grouped, k[:, cols[0] : cols[1]], scale=attn.scale, softcap=attn.softcap
+                ).view(heads, r, c)
+                # Every row keeps its own token: no row is empty, so -inf never makes a NaN.
+                _mask_(scores, rows, cols, self.causal, self.window, float("-inf"), keeps)
+                # Two vectorised max passes (the row's top score, then its largest weight) cost a tenth
+                # of an argmax and a gather.
+                torch.amax(scores, dim=-1, out=run.top[:, rows[0] : rows[1]])
+                weights = torch.softmax(scores, dim=-1, out=scores)  # one fused pass, in place
+                torch.amax(weights, dim=-1, out=run.peak[:, rows[0] : rows[1]])
+                if pool is not None:
+                    pool.add(weights, rows, cols)
+                if run.out is not None:
+                    mixed = torch.bmm(weights.view(kv_heads, group * r, c), v[:, cols[0] : cols[1]])
+                    run.out[:, rows[0] : rows[1]] = mixed.view(heads, r, -1)
+
+
+_WORKERS: dict[int, ThreadPoolExecutor] = {}  # by their count, made on first use
+_WORKERS_LOCK = threading.Lock()
+
+
+@contextmanager
+def _one_thread_each(threads: int) -> Iterator[ThreadPoolExecutor]:
+    """`threads` Python workers whose torch operations each run on one thread (torch releases the GIL in
+    them), torch's intra-op threads restored after. The setting is process-wide: one such section at a
+    time, so two concurrent traces never restore each other's one thread."""
+    with _WORKERS_LOCK:
+        if threads not in _WORKERS:
+            _WORKERS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="trace")
+        torch.set_num_threads(1)
+        try:
+            yield _WORKERS[threads]
+        finally:
+            torch.set_num_threads(threads)
 
 
 def trace_forward(

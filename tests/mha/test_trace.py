@@ -256,3 +256,38 @@ def test_expected_nbytes_is_what_a_trace_holds(models: dict[str, AttentionModel]
     for text in ("Hi.", TEXT):  # two lengths: the per-token part and the n x n overview both grow
         trace = model.trace(text)
         assert trace.nbytes == expected_nbytes(model.config, trace.n, 4)  # float32 on the CPU
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "gemma2", "bert"])
+def test_blocks_split_across_threads_trace_like_one_thread(
+    models: dict[str, AttentionModel], family: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With two torch threads each runs every other row block alone (torch set to one thread meanwhile,
+    restored after); either way in the caller's inference mode, as the service traces: the same weights as
+    one thread's loop, within the bound of weights recomputed from scores that another thread count's GEMMs
+    round differently (the layers' projections run on one thread against two)."""
+    model, threads = models[family], torch.get_num_threads()
+    sections = []
+    one_thread_each = trace_module._one_thread_each
+
+    def counted(count: int):  # type: ignore[no-untyped-def]
+        sections.append(count)
+        return one_thread_each(count)
+
+    monkeypatch.setattr(trace_module, "_one_thread_each", counted)
+    try:
+        with torch.inference_mode():
+            torch.set_num_threads(1)
+            alone = model.trace(TEXT, overview_size=16)
+            torch.set_num_threads(2)
+            split = model.trace(TEXT, overview_size=16)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    assert sections == [2] * model.info.layers
+    assert alone.first_overview is not None and split.first_overview is not None
+    every = tolerance(alone, range(model.info.layers))
+    check(split.first_overview.values, alone.first_overview.values, every)
+    for layer in range(model.info.layers):
+        for head in (0, model.info.heads - 1):
+            check(split.window(layer, head).values, alone.window(layer, head).values, tolerance(alone, layer))
