@@ -19,7 +19,9 @@ is finished only once write_shard returns; ``run`` aggregates after ``process`` 
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
+import importlib.util
 import json
 import logging
 import time
@@ -190,6 +192,8 @@ def _check_arguments(
         raise ValueError(f"num_gpus ({num_gpus!r}) must be 0 or more")
     if engine == "ray" and isinstance(model, AttentionModel):
         raise ValueError("the Ray engine loads the model on each worker: pass its name or directory")
+    if engine == "ray" and importlib.util.find_spec("ray") is None:
+        raise RuntimeError('the Ray engine needs Ray Data: pip install "headscope[ray]" (or --engine local)')
     input_format(source)  # an unknown suffix fails before the file is looked at
     if not source.is_file():
         raise CorpusInputError(f"input {str(source)!r} is not a file")
@@ -303,15 +307,8 @@ def _columns(records: Sequence[Record]) -> dict[str, list[Any]]:
 
 
 def _process_ray(job: Job, todo: Sequence[int], progress: Progress | None) -> None:
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        raise RuntimeError(
-            'the Ray engine needs Ray Data: pip install "headscope[ray]" (or use --engine local)'
-        ) from None
-    from mha.corpus import ray_engine  # type: ignore[attr-defined]
-
-    ray_engine.process(job, todo, progress)
+    engine = importlib.import_module("mha.corpus.ray_engine")  # imports ray: only when asked for
+    engine.process(job, todo, progress)
 
 
 def _counts(out: Path, shards: int) -> dict[str, int]:
