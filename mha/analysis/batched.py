@@ -93,9 +93,9 @@ def batch_head_stats(
 
     positions = torch.arange(width, device=device)
     offsets = positions[None, :] - positions[:, None]  # [T, T] j - i
-    distance = offsets.abs().to(dtype)
-    later = (offsets > 0).to(dtype)
-    band = (offsets.abs() <= LOCAL_WINDOW).to(dtype)
+    # Row i's weights on |i - j|, on j > i and on |i - j| <= LOCAL_WINDOW: one pass over the maps
+    # (an einsum, a batched matmul per row) instead of three multiply-and-sum passes.
+    kernels = torch.stack([offsets.abs(), offsets > 0, offsets.abs() <= LOCAL_WINDOW], dim=-1).to(dtype)
 
     rows = torch.empty(9, batch * per_text, width, dtype=dtype, device=device)
     per_chunk = max(1, _CHUNK_ELEMENTS // (width * width))
@@ -104,9 +104,7 @@ def batch_head_stats(
         part = slice(start, start + chunk.shape[0])
         work = torch.clamp(chunk, min=torch.finfo(dtype).tiny)  # 0·log(tiny) = 0, never 0·(-inf)
         rows[0, part] = work.log2_().mul_(chunk).sum(-1).neg_()
-        rows[1, part] = torch.mul(chunk, distance, out=work).sum(-1)
-        rows[2, part] = torch.mul(chunk, later, out=work).sum(-1)
-        rows[3, part] = torch.mul(chunk, band, out=work).sum(-1)
+        rows[1:4, part] = torch.einsum("cij,ijk->kci", chunk, kernels)  # distance, forward, local
         rows[4, part] = chunk.amax(-1)
         rows[5:7, part] = torch.bmm(chunk, columns[part]).permute(2, 0, 1)  # special, punctuation
         rows[7, part] = chunk.diagonal(0, -2, -1)
