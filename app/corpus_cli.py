@@ -122,19 +122,19 @@ def run_corpus(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Non
     progress = Progress()
     try:
         model, name = resolve_model(args.model, settings)
+        options = {
+            key: getattr(args, key) for key in ("engine", "batch", "words", "shard_size", "max_tokens")
+        }
+        device = args.device or settings.device
         summary = mha.corpus.run(
             args.input,
             model,
             args.out,
-            engine=args.engine,
-            batch=args.batch,
-            words=args.words,
-            shard_size=args.shard_size,
-            max_tokens=args.max_tokens,
-            device=args.device or settings.device,
+            device=device,
             progress=progress,
             name=name,
             num_gpus=args.num_gpus,
+            **options,
         )
     except (ValueError, RuntimeError) as error:  # bad input, settings, model or a missing Ray
         progress.close()
