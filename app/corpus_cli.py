@@ -77,11 +77,11 @@ class Progress:
     """A tqdm bar (texts/s, ETA) on a terminal; elsewhere a plain line every LOG_EVERY seconds and at the
     end."""
 
-    def __init__(self, stream: IO[str] = sys.stderr) -> None:
-        self.stream = stream
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self.stream = stream or sys.stderr
         self.bar: Any = None
-        self.started = time.monotonic()
-        self.first: int | None = None
+        self.started = 0.0
+        self.first: int | None = None  # records done at the first call (a resumed run starts above 0)
         self.last_line = 0.0
 
     def __call__(self, done: int, total: int) -> None:
@@ -95,7 +95,7 @@ class Progress:
         now = time.monotonic()
         if self.first is None:
             self.first, self.started = done, now
-        if done < total and now - self.last_line < LOG_EVERY:
+        elif done < total and now - self.last_line < LOG_EVERY:
             return
         self.last_line = now
         rate = (done - self.first) / max(now - self.started, 1e-9)
@@ -122,19 +122,19 @@ def run_corpus(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Non
     progress = Progress()
     try:
         model, name = resolve_model(args.model, settings)
+        options = {
+            key: getattr(args, key) for key in ("engine", "batch", "words", "shard_size", "max_tokens")
+        }
+        device = args.device or settings.device
         summary = mha.corpus.run(
             args.input,
             model,
             args.out,
-            engine=args.engine,
-            batch=args.batch,
-            words=args.words,
-            shard_size=args.shard_size,
-            max_tokens=args.max_tokens,
-            device=args.device or settings.device,
+            device=device,
             progress=progress,
             name=name,
             num_gpus=args.num_gpus,
+            **options,
         )
     except (ValueError, RuntimeError) as error:  # bad input, settings, model or a missing Ray
         progress.close()

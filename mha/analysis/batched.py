@@ -20,33 +20,12 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from mha.analysis.stats import (
-    BROAD_THRESHOLD,
-    LABELS,
-    LOCAL_THRESHOLD,
-    LOCAL_WINDOW,
-    POINTER_LABELS,
-    POINTER_THRESHOLD,
-    is_punctuation_token,
-)
+from mha.analysis import stats as definitions
 
 __all__ = ["STATS", "batch_head_labels", "batch_head_stats", "token_masks"]
 
-# head_stats' keys, in its order.
-STATS = (
-    "entropy",
-    "entropy_norm",
-    "distance",
-    "self",
-    "previous",
-    "next",
-    "local",
-    "forward",
-    "special",
-    "punctuation",
-    "first",
-    "max",
-)
+# head_stats' keys, in its order: entropy (left out of similarity, as it grows with n), then the others.
+STATS = ("entropy", *definitions.SIMILARITY_STATS)
 
 # Weights per chunk of maps (64 MiB of float32 per temporary): bounded scratch at any T, and big enough
 # that a chunk is one set of vectorized ops over many maps.
@@ -56,7 +35,9 @@ _CHUNK_ELEMENTS = 1 << 24
 def token_masks(tokens: Sequence[str], special: Sequence[bool]) -> tuple[list[bool], list[bool]]:
     """(special, punctuation) masks of one text, as ``head_stats`` builds them from ``special``."""
     special_mask = [bool(s) for s in special]
-    punctuation = [not s and is_punctuation_token(t) for t, s in zip(tokens, special_mask, strict=True)]
+    punctuation = [
+        not s and definitions.is_punctuation_token(t) for t, s in zip(tokens, special_mask, strict=True)
+    ]
     return special_mask, punctuation
 
 
@@ -93,9 +74,10 @@ def batch_head_stats(
 
     positions = torch.arange(width, device=device)
     offsets = positions[None, :] - positions[:, None]  # [T, T] j - i
-    distance = offsets.abs().to(dtype)
-    later = (offsets > 0).to(dtype)
-    band = (offsets.abs() <= LOCAL_WINDOW).to(dtype)
+    # Row i's weights on |i - j|, on j > i and on |i - j| <= LOCAL_WINDOW: one pass over the maps
+    # (an einsum, a batched matmul per row) instead of three multiply-and-sum passes.
+    near = offsets.abs() <= definitions.LOCAL_WINDOW
+    kernels = torch.stack([offsets.abs(), offsets > 0, near], dim=-1).to(dtype)  # [T, T, 3]
 
     rows = torch.empty(9, batch * per_text, width, dtype=dtype, device=device)
     per_chunk = max(1, _CHUNK_ELEMENTS // (width * width))
@@ -104,9 +86,7 @@ def batch_head_stats(
         part = slice(start, start + chunk.shape[0])
         work = torch.clamp(chunk, min=torch.finfo(dtype).tiny)  # 0·log(tiny) = 0, never 0·(-inf)
         rows[0, part] = work.log2_().mul_(chunk).sum(-1).neg_()
-        rows[1, part] = torch.mul(chunk, distance, out=work).sum(-1)
-        rows[2, part] = torch.mul(chunk, later, out=work).sum(-1)
-        rows[3, part] = torch.mul(chunk, band, out=work).sum(-1)
+        rows[1:4, part] = torch.einsum("cij,ijk->kci", chunk, kernels)  # distance, forward, local
         rows[4, part] = chunk.amax(-1)
         rows[5:7, part] = torch.bmm(chunk, columns[part]).permute(2, 0, 1)  # special, punctuation
         rows[7, part] = chunk.diagonal(0, -2, -1)
@@ -159,14 +139,16 @@ def batch_head_stats(
 def batch_head_labels(stats: dict[str, Tensor]) -> Tensor:
     """``head_labels`` of every text at once: the index into ``LABELS`` of each head's label, [B, L, H]
     (int64), by the same rules (the first pointer on ties, then broad, local, mixed)."""
-    pointer_scores = torch.stack([stats[key] for key in POINTER_LABELS.values()], dim=-1)  # [B, L, H, P]
+    pointer_scores = torch.stack(
+        [stats[key] for key in definitions.POINTER_LABELS.values()], dim=-1
+    )  # [B, L, H, P]
     best_score, best_index = pointer_scores.max(dim=-1)  # the first index on ties, as pick_labels
-    broad = torch.full_like(best_index, LABELS.index("broad"))
-    local = torch.full_like(best_index, LABELS.index("local"))
-    mixed = torch.full_like(best_index, LABELS.index("mixed"))
+    broad = torch.full_like(best_index, definitions.LABELS.index("broad"))
+    local = torch.full_like(best_index, definitions.LABELS.index("local"))
+    mixed = torch.full_like(best_index, definitions.LABELS.index("mixed"))
     rest = torch.where(
-        stats["entropy_norm"] >= BROAD_THRESHOLD,
+        stats["entropy_norm"] >= definitions.BROAD_THRESHOLD,
         broad,
-        torch.where(stats["local"] >= LOCAL_THRESHOLD, local, mixed),
+        torch.where(stats["local"] >= definitions.LOCAL_THRESHOLD, local, mixed),
     )
-    return torch.where(best_score > POINTER_THRESHOLD, best_index, rest)
+    return torch.where(best_score > definitions.POINTER_THRESHOLD, best_index, rest)
