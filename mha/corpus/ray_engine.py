@@ -5,9 +5,9 @@
   Ray's own readers are not enough here: ``read_text`` loads a file whole into one block and also splits
   lines at the Unicode separators the local reader keeps, ``read_json`` and ``read_csv`` fail the read
   on the first bad row instead of reporting it, and none of them numbers records, which shards and
-  ``errors.jsonl`` are keyed by. Each block is one of the local engine's batches: ``job.batch``
-  consecutive records of one shard, the last cut at the shard's end, so every padded forward is the
-  same and so are the numbers.
+  ``errors.jsonl`` are keyed by. Each row is one of the local engine's batches (its records packed in
+  lists): ``job.batch`` consecutive records of one shard, the last cut at the shard's end. Ray splits
+  and merges blocks, never rows, so every padded forward is the local engine's and so are the numbers.
 - Map: ``Dataset.map_batches`` with ``CorpusWorker`` as its callable class, a pool of actors that each
   load the model once (``num_gpus`` each where the cluster has GPUs).
 - Write: the answers stream back to the driver, which writes each shard with ``shards.write_shard`` as
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,9 +32,12 @@ from typing import Any, cast
 import numpy as np
 import pyarrow as pa
 import ray
+import torch
 from ray.data import DataContext, Dataset
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
+from ray.data.exceptions import UserCodeException
+from ray.exceptions import RayError
 
 import mha
 from mha.corpus.job import Job, Progress
@@ -56,6 +60,8 @@ RECORDS = pa.schema(
     ]
 )
 PACKED = pa.schema([(field.name, pa.list_(field.type)) for field in RECORDS])
+_COLOURS = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours the process names in its messages
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
 
 
 def process(job: Job, todo: Sequence[int], progress: Progress | None) -> None:
@@ -66,18 +72,23 @@ def process(job: Job, todo: Sequence[int], progress: Progress | None) -> None:
     expected = {k: max(0, min(job.shard_size, job.records - k * job.shard_size)) for k in todo}
     done = job.records - sum(expected.values())
     held: dict[int, list[pa.Table]] = {}  # the rows of shards not complete yet
+    counts: dict[int, int] = {}
     written: set[int] = set()
-    with _cluster():
-        for batch in _dataset(job, todo).iter_batches(batch_size=None, batch_format="pyarrow"):
-            rows = cast(pa.Table, batch)
-            for index, part in _by_shard(rows, job.shard_size):
-                held.setdefault(index, []).append(part)
-                if sum(t.num_rows for t in held[index]) == expected[index]:
-                    _write(job, index, held.pop(index), info.layers, info.heads)
-                    written.add(index)
-            done += rows.num_rows
-            if progress is not None:
-                progress(done, job.records)
+    try:
+        with _cluster():
+            for batch in _dataset(job, todo).iter_batches(batch_size=None, batch_format="pyarrow"):
+                rows = cast(pa.Table, batch)
+                for index, part in _by_shard(rows, job.shard_size):
+                    held.setdefault(index, []).append(part)
+                    counts[index] = counts.get(index, 0) + part.num_rows
+                    if counts[index] == expected[index]:
+                        _write(job, index, held.pop(index), info.layers, info.heads)
+                        written.add(index)
+                done += rows.num_rows
+                if progress is not None:
+                    progress(done, job.records)
+    except (RayError, UserCodeException) as error:  # a worker's own error, as one line (the CLI's)
+        raise RuntimeError(f"a Ray worker failed: {worker_error(str(error))}") from error
     for index in todo:  # the shards the input ended before (it changed since it was counted), as they are
         if index not in written:
             _write(job, index, held.pop(index, []), info.layers, info.heads)
@@ -87,11 +98,14 @@ def _dataset(job: Job, todo: Sequence[int]) -> Dataset:
     context = DataContext.get_current()
     context.enable_progress_bars = False  # the caller's progress callback reports instead
     resources = ray.cluster_resources()
-    gpus = job.num_gpus if job.num_gpus is not None else (1.0 if resources.get("GPU", 0) >= 1 else 0.0)
-    if gpus > 0:
-        workers = max(1, int(resources.get("GPU", 0) // gpus))
-    else:
-        workers = max(1, int(resources.get("CPU", 1)))
+    cpus, cluster_gpus = int(resources.get("CPU", 0)), resources.get("GPU", 0.0)
+    gpus = job.num_gpus if job.num_gpus is not None else (1.0 if cluster_gpus >= 1 else 0.0)
+    if gpus > cluster_gpus or cpus < 1:  # its workers would wait for resources forever
+        raise RuntimeError(
+            f"the Ray cluster has {cpus} CPUs and {cluster_gpus:g} GPUs: not enough for one worker "
+            f"(1 CPU and {gpus:g} GPUs); lower --num-gpus or add nodes"
+        )
+    workers = min(cpus, int(cluster_gpus // gpus)) if gpus > 0 else cpus
     logger.info("ray: %d workers, %g GPUs and 1 CPU each", workers, gpus)
     records = ray.data.read_datasource(
         _RecordSource(job, todo),
@@ -104,7 +118,7 @@ def _dataset(job: Job, todo: Sequence[int]) -> Dataset:
         fn_constructor_kwargs={"model": job.model, **job.worker_kwargs()},
         batch_size=1,  # a row: one batch of the local engine's
         batch_format="pyarrow",
-        concurrency=workers,
+        compute=ray.data.ActorPoolStrategy(size=workers),
         num_cpus=1,
         num_gpus=gpus,
     )
@@ -115,6 +129,9 @@ class _Worker:
     handed is one batch of records, run as one padded forward."""
 
     def __init__(self, **kwargs: Any) -> None:
+        # torch on the CPUs Ray gave this worker, not on every core of the node (the other workers' too)
+        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1)
+        torch.set_num_threads(max(1, int(cpus)))
         self.worker = CorpusWorker(**kwargs)
 
     def __call__(self, batches: pa.Table) -> pa.Table:
@@ -126,7 +143,7 @@ class _Worker:
 
 class _RecordSource(Datasource):
     """The input's records in the shards of ``todo``, read in one task on the driver's node (records are
-    numbered by reading the file in order): one row per batch, a block per shard."""
+    numbered by reading the file in order), one row per batch."""
 
     def __init__(self, job: Job, todo: Sequence[int]) -> None:
         super().__init__()
@@ -150,29 +167,25 @@ class _RecordSource(Datasource):
 
 
 def _blocks(job: Job, todo: frozenset[int]) -> Iterator[pa.Table]:
-    """A block per shard of ``todo``, a row per batch: the local engine's batches, ``job.batch``
-    consecutive records of a shard, the last one cut at the shard's end. Ray splits and merges blocks as
-    it likes; a row it never cuts, so each padded forward is the local engine's."""
-    shard: list[list[Record]] = []
-    current: int | None = None
+    """A one-row block per batch of the local engine's, ``job.batch`` consecutive records of a shard of
+    ``todo``, the last one cut at the shard's end. Ray may split and merge blocks; a row it never cuts, so
+    each padded forward is the local engine's; small blocks share the work evenly among the workers."""
+    held: list[Record] = []
     for record in read_records(job.source):
         index = shard_of(record.line, job.shard_size)
-        if index != current and shard:
-            yield _block(shard)
-            shard = []
-        current = index
-        if index not in todo:
-            continue
-        if not shard or len(shard[-1]) == job.batch:
-            shard.append([])
-        shard[-1].append(record)
-    if shard:
-        yield _block(shard)
+        if held and (len(held) == job.batch or shard_of(held[0].line, job.shard_size) != index):
+            yield _block(held)
+            held = []
+        if index in todo:
+            held.append(record)
+    if held:
+        yield _block(held)
 
 
-def _block(batches: Sequence[Sequence[Record]]) -> pa.Table:
-    columns = {name: [[getattr(r, name) for r in batch] for batch in batches] for name in RECORDS.names}
-    return pa.Table.from_pydict(columns, schema=PACKED)
+def _block(records: Sequence[Record]) -> pa.Table:
+    return pa.Table.from_pydict(
+        {name: [[getattr(r, name) for r in records]] for name in RECORDS.names}, schema=PACKED
+    )
 
 
 def _by_shard(rows: pa.Table, shard_size: int) -> Iterator[tuple[int, pa.Table]]:
@@ -187,6 +200,14 @@ def _write(job: Job, index: int, parts: list[pa.Table], layers: int, heads: int)
     # Workers answer in any order; a shard's rows go in line order, as the local engine writes them.
     rows = rows.sort_by("line")
     write_shard(job.out, index, rows, layers=layers, heads=heads)
+
+
+def worker_error(message: str) -> str:
+    """The worker's own exception in a Ray error's message (its last ``SomeError: why`` line, colours
+    taken out), else the message's first line."""
+    lines = [line.strip() for line in _COLOURS.sub("", message).splitlines() if line.strip()]
+    errors = [line for line in lines if _EXCEPTION_LINE.match(line)]
+    return errors[-1] if errors else (lines[0] if lines else "no reason given")
 
 
 def runtime_env() -> dict[str, Any]:
