@@ -43,22 +43,15 @@ import mha
 from mha.corpus.job import Job, Progress
 from mha.corpus.shards import shard_of, write_shard
 from mha.corpus.source import Record, read_records
-from mha.corpus.worker import CorpusWorker, output_schema
+from mha.corpus.worker import INPUT_COLUMNS, CorpusWorker, output_schema
 
 __all__ = ["process", "runtime_env"]
 
 logger = logging.getLogger(__name__)
 
-# CorpusWorker's input columns; the reader packs each batch of records into one row of lists (PACKED).
-RECORDS = pa.schema(
-    [
-        ("line", pa.int64()),
-        ("id", pa.string()),
-        ("text", pa.string()),
-        ("text_pair", pa.string()),
-        ("error", pa.string()),
-    ]
-)
+# CorpusWorker's input columns, typed as it answers them; the reader packs each batch of records into one
+# row of lists (PACKED).
+RECORDS = pa.schema([output_schema(1).field(name) for name in (*INPUT_COLUMNS, "error")])
 PACKED = pa.schema([(field.name, pa.list_(field.type)) for field in RECORDS])
 _COLOURS = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours the process names in its messages
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
