@@ -274,3 +274,21 @@ def test_resume_after_a_kill_ends_with_the_same_files(tmp_path: Path) -> None:
     assert {k: v for k, v in first.items() if k not in ("name", "timings", "started", "finished")} == {
         k: v for k, v in second.items() if k not in ("name", "timings", "started", "finished")
     }
+
+
+def test_progress_counts_records_batch_by_batch(minilm: AttentionModel, tmp_path: Path) -> None:
+    source = tmp_path / "c.txt"
+    write_txt(source, texts(8))  # 10 records: shards of 5, batches of 3 then 2
+    calls: list[tuple[int, int]] = []
+    run(source, minilm, tmp_path / "out", batch=3, shard_size=5, progress=lambda *call: calls.append(call))
+    assert calls == [(0, 10), (3, 10), (5, 10), (8, 10), (10, 10)]
+
+
+def test_words_for_an_encoder_decoder_are_refused_before_any_file(
+    seq2seq_checkpoints, tmp_path: Path
+) -> None:
+    source = tmp_path / "c.txt"
+    write_txt(source, texts(2))
+    with pytest.raises(ValueError, match="encoder-decoder"):
+        run(source, str(seq2seq_checkpoints["t5"]), tmp_path / "out", words=True, device="cpu")
+    assert not (tmp_path / "out").exists()
