@@ -95,3 +95,19 @@ def _insert(path: Path, lines: list[str], bad: dict[int, tuple[str, str]]) -> di
     expected: dict[int, str] = {}
     path.write_text("".join(f"{line}\n" for line in _merged(lines, bad, expected)), encoding="utf-8")
     return expected
+
+
+def attend_as_the_worker(model, items: list[tuple[str, str | None]], *, max_tokens: int = 512) -> list:
+    """(result, padded width) per item, from the same padded forwards CorpusWorker makes of this batch
+    (mha.corpus.worker.padded_groups), so the statistics differ only in the order of their float sums."""
+    from mha.corpus.worker import padded_groups
+
+    limit = model.token_limit(min(max_tokens, model.info.max_tokens))
+    lengths = [len(model.encoder.encode_batch([item], limit)[0].ids) for item in items]
+    answers: list = [None] * len(items)
+    for group in padded_groups(lengths):
+        results = model.attend_batch([items[k] for k in group], max_tokens=limit)
+        width = max(r.n for r in results)
+        for k, result in zip(group, results, strict=True):
+            answers[k] = (result, width)
+    return answers

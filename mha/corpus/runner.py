@@ -103,18 +103,20 @@ def run(
         logger.info("%s: this run is already complete; nothing to do", job.out)
         return previous
 
+    worker: CorpusWorker | None = None
+    if engine == "local":  # the model first: a model that fails to load leaves no folder behind
+        worker = CorpusWorker(loaded if loaded is not None else job.model, **job.worker_kwargs())
+        info = worker.model.info
+    else:
+        info = _model_info(job)
+    if words and info.seq2seq:  # CorpusWorker says the same; the Ray engine's would say it on a worker
+        raise ValueError(f"words are not available for an encoder-decoder ({job.name!r}): use tokens")
     job.out.mkdir(parents=True, exist_ok=True)
     shards = shard_count(job.records, shard_size)
     done = done_shards(job.out)
     todo = [k for k in range(shards) if k not in done]
     if done:
         logger.info("%s: resuming, %d of %d shards already done", job.out, shards - len(todo), shards)
-    worker: CorpusWorker | None = None
-    if engine == "local":
-        worker = CorpusWorker(loaded if loaded is not None else job.model, **job.worker_kwargs())
-        info = worker.model.info
-    else:
-        info = _model_info(job)
     record = {
         "format": FORMAT,
         "complete": False,
@@ -139,9 +141,7 @@ def run(
     loading = time.perf_counter() - started
     if todo:
         if progress is not None:  # where a resumed run starts
-            progress(
-                job.records - sum(min(shard_size, job.records - k * shard_size) for k in todo), job.records
-            )
+            progress(job.records - _records_in(job, todo), job.records)
         if worker is not None:
             _process_local(job, todo, worker, progress)
         else:
@@ -260,20 +260,27 @@ def _process_local(job: Job, todo: Sequence[int], worker: CorpusWorker, progress
     """The local engine: each shard of ``todo`` through ``worker`` in batches of job.batch records."""
     info = worker.model.info
     wanted = set(todo)
-    done = job.records - sum(min(job.shard_size, job.records - k * job.shard_size) for k in wanted)
+    done = job.records - _records_in(job, todo)
     written: set[int] = set()
     for index, records in _shards(read_records(job.source), job.shard_size, wanted):
-        tables = [worker(_columns(part)) for part in _batches(records, job.batch)]
+        tables = []
+        for part in _batches(records, job.batch):
+            tables.append(worker(_columns(part)))
+            done += len(part)
+            if progress is not None:
+                progress(done, job.records)
         rows = pa.concat_tables(tables) if tables else output_schema(worker.heads).empty_table()
         write_shard(job.out, index, rows, layers=info.layers, heads=info.heads)
         written.add(index)
-        done += len(records)
-        if progress is not None:
-            progress(done, job.records)
     for index in sorted(wanted - written):  # a shard with no records left (the input ended sooner)
         write_shard(
             job.out, index, output_schema(worker.heads).empty_table(), layers=info.layers, heads=info.heads
         )
+
+
+def _records_in(job: Job, shards: Iterable[int]) -> int:
+    """Records in these shards of the job's input."""
+    return sum(min(job.shard_size, job.records - k * job.shard_size) for k in shards)
 
 
 def _shards(
@@ -307,7 +314,12 @@ def _columns(records: Sequence[Record]) -> dict[str, list[Any]]:
 
 
 def _process_ray(job: Job, todo: Sequence[int], progress: Progress | None) -> None:
-    engine = importlib.import_module("mha.corpus.ray_engine")  # imports ray: only when asked for
+    try:
+        engine = importlib.import_module("mha.corpus.ray_engine")  # imports ray: only when asked for
+    except ModuleNotFoundError as error:
+        if error.name != "mha.corpus.ray_engine":
+            raise
+        raise RuntimeError("this headscope has no Ray engine (mha/corpus/ray_engine.py)") from None
     engine.process(job, todo, progress)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from corpus_files import texts, write_jsonl, write_txt
+from corpus_files import attend_as_the_worker, texts, write_jsonl, write_txt
 from tolerances import batched_stat
 
 from mha import load_pretrained
@@ -51,8 +51,9 @@ def table(out: Path, name: str) -> dict[str, np.ndarray]:
 
 
 def test_per_text_equals_head_stats_on_each_text_by_hand(finished, minilm: AttentionModel) -> None:
-    """Each text's statistics against head_stats on its own map from the same padded batch (a shard's
-    records in batches of BATCH, bad ones included), and its label against head_labels."""
+    """Each text's statistics against head_stats on its own map from the same padded forward (a shard's
+    records in batches of BATCH, bad ones included, each cut as the worker cuts it), and its label against
+    head_labels."""
     source, out, _ = finished
     per_text = table(out, "per_text")
     records = list(read_records(source))
@@ -62,9 +63,8 @@ def test_per_text_equals_head_stats_on_each_text_by_hand(finished, minilm: Atten
         shard = records[shard_start : shard_start + SHARD]
         for start in range(0, len(shard), BATCH):
             good = [r for r in shard[start : start + BATCH] if r.error is None]
-            results = minilm.attend_batch([(r.text, r.text_pair) for r in good]) if good else []
-            width = max((r.n for r in results), default=0)
-            for record, result in zip(good, results, strict=True):
+            answers = attend_as_the_worker(minilm, [(r.text, r.text_pair) for r in good])
+            for record, (result, width) in zip(good, answers, strict=True):
                 stats = head_stats(result.attentions, result.tokens, special=result.special, causal=False)
                 rows = slice(row, row + heads)
                 assert set(per_text["line"][rows]) == {record.line}
@@ -208,9 +208,7 @@ def test_a_decoder_and_an_encoder_decoder(tmp_path: Path, tiny_checkpoints, seq2
         heads = model.info.layers * model.info.heads
         assert len(per_text["line"]) == 5 * heads
         if kind == "self":
-            results = model.attend_batch([t for t, _ in texts(2)])
-            width = max(r.n for r in results)
-            for k, result in enumerate(results):
+            for k, (result, width) in enumerate(attend_as_the_worker(model, texts(2))):
                 stats = head_stats(result.attentions, result.tokens, special=result.special, causal=True)
                 for stat in STATS:
                     got = per_text[stat][k * heads : (k + 1) * heads]
@@ -274,3 +272,21 @@ def test_resume_after_a_kill_ends_with_the_same_files(tmp_path: Path) -> None:
     assert {k: v for k, v in first.items() if k not in ("name", "timings", "started", "finished")} == {
         k: v for k, v in second.items() if k not in ("name", "timings", "started", "finished")
     }
+
+
+def test_progress_counts_records_batch_by_batch(minilm: AttentionModel, tmp_path: Path) -> None:
+    source = tmp_path / "c.txt"
+    write_txt(source, texts(8))  # 10 records: shards of 5, batches of 3 then 2
+    calls: list[tuple[int, int]] = []
+    run(source, minilm, tmp_path / "out", batch=3, shard_size=5, progress=lambda *call: calls.append(call))
+    assert calls == [(0, 10), (3, 10), (5, 10), (8, 10), (10, 10)]
+
+
+def test_words_for_an_encoder_decoder_are_refused_before_any_file(
+    seq2seq_checkpoints, tmp_path: Path
+) -> None:
+    source = tmp_path / "c.txt"
+    write_txt(source, texts(2))
+    with pytest.raises(ValueError, match="encoder-decoder"):
+        run(source, str(seq2seq_checkpoints["t5"]), tmp_path / "out", words=True, device="cpu")
+    assert not (tmp_path / "out").exists()

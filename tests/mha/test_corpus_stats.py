@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from checkpoints import build_checkpoint
+from corpus_files import attend_as_the_worker
 from tolerances import batched_stat
 
 from mha import load_pretrained
@@ -15,6 +16,7 @@ from mha.analysis import LABELS, SPECIAL_TOKENS, head_labels, head_stats, merge_
 from mha.analysis.batched import STATS, batch_head_labels, batch_head_stats, token_masks
 from mha.analysis.words import word_labels
 from mha.corpus import CorpusWorker
+from mha.corpus.worker import padded_groups
 from mha.pretrained import AttentionModel
 
 
@@ -137,13 +139,13 @@ def test_worker_equals_head_stats_per_text(which: str, request: pytest.FixtureRe
     causal as the service passes it (the model's)."""
     model = request.getfixturevalue(which)
     rows = worker_rows(CorpusWorker(model), TEXTS)
-    results = model.attend_batch(TEXTS)
-    width = max(r.n for r in results)
-    alone = [head_stats(r.attentions, r.tokens, special=r.special, causal=model.info.causal) for r in results]
-    batched = {stat: torch.tensor(rows[stat]).reshape(len(TEXTS), model.info.layers, -1) for stat in STATS}
-    check_against_alone(batched, alone, width)
-    labels = torch.tensor(rows["label"]).reshape(len(TEXTS), model.info.layers, -1)
-    check_labels(labels, alone)
+    answers = attend_as_the_worker(model, TEXTS)
+    results = [result for result, _ in answers]
+    for row, (result, width) in enumerate(answers):
+        stats = head_stats(result.attentions, result.tokens, special=result.special, causal=model.info.causal)
+        batched = {stat: torch.tensor(rows[stat][row]).reshape(1, model.info.layers, -1) for stat in STATS}
+        check_against_alone(batched, [stats], width)
+        check_labels(torch.tensor(rows["label"][row]).reshape(1, model.info.layers, -1), [stats])
     assert rows["n_tokens"] == [r.n for r in results]
     assert rows["error"] == [None] * len(TEXTS)
 
@@ -151,15 +153,14 @@ def test_worker_equals_head_stats_per_text(which: str, request: pytest.FixtureRe
 def test_worker_words_equal_head_stats_on_word_maps(minilm: AttentionModel) -> None:
     """--words: the statistics of each text's word map, merged as the service's words view merges it."""
     rows = worker_rows(CorpusWorker(minilm, words=True), TEXTS)
-    alone, widths = [], []
-    for r in minilm.attend_batch(TEXTS):
+    for row, (r, width) in enumerate(attend_as_the_worker(minilm, TEXTS)):
         groups = word_groups_from(r.word_ids, r.segments, r.special).groups
         words = word_labels(r.tokens, groups, offsets=r.offsets, segments=r.segments, texts=r.texts)
         special = [r.special[g[0]] for g in groups]
-        alone.append(head_stats(merge_to_words(r.attentions, groups), words, special=special, causal=False))
-        widths.append(len(groups))
-    batched = {stat: torch.tensor(rows[stat]).reshape(len(TEXTS), 6, 12) for stat in STATS}
-    check_against_alone(batched, alone, max(widths))
+        stats = head_stats(merge_to_words(r.attentions, groups), words, special=special, causal=False)
+        batched = {stat: torch.tensor(rows[stat][row]).reshape(1, 6, 12) for stat in STATS}
+        # A word map is padded to the batch's most words, at most its padded token width.
+        check_against_alone(batched, [stats], width)
 
 
 def test_worker_bad_rows_and_truncation(minilm: AttentionModel) -> None:
@@ -184,3 +185,10 @@ def test_worker_bad_rows_and_truncation(minilm: AttentionModel) -> None:
 def test_worker_refuses_words_for_an_encoder_decoder(seq2seq_checkpoints: dict[str, Path]) -> None:
     with pytest.raises(ValueError, match="encoder-decoder"):
         CorpusWorker(str(seq2seq_checkpoints["bart"]), words=True, device="cpu")
+
+
+def test_padded_groups_sort_by_length_and_bound_the_padding() -> None:
+    # 5, 5, 6: 3 x 6 = 18 padded for 16 tokens (within 15 %); 50 would pad them to 200.
+    assert padded_groups([5, 50, 6, 52, 5]) == [[0, 4, 2], [1, 3]]
+    assert padded_groups([40] * 32) == [list(range(32))]  # alike: one forward
+    assert padded_groups([]) == []
