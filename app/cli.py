@@ -1,9 +1,11 @@
-"""`headscope serve`: start the service with uvicorn."""
+"""`headscope serve`: start the service with uvicorn; `headscope corpus`: a corpus run (app.corpus_cli)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+
+from app import corpus_cli
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -16,7 +18,11 @@ def main(argv: list[str] | None = None) -> None:
         "--device", default=None, help="auto, cpu, cuda, cuda:N or mps (default: HEADSCOPE_DEVICE or auto)"
     )
     serve.add_argument("--log-level", default="info", help="uvicorn log level")
+    corpus_cli.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "corpus":
+        corpus_cli.run_corpus(args, parser)
+        return
 
     # Settings are read from the environment, so the flag is passed the same way compose passes it.
     if args.device:

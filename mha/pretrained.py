@@ -26,7 +26,7 @@ from mha.errors import MaxTokensError, NotCausalError, TargetNotSupportedError
 from mha.model import Transformer, TransformerConfig
 from mha.result import AttentionResult, ModelInfo, Seq2SeqResult
 from mha.seq2seq import EncoderDecoder, Seq2SeqConfig
-from mha.tokenize import TextEncoder, is_byte_level
+from mha.tokenize import Encoded, TextEncoder, is_byte_level
 from mha.trace import OVERVIEW_SIZE, Trace
 
 __all__ = [
@@ -88,6 +88,11 @@ class AttentionModel:
 
     def __repr__(self) -> str:
         return f"AttentionModel({self.info})"
+
+    def token_limit(self, max_tokens: int | None) -> int:
+        """The longest input a call with `max_tokens` takes: the model's own when None; MaxTokensError
+        when outside 1..the model's."""
+        return self._max_tokens(max_tokens)
 
     def _max_tokens(self, max_tokens: int | None) -> int:
         limit = self.info.max_tokens
@@ -215,29 +220,7 @@ class AttentionModel:
         pairs = [(i, None) if isinstance(i, str) else i for i in items]
         encoded = self.encoder.encode_batch(pairs, limit, chat=chat)
         lengths = [len(e.ids) for e in encoded]
-        width = max(lengths)
-        ids = torch.full((len(encoded), width), self.encoder.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(encoded), width), dtype=torch.long)
-        type_ids = torch.zeros((len(encoded), width), dtype=torch.long)
-        for row, e in enumerate(encoded):
-            ids[row, : len(e.ids)] = torch.tensor(e.ids)
-            mask[row, : len(e.ids)] = 1
-            type_ids[row, : len(e.ids)] = torch.tensor(e.type_ids)
-        # no_grad rather than inference_mode: callers may modify the returned tensors in place.
-        with torch.no_grad():
-            out = self.network(
-                ids.to(self.device),
-                attention_mask=mask.to(self.device) if min(lengths) < width else None,
-                segment_ids=type_ids.to(self.device) if self.config.type_vocab_size else None,
-                need_hidden=hidden_state,
-                cancel=cancel,
-            )
-            attentions = out.attentions
-            if attentions is None:  # need_weights is on: the network always returns them
-                raise RuntimeError("the network returned no attention weights")
-            # One transfer and one cast for the whole batch; a no-op for float32 on the CPU.
-            attentions = attentions.to(device="cpu", dtype=torch.float32)
-            hidden = None if out.hidden_state is None else out.hidden_state.to("cpu", torch.float32)
+        attentions, hidden = self.forward_padded(encoded, hidden_state=hidden_state, cancel=cancel)
         return [
             AttentionResult.of(
                 e,
@@ -247,6 +230,52 @@ class AttentionModel:
             )
             for row, (e, n) in enumerate(zip(encoded, lengths, strict=True))
         ]
+
+    def forward_padded(
+        self,
+        encoded: Sequence[Encoded],
+        *,
+        hidden_state: bool = False,
+        cancel: Callable[[], bool] | None = None,
+        on_device: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One right-padded forward of encoded inputs: (attentions [L, B, H, T, T], the last hidden state
+        [B, T, E] or None), float32 on the CPU (on_device: on the model's device), T the longest input.
+        An encoder-decoder runs its encoder alone (its self-attention; no target). Padded keys carry
+        weight 0; padded query rows are filler."""
+        lengths = [len(e.ids) for e in encoded]
+        width = max(lengths)
+        ids = torch.full((len(encoded), width), self.encoder.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(encoded), width), dtype=torch.long)
+        type_ids = torch.zeros((len(encoded), width), dtype=torch.long)
+        for row, e in enumerate(encoded):
+            ids[row, : len(e.ids)] = torch.tensor(e.ids)
+            mask[row, : len(e.ids)] = 1
+            type_ids[row, : len(e.ids)] = torch.tensor(e.type_ids)
+        attention_mask = mask.to(self.device) if min(lengths) < width else None
+        # no_grad rather than inference_mode: callers may modify the returned tensors in place.
+        with torch.no_grad():
+            if isinstance(self.network, EncoderDecoder):
+                memory, attentions = self.network.encode(
+                    ids.to(self.device), attention_mask=attention_mask, cancel=cancel
+                )
+                hidden = memory if hidden_state else None
+            else:
+                out = self.network(
+                    ids.to(self.device),
+                    attention_mask=attention_mask,
+                    segment_ids=type_ids.to(self.device) if self.config.type_vocab_size else None,
+                    need_hidden=hidden_state,
+                    cancel=cancel,
+                )
+                attentions, hidden = out.attentions, out.hidden_state
+            if attentions is None:  # need_weights is on: the network always returns them
+                raise RuntimeError("the network returned no attention weights")
+            # One transfer and one cast for the whole batch; a no-op for float32 on the CPU.
+            target = attentions.device if on_device else torch.device("cpu")
+            attentions = attentions.to(device=target, dtype=torch.float32)
+            hidden = None if hidden is None else hidden.to(target, torch.float32)
+        return attentions, hidden
 
 
 def checkpoint_architecture(path: str | Path) -> str | None:

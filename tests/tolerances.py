@@ -74,3 +74,20 @@ def recomputed_weight(dim: int, max_score: float) -> float:
     gamma_dim; |s| <= scale·|q|·|k| by Cauchy-Schwarz gives max_score), and w = exp(s - lse) moves by
     w·(Δs + Δlse) <= 2·dim·u·max_score; on top, the FORWARD reordering of the layers below."""
     return FORWARD + 2 * dim * U32 * max_score
+
+
+# -- corpus runs (mha.analysis.batched) --------------------------------------------------------------------
+
+
+def batched_stat(stat: str, width: int) -> float:
+    """|batched - alone| for one head_stats statistic of a text in a batch padded to ``width`` tokens. Both
+    compute the same terms; the padded row sums ``width`` terms (zeros included) where the text alone sums
+    n, and the mean is a masked sum over ``width`` rows: each sum reordered moves it by at most width·u·R
+    (float32_sum), R the largest row value (1 for a weight, width - 1 tokens for distance, ln(width) nats
+    for entropy, log2(width) for entropy_norm, which divides entropy by ln k >= ln 2). Row sum and mean on
+    both sides, plus a vectorized log2 that may differ from the scalar one by an ulp a term (another
+    width·u·R): 6·width·u·R, and u for the division."""
+    import math
+
+    largest = {"distance": width - 1.0, "entropy": math.log(width), "entropy_norm": math.log2(width)}
+    return 6 * float32_sum(width, max(largest.get(stat, 1.0), 1.0)) + U32

@@ -1,0 +1,139 @@
+"""Corpus runs: speed and memory, side by side in one run.
+
+1. texts/s of the local engine (mha.corpus.run: padded batches, batched statistics, Parquet shards and
+   aggregation included) against a plain loop of `attend` + `head_stats` + `head_labels` per text, on
+   MiniLM and TEXTS texts of 20-60 tokens generated deterministically (goal: >= 3x);
+2. with `--engines local ray`, the Ray engine on this machine against the local engine (goal: >= 0.8x);
+3. peak resident memory (ru_maxrss) of a whole local run at TEXTS and 10·TEXTS texts, each in a fresh
+   subprocess (goal: within 10 %: the job streams, so memory does not grow with the corpus).
+
+Run: PYTHONPATH=. .venv/bin/python benchmarks/corpus.py [--texts 2000] [--engines local ray] [--no-memory]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from mha import analysis, load_pretrained
+
+# Common words that MiniLM's WordPiece keeps whole, so a text of k words is k + 2 tokens (with [CLS], [SEP]).
+WORDS = (
+    "the of and to in is was for on that with as by at from his it an were are which this be or has had "
+    "not but first one their its new after who they have her she two been other when there all during into "
+    "school time may years more most only over city some world would where later up such used many can "
+    "state about national out known university united then made"
+).split()
+PUNCTUATION = (",", ".", ";")
+
+
+def write_corpus(path: Path, texts: int, *, seed: int = 0) -> None:
+    """``texts`` JSON lines of 20-60 tokens each (18-58 words and punctuation, plus [CLS] and [SEP])."""
+    generator = random.Random(seed)
+    with path.open("w", encoding="utf-8") as f:
+        for i in range(texts):
+            pieces = [
+                generator.choice(WORDS) if generator.random() > 0.1 else generator.choice(PUNCTUATION)
+                for _ in range(generator.randint(18, 58))
+            ]
+            f.write(json.dumps({"id": f"t{i}", "text": " ".join(pieces)}) + "\n")
+
+
+def plain_loop(model, path: Path) -> float:
+    """texts/s of attend + head_stats + head_labels, one text at a time."""
+    texts = [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines()]
+    start = time.perf_counter()
+    for text in texts:
+        result = model.attend(text, hidden_state=False)
+        stats = analysis.head_stats(result.attentions, result.tokens, special=result.special, causal=False)
+        analysis.head_labels(stats)
+    return len(texts) / (time.perf_counter() - start)
+
+
+def engine_rate(model, path: Path, engine: str, batch: int) -> float:
+    """texts/s of a whole run (model already loaded for the local engine; Ray loads it on its workers)."""
+    from mha.corpus import run
+
+    with tempfile.TemporaryDirectory() as out:
+        start = time.perf_counter()
+        summary = run(
+            path, model if engine == "local" else None, Path(out) / "run", engine=engine, batch=batch
+        )
+        return summary["counts"]["texts"] / (time.perf_counter() - start)
+
+
+MEMORY_CHILD = """
+import resource, sys
+from mha.corpus import run
+run(sys.argv[1], None, sys.argv[2], batch=int(sys.argv[3]), device="cpu")
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def peak_memory(path: Path, batch: int) -> float:
+    """MiB of peak resident memory of a whole local run in a fresh process (ru_maxrss, KiB on Linux)."""
+    with tempfile.TemporaryDirectory() as out:
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        done = subprocess.run(
+            [sys.executable, "-c", MEMORY_CHILD, str(path), str(Path(out) / "run"), str(batch)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return int(done.stdout.split()[-1]) / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--texts", type=int, default=2000)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--engines", nargs="+", default=["local"], choices=["local", "ray"])
+    parser.add_argument("--no-memory", action="store_true", help="skip the two memory runs")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the memory runs' subprocesses too
+    threads = torch.get_num_threads()
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; torch threads {threads}")
+    model = load_pretrained(device="cpu")
+    with tempfile.TemporaryDirectory() as scratch:
+        small = Path(scratch) / "small.jsonl"
+        write_corpus(small, args.texts)
+        print(f"\nMiniLM, {args.texts} texts of 20-60 tokens, batch {args.batch}")
+        loop = plain_loop(model, small)
+        local = engine_rate(model, small, "local", args.batch)
+        print(f"{'':28}{'texts/s':>10}{'ratio':>8}  goal")
+        print(f"{'attend + head_stats loop':28}{loop:>10.1f}{1.0:>8.2f}")
+        print(f"{'local engine':28}{local:>10.1f}{local / loop:>8.2f}  >= 3x the loop")
+        if "ray" in args.engines:
+            try:
+                ray = engine_rate(model, small, "ray", args.batch)
+                print(f"{'ray engine (this machine)':28}{ray:>10.1f}{ray / local:>8.2f}  >= 0.8x local")
+            except (ImportError, RuntimeError) as error:
+                print(f"{'ray engine':28}  not run: {error}")
+        if not args.no_memory:
+            large = Path(scratch) / "large.jsonl"
+            write_corpus(large, 10 * args.texts, seed=1)
+            print("\npeak resident memory of a whole local run (fresh process each; ru_maxrss)")
+            first = peak_memory(small, args.batch)
+            second = peak_memory(large, args.batch)
+            print(f"{args.texts:>7} texts {first:>8.0f} MiB")
+            growth = 100 * (second / first - 1)
+            print(f"{10 * args.texts:>7} texts {second:>8.0f} MiB  ({growth:+.1f} %, goal within 10 %)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""``head_stats`` and ``head_labels`` for a whole padded batch at once, for corpus runs.
+
+Shape legend: B texts, L layers, H heads, T the batch's padded length, n_b text b's own length, M maps
+(B·L·H flattened). Text b's map is ``attentions[b, l, h, :n_b, :n_b]``; its padded keys (j >= n_b) carry
+weight 0 (the forward masks them) and its padded query rows (i >= n_b) are left out of every mean.
+
+The definitions are ``mha.analysis.stats``'s, computed the same way (row kernels, then a mean over the
+rows); only the order of the float sums differs (a row sums T terms where the text alone sums n_b, and a
+mean is a masked sum over T rows divided by the count), so a statistic agrees with ``head_stats`` on the
+text alone within float32 rounding of those sums. The work runs in chunks of whole maps on the
+attention's own device (a GPU keeps it), so a batch of long texts never needs more than a few tiles of
+scratch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from mha.analysis import stats as definitions
+
+__all__ = ["STATS", "batch_head_labels", "batch_head_stats", "token_masks"]
+
+# head_stats' keys, in its order: entropy (left out of similarity, as it grows with n), then the others.
+STATS = ("entropy", *definitions.SIMILARITY_STATS)
+
+# Weights per chunk of maps (64 MiB of float32 per temporary): bounded scratch at any T, and big enough
+# that a chunk is one set of vectorized ops over many maps.
+_CHUNK_ELEMENTS = 1 << 24
+
+
+def token_masks(tokens: Sequence[str], special: Sequence[bool]) -> tuple[list[bool], list[bool]]:
+    """(special, punctuation) masks of one text, as ``head_stats`` builds them from ``special``."""
+    special_mask = [bool(s) for s in special]
+    punctuation = [
+        not s and definitions.is_punctuation_token(t) for t, s in zip(tokens, special_mask, strict=True)
+    ]
+    return special_mask, punctuation
+
+
+def batch_head_stats(
+    attentions: Tensor,
+    lengths: Sequence[int] | Tensor,
+    *,
+    special: Tensor,
+    punctuation: Tensor,
+    causal: bool,
+) -> dict[str, Tensor]:
+    """Each ``head_stats`` statistic of each text of a padded batch: attentions [B, L, H, T, T] ->
+    {stat: Tensor [B, L, H]} (float32, on the attentions' device).
+
+    ``lengths`` [B] the texts' token counts; ``special`` and ``punctuation`` [B, T] bool token masks
+    (``token_masks``; False on padding); ``causal`` as head_stats takes it (only ``entropy_norm`` uses it).
+    """
+    if attentions.ndim != 5 or attentions.shape[-1] != attentions.shape[-2]:
+        raise ValueError(f"attentions must be shaped [B, L, H, T, T], got {tuple(attentions.shape)}")
+    batch, layers, heads, width, _ = attentions.shape
+    device, dtype = attentions.device, attentions.dtype
+    n = torch.as_tensor(lengths, device=device).to(torch.long)
+    if n.shape != (batch,) or bool((n < 1).any()) or bool((n > width).any()):
+        raise ValueError(f"lengths must be {batch} values in 1..{width}, got {n.tolist()}")
+    for name, mask in (("special", special), ("punctuation", punctuation)):
+        if tuple(mask.shape) != (batch, width):
+            raise ValueError(f"{name} must be shaped [{batch}, {width}], got {tuple(mask.shape)}")
+
+    per_text = layers * heads
+    maps = attentions.reshape(batch * per_text, width, width)  # (M, T, T)
+    # Per map: its text's length and key masks; each column as a float for one batched matmul.
+    map_n = n.repeat_interleave(per_text)  # (M,)
+    columns = torch.stack([special, punctuation], dim=-1).to(dtype).repeat_interleave(per_text, dim=0)
+
+    positions = torch.arange(width, device=device)
+    offsets = positions[None, :] - positions[:, None]  # [T, T] j - i
+    # Row i's weights on |i - j|, on j > i and on |i - j| <= LOCAL_WINDOW: one pass over the maps
+    # (an einsum, a batched matmul per row) instead of three multiply-and-sum passes.
+    near = offsets.abs() <= definitions.LOCAL_WINDOW
+    kernels = torch.stack([offsets.abs(), offsets > 0, near], dim=-1).to(dtype)  # [T, T, 3]
+
+    rows = torch.empty(9, batch * per_text, width, dtype=dtype, device=device)
+    per_chunk = max(1, _CHUNK_ELEMENTS // (width * width))
+    for start in range(0, maps.shape[0], per_chunk):
+        chunk = maps[start : start + per_chunk]  # (C, T, T)
+        part = slice(start, start + chunk.shape[0])
+        work = torch.clamp(chunk, min=torch.finfo(dtype).tiny)  # 0·log(tiny) = 0, never 0·(-inf)
+        rows[0, part] = work.log2_().mul_(chunk).sum(-1).neg_()
+        rows[1:4, part] = torch.einsum("cij,ijk->kci", chunk, kernels)  # distance, forward, local
+        rows[4, part] = chunk.amax(-1)
+        rows[5:7, part] = torch.bmm(chunk, columns[part]).permute(2, 0, 1)  # special, punctuation
+        rows[7, part] = chunk.diagonal(0, -2, -1)
+        rows[8, part] = chunk[..., 0]
+    rows[0].mul_(math.log(2))
+    entropy_rows, distance_rows, forward_rows, local_rows, max_rows = rows[:5]
+    special_rows, punctuation_rows, self_rows, first_rows = rows[5:]
+
+    real = positions[None, :] < map_n[:, None]  # (M, T) the text's own query rows
+    count = map_n.to(dtype)
+
+    def mean(values: Tensor, keep: Tensor, counts: Tensor) -> Tensor:
+        """Mean of (M, T) row values over the rows in ``keep``; 0 where there are none."""
+        total = torch.where(keep, values, torch.zeros((), dtype=dtype, device=device)).sum(-1)
+        return torch.where(counts > 0, total / counts.clamp(min=1), torch.zeros_like(total))
+
+    # Pointers: row i's weight on key i - 1 (rows 1..n-1) and i + 1 (rows 0..n-2).
+    previous_rows = torch.zeros_like(self_rows)
+    previous_rows[:, 1:] = maps.diagonal(-1, -2, -1)
+    next_rows = torch.zeros_like(self_rows)
+    next_rows[:, :-1] = maps.diagonal(1, -2, -1)
+    shifted = real & (positions[None, :] >= 1)
+    ahead = real & (positions[None, :] + 1 < map_n[:, None])
+
+    if causal:  # row i sees i + 1 keys; row 0 cannot spread
+        seen = (positions + 1).to(dtype)
+        spread, spread_count = shifted, count - 1
+    else:
+        seen = map_n[:, None].to(dtype).expand(-1, width)
+        spread, spread_count = real & (map_n[:, None] > 1), torch.where(map_n > 1, count, 0 * count)
+    entropy_ratio = entropy_rows / seen.clamp(min=2).log()
+
+    out = {
+        "entropy": mean(entropy_rows, real, count),
+        "entropy_norm": mean(entropy_ratio, spread, spread_count),
+        "distance": mean(distance_rows, real, count),
+        "self": mean(self_rows, real, count),
+        "previous": mean(previous_rows, shifted, count - 1),
+        "next": mean(next_rows, ahead, count - 1),
+        "local": mean(local_rows, real, count),
+        "forward": mean(forward_rows, real, count),
+        "special": mean(special_rows, real, count),
+        "punctuation": mean(punctuation_rows, real, count),
+        "first": mean(first_rows, real, count),
+        "max": mean(max_rows, real, count),
+    }
+    return {key: out[key].reshape(batch, layers, heads) for key in STATS}
+
+
+def batch_head_labels(stats: dict[str, Tensor]) -> Tensor:
+    """``head_labels`` of every text at once: the index into ``LABELS`` of each head's label, [B, L, H]
+    (int64), by the same rules (the first pointer on ties, then broad, local, mixed)."""
+    pointer_scores = torch.stack(
+        [stats[key] for key in definitions.POINTER_LABELS.values()], dim=-1
+    )  # [B, L, H, P]
+    best_score, best_index = pointer_scores.max(dim=-1)  # the first index on ties, as pick_labels
+    broad = torch.full_like(best_index, definitions.LABELS.index("broad"))
+    local = torch.full_like(best_index, definitions.LABELS.index("local"))
+    mixed = torch.full_like(best_index, definitions.LABELS.index("mixed"))
+    rest = torch.where(
+        stats["entropy_norm"] >= definitions.BROAD_THRESHOLD,
+        broad,
+        torch.where(stats["local"] >= definitions.LOCAL_THRESHOLD, local, mixed),
+    )
+    return torch.where(best_score > definitions.POINTER_THRESHOLD, best_index, rest)

@@ -1,0 +1,25 @@
+"""The corpus job: what every head does across a whole corpus (docs/design.md "Corpus runs").
+
+- ``source``: the input file streamed as records (.txt, .jsonl, .csv, .parquet); bad ones kept with why.
+- ``worker``: ``CorpusWorker``, one model loaded once; a batch of records -> a row of statistics each.
+- ``shards``: the shard files (atomic, done markers) both engines write and a resumed job skips.
+- ``aggregate``: per_text, per_head, examples and errors from the shards, in bounded memory.
+- ``runner``: ``run(source, model, out, ...)``: the local engine, or the Ray engine (``ray_engine``).
+"""
+
+from mha.corpus.job import ENGINES, Job, Progress
+from mha.corpus.runner import CorpusSettingsError, run
+from mha.corpus.source import CorpusInputError, Record, read_records
+from mha.corpus.worker import CorpusWorker
+
+__all__ = [
+    "ENGINES",
+    "CorpusInputError",
+    "CorpusSettingsError",
+    "CorpusWorker",
+    "Job",
+    "Progress",
+    "Record",
+    "read_records",
+    "run",
+]

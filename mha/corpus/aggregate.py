@@ -1,0 +1,163 @@
+"""The run's final files from its shards, in bounded memory.
+
+- ``per_text.parquet``: the shards' per_text files, one record batch at a time.
+- ``per_head.parquet``: one statistic column at a time over all shards (N texts × L·H float64 values,
+  never the whole table), then each head's mean, std (ddof 0) and 5/50/95th percentiles (numpy's linear
+  interpolation); the label histogram summed shard by shard.
+- ``examples.parquet``: for each (head, stat) the EXAMPLES highest and lowest texts, kept as running
+  candidates merged with each shard (ties to the earlier line), then their texts looked up.
+- ``errors.jsonl``: the shards' bad records in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from mha.analysis.batched import STATS
+from mha.analysis.stats import LABELS
+from mha.corpus.shards import PER_TEXT, shard_path, write_atomic
+
+__all__ = ["EXAMPLES", "EXAMPLES_SCHEMA", "PERCENTILES", "aggregate", "label_column"]
+
+EXAMPLES = 5  # texts kept per (head, stat) and side
+PERCENTILES = (5, 50, 95)
+_READ_BATCH = 65_536  # per_text rows per record batch copied into per_text.parquet
+EXAMPLES_SCHEMA = pa.schema(
+    [
+        ("layer", pa.int16()),
+        ("head", pa.int16()),
+        ("stat", pa.string()),
+        ("side", pa.string()),
+        ("rank", pa.int8()),
+        ("value", pa.float64()),
+        ("id", pa.string()),
+        ("line", pa.int64()),
+        ("text", pa.string()),
+        ("text_pair", pa.string()),
+    ]
+)
+
+
+def label_column(label: str) -> str:
+    """per_head's count column of a label: ``label_previous_token`` for "previous-token"."""
+    return "label_" + label.replace("-", "_")
+
+
+def aggregate(out: Path, shards: Sequence[int], *, layers: int, heads: int) -> None:
+    """Write per_text.parquet, per_head.parquet, examples.parquet and errors.jsonl of ``out`` from its
+    finished ``shards`` (indices, in order)."""
+    out = Path(out)
+    files = [shard_path(out, k, ".parquet") for k in shards]
+    write_atomic(out / "per_text.parquet", lambda p: _concatenate(files, p))
+    write_atomic(out / "per_head.parquet", lambda p: pq.write_table(per_head(files, layers, heads), p))
+    examples = _examples(out, shards, files, layers, heads)
+    write_atomic(out / "examples.parquet", lambda p: pq.write_table(examples, p))
+    errors = [shard_path(out, k, ".errors.jsonl") for k in shards]
+    write_atomic(out / "errors.jsonl", lambda p: _concatenate_text(errors, p))
+
+
+def _concatenate(files: Sequence[Path], target: Path) -> None:
+    with pq.ParquetWriter(target, PER_TEXT) as writer:
+        for file in files:
+            for batch in pq.ParquetFile(file).iter_batches(batch_size=_READ_BATCH):
+                writer.write_batch(batch)
+
+
+def _concatenate_text(files: Sequence[Path], target: Path) -> None:
+    with target.open("wb") as sink:
+        for file in files:
+            sink.write(file.read_bytes())
+
+
+def _column(files: Sequence[Path], name: str, per_text: int) -> np.ndarray:
+    """One column of every shard, shaped [texts, L·H]."""
+    parts = [pq.read_table(f, columns=[name])[name].to_numpy() for f in files]
+    values = np.concatenate(parts) if parts else np.empty(0)
+    return values.reshape(-1, per_text)
+
+
+def per_head(files: Sequence[Path], layers: int, heads: int) -> pa.Table:
+    """One row per (layer, head): count, each statistic's mean, std, p05, p50, p95, label counts."""
+    per_text = layers * heads
+    columns: dict[str, pa.Array] = {
+        "layer": pa.array(np.repeat(np.arange(layers, dtype=np.int16), heads)),
+        "head": pa.array(np.tile(np.arange(heads, dtype=np.int16), layers)),
+    }
+    count = 0
+    for stat in STATS:
+        values = _column(files, stat, per_text)  # [N, L·H], one statistic at a time
+        count = values.shape[0]
+        empty = np.full(per_text, np.nan)
+        columns[f"{stat}_mean"] = pa.array(values.mean(axis=0) if count else empty)
+        columns[f"{stat}_std"] = pa.array(values.std(axis=0) if count else empty)
+        for q in PERCENTILES:
+            columns[f"{stat}_p{q:02d}"] = pa.array(np.percentile(values, q, axis=0) if count else empty)
+    histogram = np.zeros((per_text, len(LABELS)), dtype=np.int64)
+    for file in files:
+        index = pc.index_in(pq.read_table(file, columns=["label"])["label"], value_set=pa.array(LABELS))
+        codes = index.to_numpy(zero_copy_only=False).reshape(-1, per_text)
+        np.add.at(histogram, (np.broadcast_to(np.arange(per_text), codes.shape), codes), 1)
+    for k, label in enumerate(LABELS):
+        columns[label_column(label)] = pa.array(histogram[:, k])
+    layer, head = columns.pop("layer"), columns.pop("head")
+    return pa.table({"layer": layer, "head": head, "count": pa.array(np.full(per_text, count)), **columns})
+
+
+def _examples(out: Path, shards: Sequence[int], files: Sequence[Path], layers: int, heads: int) -> pa.Table:
+    """examples.parquet: each (layer, head, stat)'s top and bottom EXAMPLES texts."""
+    per_text = layers * heads
+    # side -> stat -> (values [k, L·H], lines [k, L·H]) of the best candidates so far
+    kept: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {
+        side: {stat: (np.empty((0, per_text)), np.empty((0, per_text), dtype=np.int64)) for stat in STATS}
+        for side in ("top", "bottom")
+    }
+    for file in files:
+        table = pq.read_table(file, columns=["line", *STATS])
+        lines = table["line"].to_numpy().reshape(-1, per_text)
+        for stat in STATS:
+            values = table[stat].to_numpy().reshape(-1, per_text)
+            for side, sign in (("top", -1.0), ("bottom", 1.0)):
+                old_values, old_lines = kept[side][stat]
+                both_values = np.concatenate([old_values, values])
+                both_lines = np.concatenate([old_lines, lines])
+                # Sort each head's column by (sign·value, line): highest (or lowest) first, ties to the
+                # earlier line.
+                order = np.lexsort((both_lines, sign * both_values), axis=0)[:EXAMPLES]
+                kept[side][stat] = (
+                    np.take_along_axis(both_values, order, axis=0),
+                    np.take_along_axis(both_lines, order, axis=0),
+                )
+    wanted = {int(line) for side in kept.values() for _, lines in side.values() for line in lines.flat}
+    texts = _texts_of(out, shards, wanted)
+    rows: dict[str, list[object]] = {name: [] for name in EXAMPLES_SCHEMA.names}
+    for flat in range(layers * heads):
+        for stat in STATS:
+            for side in ("top", "bottom"):
+                values, lines = kept[side][stat]
+                for rank in range(values.shape[0]):
+                    line = int(lines[rank, flat])
+                    record_id, text, pair = texts[line]
+                    where = (flat // heads, flat % heads, stat, side, rank + 1, float(values[rank, flat]))
+                    entry = (*where, record_id, line, text, pair)
+                    for name, item in zip(EXAMPLES_SCHEMA.names, entry, strict=True):
+                        rows[name].append(item)
+    return pa.table(rows, schema=EXAMPLES_SCHEMA)
+
+
+def _texts_of(out: Path, shards: Sequence[int], lines: set[int]) -> dict[int, tuple[str, str, str | None]]:
+    """line -> (id, text, text_pair) of the given lines, read from the shards' texts files."""
+    found: dict[int, tuple[str, str, str | None]] = {}
+    wanted = pa.array(sorted(lines), pa.int64())
+    for k in shards:
+        table = pq.read_table(shard_path(out, k, ".texts.parquet"))
+        table = table.filter(pc.is_in(table["line"], value_set=wanted))
+        columns = (table[c].to_pylist() for c in ("line", "id", "text", "text_pair"))
+        for line, record_id, text, pair in zip(*columns, strict=True):
+            found[line] = (record_id, text, pair)
+    return found

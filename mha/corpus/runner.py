@@ -1,0 +1,352 @@
+"""``run``: one corpus job, end to end: check the folder, process the missing shards, aggregate.
+
+The engines share everything but the loop over shards: ``"local"`` runs ``CorpusWorker`` in this process;
+``"ray"`` runs it on Ray Data. The Ray engine is ``mha.corpus.ray_engine``, imported only for it, and
+must provide::
+
+    def process(job: Job, todo: Sequence[int], progress: Progress | None) -> None
+
+which, for every shard index in ``todo`` (sorted; shard k holds lines k·S + 1 .. (k+1)·S of the input,
+S = job.shard_size, lines 1..job.records), writes the shard with
+``shards.write_shard(job.out, k, rows, layers=..., heads=...)``: ``rows`` the ``CorpusWorker`` answers
+(``CorpusWorker(job.model, **job.worker_kwargs())``) for that shard's records in line order, an empty
+``worker.output_schema`` table for a shard without records. Records are ``source.read_records``'s
+(bad ones included, ``error`` set, so they reach errors.jsonl); the worker is fed a shard's records in
+consecutive batches of ``job.batch``, cut at the shard's end, so its padded batches are the local
+engine's and the numbers equal. ``progress(done, job.records)`` may be called as records finish. A shard
+is finished only once write_shard returns; ``run`` aggregates after ``process`` returns.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import torch
+
+from mha.analysis.batched import STATS
+from mha.analysis.stats import LABELS
+from mha.checkpoint import DEFAULT_MODEL_NAME
+from mha.corpus.aggregate import aggregate
+from mha.corpus.job import ENGINES, Job, Progress
+from mha.corpus.shards import done_shards, shard_count, shard_of, write_atomic, write_shard
+from mha.corpus.source import CorpusInputError, Record, input_format, read_records
+from mha.corpus.worker import CorpusWorker, output_schema
+from mha.pretrained import AttentionModel
+from mha.result import ModelInfo
+
+__all__ = ["FORMAT", "CorpusSettingsError", "run"]
+
+logger = logging.getLogger(__name__)
+
+FORMAT = 1  # run.json's "format"
+
+
+class CorpusSettingsError(ValueError):
+    """``out`` holds a run of another input, model or settings: resuming it would mix two runs."""
+
+
+def run(
+    source: str | Path,
+    model: str | Path | AttentionModel | None,
+    out: str | Path,
+    *,
+    engine: str = "local",
+    batch: int = 32,
+    words: bool = False,
+    shard_size: int = 1000,
+    max_tokens: int = 512,
+    device: str = "auto",
+    progress: Progress | None = None,
+    name: str | None = None,
+    num_gpus: float | None = None,
+) -> dict[str, Any]:
+    """Run the corpus job (docs/design.md "Corpus runs") and return run.json's content.
+
+    ``model``: the embedded default's name (or None), a checkpoint directory, a hub id, or (local engine)
+    a loaded AttentionModel; ``name`` the model's name in run.json (default: its directory's name).
+    A finished run in ``out`` with the same input and settings is returned as it is; an unfinished one is
+    resumed (finished shards skipped); one with another input, model or settings raises
+    CorpusSettingsError naming what differs.
+    """
+    source = Path(source)
+    _check_arguments(source, model, engine, batch, shard_size, max_tokens, num_gpus)
+    loaded = model if isinstance(model, AttentionModel) else None
+    given = None if isinstance(model, AttentionModel) or model is None else str(model)
+    job = Job(
+        source=source,
+        out=Path(out),
+        model=given,
+        name=name or (loaded.info.name if loaded is not None else _default_name(given)),
+        records=Job.count(source),
+        engine=engine,
+        batch=batch,
+        words=words,
+        shard_size=shard_size,
+        max_tokens=max_tokens,
+        device=device,
+        num_gpus=num_gpus,
+    )
+    started = time.perf_counter()
+    identity = {"model": job.name, "input": job.input(), "settings": job.settings()}
+    previous = _previous_run(job.out, identity)
+    if previous is not None and previous.get("complete"):
+        logger.info("%s: this run is already complete; nothing to do", job.out)
+        return previous
+
+    worker: CorpusWorker | None = None
+    if engine == "local":  # the model first: a model that fails to load leaves no folder behind
+        worker = CorpusWorker(loaded if loaded is not None else job.model, **job.worker_kwargs())
+        info = worker.model.info
+    else:
+        info = _model_info(job)
+    if words and info.seq2seq:  # CorpusWorker says the same; the Ray engine's would say it on a worker
+        raise ValueError(f"words are not available for an encoder-decoder ({job.name!r}): use tokens")
+    job.out.mkdir(parents=True, exist_ok=True)
+    shards = shard_count(job.records, shard_size)
+    done = done_shards(job.out)
+    todo = [k for k in range(shards) if k not in done]
+    if done:
+        logger.info("%s: resuming, %d of %d shards already done", job.out, shards - len(todo), shards)
+    record = {
+        "format": FORMAT,
+        "complete": False,
+        "name": job.out.name,
+        "engine": engine,
+        "kind": "encoder" if info.seq2seq else "self",
+        "model": {
+            "name": job.name,
+            "family": info.family,
+            "architecture": info.architecture,
+            "layers": info.layers,
+            "heads": info.heads,
+        },
+        "input": identity["input"],
+        "settings": identity["settings"],
+        "stats": list(STATS),
+        "labels": list(LABELS),
+        "started": (previous or {}).get("started") or _now(),
+    }
+    _write_json(job.out / "run.json", record)
+
+    loading = time.perf_counter() - started
+    if todo:
+        if progress is not None:  # where a resumed run starts
+            progress(job.records - _records_in(job, todo), job.records)
+        if worker is not None:
+            _process_local(job, todo, worker, progress)
+        else:
+            _process_ray(job, todo, progress)
+    counts = _counts(job.out, shards)
+    aggregate(job.out, range(shards), layers=info.layers, heads=info.heads)
+    seconds = time.perf_counter() - started
+    texts_now = sum(c["texts"] for k, c in done_shards(job.out).items() if k in set(todo))
+    working = max(seconds - loading, 1e-9)
+    record.update(
+        complete=True,
+        counts={**counts, "shards": shards},
+        # texts_per_second: the texts this invocation processed over its time after loading the model
+        timings={
+            "seconds": round(seconds, 3),
+            "load_seconds": round(loading, 3),
+            "texts_per_second": round(texts_now / working, 3),
+        },
+        versions=_versions(engine),
+        finished=_now(),
+    )
+    _write_json(job.out / "run.json", record)
+    logger.info(
+        "%s: %d texts, %d errors, %d truncated",
+        job.out,
+        counts["texts"],
+        counts["errors"],
+        counts["truncated"],
+    )
+    return record
+
+
+def _check_arguments(
+    source: Path,
+    model: object,
+    engine: str,
+    batch: int,
+    shard_size: int,
+    max_tokens: int,
+    num_gpus: float | None,
+) -> None:
+    if engine not in ENGINES:
+        raise ValueError(f"engine ({engine!r}) must be one of {', '.join(ENGINES)}")
+    for label, value in (("batch", batch), ("shard_size", shard_size), ("max_tokens", max_tokens)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{label} ({value!r}) must be a positive integer")
+    if num_gpus is not None and num_gpus < 0:
+        raise ValueError(f"num_gpus ({num_gpus!r}) must be 0 or more")
+    if engine == "ray" and isinstance(model, AttentionModel):
+        raise ValueError("the Ray engine loads the model on each worker: pass its name or directory")
+    if engine == "ray" and importlib.util.find_spec("ray") is None:
+        raise RuntimeError('the Ray engine needs Ray Data: pip install "headscope[ray]" (or --engine local)')
+    input_format(source)  # an unknown suffix fails before the file is looked at
+    if not source.is_file():
+        raise CorpusInputError(f"input {str(source)!r} is not a file")
+
+
+def _default_name(model: str | Path | None) -> str:
+    """The name load_pretrained gives ``model``: the embedded default's, else its directory's."""
+    if model is None or str(model) == DEFAULT_MODEL_NAME:
+        return DEFAULT_MODEL_NAME
+    return Path(str(model)).name
+
+
+def _previous_run(out: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
+    """run.json of a run already in ``out`` (None: none); CorpusSettingsError when it is another run's."""
+    path = out / "run.json"
+    if not path.is_file():
+        if out.is_dir() and (out / "shards").is_dir():
+            raise CorpusSettingsError(f"{out} holds shards but no run.json: not a run this job can resume")
+        return None
+    try:
+        previous = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as error:
+        raise CorpusSettingsError(f"{path} is not valid JSON ({error}); use another --out") from None
+    theirs = _flatten(
+        {**{k: previous.get(k) for k in identity}, "model": (previous.get("model") or {}).get("name")}
+    )
+    differences = [
+        f"{key} {theirs.get(key)!r} there, {value!r} now"
+        for key, value in _flatten(identity).items()
+        if theirs.get(key) != value
+    ]
+    if differences:
+        raise CorpusSettingsError(
+            f"{out} holds a run with other settings ({'; '.join(differences)}): rerun with the same "
+            "arguments to resume it, or choose another --out"
+        )
+    return previous
+
+
+def _flatten(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, item in value.items():
+        if isinstance(item, dict):
+            flat.update(_flatten(item, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = item
+    return flat
+
+
+def _model_info(job: Job) -> ModelInfo:
+    """The model's shape without its weights (the Ray engine loads them on its workers only)."""
+    from transformers import AutoConfig
+
+    from mha import checkpoint
+
+    directory = checkpoint.local_directory(job.model) or checkpoint.fetch(str(job.model))
+    _, converter, _ = checkpoint.check_directory(directory)
+    config = converter.config_from_hf(AutoConfig.from_pretrained(str(directory), local_files_only=True))
+    cpu, dtype = torch.device("cpu"), torch.float32
+    return ModelInfo.of(config, name=job.name, family=converter.family, device=cpu, dtype=dtype)
+
+
+def _process_local(job: Job, todo: Sequence[int], worker: CorpusWorker, progress: Progress | None) -> None:
+    """The local engine: each shard of ``todo`` through ``worker`` in batches of job.batch records."""
+    info = worker.model.info
+    wanted = set(todo)
+    done = job.records - _records_in(job, todo)
+    written: set[int] = set()
+    for index, records in _shards(read_records(job.source), job.shard_size, wanted):
+        tables = []
+        for part in _batches(records, job.batch):
+            tables.append(worker(_columns(part)))
+            done += len(part)
+            if progress is not None:
+                progress(done, job.records)
+        rows = pa.concat_tables(tables) if tables else output_schema(worker.heads).empty_table()
+        write_shard(job.out, index, rows, layers=info.layers, heads=info.heads)
+        written.add(index)
+    for index in sorted(wanted - written):  # a shard with no records left (the input ended sooner)
+        write_shard(
+            job.out, index, output_schema(worker.heads).empty_table(), layers=info.layers, heads=info.heads
+        )
+
+
+def _records_in(job: Job, shards: Iterable[int]) -> int:
+    """Records in these shards of the job's input."""
+    return sum(min(job.shard_size, job.records - k * job.shard_size) for k in shards)
+
+
+def _shards(
+    records: Iterable[Record], shard_size: int, wanted: set[int]
+) -> Iterator[tuple[int, list[Record]]]:
+    """(shard index, its records) for each wanted shard that has records, in order; one shard in memory."""
+    current: int | None = None
+    held: list[Record] = []
+    for record in records:
+        index = shard_of(record.line, shard_size)
+        if index != current:
+            if current is not None and held:
+                yield current, held
+            current, held = index, []
+        if index in wanted:
+            held.append(record)
+    if current is not None and held:
+        yield current, held
+
+
+def _batches(records: Sequence[Record], size: int) -> Iterator[Sequence[Record]]:
+    for start in range(0, len(records), size):
+        yield records[start : start + size]
+
+
+def _columns(records: Sequence[Record]) -> dict[str, list[Any]]:
+    """Records as the worker's input columns."""
+    return {
+        field: [getattr(r, field) for r in records] for field in ("line", "id", "text", "text_pair", "error")
+    }
+
+
+def _process_ray(job: Job, todo: Sequence[int], progress: Progress | None) -> None:
+    try:
+        engine = importlib.import_module("mha.corpus.ray_engine")  # imports ray: only when asked for
+    except ModuleNotFoundError as error:
+        if error.name != "mha.corpus.ray_engine":
+            raise
+        raise RuntimeError("this headscope has no Ray engine (mha/corpus/ray_engine.py)") from None
+    engine.process(job, todo, progress)
+
+
+def _counts(out: Path, shards: int) -> dict[str, int]:
+    done = done_shards(out)
+    missing = [k for k in range(shards) if k not in done]
+    if missing:
+        raise RuntimeError(f"shards {missing} of {out} were not written: the engine stopped early")
+    return {
+        key: sum(done[k][key] for k in range(shards)) for key in ("records", "texts", "errors", "truncated")
+    }
+
+
+def _versions(engine: str) -> dict[str, str]:
+    names = ["headscope", "torch", "transformers", "pyarrow", *(["ray"] if engine == "ray" else [])]
+    versions = {}
+    for package in names:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = "unknown"
+    return versions
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _write_json(path: Path, value: dict[str, Any]) -> None:
+    write_atomic(path, lambda p: p.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n"))

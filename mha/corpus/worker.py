@@ -1,0 +1,207 @@
+"""CorpusWorker: one model, loaded once; a batch of records in, one row of statistics per record out.
+
+The same class runs in both engines: the local engine calls it on each batch in this process; the Ray
+engine gives it to ``Dataset.map_batches`` as its callable class (``__init__`` runs once per worker, so
+the model loads once per worker). A batch is a few padded forwards (``AttentionModel.forward_padded``;
+the texts sorted by length and grouped so that padding stays under PADDING), each followed by one batched
+``head_stats`` over all its texts' heads (``mha.analysis.batched``), on the model's device.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from mha.analysis.batched import STATS, batch_head_labels, batch_head_stats, token_masks
+from mha.analysis.words import merge_to_words, word_groups_from, word_labels
+from mha.errors import InputError
+from mha.pretrained import AttentionModel, load_pretrained
+from mha.tokenize import Encoded
+
+__all__ = ["INPUT_COLUMNS", "PADDING", "CorpusWorker", "output_schema", "padded_groups"]
+
+INPUT_COLUMNS = ("line", "id", "text", "text_pair")  # and optionally "error", a reader's reason
+# A batch's texts are sorted by length and cut into forwards whose padding stays within this share of
+# their tokens: 32 texts of 20-60 tokens padded to the longest waste ~50 % of a forward (about 1.35x
+# slower on the CPU, benchmarks/corpus.py); texts of like length stay one forward (what a GPU wants).
+PADDING = 0.15
+
+
+def output_schema(heads: int) -> pa.Schema:
+    """What CorpusWorker returns, one row per record: a bad record has ``error`` set, n_tokens 0, and
+    NaN statistics; a good one ``heads`` (layers × heads) values per statistic and label, layer-major."""
+    return pa.schema(
+        [
+            ("line", pa.int64()),
+            ("id", pa.string()),
+            ("text", pa.string()),
+            ("text_pair", pa.string()),
+            ("error", pa.string()),
+            ("n_tokens", pa.int32()),
+            ("truncated", pa.bool_()),
+            *[(stat, pa.list_(pa.float64(), heads)) for stat in STATS],
+            ("label", pa.list_(pa.int8(), heads)),  # an index into mha.analysis.stats.LABELS
+        ]
+    )
+
+
+class CorpusWorker:
+    """``CorpusWorker(model, words=..., max_tokens=..., device=...)(batch) -> pyarrow.Table``.
+
+    ``model``: a name or path as ``load_pretrained`` takes it (loaded here, once, named ``name``), or a
+    loaded model.
+    ``batch``: a dict of columns ``line``, ``id``, ``text``, ``text_pair`` (and optionally ``error``) as
+    lists or numpy arrays (what Ray Data hands over), or a pyarrow Table of them. The answer has one row
+    per record, in order (``output_schema``). An input the model refuses (no tokens left, a pair it cannot
+    take, no room under max_tokens) becomes a bad row with the model's message. Words: the statistics of
+    the word-level maps (``mha.analysis.words``), as the service's words view computes them.
+    """
+
+    def __init__(
+        self,
+        model: str | Path | AttentionModel | None,
+        *,
+        name: str | None = None,
+        words: bool = False,
+        max_tokens: int = 512,
+        device: str = "auto",
+    ) -> None:
+        if isinstance(model, AttentionModel):
+            self.model = model
+        else:
+            self.model = load_pretrained(model, device=device, name=name)
+        info = self.model.info
+        if words and info.seq2seq:
+            raise ValueError(f"words are not available for an encoder-decoder ({info.name!r}): use tokens")
+        self.words = words
+        self.limit = self.model.token_limit(min(max_tokens, info.max_tokens))
+        self.heads = info.layers * info.heads
+        self.schema = output_schema(self.heads)
+
+    def __call__(self, batch: Mapping[str, Any] | pa.Table) -> pa.Table:
+        columns = batch.to_pydict() if isinstance(batch, pa.Table) else batch
+        size = len(columns["line"])
+        errors = list(columns.get("error", [None] * size))
+        lines = [int(v) for v in columns["line"]]
+        ids = [str(v) for v in columns["id"]]
+        texts = [_optional(v) for v in columns["text"]]
+        pairs = [_optional(v) for v in columns["text_pair"]]
+        encoded: list[Encoded] = []
+        rows: list[int] = []  # the batch row of each encoded text
+        for row in range(size):
+            errors[row] = _optional(errors[row])
+            text = texts[row]
+            if errors[row] is None and text is None:
+                errors[row] = "missing field 'text'"
+            if errors[row] is not None or text is None:
+                texts[row] = pairs[row] = None
+                continue
+            try:
+                encoded.append(self.model.encoder.encode_batch([(text, pairs[row])], self.limit)[0])
+            except InputError as error:
+                errors[row], texts[row], pairs[row] = str(error), None, None
+                continue
+            rows.append(row)
+
+        values = np.full((len(STATS), size, self.heads), np.nan)
+        labels = np.full((size, self.heads), -1, dtype=np.int8)
+        n_tokens = np.zeros(size, dtype=np.int32)
+        truncated = np.zeros(size, dtype=bool)
+        for group in padded_groups([len(e.ids) for e in encoded]):
+            stats, label = self._statistics([encoded[k] for k in group])
+            where = [rows[k] for k in group]
+            values[:, where] = stats
+            labels[where] = label
+        n_tokens[rows] = [len(e.ids) for e in encoded]
+        truncated[rows] = [e.truncated for e in encoded]
+        arrays = [
+            pa.array(lines, pa.int64()),
+            pa.array(ids, pa.string()),
+            pa.array(texts, pa.string()),
+            pa.array(pairs, pa.string()),
+            pa.array(errors, pa.string()),
+            pa.array(n_tokens),
+            pa.array(truncated),
+            *[pa.FixedSizeListArray.from_arrays(pa.array(v.reshape(-1)), self.heads) for v in values],
+            pa.FixedSizeListArray.from_arrays(pa.array(labels.reshape(-1)), self.heads),
+        ]
+        return pa.Table.from_arrays(arrays, schema=self.schema)
+
+    def _statistics(self, encoded: Sequence[Encoded]) -> tuple[np.ndarray, np.ndarray]:
+        """(stats [S, B, L·H] float64, labels [B, L·H] int8) of the encoded texts, in one forward."""
+        attentions, _ = self.model.forward_padded(encoded, on_device=True)  # (L, B, H, T, T)
+        attentions = attentions.transpose(0, 1)  # (B, L, H, T, T)
+        tokens = [self.model.tokenizer.convert_ids_to_tokens(e.ids) for e in encoded]
+        if self.words:  # merged on the CPU: merge_to_words builds its index there
+            attentions, tokens, special = _merge_words(attentions.cpu(), encoded, tokens)
+        else:
+            special = [e.special for e in encoded]
+        lengths = [len(t) for t in tokens]
+        width = attentions.shape[-1]
+        special_mask = torch.zeros(len(tokens), width, dtype=torch.bool)
+        punctuation_mask = torch.zeros(len(tokens), width, dtype=torch.bool)
+        for row, (spelled, marks) in enumerate(zip(tokens, special, strict=True)):
+            s, p = token_masks(spelled, marks)
+            special_mask[row, : len(s)] = torch.tensor(s)
+            punctuation_mask[row, : len(p)] = torch.tensor(p)
+        device = attentions.device
+        stats = batch_head_stats(
+            attentions,
+            lengths,
+            special=special_mask.to(device),
+            punctuation=punctuation_mask.to(device),
+            causal=self.model.info.causal,
+        )
+        labels = batch_head_labels(stats).reshape(len(tokens), -1)
+        stacked = torch.stack([stats[key] for key in STATS]).reshape(len(STATS), len(tokens), -1)
+        return stacked.to("cpu", torch.float64).numpy(), labels.to("cpu", torch.int8).numpy()
+
+
+def padded_groups(lengths: Sequence[int], *, padding: float = PADDING) -> list[list[int]]:
+    """The indices of ``lengths`` in forwards: sorted by length (stable), each group as long as its padded
+    size (count × longest) stays within ``padding`` of its tokens; one group when the lengths are alike."""
+    order = sorted(range(len(lengths)), key=lambda k: lengths[k])
+    groups: list[list[int]] = []
+    tokens = 0
+    for k in order:
+        if groups and (len(groups[-1]) + 1) * lengths[k] <= (1 + padding) * (tokens + lengths[k]):
+            groups[-1].append(k)
+            tokens += lengths[k]
+        else:
+            groups.append([k])
+            tokens = lengths[k]
+    return groups
+
+
+def _merge_words(
+    attentions: torch.Tensor, encoded: Sequence[Encoded], tokens: Sequence[list[str]]
+) -> tuple[torch.Tensor, list[list[str]], list[list[bool]]]:
+    """Each text's token maps merged to word maps, padded again: ([B, L, H, W, W], words, special)."""
+    merged: list[torch.Tensor] = []
+    words: list[list[str]] = []
+    special: list[list[bool]] = []
+    for row, (e, spelled) in enumerate(zip(encoded, tokens, strict=True)):
+        n = len(e.ids)
+        groups = word_groups_from(e.word_ids, e.segments, e.special).groups
+        merged.append(merge_to_words(attentions[row, :, :, :n, :n], groups))
+        words.append(word_labels(spelled, groups, offsets=e.offsets, segments=e.segments, texts=e.texts))
+        special.append([e.special[group[0]] for group in groups])  # special tokens are groups of their own
+    width = max(len(w) for w in words)
+    padded = attentions.new_zeros(len(merged), *attentions.shape[1:3], width, width)
+    for row, word_map in enumerate(merged):
+        w = word_map.shape[-1]
+        padded[row, :, :, :w, :w] = word_map
+    return padded, words, special
+
+
+def _optional(value: Any) -> str | None:
+    """A column value as a string or None (Ray's pandas batches give NaN for a missing value)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return str(value)

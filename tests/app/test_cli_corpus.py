@@ -1,0 +1,168 @@
+"""`headscope corpus`: the thin CLI over mha.corpus.run (argument errors, model names, progress)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from corpus_files import texts, write_jsonl
+
+from app import corpus_cli
+from app.cli import main
+from app.settings import Settings
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    try:
+        main(["corpus", *argv])
+    except SystemExit as stop:
+        return int(stop.code or 0), capsys.readouterr().err
+    return 0, capsys.readouterr().err
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    source = tmp_path / "corpus.jsonl"
+    write_jsonl(source, texts(6))
+    return source
+
+
+def test_a_registered_name_runs_with_plain_progress_lines(
+    corpus: Path, tmp_path: Path, tiny_checkpoints, monkeypatch, capsys
+) -> None:
+    """HEADSCOPE_MODELS names the checkpoint as the service does; run.json carries that name; stderr
+    (not a terminal here) gets plain progress lines and a one-line summary."""
+    monkeypatch.setenv("HEADSCOPE_MODELS", json.dumps({"tiny-bert": str(tiny_checkpoints["bert"])}))
+    out = tmp_path / "out"
+    code, err = run_cli(
+        [
+            str(corpus),
+            "--model",
+            "tiny-bert",
+            "--out",
+            str(out),
+            "--batch",
+            "4",
+            "--shard-size",
+            "5",
+            "--device",
+            "cpu",
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    record = json.loads((out / "run.json").read_text())
+    assert record["model"]["name"] == "tiny-bert" and record["complete"] is True
+    assert record["settings"] == {"batch": 4, "words": False, "shard_size": 5, "max_tokens": 512}
+    assert "corpus: 9/9 records (100%)" in err and "texts/s" in err
+    assert err.strip().splitlines()[-1] == f"headscope corpus: 6 texts, 3 bad records, 0 truncated -> {out}"
+
+
+def test_a_checkpoint_directory_runs_under_its_name(corpus: Path, tmp_path: Path, tiny_checkpoints, capsys):
+    code, err = run_cli(
+        [
+            str(corpus),
+            "--model",
+            str(tiny_checkpoints["gpt2"]),
+            "--out",
+            str(tmp_path / "o"),
+            "--words",
+            "--device",
+            "cpu",
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    record = json.loads((tmp_path / "o" / "run.json").read_text())
+    assert record["model"]["name"] == "gpt2" and record["settings"]["words"] is True
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["missing.jsonl", "--out", "o"], "input 'missing.jsonl' is not a file"),
+        (["{corpus}", "--out", "o", "--batch", "0"], "argument --batch: '0' must be at least 1"),
+        (["{corpus}", "--out", "o", "--shard-size", "x"], "argument --shard-size: 'x' is not an integer"),
+        (["{corpus}", "--out", "o", "--engine", "spark"], "argument --engine: invalid choice: 'spark'"),
+        (["{corpus}", "--out", "o", "--model", "nosuch"], "model 'nosuch' is neither a registered name"),
+        (["{corpus}.txt", "--out", "o"], "is not a file"),
+        (["{corpus}"], "the following arguments are required: --out"),
+    ],
+)
+def test_bad_arguments_exit_non_zero_with_one_line(
+    argv: list[str], message: str, corpus: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, err = run_cli([a.replace("{corpus}", str(corpus)) for a in argv], capsys)
+    assert code == 2
+    last = err.strip().splitlines()[-1]
+    assert message in last and last.startswith("headscope corpus: error:")
+    assert not (tmp_path / "o").exists()
+
+
+def test_another_runs_folder_is_refused(corpus: Path, tmp_path: Path, tiny_checkpoints, capsys) -> None:
+    base = [
+        str(corpus),
+        "--model",
+        str(tiny_checkpoints["bert"]),
+        "--out",
+        str(tmp_path / "o"),
+        "--device",
+        "cpu",
+    ]
+    assert run_cli(base, capsys)[0] == 0
+    code, err = run_cli([*base, "--max-tokens", "16"], capsys)
+    assert code == 2 and "settings.max_tokens 512 there, 16 now" in err
+
+
+def test_the_ray_engine_without_ray_names_the_extra(
+    corpus: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a)
+    )
+    code, err = run_cli([str(corpus), "--out", str(tmp_path / "o"), "--engine", "ray"], capsys)
+    assert code == 2 and 'pip install "headscope[ray]"' in err
+    assert not (tmp_path / "o").exists()
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_is_a_bar_on_a_terminal_and_lines_elsewhere(monkeypatch) -> None:
+    terminal = Terminal()
+    bar = corpus_cli.Progress(terminal)
+    for done in (0, 50, 100):
+        bar(done, 100)
+    bar.close()
+    assert "100/100" in terminal.getvalue() and "text/s" in terminal.getvalue()
+
+    clock = iter([0.0, 20.0, 40.0])
+    monkeypatch.setattr(corpus_cli.time, "monotonic", lambda: next(clock))
+    plain = io.StringIO()
+    lines = corpus_cli.Progress(plain)
+    lines(0, 100)  # t = 0: the start
+    lines(40, 100)  # t = 20: 2 texts/s, 60 left
+    lines(100, 100)  # t = 40: done
+    assert plain.getvalue().splitlines() == [
+        "corpus: 0/100 records (0%), 0.0 texts/s",
+        "corpus: 40/100 records (40%), 2.0 texts/s, ETA 30s",
+        "corpus: 100/100 records (100%), 2.5 texts/s",
+    ]
+
+
+def test_resolve_model_prefers_registered_names(tmp_path: Path) -> None:
+    (tmp_path / "scanned" / "a").mkdir(parents=True)
+    (tmp_path / "scanned" / "a" / "config.json").write_text("{}")
+    settings = Settings(models_dir=tmp_path / "scanned", models={"b": tmp_path / "elsewhere"})
+    assert corpus_cli.resolve_model("a", settings) == (str(tmp_path / "scanned" / "a"), "a")
+    assert corpus_cli.resolve_model("b", settings) == (str(tmp_path / "elsewhere"), "b")
+    assert corpus_cli.resolve_model(None, settings) == (None, "all-MiniLM-L6-v2")
+    assert corpus_cli.resolve_model(None, Settings(default_model="b", models=settings.models))[1] == "b"

@@ -1,0 +1,292 @@
+"""mha.corpus.run end to end: the output files against head_stats and numpy by hand, bad rows, truncation,
+resuming after a kill, refusing another run's folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from corpus_files import attend_as_the_worker, texts, write_jsonl, write_txt
+from tolerances import batched_stat
+
+from mha import load_pretrained
+from mha.analysis import LABELS, head_labels, head_stats
+from mha.analysis.batched import STATS
+from mha.corpus import CorpusSettingsError, read_records, run
+from mha.corpus.aggregate import label_column
+from mha.pretrained import AttentionModel
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARD, BATCH = 10, 4
+# float64 sums of N values (numpy's mean, std and percentiles against ours, in another order): N·eps·max|x|
+# at worst (Higham), eps = 2**-53; a few hundred texts and values below ~50 keep it under 1e-11.
+FLOAT64 = 2.0**-53
+
+
+@pytest.fixture(scope="module")
+def minilm() -> AttentionModel:
+    return load_pretrained(device="cpu")
+
+
+@pytest.fixture(scope="module")
+def finished(minilm: AttentionModel, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
+    """A finished run over 20 texts and 6 bad lines, 3 shards of 10 records, batches of 4."""
+    root = tmp_path_factory.mktemp("run")
+    source = root / "corpus.jsonl"
+    write_jsonl(source, texts(20))
+    summary = run(source, minilm, root / "out", batch=BATCH, shard_size=SHARD)
+    return source, root / "out", summary
+
+
+def table(out: Path, name: str) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v) for k, v in pq.read_table(out / f"{name}.parquet").to_pydict().items()}
+
+
+def test_per_text_equals_head_stats_on_each_text_by_hand(finished, minilm: AttentionModel) -> None:
+    """Each text's statistics against head_stats on its own map from the same padded forward (a shard's
+    records in batches of BATCH, bad ones included, each cut as the worker cuts it), and its label against
+    head_labels."""
+    source, out, _ = finished
+    per_text = table(out, "per_text")
+    records = list(read_records(source))
+    heads = minilm.info.layers * minilm.info.heads
+    row = 0
+    for shard_start in range(0, len(records), SHARD):
+        shard = records[shard_start : shard_start + SHARD]
+        for start in range(0, len(shard), BATCH):
+            good = [r for r in shard[start : start + BATCH] if r.error is None]
+            answers = attend_as_the_worker(minilm, [(r.text, r.text_pair) for r in good])
+            for record, (result, width) in zip(good, answers, strict=True):
+                stats = head_stats(result.attentions, result.tokens, special=result.special, causal=False)
+                rows = slice(row, row + heads)
+                assert set(per_text["line"][rows]) == {record.line}
+                assert set(per_text["id"][rows]) == {record.id}
+                assert set(per_text["n_tokens"][rows]) == {result.n}
+                for stat in STATS:
+                    expected = stats[stat].double().reshape(-1).numpy()
+                    assert np.abs(per_text[stat][rows] - expected).max() <= batched_stat(stat, width), stat
+                assert list(per_text["label"][rows]) == [x for layer in head_labels(stats) for x in layer]
+                row += heads
+    assert row == len(per_text["line"])
+    assert list(per_text["layer"][:heads]) == [h // 12 for h in range(heads)]
+    assert list(per_text["head"][:heads]) == [h % 12 for h in range(heads)]
+
+
+def test_per_head_equals_numpy_over_per_text(finished) -> None:
+    _, out, _ = finished
+    per_text, per_head = table(out, "per_text"), table(out, "per_head")
+    assert len(per_head["layer"]) == 72
+    for index, (layer, head) in enumerate(zip(per_head["layer"], per_head["head"], strict=True)):
+        mine = (per_text["layer"] == layer) & (per_text["head"] == head)
+        assert per_head["count"][index] == mine.sum() == 20
+        for stat in STATS:
+            values = per_text[stat][mine]
+            bound = len(values) * FLOAT64 * max(np.abs(values).max(), 1.0) * 4  # sum, square, root, divide
+            expected = {
+                "mean": values.mean(),
+                "std": values.std(),
+                **{f"p{q:02d}": np.percentile(values, q) for q in (5, 50, 95)},
+            }
+            for suffix, value in expected.items():
+                assert abs(per_head[f"{stat}_{suffix}"][index] - value) <= bound, (stat, suffix)
+        labels = per_text["label"][mine]
+        for label in LABELS:
+            assert per_head[label_column(label)][index] == (labels == label).sum()
+    assert "label_previous_token" in per_head and "label_first_token_sink" in per_head
+
+
+def test_examples_equal_a_sort_by_hand(finished) -> None:
+    source, out, _ = finished
+    per_text, examples = table(out, "per_text"), table(out, "examples")
+    by_line = {r.line: r for r in read_records(source) if r.error is None}
+    assert len(examples["layer"]) == 72 * len(STATS) * 2 * 5
+    position = 0
+    for flat in range(72):
+        mine = (per_text["layer"] == flat // 12) & (per_text["head"] == flat % 12)
+        for stat in STATS:
+            values, lines = per_text[stat][mine], per_text["line"][mine]
+            top = sorted(zip(-values, lines, strict=True))[:5]
+            bottom = sorted(zip(values, lines, strict=True))[:5]
+            for side, chosen, sign in (("top", top, -1), ("bottom", bottom, 1)):
+                for rank, (key, line) in enumerate(chosen, start=1):
+                    at = position
+                    assert (examples["layer"][at], examples["head"][at]) == (flat // 12, flat % 12)
+                    assert (examples["stat"][at], examples["side"][at], examples["rank"][at]) == (
+                        stat,
+                        side,
+                        rank,
+                    )
+                    assert examples["line"][at] == line and examples["value"][at] == sign * key
+                    record = by_line[int(line)]
+                    assert examples["id"][at] == record.id and examples["text"][at] == record.text
+                    assert examples["text_pair"][at] == record.text_pair
+                    position += 1
+
+
+def test_errors_and_run_json(finished) -> None:
+    source, out, summary = finished
+    errors = [json.loads(line) for line in (out / "errors.jsonl").read_text().splitlines()]
+    assert [e["line"] for e in errors] == [3, 6, 9, 12, 15, 18]
+    assert errors[1]["reason"] == "blank text" and errors[0]["reason"].startswith("invalid JSON")
+    record = json.loads((out / "run.json").read_text())
+    assert record == summary
+    assert record["format"] == 1 and record["complete"] is True
+    assert (record["name"], record["engine"], record["kind"]) == ("out", "local", "self")
+    assert record["model"] == {
+        "name": "all-MiniLM-L6-v2",
+        "family": "bert",
+        "architecture": "encoder",
+        "layers": 6,
+        "heads": 12,
+    }
+    assert record["input"]["name"] == "corpus.jsonl" and record["input"]["format"] == "jsonl"
+    assert record["input"]["bytes"] == source.stat().st_size
+    assert record["settings"] == {"batch": BATCH, "words": False, "shard_size": SHARD, "max_tokens": 512}
+    assert record["counts"] == {"records": 26, "texts": 20, "errors": 6, "truncated": 0, "shards": 3}
+    assert record["stats"] == list(STATS) and record["labels"] == list(LABELS)
+    assert set(record["timings"]) >= {"seconds", "texts_per_second"}
+    assert set(record["versions"]) >= {"headscope", "torch", "transformers", "pyarrow"}
+    assert record["started"] <= record["finished"]
+
+
+def test_a_finished_run_is_left_alone_and_another_is_refused(finished, minilm, tmp_path: Path) -> None:
+    source, out, summary = finished
+    before = {p: p.stat().st_mtime_ns for p in out.iterdir() if p.is_file()}
+    assert run(source, minilm, out, batch=BATCH, shard_size=SHARD) == summary
+    assert {p: p.stat().st_mtime_ns for p in out.iterdir() if p.is_file()} == before
+    with pytest.raises(CorpusSettingsError, match=r"settings\.batch 4 there, 8 now"):
+        run(source, minilm, out, batch=8, shard_size=SHARD)
+    with pytest.raises(CorpusSettingsError, match=r"settings\.words False there, True now"):
+        run(source, minilm, out, batch=BATCH, shard_size=SHARD, words=True)
+    other = tmp_path / "corpus.jsonl"  # the same name, other content
+    write_jsonl(other, texts(21))
+    with pytest.raises(CorpusSettingsError, match=r"input\.bytes .* input\.sha256"):
+        run(other, minilm, out, batch=BATCH, shard_size=SHARD)
+
+
+def test_truncated_texts_are_cut_and_flagged(minilm: AttentionModel, tmp_path: Path) -> None:
+    source = tmp_path / "c.txt"
+    items = texts(8)
+    write_txt(source, items)
+    summary = run(source, minilm, tmp_path / "out", max_tokens=12, shard_size=100)
+    per_text = table(tmp_path / "out", "per_text")
+    full = {
+        r.line: len(minilm.encoder.encode_batch([(r.text, None)], 512)[0].ids)
+        for r in read_records(source)
+        if r.error is None
+    }
+    firsts = per_text["line"][::72]
+    assert list(per_text["truncated"][::72]) == [full[line] > 12 for line in firsts]
+    assert list(per_text["n_tokens"][::72]) == [min(full[line], 12) for line in firsts]
+    assert summary["counts"]["truncated"] == sum(n > 12 for n in full.values()) > 0
+    assert summary["counts"]["errors"] == 2
+
+
+def test_a_decoder_and_an_encoder_decoder(tmp_path: Path, tiny_checkpoints, seq2seq_checkpoints) -> None:
+    """A causal model's own attention ("self"; its first batch against head_stats by hand, causal); an
+    encoder-decoder's encoder self-attention ("encoder")."""
+    source = tmp_path / "c.txt"
+    write_txt(source, texts(5))  # lines 2 and 5 are blank: the first batch of 3 holds lines 1 and 3
+    for family, path, kind in (
+        ("llama", tiny_checkpoints["llama"], "self"),
+        ("bart", seq2seq_checkpoints["bart"], "encoder"),
+    ):
+        summary = run(source, str(path), tmp_path / family, device="cpu", batch=3)
+        model = load_pretrained(path, device="cpu")
+        assert summary["kind"] == kind and summary["model"]["name"] == family
+        assert summary["model"]["architecture"] == model.info.architecture
+        assert summary["model"]["layers"] == model.info.layers
+        per_text = table(tmp_path / family, "per_text")
+        heads = model.info.layers * model.info.heads
+        assert len(per_text["line"]) == 5 * heads
+        if kind == "self":
+            for k, (result, width) in enumerate(attend_as_the_worker(model, texts(2))):
+                stats = head_stats(result.attentions, result.tokens, special=result.special, causal=True)
+                for stat in STATS:
+                    got = per_text[stat][k * heads : (k + 1) * heads]
+                    assert np.abs(got - stats[stat].double().reshape(-1).numpy()).max() <= batched_stat(
+                        stat, width
+                    )
+
+
+def test_an_input_of_bad_rows_only(minilm: AttentionModel, tmp_path: Path) -> None:
+    source = tmp_path / "c.txt"
+    source.write_text("\n  \n")
+    summary = run(source, minilm, tmp_path / "out")
+    assert summary["counts"] == {"records": 2, "texts": 0, "errors": 2, "truncated": 0, "shards": 1}
+    assert pq.read_table(tmp_path / "out" / "per_text.parquet").num_rows == 0
+    assert pq.read_table(tmp_path / "out" / "examples.parquet").num_rows == 0
+    assert pq.read_table(tmp_path / "out" / "per_head.parquet")["count"].to_pylist() == [0] * 72
+
+
+DRIVER = """
+import sys, time
+from mha.corpus import run
+pause = float(sys.argv[3])
+run(sys.argv[1], None, sys.argv[2], batch=3, shard_size=5, device="cpu",
+    progress=lambda done, total: time.sleep(pause))
+"""
+
+
+def _run_driver(source: Path, out: Path, pause: float) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(source), str(out), str(pause)], env=env, cwd=ROOT
+    )
+
+
+@pytest.mark.slow
+def test_resume_after_a_kill_ends_with_the_same_files(tmp_path: Path) -> None:
+    """Killed after its first shard, rerun with the same arguments: the files of an uninterrupted run.
+    Every run is a subprocess, so all three compute under the same threads and give identical floats."""
+    source = tmp_path / "c.jsonl"
+    write_jsonl(source, texts(24))  # 30 records: 6 shards
+    assert _run_driver(source, tmp_path / "whole", 0).wait(timeout=600) == 0
+    killed = _run_driver(source, tmp_path / "resumed", 2.0)  # 2 s after each shard: time to kill it
+    marker = tmp_path / "resumed" / "shards" / "00000.done.json"
+    deadline = time.monotonic() + 300
+    while not marker.exists() and killed.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    state = json.loads((tmp_path / "resumed" / "run.json").read_text())
+    assert state["complete"] is False
+    done = sorted((tmp_path / "resumed" / "shards").glob("*.done.json"))
+    assert 1 <= len(done) < 6
+    assert _run_driver(source, tmp_path / "resumed", 0).wait(timeout=600) == 0
+    for name in ("per_text", "per_head", "examples"):
+        whole = pq.read_table(tmp_path / "whole" / f"{name}.parquet")
+        assert pq.read_table(tmp_path / "resumed" / f"{name}.parquet").equals(whole), name
+    assert (tmp_path / "resumed" / "errors.jsonl").read_bytes() == (
+        tmp_path / "whole" / "errors.jsonl"
+    ).read_bytes()
+    first, second = (json.loads((tmp_path / d / "run.json").read_text()) for d in ("whole", "resumed"))
+    assert {k: v for k, v in first.items() if k not in ("name", "timings", "started", "finished")} == {
+        k: v for k, v in second.items() if k not in ("name", "timings", "started", "finished")
+    }
+
+
+def test_progress_counts_records_batch_by_batch(minilm: AttentionModel, tmp_path: Path) -> None:
+    source = tmp_path / "c.txt"
+    write_txt(source, texts(8))  # 10 records: shards of 5, batches of 3 then 2
+    calls: list[tuple[int, int]] = []
+    run(source, minilm, tmp_path / "out", batch=3, shard_size=5, progress=lambda *call: calls.append(call))
+    assert calls == [(0, 10), (3, 10), (5, 10), (8, 10), (10, 10)]
+
+
+def test_words_for_an_encoder_decoder_are_refused_before_any_file(
+    seq2seq_checkpoints, tmp_path: Path
+) -> None:
+    source = tmp_path / "c.txt"
+    write_txt(source, texts(2))
+    with pytest.raises(ValueError, match="encoder-decoder"):
+        run(source, str(seq2seq_checkpoints["t5"]), tmp_path / "out", words=True, device="cpu")
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,194 @@
+"""The batched statistics (mha.analysis.batched) and CorpusWorker against head_stats on each text alone."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from checkpoints import build_checkpoint
+from corpus_files import attend_as_the_worker
+from tolerances import batched_stat
+
+from mha import load_pretrained
+from mha.analysis import LABELS, SPECIAL_TOKENS, head_labels, head_stats, merge_to_words, word_groups_from
+from mha.analysis.batched import STATS, batch_head_labels, batch_head_stats, token_masks
+from mha.analysis.words import word_labels
+from mha.corpus import CorpusWorker
+from mha.corpus.worker import padded_groups
+from mha.pretrained import AttentionModel
+
+
+def check_against_alone(batched: dict[str, torch.Tensor], alone: list[dict[str, torch.Tensor]], width: int):
+    for row, stats in enumerate(alone):
+        for stat in STATS:
+            difference = (batched[stat][row].double() - stats[stat].double()).abs().max().item()
+            assert difference <= batched_stat(stat, width), (row, stat, difference)
+
+
+def check_labels(batched_labels: torch.Tensor, alone: list[dict[str, torch.Tensor]]) -> None:
+    for row, stats in enumerate(alone):
+        labels = head_labels(stats)
+        assert [[LABELS[i] for i in layer] for layer in batched_labels[row].tolist()] == labels
+
+
+def random_maps(lengths: list[int], *, layers: int, heads: int, causal: bool, seed: int) -> torch.Tensor:
+    """[B, L, H, T, T] sharp random row distributions, padded keys 0 and padded rows filler (uniform)."""
+    generator = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    maps = torch.full((len(lengths), layers, heads, width, width), 1.0 / width)
+    for b, n in enumerate(lengths):
+        logits = 4 * torch.randn(layers, heads, n, n, generator=generator)
+        if causal:
+            logits = logits.masked_fill(torch.ones(n, n).triu(1).bool(), float("-inf"))
+        maps[b, :, :, :n, :] = 0
+        maps[b, :, :, :n, :n] = logits.softmax(-1)
+    return maps
+
+
+VOCABULARY = ["[CLS]", "the", ",", "cat", "##s", ".", "[SEP]", "Ġdog", ";", "sat"]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_batched_stats_equal_head_stats_on_each_text(causal: bool) -> None:
+    lengths = [1, 2, 5, 17, 9]
+    maps = random_maps(lengths, layers=2, heads=3, causal=causal, seed=1)
+    width = max(lengths)
+    tokens = [[VOCABULARY[(b + i) % len(VOCABULARY)] for i in range(n)] for b, n in enumerate(lengths)]
+    special = torch.zeros(len(lengths), width, dtype=torch.bool)
+    punctuation = torch.zeros(len(lengths), width, dtype=torch.bool)
+    alone = []
+    for b, (n, spelled) in enumerate(zip(lengths, tokens, strict=True)):
+        marks = [t in SPECIAL_TOKENS for t in spelled]
+        s, p = token_masks(spelled, marks)
+        special[b, :n], punctuation[b, :n] = torch.tensor(s), torch.tensor(p)
+        alone.append(head_stats(maps[b, :, :, :n, :n], spelled, special=marks, causal=causal))
+    batched = batch_head_stats(maps, lengths, special=special, punctuation=punctuation, causal=causal)
+    assert all(value.shape == (len(lengths), 2, 3) for value in batched.values())
+    check_against_alone(batched, alone, width)
+    check_labels(batch_head_labels(batched), alone)
+
+
+def test_batched_stats_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk smaller than one text's maps gives the same numbers (the chunking is only about memory)."""
+    from mha.analysis import batched as module
+
+    lengths = [4, 7, 3]
+    maps = random_maps(lengths, layers=2, heads=2, causal=False, seed=2)
+    masks = {
+        "special": torch.zeros(3, 7, dtype=torch.bool),
+        "punctuation": torch.zeros(3, 7, dtype=torch.bool),
+    }
+    whole = batch_head_stats(maps, lengths, **masks, causal=False)
+    monkeypatch.setattr(module, "_CHUNK_ELEMENTS", 49)  # one 7x7 map per chunk
+    chunked = batch_head_stats(maps, lengths, **masks, causal=False)
+    for stat in STATS:
+        torch.testing.assert_close(chunked[stat], whole[stat], rtol=0, atol=0)
+
+
+def test_batched_stats_refuse_bad_shapes() -> None:
+    maps = random_maps([3, 2], layers=1, heads=1, causal=False, seed=3)
+    masks = {
+        "special": torch.zeros(2, 3, dtype=torch.bool),
+        "punctuation": torch.zeros(2, 3, dtype=torch.bool),
+    }
+    with pytest.raises(ValueError, match="lengths"):
+        batch_head_stats(maps, [3, 4], **masks, causal=False)
+    with pytest.raises(ValueError, match=r"\[B, L, H, T, T\]"):
+        batch_head_stats(maps[0], [3], **masks, causal=False)
+    with pytest.raises(ValueError, match="special"):
+        batch_head_stats(
+            maps, [3, 2], special=masks["special"][:1], punctuation=masks["punctuation"], causal=False
+        )
+
+
+TEXTS = [
+    ("The cat sat on the mat.", None),
+    ("Attention heads look at tokens; some look at the previous token, some at punctuation!", None),
+    ("Hi.", "A pair, with its own words."),
+    ("Ünïcödé: naïve café, Straße and numbers 12345.", None),
+]
+
+
+@pytest.fixture(scope="module")
+def minilm() -> AttentionModel:
+    return load_pretrained(device="cpu")
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> AttentionModel:
+    directory = build_checkpoint("llama", tmp_path_factory.mktemp("llama") / "llama")
+    return load_pretrained(directory, device="cpu")
+
+
+def worker_rows(worker: CorpusWorker, texts: list[tuple[str, str | None]]) -> dict[str, list]:
+    lines = list(range(1, len(texts) + 1))
+    batch = {
+        "line": lines,
+        "id": [str(x) for x in lines],
+        "text": [t for t, _ in texts],
+        "text_pair": [p for _, p in texts],
+    }
+    return worker(batch).to_pydict()
+
+
+@pytest.mark.parametrize("which", ["minilm", "llama"])
+def test_worker_equals_head_stats_per_text(which: str, request: pytest.FixtureRequest) -> None:
+    """The worker's rows against head_stats (and head_labels) on each text of the same padded forward,
+    causal as the service passes it (the model's)."""
+    model = request.getfixturevalue(which)
+    rows = worker_rows(CorpusWorker(model), TEXTS)
+    answers = attend_as_the_worker(model, TEXTS)
+    results = [result for result, _ in answers]
+    for row, (result, width) in enumerate(answers):
+        stats = head_stats(result.attentions, result.tokens, special=result.special, causal=model.info.causal)
+        batched = {stat: torch.tensor(rows[stat][row]).reshape(1, model.info.layers, -1) for stat in STATS}
+        check_against_alone(batched, [stats], width)
+        check_labels(torch.tensor(rows["label"][row]).reshape(1, model.info.layers, -1), [stats])
+    assert rows["n_tokens"] == [r.n for r in results]
+    assert rows["error"] == [None] * len(TEXTS)
+
+
+def test_worker_words_equal_head_stats_on_word_maps(minilm: AttentionModel) -> None:
+    """--words: the statistics of each text's word map, merged as the service's words view merges it."""
+    rows = worker_rows(CorpusWorker(minilm, words=True), TEXTS)
+    for row, (r, width) in enumerate(attend_as_the_worker(minilm, TEXTS)):
+        groups = word_groups_from(r.word_ids, r.segments, r.special).groups
+        words = word_labels(r.tokens, groups, offsets=r.offsets, segments=r.segments, texts=r.texts)
+        special = [r.special[g[0]] for g in groups]
+        stats = head_stats(merge_to_words(r.attentions, groups), words, special=special, causal=False)
+        batched = {stat: torch.tensor(rows[stat][row]).reshape(1, 6, 12) for stat in STATS}
+        # A word map is padded to the batch's most words, at most its padded token width.
+        check_against_alone(batched, [stats], width)
+
+
+def test_worker_bad_rows_and_truncation(minilm: AttentionModel) -> None:
+    """A record the reader flagged passes through as a bad row; one the tokenizer cannot take becomes one
+    with the model's message; a text over max_tokens is cut and flagged."""
+    worker = CorpusWorker(minilm, max_tokens=8)
+    batch = {
+        "line": [1, 2, 3, 4],
+        "id": ["a", "b", "c", "d"],
+        "text": ["short.", None, "\u200b", "one two three four five six seven eight nine ten"],
+        "text_pair": [None, None, None, None],
+        "error": [None, "invalid JSON", None, None],
+    }
+    rows = worker(batch).to_pydict()
+    assert rows["error"][0] is None and rows["error"][1] == "invalid JSON"
+    assert rows["error"][2] is not None and "token" in rows["error"][2]
+    assert rows["n_tokens"] == [4, 0, 0, 8]
+    assert rows["truncated"] == [False, False, False, True]
+    assert rows["text"][1] is None and math.isnan(rows["entropy"][1][0])
+
+
+def test_worker_refuses_words_for_an_encoder_decoder(seq2seq_checkpoints: dict[str, Path]) -> None:
+    with pytest.raises(ValueError, match="encoder-decoder"):
+        CorpusWorker(str(seq2seq_checkpoints["bart"]), words=True, device="cpu")
+
+
+def test_padded_groups_sort_by_length_and_bound_the_padding() -> None:
+    # 5, 5, 6: 3 x 6 = 18 padded for 16 tokens (within 15 %); 50 would pad them to 200.
+    assert padded_groups([5, 50, 6, 52, 5]) == [[0, 4, 2], [1, 3]]
+    assert padded_groups([40] * 32) == [list(range(32))]  # alike: one forward
+    assert padded_groups([]) == []
