@@ -91,6 +91,7 @@ def per_head(files: Sequence[Path], layers: int, heads: int) -> pa.Table:
     }
     count = 0
     for stat in STATS:
+        pa.default_memory_pool().release_unused()  # the last column's buffers, before the next is read
         values = _column(files, stat, per_text)  # [N, L·H], one statistic at a time
         count = values.shape[0]
         empty = np.full(per_text, np.nan)
