@@ -29,18 +29,9 @@ EXAMPLES = 5  # texts kept per (head, stat) and side
 PERCENTILES = (5, 50, 95)
 _READ_BATCH = 65_536  # per_text rows per record batch copied into per_text.parquet
 EXAMPLES_SCHEMA = pa.schema(
-    [
-        ("layer", pa.int16()),
-        ("head", pa.int16()),
-        ("stat", pa.string()),
-        ("side", pa.string()),
-        ("rank", pa.int8()),
-        ("value", pa.float64()),
-        ("id", pa.string()),
-        ("line", pa.int64()),
-        ("text", pa.string()),
-        ("text_pair", pa.string()),
-    ]
+    [("layer", pa.int16()), ("head", pa.int16()), ("stat", pa.string()), ("side", pa.string())]
+    + [("rank", pa.int8()), ("value", pa.float64()), ("id", pa.string()), ("line", pa.int64())]
+    + [("text", pa.string()), ("text_pair", pa.string())]
 )
 
 
