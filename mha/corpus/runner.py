@@ -268,6 +268,7 @@ def _process_local(job: Job, todo: Sequence[int], worker: CorpusWorker, progress
         tables = []
         for part in _batches(records, job.batch):
             tables.append(worker(_columns(part)))
+            release_free_memory()  # batches' shapes differ: without it the heap's high-water mark creeps
             done += len(part)
             if progress is not None:
                 progress(done, job.records)
@@ -275,7 +276,7 @@ def _process_local(job: Job, todo: Sequence[int], worker: CorpusWorker, progress
         write_shard(job.out, index, rows, layers=info.layers, heads=info.heads)
         written.add(index)
         del tables, rows
-        release_memory()  # a shard's batches freed: resident memory stays flat over the whole corpus
+        release_memory()  # a shard's tables freed, pyarrow's pool too
     for index in sorted(wanted - written):  # a shard with no records left (the input ended sooner)
         write_shard(
             job.out, index, output_schema(worker.heads).empty_table(), layers=info.layers, heads=info.heads
