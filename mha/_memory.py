@@ -52,3 +52,24 @@ def empty_buffer(*shape: int, like: torch.Tensor) -> torch.Tensor:
     if end > start and madvise(start, end - start, mmap.MADV_HUGEPAGE) != 0:
         logger.debug("madvise(MADV_HUGEPAGE) failed with errno %d", ctypes.get_errno())
     return buffer
+
+
+@lru_cache(maxsize=1)
+def _malloc_trim() -> Any | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        func = ctypes.CDLL(None).malloc_trim  # glibc; absent under musl
+    except (OSError, AttributeError):
+        return None
+    func.argtypes = [ctypes.c_size_t]
+    func.restype = ctypes.c_int
+    return func
+
+
+def release_free_memory() -> None:
+    """Give the C heap's free pages back to the system (glibc malloc_trim): a long job of many batches of
+    varying shapes otherwise keeps the high-water mark of every arena, and its resident memory creeps up."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)

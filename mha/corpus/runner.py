@@ -33,6 +33,7 @@ from typing import Any
 import pyarrow as pa
 import torch
 
+from mha._memory import release_free_memory
 from mha.analysis.batched import STATS
 from mha.analysis.stats import LABELS
 from mha.checkpoint import DEFAULT_MODEL_NAME
@@ -148,6 +149,7 @@ def run(
             _process_ray(job, todo, progress)
     counts = _counts(job.out, shards)
     aggregate(job.out, range(shards), layers=info.layers, heads=info.heads)
+    release_memory()
     seconds = time.perf_counter() - started
     texts_now = sum(c["texts"] for k, c in done_shards(job.out).items() if k in set(todo))
     working = max(seconds - loading, 1e-9)
@@ -266,12 +268,15 @@ def _process_local(job: Job, todo: Sequence[int], worker: CorpusWorker, progress
         tables = []
         for part in _batches(records, job.batch):
             tables.append(worker(_columns(part)))
+            release_free_memory()  # batches' shapes differ: without it the heap's high-water mark creeps
             done += len(part)
             if progress is not None:
                 progress(done, job.records)
         rows = pa.concat_tables(tables) if tables else output_schema(worker.heads).empty_table()
         write_shard(job.out, index, rows, layers=info.layers, heads=info.heads)
         written.add(index)
+        del tables, rows
+        release_memory()  # a shard's tables freed, pyarrow's pool too
     for index in sorted(wanted - written):  # a shard with no records left (the input ended sooner)
         write_shard(
             job.out, index, output_schema(worker.heads).empty_table(), layers=info.layers, heads=info.heads
@@ -321,6 +326,12 @@ def _process_ray(job: Job, todo: Sequence[int], progress: Progress | None) -> No
             raise
         raise RuntimeError("this headscope has no Ray engine (mha/corpus/ray_engine.py)") from None
     engine.process(job, todo, progress)
+
+
+def release_memory() -> None:
+    """Free memory back to the system: the C heap's (torch's tensors) and pyarrow's pool."""
+    release_free_memory()
+    pa.default_memory_pool().release_unused()
 
 
 def _counts(out: Path, shards: int) -> dict[str, int]:

@@ -40,16 +40,10 @@ __all__ = [
 ]
 
 PER_TEXT = pa.schema(
-    [
-        ("id", pa.string()),
-        ("line", pa.int64()),
-        ("n_tokens", pa.int32()),
-        ("truncated", pa.bool_()),
-        ("layer", pa.int16()),
-        ("head", pa.int16()),
-        *[(stat, pa.float64()) for stat in STATS],
-        ("label", pa.string()),
-    ]
+    [("id", pa.string()), ("line", pa.int64()), ("n_tokens", pa.int32()), ("truncated", pa.bool_())]
+    + [("layer", pa.int16()), ("head", pa.int16())]
+    + [(stat, pa.float64()) for stat in STATS]
+    + [("label", pa.string())]
 )
 TEXTS = pa.schema(
     [("line", pa.int64()), ("id", pa.string()), ("text", pa.string()), ("text_pair", pa.string())]
