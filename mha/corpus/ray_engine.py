@@ -59,9 +59,9 @@ _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
 
 def process(job: Job, todo: Sequence[int], progress: Progress | None) -> None:
     """Write every shard of ``todo`` on Ray Data (the contract is in mha/corpus/runner.py)."""
-    from mha.corpus.runner import _model_info  # the model's shape, read without its weights
+    from mha.corpus.runner import model_info  # the model's shape, read without its weights
 
-    info = _model_info(job)
+    info = model_info(job)
     expected = {k: max(0, min(job.shard_size, job.records - k * job.shard_size)) for k in todo}
     done = job.records - sum(expected.values())
     held: dict[int, list[pa.Table]] = {}  # the rows of shards not complete yet

@@ -45,7 +45,7 @@ from mha.corpus.worker import CorpusWorker, output_schema
 from mha.pretrained import AttentionModel
 from mha.result import ModelInfo
 
-__all__ = ["FORMAT", "CorpusSettingsError", "run"]
+__all__ = ["FORMAT", "CorpusSettingsError", "model_info", "run"]
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ def run(
         worker = CorpusWorker(loaded if loaded is not None else job.model, **job.worker_kwargs())
         info = worker.model.info
     else:
-        info = _model_info(job)
+        info = model_info(job)
     if words and info.seq2seq:  # CorpusWorker says the same; the Ray engine's would say it on a worker
         raise ValueError(f"words are not available for an encoder-decoder ({job.name!r}): use tokens")
     job.out.mkdir(parents=True, exist_ok=True)
@@ -245,7 +245,7 @@ def _flatten(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _model_info(job: Job) -> ModelInfo:
+def model_info(job: Job) -> ModelInfo:
     """The model's shape without its weights (the Ray engine loads them on its workers only)."""
     from transformers import AutoConfig
 
