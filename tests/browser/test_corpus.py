@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from corpus_fixture import write_demo_runs
 
 from benchmarks.launch import serve
+from mha.corpus import run as corpus_run
 from tests.browser.test_phone import EDGE_PX, OVERFLOW_JS
 
 pytestmark = pytest.mark.browser
@@ -21,9 +23,25 @@ pytestmark = pytest.mark.browser
 LAYERS, HEADS, TEXTS = 6, 12, 30  # the embedded default, all-MiniLM-L6-v2: its texts open in the normal view
 
 
+REAL_TEXTS = [
+    "The cat sat on the mat.",
+    "A quick brown fox jumps over the lazy dog, twice.",
+    "",  # a bad record: errors.jsonl, not the page
+    "Attention heads look at tokens; some look at the previous one.",
+    "Paris is the capital of France.",
+    'She said: "heads, not tails!"',
+    "Short.",
+]
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return write_demo_runs(tmp_path_factory.mktemp("runs"), layers=LAYERS, heads=HEADS, texts=TEXTS, seed=7)
+    runs = write_demo_runs(tmp_path_factory.mktemp("runs"), layers=LAYERS, heads=HEADS, texts=TEXTS, seed=7)
+    # Beside the fixture's numbers, a run the job itself made, on the model the server serves.
+    source = tmp_path_factory.mktemp("input") / "texts.txt"
+    source.write_text("\n".join(REAL_TEXTS) + "\n", encoding="utf-8")
+    corpus_run(source, None, runs["root"] / "minilm-real", batch=4, shard_size=4, device="cpu")
+    return runs
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +133,30 @@ def test_a_run_from_grid_to_distribution_to_the_text(session: Any, corpus: dict[
     assert page.input_value("#text-pair") == (top["text_pair"] or "")
     selected = page.locator(".thumb.selected")
     assert (selected.get_attribute("data-layer"), selected.get_attribute("data-head")) == ("2", "4")
+
+
+def test_a_run_made_by_the_job_shows_its_numbers(session: Any, corpus: dict[str, Any]) -> None:
+    folder = corpus["root"] / "minilm-real"
+    per_head = pq.read_table(folder / "per_head.parquet").to_pandas().set_index(["layer", "head"])
+    per_text = pq.read_table(folder / "per_text.parquet").to_pandas()
+    page = session.open("corpus?run=minilm-real&stat=previous&layer=1&head=2")
+    wait_corpus(page)
+    cell = page.locator('.corpus-cell[data-layer="1"][data-head="2"]')
+    assert float(cell.get_attribute("data-mean")) == per_head.loc[(1, 2), "previous_mean"]  # float64 via JSON
+    head = per_text[(per_text.layer == 1) & (per_text["head"] == 2)].sort_values("line")
+    assert plot_values(page) == [head["previous"].tolist()]
+    assert len(head) == len(REAL_TEXTS) - 1  # the blank line is an error, not a text
+
+    # The highest text opens in the normal view with that head.
+    top = head.loc[head["previous"].idxmax()]
+    first = page.locator("#corpus-top li").first
+    assert first.get_attribute("data-line") == str(top["line"])
+    first.locator("a").click()
+    page.wait_for_url(f"{session.base}/?*")
+    session.wait_ready(timeout_ms=60_000)
+    assert page.input_value("#text") == REAL_TEXTS[int(top["line"]) - 1]
+    selected = page.locator(".thumb.selected")
+    assert (selected.get_attribute("data-layer"), selected.get_attribute("data-head")) == ("1", "2")
 
 
 def test_a_run_of_a_model_not_served_here_says_why_its_texts_do_not_open(session: Any) -> None:
