@@ -189,7 +189,8 @@ def test_phone_thumbnail_tap_brings_the_detail_into_view(screen: PageSession) ->
     thumb.tap()
     title = "() => document.querySelector('#detail-title').textContent"
     page.wait_for_function(f"() => ({title})().includes('layer 5, head 0')")
-    assert page.evaluate("window.scrollY") == before
+    # A reveal would scroll by over 100 px; 1 px is scroll anchoring rounding a fractional layout.
+    assert abs(page.evaluate("window.scrollY") - before) <= 1
 
 
 @pytest.mark.parametrize("screen", [PHONE], indirect=True, ids=["phone"])
