@@ -22,7 +22,7 @@ from torch import Tensor
 
 from mha.analysis import stats as definitions
 
-__all__ = ["STATS", "batch_head_labels", "batch_head_stats", "token_masks"]
+__all__ = ["STATS", "batch_head_labels", "batch_head_stats"]
 
 # head_stats' keys, in its order: entropy (left out of similarity, as it grows with n), then the others.
 STATS = ("entropy", *definitions.SIMILARITY_STATS)
@@ -30,15 +30,6 @@ STATS = ("entropy", *definitions.SIMILARITY_STATS)
 # Weights per chunk of maps (64 MiB of float32 per temporary): bounded scratch at any T, and big enough
 # that a chunk is one set of vectorized ops over many maps.
 _CHUNK_ELEMENTS = 1 << 24
-
-
-def token_masks(tokens: Sequence[str], special: Sequence[bool]) -> tuple[list[bool], list[bool]]:
-    """(special, punctuation) masks of one text, as ``head_stats`` builds them from ``special``."""
-    special_mask = [bool(s) for s in special]
-    punctuation = [
-        not s and definitions.is_punctuation_token(t) for t, s in zip(tokens, special_mask, strict=True)
-    ]
-    return special_mask, punctuation
 
 
 def batch_head_stats(
@@ -53,7 +44,8 @@ def batch_head_stats(
     {stat: Tensor [B, L, H]} (float32, on the attentions' device).
 
     ``lengths`` [B] the texts' token counts; ``special`` and ``punctuation`` [B, T] bool token masks
-    (``token_masks``; False on padding); ``causal`` as head_stats takes it (only ``entropy_norm`` uses it).
+    (``stats.token_masks`` per text; False on padding); ``causal`` as head_stats takes it (only
+    ``entropy_norm`` uses it).
     """
     if attentions.ndim != 5 or attentions.shape[-1] != attentions.shape[-2]:
         raise ValueError(f"attentions must be shaped [B, L, H, T, T], got {tuple(attentions.shape)}")

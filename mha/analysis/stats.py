@@ -81,6 +81,7 @@ __all__ = [
     "is_punctuation_token",
     "pick_labels",
     "similar_heads",
+    "token_masks",
 ]
 
 # The special tokens of every supported tokenizer (WordPiece, RoBERTa's BPE, GPT-2's): what the tokenizer's
@@ -138,6 +139,13 @@ def is_punctuation_token(token: str) -> bool:
     return bool(token) and all(unicodedata.category(ch).startswith("P") for ch in token)
 
 
+def token_masks(tokens: Sequence[str], special: Sequence[bool]) -> tuple[list[bool], list[bool]]:
+    """(special, punctuation) masks of one text's tokens: punctuation is never special."""
+    special_mask = [bool(s) for s in special]
+    punctuation = [not s and is_punctuation_token(t) for t, s in zip(tokens, special_mask, strict=True)]
+    return special_mask, punctuation
+
+
 def _row_kernels(a3: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Per-row entropy (nats), distance, forward weight and max of a [B, n, n] map, each [B, n]."""
     batch, n, _ = a3.shape
@@ -187,11 +195,10 @@ def head_stats(
     layers, heads, n = check_attention(attentions)
     check_length(tokens, n, name="tokens")
     if special is None:
-        special_mask = [token in SPECIAL_TOKENS for token in tokens]
+        special = [token in SPECIAL_TOKENS for token in tokens]
     else:
         check_length(special, n, name="special")
-        special_mask = [bool(s) for s in special]
-    punctuation_mask = [not s and is_punctuation_token(t) for t, s in zip(tokens, special_mask, strict=True)]
+    special_mask, punctuation_mask = token_masks(tokens, special)
 
     a = attentions.contiguous()
     entropy_rows, distance_rows, forward_rows, max_rows = _row_kernels(a.view(-1, n, n))

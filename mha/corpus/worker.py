@@ -18,7 +18,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from mha.analysis.batched import STATS, batch_head_labels, batch_head_stats, token_masks
+from mha.analysis.batched import STATS, batch_head_labels, batch_head_stats
+from mha.analysis.stats import token_masks
 from mha.analysis.words import merge_to_words, word_groups_from, word_labels
 from mha.errors import InputError
 from mha.pretrained import AttentionModel, load_pretrained

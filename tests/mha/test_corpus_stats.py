@@ -13,7 +13,8 @@ from tolerances import batched_stat
 
 from mha import load_pretrained
 from mha.analysis import LABELS, SPECIAL_TOKENS, head_labels, head_stats, merge_to_words, word_groups_from
-from mha.analysis.batched import STATS, batch_head_labels, batch_head_stats, token_masks
+from mha.analysis.batched import STATS, batch_head_labels, batch_head_stats
+from mha.analysis.stats import token_masks
 from mha.analysis.words import word_labels
 from mha.corpus import CorpusWorker
 from mha.corpus.worker import padded_groups
