@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import torch
 
 from mha.analysis.stats import LABELS, STAT_DESCRIPTIONS, head_labels
+from mha.corpus.aggregate import label_column
 
 # head_stats's keys, in its order (its docstring lists them so).
 STATS = tuple(STAT_DESCRIPTIONS)
@@ -88,7 +89,7 @@ def write_run(
                     rows.setdefault(f"{stat}_{suffix}", []).append(float(value))
             for label in LABELS:
                 hits = int((labels[:, layer, head] == label).sum())
-                rows.setdefault(f"label_{label.replace('-', '_')}", []).append(hits)
+                rows.setdefault(label_column(label), []).append(hits)
     types = {"layer": pa.int16(), "head": pa.int16(), "count": pa.int64()}
     table = {
         key: pa.array(column, types.get(key, pa.int64() if key.startswith("label_") else pa.float64()))
