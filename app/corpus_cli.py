@@ -12,7 +12,7 @@ from typing import IO, Any
 
 import mha
 import mha.corpus
-from app.registry import scan_models_dir
+from app.service.loaders import default_model, operator_paths
 from app.settings import Settings
 
 __all__ = ["Progress", "add_parser", "resolve_model", "run_corpus"]
@@ -58,13 +58,10 @@ def _positive(value: str) -> int:
 def resolve_model(given: str | None, settings: Settings) -> tuple[str | None, str]:
     """(what load_pretrained takes, the run's model name): a registered name first (operator entries over
     scanned ones, as the service orders them), then a checkpoint directory; ValueError for anything else."""
-    name = given or settings.default_model or mha.DEFAULT_MODEL_NAME
+    name = given or default_model(settings)
     if name == mha.DEFAULT_MODEL_NAME:
         return None, name
-    registered: dict[str, Path] = {}
-    if settings.models_dir is not None:
-        registered.update(scan_models_dir(settings.models_dir))
-    registered.update(settings.models)
+    registered = operator_paths(settings)
     if name in registered:
         return str(registered[name]), name
     if Path(name).is_dir():

@@ -34,7 +34,7 @@ def build_loaders(settings: Settings) -> dict[str, Loader]:
         loaders[RANDOM_MODEL] = partial(
             mha.random_model, **RANDOM_SIZE, causal=False, seed=0, device=settings.device, name=RANDOM_MODEL
         )
-    for name, path in _operator_paths(settings).items():
+    for name, path in operator_paths(settings).items():
         loaders[name] = partial(
             mha.load_pretrained, str(path), device=settings.device, dtype=dtype, name=name
         )
@@ -45,7 +45,7 @@ def build_checks(settings: Settings) -> dict[str, Callable[[], object]]:
     """name -> the cheap file check of an operator's checkpoint (milliseconds, no weights read), run at
     startup so /api/models names a missing config, weights file or vocabulary before any request loads it,
     and what architecture it is (so the page offers a target box before the model is loaded)."""
-    paths = _operator_paths(settings)
+    paths = operator_paths(settings)
     return {name: partial(_check, str(path)) for name, path in paths.items()}
 
 
@@ -54,7 +54,8 @@ def _check(path: str) -> str | None:
     return mha.checkpoint_architecture(path)
 
 
-def _operator_paths(settings: Settings) -> dict[str, str | Path]:
+def operator_paths(settings: Settings) -> dict[str, str | Path]:
+    """name -> checkpoint of every model the operator registers (HEADSCOPE_MODELS_DIR, HEADSCOPE_MODELS)."""
     paths: dict[str, str | Path] = {}
     if settings.models_dir is not None:
         paths.update(scan_models_dir(settings.models_dir))
