@@ -25,7 +25,15 @@ from mha.config import ACTIVATIONS, TransformerConfig
 from mha.multihead import MultiHeadAttention
 from mha.norm import RMSNorm
 
-__all__ = ["ACTIVATIONS", "Block", "Embeddings", "FeedForward", "make_norm", "sinusoidal_positions"]
+__all__ = [
+    "ACTIVATIONS",
+    "Block",
+    "Embedding",
+    "Embeddings",
+    "FeedForward",
+    "make_norm",
+    "sinusoidal_positions",
+]
 
 # name -> function, for each name mha.config.ACTIVATIONS lets a config name
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -54,16 +62,24 @@ def sinusoidal_positions(position_ids: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.cat([angles.sin(), angles[..., : dim // 2].cos()], dim=-1).float()
 
 
+class Embedding(nn.Embedding):
+    """nn.Embedding that leaves a weight on the meta device uninitialised: a meta weight is only a shape
+    (checkpoints are loaded onto meta-built networks), and normal_ on meta goes through torch._refs, whose
+    first use imports torch._dynamo, 1.2 s of every process's first model load."""
+
+    def reset_parameters(self) -> None:
+        if not self.weight.is_meta:
+            super().reset_parameters()
+
+
 class Embeddings(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.token = nn.Embedding(config.vocab_size, config.embed_dim)
+        self.token = Embedding(config.vocab_size, config.embed_dim)
         self.position = (
-            nn.Embedding(config.max_positions, config.embed_dim) if config.positions == "learned" else None
+            Embedding(config.max_positions, config.embed_dim) if config.positions == "learned" else None
         )
-        self.segment = (
-            nn.Embedding(config.type_vocab_size, config.embed_dim) if config.type_vocab_size else None
-        )
+        self.segment = Embedding(config.type_vocab_size, config.embed_dim) if config.type_vocab_size else None
         self.norm = (
             nn.LayerNorm(config.embed_dim, eps=config.layer_norm_eps) if config.embedding_norm else None
         )

@@ -18,6 +18,8 @@ import math
 import torch
 from torch import nn
 
+from mha.layers import Embedding
+
 __all__ = ["RelativePositionBias", "relative_position_bucket"]
 
 
@@ -46,7 +48,7 @@ class RelativePositionBias(nn.Module):
 
     def __init__(self, num_heads: int, *, num_buckets: int, max_distance: int, bidirectional: bool) -> None:
         super().__init__()
-        self.embedding = nn.Embedding(num_buckets, num_heads)  # bucket -> one bias per head
+        self.embedding = Embedding(num_buckets, num_heads)  # bucket -> one bias per head
         self.num_buckets = num_buckets
         self.max_distance = max_distance
         self.bidirectional = bidirectional
