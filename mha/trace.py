@@ -20,15 +20,14 @@ travel with every pooled result so a page can label its axes.
 from __future__ import annotations
 
 import bisect
-import threading
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from collections.abc import Callable
+from concurrent.futures import wait
 from dataclasses import dataclass, field
 from typing import Literal, cast
 
 import torch
 
+from mha._threads import one_thread_each
 from mha.attention import attention_scores, band_keep
 from mha.config import TransformerConfig
 from mha.errors import Cancelled
@@ -447,7 +446,7 @@ class _Recorder:
             # tiles: a block's dozen operations, each split across the threads, made as many barriers
             # where a thread descheduled by a busy machine stalls the other.
             pools = [self.pool] + [self.pool and self.pool.fork() for _ in range(threads - 1)]
-            with _one_thread_each(threads) as workers:
+            with one_thread_each(threads) as workers:
                 done = [
                     workers.submit(self._blocks, run, starts[i::threads], pools[i], inference)
                     for i in range(threads)
@@ -494,25 +493,6 @@ class _Recorder:
                 if run.out is not None:
                     mixed = torch.bmm(weights.view(kv_heads, group * r, c), v[:, cols[0] : cols[1]])
                     run.out[:, rows[0] : rows[1]] = mixed.view(heads, r, -1)
-
-
-_WORKERS: dict[int, ThreadPoolExecutor] = {}  # by their count, made on first use
-_WORKERS_LOCK = threading.Lock()
-
-
-@contextmanager
-def _one_thread_each(threads: int) -> Iterator[ThreadPoolExecutor]:
-    """`threads` Python workers whose torch operations each run on one thread (torch releases the GIL in
-    them), torch's intra-op threads restored after. The setting is process-wide: one such section at a
-    time, so two concurrent traces never restore each other's one thread."""
-    with _WORKERS_LOCK:
-        if threads not in _WORKERS:
-            _WORKERS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="trace")
-        torch.set_num_threads(1)
-        try:
-            yield _WORKERS[threads]
-        finally:
-            torch.set_num_threads(threads)
 
 
 def trace_forward(

@@ -34,6 +34,7 @@ import pyarrow as pa
 import torch
 
 from mha._memory import release_free_memory
+from mha._threads import in_order
 from mha.analysis.batched import STATS
 from mha.analysis.stats import LABELS
 from mha.checkpoint import DEFAULT_MODEL_NAME
@@ -259,28 +260,38 @@ def model_info(job: Job) -> ModelInfo:
 
 
 def _process_local(job: Job, todo: Sequence[int], worker: CorpusWorker, progress: Progress | None) -> None:
-    """The local engine: each shard of ``todo`` through ``worker`` in batches of job.batch records."""
+    """The local engine: each shard of ``todo`` through ``worker`` in batches of job.batch records; on the
+    CPU, torch's T threads become T batches at a time, each on one thread (mha._threads: small operators
+    split across threads spend their time at barriers), so the numbers are a one-thread run's."""
     info = worker.model.info
     wanted = set(todo)
     done = job.records - _records_in(job, todo)
     written: set[int] = set()
-    for index, records in _shards(read_records(job.source), job.shard_size, wanted):
-        tables = []
-        for part in _batches(records, job.batch):
-            tables.append(worker(_columns(part)))
-            release_free_memory()  # batches' shapes differ: without it the heap's high-water mark creeps
-            done += len(part)
-            if progress is not None:
-                progress(done, job.records)
-        rows = pa.concat_tables(tables) if tables else output_schema(worker.heads).empty_table()
-        write_shard(job.out, index, rows, layers=info.layers, heads=info.heads)
-        written.add(index)
-        del tables, rows
-        release_memory()  # a shard's tables freed, pyarrow's pool too
+    tables: list[pa.Table] = []
+    threads = torch.get_num_threads() if worker.model.device.type == "cpu" else 1
+    for (index, size, last), table in in_order(worker, _work(job, wanted), threads):
+        tables.append(table)
+        release_free_memory()  # batches' shapes differ: without it the heap's high-water mark creeps
+        done += size
+        if progress is not None:
+            progress(done, job.records)
+        if last:
+            write_shard(job.out, index, pa.concat_tables(tables), layers=info.layers, heads=info.heads)
+            written.add(index)
+            tables = []
+            release_memory()  # a shard's tables freed, pyarrow's pool too
     for index in sorted(wanted - written):  # a shard with no records left (the input ended sooner)
         write_shard(
             job.out, index, output_schema(worker.heads).empty_table(), layers=info.layers, heads=info.heads
         )
+
+
+def _work(job: Job, wanted: set[int]) -> Iterator[tuple[tuple[int, int, bool], dict[str, list[Any]]]]:
+    """((shard, records, last of its shard?), the worker's columns) for each batch of the wanted shards."""
+    for index, records in _shards(read_records(job.source), job.shard_size, wanted):
+        parts = list(_batches(records, job.batch))
+        for k, part in enumerate(parts):
+            yield (index, len(part), k == len(parts) - 1), _columns(part)
 
 
 def _records_in(job: Job, shards: Iterable[int]) -> int:

@@ -37,11 +37,12 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def local(corpus: Path) -> Path:
-    """The local engine's run, on one thread as each Ray worker here (1 CPU each) runs torch: the same
-    batches through the same kernels, so the same sums in the same order and equal bits."""
+    """The local engine's run on two torch threads: two batches at a time, each on one torch thread
+    (mha._threads), as each Ray worker here (1 CPU each) runs torch: the same batches through the same
+    kernels, so the same sums in the same order and equal bits."""
     out = corpus.parent / "local"
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(2)
     try:
         run(corpus, None, out, **SETTINGS)
     finally:

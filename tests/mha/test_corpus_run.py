@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import torch
 from corpus_files import attend_as_the_worker, texts, write_jsonl, write_txt
 from tolerances import batched_stat
 
@@ -21,7 +22,9 @@ from mha import load_pretrained
 from mha.analysis import LABELS, head_labels, head_stats
 from mha.analysis.batched import STATS
 from mha.corpus import CorpusSettingsError, read_records, run
+from mha.corpus import runner as runner_module
 from mha.corpus.aggregate import label_column
+from mha.corpus.shards import shard_directory
 from mha.pretrained import AttentionModel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -272,6 +275,39 @@ def test_resume_after_a_kill_ends_with_the_same_files(tmp_path: Path) -> None:
     assert {k: v for k, v in first.items() if k not in ("name", "timings", "started", "finished")} == {
         k: v for k, v in second.items() if k not in ("name", "timings", "started", "finished")
     }
+
+
+def test_two_threads_run_two_batches_at_once_with_one_threads_bits(
+    finished, minilm: AttentionModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On two torch threads the local engine runs two batches at a time, each on one torch thread
+    (mha._threads): the same kernels on the same batches as a one-thread run, so the same sums in the same
+    order and equal bits, shards included; torch's own thread count is restored after."""
+    source = finished[0]
+    sections: list[int] = []
+    in_order = runner_module.in_order
+
+    def counted(function, items, threads):  # type: ignore[no-untyped-def]
+        sections.append(threads)
+        return in_order(function, items, threads)
+
+    monkeypatch.setattr(runner_module, "in_order", counted)
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            run(source, minilm, tmp_path / str(threads), batch=BATCH, shard_size=SHARD)
+            assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+    assert sections == [1, 2]
+    one, two = tmp_path / "1", tmp_path / "2"
+    for name in ("per_text", "per_head", "examples"):
+        assert pq.read_table(two / f"{name}.parquet").equals(pq.read_table(one / f"{name}.parquet")), name
+    names = sorted(p.name for p in shard_directory(one).iterdir())
+    assert sorted(p.name for p in shard_directory(two).iterdir()) == names
+    for name in names:
+        assert (shard_directory(two) / name).read_bytes() == (shard_directory(one) / name).read_bytes()
 
 
 def test_progress_counts_records_batch_by_batch(minilm: AttentionModel, tmp_path: Path) -> None:

@@ -268,13 +268,13 @@ def test_blocks_split_across_threads_trace_like_one_thread(
     round differently (the layers' projections run on one thread against two)."""
     model, threads = models[family], torch.get_num_threads()
     sections = []
-    one_thread_each = trace_module._one_thread_each
+    one_thread_each = trace_module.one_thread_each
 
     def counted(count: int):  # type: ignore[no-untyped-def]
         sections.append(count)
         return one_thread_each(count)
 
-    monkeypatch.setattr(trace_module, "_one_thread_each", counted)
+    monkeypatch.setattr(trace_module, "one_thread_each", counted)
     try:
         with torch.inference_mode():
             torch.set_num_threads(1)

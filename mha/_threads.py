@@ -1,0 +1,67 @@
+"""CPU work split across Python threads, each running torch on one thread of its own.
+
+torch releases the GIL inside its operators, so T Python threads with one intra-op thread each keep T
+cores busy with one barrier per piece of work, where torch's own T threads split every operator and
+meet at a barrier after each: thousands a second on small operators, and each one stalls every thread
+whenever one of them is descheduled on a busy machine. Results are those of a one-thread run, whichever
+thread computes them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from typing import TypeVar
+
+import torch
+
+__all__ = ["in_order", "one_thread_each"]
+
+K = TypeVar("K")
+A = TypeVar("A")
+R = TypeVar("R")
+
+_WORKERS: dict[int, ThreadPoolExecutor] = {}  # by their count, made on first use
+_WORKERS_LOCK = threading.Lock()
+
+
+@contextmanager
+def one_thread_each(threads: int) -> Iterator[ThreadPoolExecutor]:
+    """`threads` Python workers whose torch operations each run on one thread, torch's intra-op threads
+    restored after. The setting is process-wide: one such section at a time, so two concurrent sections
+    never restore each other's one thread."""
+    with _WORKERS_LOCK:
+        if threads not in _WORKERS:
+            _WORKERS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="one-thread")
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            yield _WORKERS[threads]
+        finally:
+            torch.set_num_threads(before)
+
+
+def in_order(function: Callable[[A], R], items: Iterable[tuple[K, A]], threads: int) -> Iterator[tuple[K, R]]:
+    """(key, function(argument)) for each (key, argument) of `items`, in their order, computed `threads` at
+    a time in a one_thread_each section (threads == 1: in this thread, torch's threads untouched). At most
+    2 × threads items are taken ahead of the one yielded, so memory stays a few items whatever the input."""
+    if threads <= 1:
+        for key, argument in items:
+            yield key, function(argument)
+        return
+    with one_thread_each(threads) as workers:
+        pending: deque[tuple[K, Future[R]]] = deque()
+        try:
+            for key, argument in items:
+                pending.append((key, workers.submit(function, argument)))
+                if len(pending) >= 2 * threads:
+                    first, future = pending.popleft()
+                    yield first, future.result()
+            while pending:
+                first, future = pending.popleft()
+                yield first, future.result()
+        finally:
+            wait([future for _, future in pending])  # none still running once torch's threads are restored
