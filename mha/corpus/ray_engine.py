@@ -206,7 +206,7 @@ def worker_error(message: str) -> str:
 def runtime_env() -> dict[str, Any]:
     """What ``ray.init`` needs for the engine's workers to import this process's own ``mha`` (uploaded
     to the cluster), whatever headscope the nodes have installed, if any."""
-    return {} if os.environ.get("NOPYMOD") else {"py_modules": [str(Path(mha.__file__).parent)]}
+    return {"py_modules": [str(Path(mha.__file__).parent)]}
 
 
 @contextmanager
