@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import Path, Query, Request, Response
 
-from app.corpus_schemas import HeadValues, RunDetail, RunList
+from app.corpus_schemas import CorpusText, HeadValues, RunDetail, RunList
 from app.deps import ServiceDep
 from app.routes.common import ApiRouter, json_answer
 from app.schemas import ErrorResponse
@@ -29,6 +29,16 @@ HEAD_ERRORS: dict[int | str, dict[str, Any]] = {
         "description": "A layer or head beyond the run's model, a statistic it did not measure, or a "
         "malformed name, layer, head or stat.",
     },
+}
+
+TEXT_ERRORS: dict[int | str, dict[str, Any]] = {
+    **RUN_ERRORS,
+    404: {
+        "model": ErrorResponse,
+        "description": "No such finished run, or no text at that line (beyond the run, or a bad record).",
+    },
+    409: {"model": ErrorResponse, "description": "The run's files (its shards' texts) cannot be read."},
+    422: {"model": ErrorResponse, "description": "A malformed name or line."},
 }
 
 RunName = Annotated[str, Path(min_length=1, max_length=255, description="A run's name, as listed.")]
@@ -60,3 +70,14 @@ async def corpus_head(
     """One head's statistic over the corpus: its value for each text (per_text.parquet), and the texts
     where it is highest and lowest (examples.parquet)."""
     return await json_answer(request, service.corpus.head(name, layer, head, stat))
+
+
+@router.get("/corpus/runs/{name}/texts/{line}", response_model=CorpusText, responses=TEXT_ERRORS)
+async def corpus_text(
+    name: RunName,
+    line: Annotated[int, Path(ge=1, le=2**53, description="A record's line in the run's input.")],
+    request: Request,
+    service: ServiceDep,
+) -> Response:
+    """One text of the run (and its pair) by its line: what a point of a head's distribution opens."""
+    return await json_answer(request, service.corpus.text(name, line))
