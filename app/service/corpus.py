@@ -250,11 +250,11 @@ class CorpusRuns:
             raise UnreadableRunError(f"corpus run {name!r}: run.json has no shard_size")
         if isinstance(records, int) and line > records:
             raise NoTextError(f"corpus run {name!r} has {records} records; there is no line {line}")
-        path = shard_path(folder, shard_of(line, size), ".texts.parquet")
-        if not _inside(path, folder.resolve()):
-            detail = f"corpus run {name!r}: {path.relative_to(folder)} is missing or lies outside the run, so its texts cannot be read"
-            raise UnreadableRunError(detail)
-        rows = self._table(folder, str(path.relative_to(folder)), where=pc.field("line") == line).to_pylist()
+        file = str(shard_path(folder, shard_of(line, size), ".texts.parquet").relative_to(folder))
+        if not _inside(folder / file, folder.resolve()):
+            detail = f"{file} is missing or lies outside the run, so its texts cannot be read"
+            raise UnreadableRunError(f"corpus run {name!r}: {detail}")
+        rows = self._table(folder, file, where=pc.field("line") == line).to_pylist()
         if not rows:
             raise NoTextError(
                 f"line {line} of corpus run {name!r} is a bad record (errors.jsonl), not a text"
