@@ -97,11 +97,19 @@ def test_a_bad_record_or_a_shard_gone_is_no_text(
     write_run(tmp_path / "holed", texts, random_values(3, 1, 1))
     write_run(tmp_path / "run", sentences(3), random_values(3, 1, 1))
     (tmp_path / "run" / "shards" / "00000.texts.parquet").unlink()
+    # A shard's texts linked from outside the run are not read, as a run's files linked from outside.
+    outside = write_run(tmp_path.parent / f"{tmp_path.name}-outside", sentences(3), random_values(3, 1, 1))
+    write_run(tmp_path / "linked", sentences(3), random_values(3, 1, 1))
+    (tmp_path / "linked" / "shards" / "00000.texts.parquet").unlink()
+    (tmp_path / "linked" / "shards" / "00000.texts.parquet").symlink_to(
+        outside / "shards" / "00000.texts.parquet"
+    )
     with TestClient(create_app(make_settings(runs_dir=tmp_path))) as client:
         response = client.get("/api/corpus/runs/holed/texts/2")
         assert response.status_code == 404 and "line 2 of corpus run 'holed' is a bad record" in response.text
-        response = client.get("/api/corpus/runs/run/texts/2")
-        assert response.status_code == 409 and "shards/00000.texts.parquet is missing" in response.text
+        for name in ("run", "linked"):
+            response = client.get(f"/api/corpus/runs/{name}/texts/2")
+            assert response.status_code == 409 and "shards/00000.texts.parquet is missing" in response.text
 
 
 @pytest.mark.parametrize(
