@@ -14,31 +14,27 @@ from app.schemas import ErrorResponse
 
 router = ApiRouter(tags=["corpus"])
 
+
+def _error(description: str) -> dict[str, Any]:
+    return {"model": ErrorResponse, "description": description}
+
+
 RUN_ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {
-        "model": ErrorResponse,
-        "description": "No such finished run in HEADSCOPE_RUNS_DIR (the detail lists them), or none is set.",
-    },
-    409: {"model": ErrorResponse, "description": "The run's files cannot be read or break the format."},
-    422: {"model": ErrorResponse, "description": "A malformed name."},
+    404: _error("No such finished run in HEADSCOPE_RUNS_DIR (the detail lists them), or none is set."),
+    409: _error("The run's files cannot be read or break the format."),
+    422: _error("A malformed name."),
 }
 HEAD_ERRORS: dict[int | str, dict[str, Any]] = {
     **RUN_ERRORS,
-    422: {
-        "model": ErrorResponse,
-        "description": "A layer or head beyond the run's model, a statistic it did not measure, or a "
-        "malformed name, layer, head or stat.",
-    },
+    422: _error(
+        "A layer or head beyond the run's model, a statistic it did not measure, or a malformed name, "
+        "layer, head or stat."
+    ),
 }
-
 TEXT_ERRORS: dict[int | str, dict[str, Any]] = {
-    **RUN_ERRORS,
-    404: {
-        "model": ErrorResponse,
-        "description": "No such finished run, or no text at that line (beyond the run, or a bad record).",
-    },
-    409: {"model": ErrorResponse, "description": "The run's files (its shards' texts) cannot be read."},
-    422: {"model": ErrorResponse, "description": "A malformed name or line."},
+    404: _error("No such finished run, or no text at that line (beyond the run, or a bad record)."),
+    409: _error("The run's files (its shards' texts) cannot be read."),
+    422: _error("A malformed name or line."),
 }
 
 RunName = Annotated[str, Path(min_length=1, max_length=255, description="A run's name, as listed.")]

@@ -127,12 +127,18 @@ def test_a_run_from_grid_to_distribution_to_the_text(session: Any, corpus: dict[
     link = first.locator("a")
     assert link.text_content().startswith(top["text"])
     link.click()
+    assert_normal_view(session, top, "2", "4")
+
+
+def assert_normal_view(session: Any, record: dict[str, Any], layer: str, head: str) -> None:
+    """The page went to the normal view of `record`'s text and pair with (layer, head) open."""
+    page = session.page
     page.wait_for_url(f"{session.base}/?*")
     session.wait_ready(timeout_ms=60_000)
-    assert page.input_value("#text") == top["text"]
-    assert page.input_value("#text-pair") == (top["text_pair"] or "")
+    assert page.input_value("#text") == record["text"]
+    assert page.input_value("#text-pair") == (record["text_pair"] or "")
     selected = page.locator(".thumb.selected")
-    assert (selected.get_attribute("data-layer"), selected.get_attribute("data-head")) == ("2", "4")
+    assert (selected.get_attribute("data-layer"), selected.get_attribute("data-head")) == (layer, head)
 
 
 # The centre of the topmost drawn point of the plot (the highest value: y grows downwards on screen).
@@ -164,12 +170,7 @@ def test_a_point_of_the_distribution_opens_its_text(session: Any, corpus: dict[s
 
     # Clicked: the normal view of that text and pair with that head, as an example's link opens it.
     page.mouse.click(at["x"], at["y"])
-    page.wait_for_url(f"{session.base}/?*")
-    session.wait_ready(timeout_ms=60_000)
-    assert page.input_value("#text") == top["text"]
-    assert page.input_value("#text-pair") == (top["text_pair"] or "")
-    selected = page.locator(".thumb.selected")
-    assert (selected.get_attribute("data-layer"), selected.get_attribute("data-head")) == ("3", "5")
+    assert_normal_view(session, top, "3", "5")
 
 
 def test_a_run_made_by_the_job_shows_its_numbers(session: Any, corpus: dict[str, Any]) -> None:
