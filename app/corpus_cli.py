@@ -57,13 +57,14 @@ def _positive(value: str) -> int:
 
 def resolve_model(given: str | None, settings: Settings) -> tuple[str | None, str]:
     """(what load_pretrained takes, the run's model name): a registered name first (operator entries over
-    scanned ones, as the service orders them), then a checkpoint directory; ValueError for anything else."""
+    scanned ones over the embedded model, as the service orders them), then a checkpoint directory;
+    ValueError for anything else."""
     name = given or default_model(settings)
+    registered = operator_paths(settings)
+    if name in registered:  # even the embedded model's name: the service serves the operator's under it
+        return str(registered[name]), name
     if name == mha.DEFAULT_MODEL_NAME:
         return None, name
-    registered = operator_paths(settings)
-    if name in registered:
-        return str(registered[name]), name
     if Path(name).is_dir():
         return name, Path(name).resolve().name
     known = ", ".join(sorted({mha.DEFAULT_MODEL_NAME, *registered}))

@@ -56,3 +56,11 @@ class HeadValues(BaseModel):
     lines: list[int] = Field(description="Each text's line (record number) in the input.")
     top: list[Example] = Field(description="The texts where the statistic is highest, rank 1 first.")
     bottom: list[Example] = Field(description="The texts where it is lowest, rank 1 first.")
+
+
+class CorpusText(BaseModel):
+    name: str
+    line: int = Field(description="The text's line (record number) in the input.")
+    id: str = Field(description="The text's id (the input's `id`, else its line).")
+    text: str
+    text_pair: str | None

@@ -21,6 +21,7 @@ import torch
 
 from mha.analysis.stats import LABELS, STAT_DESCRIPTIONS, head_labels
 from mha.corpus.aggregate import label_column
+from mha.corpus.shards import TEXTS, shard_directory, shard_of, shard_path
 
 # head_stats's keys, in its order (its docstring lists them so).
 STATS = tuple(STAT_DESCRIPTIONS)
@@ -47,7 +48,8 @@ def write_run(
     words: bool = False,
     complete: bool = True,
 ) -> Path:
-    """Write run.json, per_text.parquet, per_head.parquet and examples.parquet into `out`."""
+    """Write run.json, per_text.parquet, per_head.parquet, examples.parquet and the shards' texts into
+    `out`."""
     out.mkdir(parents=True, exist_ok=True)
     count, layers, heads = values[STATS[0]].shape
     if len(texts) != count or set(values) != set(STATS):
@@ -138,6 +140,20 @@ def write_run(
     )
     (out / "errors.jsonl").write_text("")
 
+    # shards/NNNNN.texts.parquet: each shard's texts by line, as the job keeps them (the view reads a
+    # clicked text from there).
+    shard_size = 1000
+    shard_directory(out).mkdir(exist_ok=True)
+    for index in sorted({shard_of(int(text["line"]), shard_size) for text in texts}):
+        kept = [text for text in texts if shard_of(int(text["line"]), shard_size) == index]
+        columns = {
+            "line": [int(text["line"]) for text in kept],
+            "id": [str(text["id"]) for text in kept],
+            "text": [text["text"] for text in kept],
+            "text_pair": [text.get("text_pair") for text in kept],
+        }
+        pq.write_table(pa.table(columns, schema=TEXTS), shard_path(out, index, ".texts.parquet"))
+
     run = {
         "format": 1,
         "complete": complete,
@@ -152,7 +168,7 @@ def write_run(
             "heads": heads,
         },
         "input": {"name": "texts.jsonl", "format": "jsonl", "bytes": 1234},
-        "settings": {"batch": 32, "words": words, "shard_size": 1000, "max_tokens": 512},
+        "settings": {"batch": 32, "words": words, "shard_size": shard_size, "max_tokens": 512},
         "counts": {"records": count, "texts": count, "errors": 0, "truncated": 0, "shards": 1},
         "stats": list(STATS),
         "labels": list(LABELS),

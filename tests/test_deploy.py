@@ -197,7 +197,7 @@ def test_dockerignore_keeps_the_context_small() -> None:
     patterns = dockerignore_patterns()
     for path in (".venv", ".git", ".pytest_cache", ".mypy_cache", ".ruff_cache", "app/__pycache__"):
         assert dockerignored(path, patterns), f"{path} would be sent to the build context"
-    for path in ("tests", "test-artifacts", "benchmarks/results", "models/my-checkpoint"):
+    for path in ("tests", "test-artifacts", "benchmarks/results", "models/my-checkpoint", "runs/wiki"):
         assert dockerignored(path, patterns), f"{path} would be sent to the build context"
 
 
@@ -335,12 +335,20 @@ def test_compose_volumes_checkpoints_read_only_and_hf_cache_named(compose: dict[
         assert len(cache) == 1 and cache[0][0] in named, f"{name}: no named volume on HF_HOME ({mounts})"
 
 
+def test_compose_serves_corpus_runs_read_only(compose: dict[str, Any]) -> None:
+    for name, service in compose["services"].items():
+        env = service_env(service)
+        mounts = [str(volume).split(":") for volume in service["volumes"]]
+        assert env.get("HEADSCOPE_RUNS_DIR") == "/runs", f"{name}: {env}"
+        assert [m for m in mounts if m[1] == "/runs"] == [["./runs", "/runs", "ro"]], f"{name}: {mounts}"
+
+
 def test_compose_environment_is_valid_settings(compose: dict[str, Any]) -> None:
     prefix = Settings.model_config.get("env_prefix", "")
     for name, service in compose["services"].items():
         env = service_env(service)
         ours = {key[len(prefix) :].lower(): value for key, value in env.items() if key.startswith(prefix)}
-        assert {"device", "log_level", "models_dir"} <= set(ours), name
+        assert {"device", "log_level", "models_dir", "runs_dir"} <= set(ours), name
         assert set(ours) <= set(Settings.model_fields), f"{name}: {set(ours) - set(Settings.model_fields)}"
         Settings(**ours)  # type: ignore[arg-type]  # raises on an invalid value
 

@@ -7,28 +7,34 @@ from typing import Annotated, Any
 
 from fastapi import Path, Query, Request, Response
 
-from app.corpus_schemas import HeadValues, RunDetail, RunList
+from app.corpus_schemas import CorpusText, HeadValues, RunDetail, RunList
 from app.deps import ServiceDep
 from app.routes.common import ApiRouter, json_answer
 from app.schemas import ErrorResponse
 
 router = ApiRouter(tags=["corpus"])
 
+
+def _error(description: str) -> dict[str, Any]:
+    return {"model": ErrorResponse, "description": description}
+
+
 RUN_ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {
-        "model": ErrorResponse,
-        "description": "No such finished run in HEADSCOPE_RUNS_DIR (the detail lists them), or none is set.",
-    },
-    409: {"model": ErrorResponse, "description": "The run's files cannot be read or break the format."},
-    422: {"model": ErrorResponse, "description": "A malformed name."},
+    404: _error("No such finished run in HEADSCOPE_RUNS_DIR (the detail lists them), or none is set."),
+    409: _error("The run's files cannot be read or break the format."),
+    422: _error("A malformed name."),
 }
 HEAD_ERRORS: dict[int | str, dict[str, Any]] = {
     **RUN_ERRORS,
-    422: {
-        "model": ErrorResponse,
-        "description": "A layer or head beyond the run's model, a statistic it did not measure, or a "
-        "malformed name, layer, head or stat.",
-    },
+    422: _error(
+        "A layer or head beyond the run's model, a statistic it did not measure, or a malformed name, "
+        "layer, head or stat."
+    ),
+}
+TEXT_ERRORS: dict[int | str, dict[str, Any]] = {
+    404: _error("No such finished run, or no text at that line (beyond the run, or a bad record)."),
+    409: _error("The run's files (its shards' texts) cannot be read."),
+    422: _error("A malformed name or line."),
 }
 
 RunName = Annotated[str, Path(min_length=1, max_length=255, description="A run's name, as listed.")]
@@ -60,3 +66,14 @@ async def corpus_head(
     """One head's statistic over the corpus: its value for each text (per_text.parquet), and the texts
     where it is highest and lowest (examples.parquet)."""
     return await json_answer(request, service.corpus.head(name, layer, head, stat))
+
+
+@router.get("/corpus/runs/{name}/texts/{line}", response_model=CorpusText, responses=TEXT_ERRORS)
+async def corpus_text(
+    name: RunName,
+    line: Annotated[int, Path(ge=1, le=2**53, description="A record's line in the run's input.")],
+    request: Request,
+    service: ServiceDep,
+) -> Response:
+    """One text of the run (and its pair) by its line: what a point of a head's distribution opens."""
+    return await json_answer(request, service.corpus.text(name, line))

@@ -26,6 +26,7 @@ from anyio import to_thread
 from app.cache import LRUCache
 from app.errors import InvalidInputError, ServiceError
 from mha.analysis import STAT_DESCRIPTIONS
+from mha.corpus.shards import shard_of, shard_path
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +55,12 @@ class UnreadableRunError(ServiceError):
     """A listed run whose files cannot be read (being rewritten, or damaged): the operator's to fix."""
 
     status = 409
+
+
+class NoTextError(ServiceError):
+    """A line of the run that holds no text: beyond its records, or a bad record."""
+
+    status = 404
 
 
 def finite(value: Any) -> Any:
@@ -142,6 +149,9 @@ class CorpusRuns:
     async def head(self, name: str, layer: int, head: int, stat: str) -> bytes:
         return await to_thread.run_sync(self._kept, self._head_answer, name, layer, head, stat)
 
+    async def text(self, name: str, line: int) -> bytes:
+        return await to_thread.run_sync(self._kept, self._text_answer, name, line)
+
     def _kept(self, answer: Callable[..., dict[str, Any]], name: str, *args: Any) -> bytes:
         """`answer(name, folder, meta, *args)` as JSON, through the LRU keyed by the run's files as they are
         now (a head of 20,000 texts: ~240 ms read and encoded, then ~1 ms; benchmarks/corpus_view.py)."""
@@ -228,6 +238,30 @@ class CorpusRuns:
                 "top": [row for row in rows if row["side"] == "top"],
                 "bottom": [row for row in rows if row["side"] == "bottom"],
             }
+        )
+
+    def _text_answer(self, name: str, folder: Path, meta: dict[str, Any], line: int) -> dict[str, Any]:
+        """One text of the run by its line, from the shard that kept it (shards/NNNNN.texts.parquet): a
+        point of the distribution opens on demand, so a head's answer need not carry 20,000 texts."""
+        settings, counts = meta.get("settings"), meta.get("counts")
+        size = settings.get("shard_size") if isinstance(settings, dict) else None
+        records = counts.get("records") if isinstance(counts, dict) else None
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise UnreadableRunError(f"corpus run {name!r}: run.json has no shard_size")
+        if isinstance(records, int) and line > records:
+            raise NoTextError(f"corpus run {name!r} has {records} records; there is no line {line}")
+        file = str(shard_path(folder, shard_of(line, size), ".texts.parquet").relative_to(folder))
+        if not _inside(folder / file, folder.resolve()):
+            detail = f"{file} is missing or lies outside the run, so its texts cannot be read"
+            raise UnreadableRunError(f"corpus run {name!r}: {detail}")
+        rows = self._table(folder, file, where=pc.field("line") == line).to_pylist()
+        if not rows:
+            raise NoTextError(
+                f"line {line} of corpus run {name!r} is a bad record (errors.jsonl), not a text"
+            )
+        row = rows[0]
+        return finite(
+            {"name": name, "line": line, "id": row["id"], "text": row["text"], "text_pair": row["text_pair"]}
         )
 
     @staticmethod

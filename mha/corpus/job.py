@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mha.corpus.source import count_records, input_format
+from mha.corpus.source import Tally, count_records, input_format
 
 __all__ = ["ENGINES", "Job", "Progress"]
 
@@ -25,6 +24,8 @@ class Job:
     model: str | None  # a name or path as load_pretrained takes it (None: the embedded default)
     name: str  # the model's name in run.json (the service's name for it, so the page can open it)
     records: int  # records in the input (lines 1..records); shards are cut by line
+    input_bytes: int  # the input's size and SHA-256 (hex), read with the count (Job.survey)
+    input_sha256: str
     engine: str = "local"
     batch: int = 32  # records per padded forward; a shard's last batch may be shorter
     words: bool = False
@@ -47,17 +48,17 @@ class Job:
 
     def input(self) -> dict[str, Any]:
         """run.json's "input": the file's name, format, size and content hash (what a resume checks)."""
-        digest = hashlib.sha256()
-        with self.source.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
         return {
             "name": self.source.name,
             "format": input_format(self.source),
-            "bytes": self.source.stat().st_size,
-            "sha256": digest.hexdigest(),
+            "bytes": self.input_bytes,
+            "sha256": self.input_sha256,
         }
 
     @staticmethod
-    def count(source: Path) -> int:
-        return count_records(source)
+    def survey(source: Path) -> dict[str, Any]:
+        """Job's `records`, `input_bytes` and `input_sha256` of `source`, from one read of the file (the
+        work pass reads it once more: three reads of a large corpus were two too many)."""
+        tally = Tally()
+        records = count_records(source, tally)
+        return {"records": records, "input_bytes": tally.bytes, "input_sha256": tally.sha256.hexdigest()}

@@ -89,7 +89,7 @@ def run(
         out=Path(out),
         model=given,
         name=name or (loaded.info.name if loaded is not None else _default_name(given)),
-        records=Job.count(source),
+        **Job.survey(source),
         engine=engine,
         batch=batch,
         words=words,

@@ -11,13 +11,15 @@ record.
 from __future__ import annotations
 
 import csv
+import hashlib
+import io
 import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
-__all__ = ["FORMATS", "CorpusInputError", "Record", "count_records", "input_format", "read_records"]
+__all__ = ["FORMATS", "CorpusInputError", "Record", "Tally", "count_records", "input_format", "read_records"]
 
 FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 _SURROGATE = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of a byte that is not UTF-8
@@ -59,24 +61,64 @@ def read_records(path: str | Path) -> Iterator[Record]:
     return readers[kind](path)
 
 
-def count_records(path: str | Path) -> int:
+class Tally:
+    """What one read of a file saw: its bytes' SHA-256 and their number."""
+
+    def __init__(self) -> None:
+        self.sha256 = hashlib.sha256()
+        self.bytes = 0
+
+    def update(self, block: bytes | memoryview) -> None:
+        self.sha256.update(block)
+        self.bytes += len(block)
+
+
+class _Tallied(io.RawIOBase):
+    """A binary file whose every byte read also goes to a Tally (the CSV count hashes what it parses)."""
+
+    def __init__(self, raw: BinaryIO, tally: Tally) -> None:
+        self.raw, self.tally = raw, tally
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        count = self.raw.readinto(buffer)  # type: ignore[attr-defined]  # a buffered binary file has it
+        self.tally.update(memoryview(buffer)[:count])
+        return int(count)
+
+
+def count_records(path: str | Path, tally: Tally | None = None) -> int:
     """How many records ``path`` holds (the last record's ``line``), without decoding a text: newlines
-    for .txt and .jsonl, parsed rows for .csv (a quoted field may hold newlines), Parquet's row count."""
+    for .txt and .jsonl, parsed rows for .csv (a quoted field may hold newlines), Parquet's row count.
+    With ``tally``, every byte of the file also goes to it, on the same read: one pass gives the count
+    and the hash a resume checks."""
     path = Path(path)
     kind = input_format(path)
-    if kind == "parquet":
-        import pyarrow.parquet as pq
-
-        return int(pq.ParquetFile(path).metadata.num_rows)
-    if kind == "csv":
-        with path.open(encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
-            return max(sum(1 for _ in _csv_rows(csv.reader(f))) - 1, 0)
-    lines = 0
-    last = b"\n"
     with path.open("rb") as f:
+        if kind == "parquet":
+            import pyarrow.parquet as pq
+
+            records = int(pq.ParquetFile(f).metadata.num_rows)  # from the footer
+            if tally is not None:
+                f.seek(0)
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    tally.update(block)
+            return records
+        if kind == "csv":
+            raw = io.BufferedReader(_Tallied(f, tally)) if tally is not None else f
+            text = io.TextIOWrapper(raw, encoding="utf-8-sig", errors="surrogateescape", newline="")
+            try:
+                return max(sum(1 for _ in _csv_rows(csv.reader(text))) - 1, 0)  # read to the end
+            finally:
+                text.detach()  # `with` closes f
+        lines = 0
+        last = b"\n"
         for block in iter(lambda: f.read(1 << 20), b""):
             lines += block.count(b"\n")
             last = block[-1:]
+            if tally is not None:
+                tally.update(block)
     return lines + (last != b"\n")  # a last line without a newline counts too
 
 

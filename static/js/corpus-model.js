@@ -9,8 +9,9 @@ import { DEFAULT_STATE, encodeState } from "./state.js";
 export const PLOTS = ["box", "violin"];
 export const DEFAULT_CORPUS = Object.freeze({ run: "", stat: "entropy", layer: 0, head: 0, plot: "box", all: false });
 // Every point drawn beside the box up to this many texts; above, the outliers only (a box of 20,000
-// jittered points is a grey smear and slow to draw).
+// jittered points is a grey smear and slow to draw). Either way a point opens its text, fetched on demand.
 export const ALL_POINTS_MAX = 2000;
+const SNIPPET_CHARS = 140;
 
 const STAT = /^[a-z_]{1,32}$/;
 
@@ -121,14 +122,15 @@ export function corpusKey({ layer, head }, key, ctrl, { layers, heads }) {
  */
 export function distributionFigure(series, { stat, plot = "box" }) {
   const many = series.length > 1;
-  const data = series.map(({ layer, head, values, ids }) => {
+  const data = series.map(({ layer, head, values, ids, lines }) => {
     const points = values.length <= ALL_POINTS_MAX ? "all" : "outliers";
     const trace = {
       type: plot,
       name: `L${layer} H${head}`,
       y: values,
       text: ids.map((id) => `text ${id}`),
-      hovertemplate: `%{text}: %{y:.4f}<extra>L${layer} H${head}</extra>`,
+      customdata: lines,
+      hovertemplate: `%{text} (line %{customdata}): %{y:.4f}<extra>L${layer} H${head}</extra>`,
       marker: { color: "#08519c", size: 3, opacity: 0.6 },
       line: { color: "#08519c" },
       fillcolor: "rgba(66, 146, 198, 0.25)",
@@ -146,6 +148,37 @@ export function distributionFigure(series, { stat, plot = "box" }) {
     paper_bgcolor: "rgba(0,0,0,0)",
   };
   return { data, layout };
+}
+
+/**
+ * The text under a hovered or clicked point of `distributionFigure(series)` (a Plotly event's point):
+ * {layer, head, line, id, value}, or null where the pointer is on a box or a violin rather than a point.
+ */
+export function pointText(series, point) {
+  const i = point?.pointNumber;
+  const s = series[point?.curveNumber];
+  if (!s || point.hoverOnBox || !Number.isInteger(i) || !Number.isInteger(s.lines?.[i])) return null;
+  if (point.y !== undefined && point.y !== s.values[i]) return null; // a box's or violin's own statistic
+  return { layer: s.layer, head: s.head, line: s.lines[i], id: s.ids[i], value: s.values[i] };
+}
+
+/** What the points under the plot do: every text a point, or only the outliers, and what a click does. */
+export function pointsHint(series, reason) {
+  const count = series.reduce((n, s) => n + s.values.length, 0);
+  const drawn = series.every((s) => s.values.length <= ALL_POINTS_MAX)
+    ? "Each point is a text"
+    : `Points are the outliers of ${count.toLocaleString("en-US")} texts (every text is drawn up to ` +
+      `${ALL_POINTS_MAX.toLocaleString("en-US")} a head)`;
+  return `${drawn}: hover one to read it${reason ? "." : ", click it to open it in the normal view with its head."}`;
+}
+
+/** A hovered point's line: "text t7 (line 7) · L2 H3 · 0.412 · “the cat sat on…”". */
+export function pointLine(found, stat, record) {
+  const head = `text ${found.id} (line ${found.line}) · L${found.layer} H${found.head} · ${formatStat(stat, found.value)}`;
+  if (!record) return head;
+  const words = record.text_pair ? `${record.text} ‖ ${record.text_pair}` : record.text;
+  const cut = words.length > SNIPPET_CHARS ? `${words.slice(0, SNIPPET_CHARS - 1).trimEnd()}…` : words;
+  return `${head} · “${cut}”`;
 }
 
 /**

@@ -31,9 +31,11 @@ const panel = new HeadPanel({
   title: $("corpusHeadTitle"),
   summary: $("corpusHeadSummary"),
   plot: $("corpusPlot"),
+  point: $("corpusPoint"),
   top: $("corpusTop"),
   bottom: $("corpusBottom"),
   note: $("corpusLinkNote"),
+  fetchText: (entry, line) => getJson(api(entry.name, "texts", line)),
 });
 
 function update(patch) {
@@ -141,7 +143,7 @@ async function showHead() {
     const answers = all ? await Promise.all([...Array(heads).keys()].map(fetchHead)) : [await fetchHead(head)];
     if (signal.aborted) return;
     const answer = all ? answers[head] : answers[0];
-    const series = answers.map((a) => ({ layer: a.layer, head: a.head, values: a.values, ids: a.ids }));
+    const series = answers.map((a) => ({ layer: a.layer, head: a.head, values: a.values, ids: a.ids, lines: a.lines }));
     await panel.show(run.entry, state, series, answer, headRow(run.detail.per_head, layer, head));
     if (signal.aborted) return;
     showError("");

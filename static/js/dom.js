@@ -118,6 +118,7 @@ export const SELECTORS = Object.freeze({
   corpusHeadTitle: "#corpus-head-title",
   corpusHeadSummary: "#corpus-head-summary",
   corpusPlot: "#corpus-plot",
+  corpusPoint: "#corpus-point",
   corpusTop: "#corpus-top",
   corpusBottom: "#corpus-bottom",
   corpusLinkNote: "#corpus-link-note",

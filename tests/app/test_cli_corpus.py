@@ -166,3 +166,33 @@ def test_resolve_model_prefers_registered_names(tmp_path: Path) -> None:
     assert corpus_cli.resolve_model("b", settings) == (str(tmp_path / "elsewhere"), "b")
     assert corpus_cli.resolve_model(None, settings) == (None, "all-MiniLM-L6-v2")
     assert corpus_cli.resolve_model(None, Settings(default_model="b", models=settings.models))[1] == "b"
+
+
+def test_an_operator_entry_named_as_the_embedded_model_overrides_it(
+    corpus: Path, tmp_path: Path, tiny_checkpoints, monkeypatch, capsys
+) -> None:
+    """HEADSCOPE_MODELS (or a HEADSCOPE_MODELS_DIR folder) naming all-MiniLM-L6-v2 is what the service
+    serves under that name (app/service/loaders.py), so the job measures it too, with or without --model."""
+    tiny = tiny_checkpoints["bert"]
+    settings = Settings(models={"all-MiniLM-L6-v2": tiny})
+    assert corpus_cli.resolve_model("all-MiniLM-L6-v2", settings) == (str(tiny), "all-MiniLM-L6-v2")
+    assert corpus_cli.resolve_model(None, settings) == (str(tiny), "all-MiniLM-L6-v2")
+    scanned = tmp_path / "models" / "all-MiniLM-L6-v2"
+    scanned.mkdir(parents=True)
+    for file in Path(tiny).iterdir():
+        (scanned / file.name).symlink_to(file)
+    assert corpus_cli.resolve_model(None, Settings(models_dir=tmp_path / "models")) == (
+        str(scanned),
+        "all-MiniLM-L6-v2",
+    )
+
+    monkeypatch.setenv("HEADSCOPE_MODELS", json.dumps({"all-MiniLM-L6-v2": str(tiny)}))
+    out = tmp_path / "out"
+    argv = [str(corpus), "--model", "all-MiniLM-L6-v2", "--out", str(out), "--device", "cpu"]
+    code, err = run_cli(argv, capsys)
+    assert code == 0, err
+    model = json.loads((out / "run.json").read_text())["model"]
+    config = json.loads((Path(tiny) / "config.json").read_text())
+    assert model["name"] == "all-MiniLM-L6-v2"  # the name the page opens, on the operator's checkpoint
+    assert (model["layers"], model["heads"]) == (config["num_hidden_layers"], config["num_attention_heads"])
+    assert (model["layers"], model["heads"]) != (6, 12)  # not the embedded MiniLM

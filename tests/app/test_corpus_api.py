@@ -81,6 +81,37 @@ def test_a_head_gives_each_texts_value_and_its_examples(client: TestClient, runs
     assert first["text"] == texts[top[0]]["text"] and first["text_pair"] == texts[top[0]]["text_pair"]
 
 
+def test_a_text_opens_by_its_line(client: TestClient, runs: dict[str, object]) -> None:
+    texts = runs["texts"]
+    assert isinstance(texts, list)
+    for record in (texts[0], texts[2], texts[-1]):  # a pair on every third
+        answer = client.get(f"/api/corpus/runs/minilm-demo/texts/{record['line']}").json()
+        assert answer == {"name": "minilm-demo", **record}
+
+
+def test_a_bad_record_or_a_shard_gone_is_no_text(
+    tmp_path: Path, make_settings: Callable[..., Settings]
+) -> None:
+    texts = sentences(4)
+    del texts[1]  # line 2: a bad record, so in no shard's texts
+    write_run(tmp_path / "holed", texts, random_values(3, 1, 1))
+    write_run(tmp_path / "run", sentences(3), random_values(3, 1, 1))
+    (tmp_path / "run" / "shards" / "00000.texts.parquet").unlink()
+    # A shard's texts linked from outside the run are not read, as a run's files linked from outside.
+    outside = write_run(tmp_path.parent / f"{tmp_path.name}-outside", sentences(3), random_values(3, 1, 1))
+    write_run(tmp_path / "linked", sentences(3), random_values(3, 1, 1))
+    (tmp_path / "linked" / "shards" / "00000.texts.parquet").unlink()
+    (tmp_path / "linked" / "shards" / "00000.texts.parquet").symlink_to(
+        outside / "shards" / "00000.texts.parquet"
+    )
+    with TestClient(create_app(make_settings(runs_dir=tmp_path))) as client:
+        response = client.get("/api/corpus/runs/holed/texts/2")
+        assert response.status_code == 404 and "line 2 of corpus run 'holed' is a bad record" in response.text
+        for name in ("run", "linked"):
+            response = client.get(f"/api/corpus/runs/{name}/texts/2")
+            assert response.status_code == 409 and "shards/00000.texts.parquet is missing" in response.text
+
+
 @pytest.mark.parametrize(
     ("path", "status", "words"),
     [
@@ -111,6 +142,10 @@ def test_a_head_gives_each_texts_value_and_its_examples(client: TestClient, runs
         ),
         ("/api/corpus/runs/minilm-demo/heads/0/0", 422, "stat: Field required"),
         ("/api/corpus/runs/unfinished/heads/0/0?stat=entropy", 404, "unknown corpus run"),
+        ("/api/corpus/runs/minilm-demo/texts/13", 404, "has 12 records; there is no line 13"),
+        ("/api/corpus/runs/minilm-demo/texts/0", 422, "line"),
+        ("/api/corpus/runs/minilm-demo/texts/x", 422, "line"),
+        ("/api/corpus/runs/unfinished/texts/1", 404, "unknown corpus run"),
     ],
 )
 def test_what_is_no_run_is_refused_clearly(client: TestClient, path: str, status: int, words: str) -> None:

@@ -48,7 +48,8 @@ FLOW_MAX_TOKENS = 6
 # A finished corpus run of 2 layers x 2 heads, named where the drawn name is a valid one (see _corpus).
 RUN = "fuzz-run"
 RUNS = CHECKPOINTS / "runs"
-write_run(RUNS / RUN, sentences(6), random_values(6, 2, 2), model=FAMILIES[0])
+RUN_TEXTS = 6
+write_run(RUNS / RUN, sentences(RUN_TEXTS), random_values(RUN_TEXTS, 2, 2), model=FAMILIES[0])
 
 # max_tokens caps the cost of each example; flow_max_tokens keeps an attention-flow example to
 # milliseconds (its cost grows as n⁴). The cache stays on: repeated examples are common, and it is the
@@ -130,6 +131,9 @@ def _corpus(case) -> None:  # type: ignore[no-untyped-def]
         params["name"] = RUN
     if isinstance(stat, str) and 0 < len(stat) <= 64 and len(stat) % 2:
         query["stat"] = STATS[len(stat) % len(STATS)]
+    line = params.get("line")
+    if isinstance(line, int) and not isinstance(line, bool) and line >= 1 and line % 2:
+        params["line"] = 1 + line % RUN_TEXTS  # a line of the fuzz run: its text answers
 
 
 def _inputs(body: Any) -> list[dict[str, Any]]:
@@ -169,4 +173,4 @@ def test_every_route_answered_every_family() -> None:
     }
     assert not any(missing.values()), f"routes that never answered a family: {missing}"
     corpus = [f"GET {path}" for path in app.openapi()["paths"] if path.startswith("/api/corpus/")]
-    assert len(corpus) == 3 and not [route for route in corpus if route not in answered], answered.keys()
+    assert len(corpus) == 4 and not [route for route in corpus if route not in answered], answered.keys()

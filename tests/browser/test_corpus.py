@@ -127,12 +127,50 @@ def test_a_run_from_grid_to_distribution_to_the_text(session: Any, corpus: dict[
     link = first.locator("a")
     assert link.text_content().startswith(top["text"])
     link.click()
+    assert_normal_view(session, top, "2", "4")
+
+
+def assert_normal_view(session: Any, record: dict[str, Any], layer: str, head: str) -> None:
+    """The page went to the normal view of `record`'s text and pair with (layer, head) open."""
+    page = session.page
     page.wait_for_url(f"{session.base}/?*")
     session.wait_ready(timeout_ms=60_000)
-    assert page.input_value("#text") == top["text"]
-    assert page.input_value("#text-pair") == (top["text_pair"] or "")
+    assert page.input_value("#text") == record["text"]
+    assert page.input_value("#text-pair") == (record["text_pair"] or "")
     selected = page.locator(".thumb.selected")
-    assert (selected.get_attribute("data-layer"), selected.get_attribute("data-head")) == ("2", "4")
+    assert (selected.get_attribute("data-layer"), selected.get_attribute("data-head")) == (layer, head)
+
+
+# The centre of the topmost drawn point of the plot (the highest value: y grows downwards on screen).
+TOP_POINT_JS = """() => {
+  const boxes = [...document.querySelectorAll('#corpus-plot .point')].map((p) => p.getBoundingClientRect());
+  const top = boxes.reduce((a, b) => (b.top < a.top ? b : a));
+  return { x: top.left + top.width / 2, y: top.top + top.height / 2, drawn: boxes.length };
+}"""
+
+
+def test_a_point_of_the_distribution_opens_its_text(session: Any, corpus: dict[str, Any]) -> None:
+    values, texts = corpus["values"], corpus["texts"]
+    page = session.open("corpus?run=minilm-demo&stat=entropy&layer=3&head=5")
+    wait_corpus(page)
+    point = page.locator("#corpus-point")
+    assert point.text_content().startswith("Each point is a text")
+    top = texts[int(np.argmax(values["entropy"][:, 3, 5]))]
+    at = page.evaluate(TOP_POINT_JS)
+    assert at["drawn"] == TEXTS  # every text a point
+
+    # Hovered: its id, line, value and text under the plot, the text fetched on demand.
+    page.mouse.move(at["x"], at["y"])
+    page.wait_for_function(
+        "() => document.querySelector('#corpus-point').textContent.endsWith('click to open it')"
+    )
+    assert point.get_attribute("data-line") == str(top["line"])
+    words = point.text_content()
+    assert words.startswith(f"text {top['id']} (line {top['line']}) · L3 H5 · ") and top["text"] in words
+
+    # Clicked: the normal view of that text and pair with that head, as an example's link opens it.
+    page.mouse.click(at["x"], at["y"])
+    assert_normal_view(session, top, "3", "5")
 
 
 def test_a_run_made_by_the_job_shows_its_numbers(session: Any, corpus: dict[str, Any]) -> None:
@@ -167,6 +205,12 @@ def test_a_run_of_a_model_not_served_here_says_why_its_texts_do_not_open(session
     link = page.locator("#corpus-top li a").first
     assert link.get_attribute("href") is None and link.get_attribute("aria-disabled") == "true"
     assert "not served here" in link.get_attribute("title")
+
+    # A point says the same and stays on the page.
+    at = page.evaluate(TOP_POINT_JS)
+    page.mouse.click(at["x"], at["y"])
+    page.wait_for_function("() => document.querySelector('#corpus-point').textContent.includes('not served')")
+    assert page.url.startswith(f"{session.base}/corpus?")
 
 
 def test_an_unknown_run_in_a_link_is_said_and_the_first_shown(session: Any) -> None:

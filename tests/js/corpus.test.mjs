@@ -15,6 +15,9 @@ import {
   headSummary,
   linkReason,
   meanGrid,
+  pointLine,
+  pointsHint,
+  pointText,
   readCorpusState,
   roleShares,
   runLabel,
@@ -80,12 +83,16 @@ test("grid keys step, jump and stop at the edges, with no aggregate columns", ()
 
 test("the distribution holds the values unchanged, every point up to ALL_POINTS_MAX texts", () => {
   const values = [0.1, 0.7, 0.3];
-  const { data, layout } = distributionFigure([{ layer: 2, head: 3, values, ids: ["a", "b", "c"] }], { stat: "previous" });
+  const { data, layout } = distributionFigure(
+    [{ layer: 2, head: 3, values, ids: ["a", "b", "c"], lines: [1, 4, 5] }],
+    { stat: "previous" },
+  );
   assert.equal(data.length, 1);
   assert.equal(data[0].type, "box");
   assert.equal(data[0].y, values);
   assert.equal(data[0].boxpoints, "all");
   assert.deepEqual(data[0].text, ["text a", "text b", "text c"]);
+  assert.deepEqual(data[0].customdata, [1, 4, 5]); // each point's line: what a click opens
   assert.equal(layout.yaxis.title.text, "Attention to previous token (share)");
   const many = Array(ALL_POINTS_MAX + 1).fill(0.5);
   const ids = many.map((_, i) => String(i));
@@ -95,6 +102,34 @@ test("the distribution holds the values unchanged, every point up to ALL_POINTS_
   );
   assert.deepEqual(violins.data.map((t) => [t.type, t.name, t.points]), [["violin", "L0 H0", "outliers"], ["violin", "L0 H1", "outliers"]]);
   assert.equal(violins.layout.xaxis.showticklabels, true);
+});
+
+test("a point is its text: found by trace and index, never the box's or violin's own statistics", () => {
+  const series = [
+    { layer: 1, head: 0, values: [0.25, 0.5], ids: ["a", "b"], lines: [3, 9] },
+    { layer: 1, head: 1, values: [0.75, null], ids: ["a", "b"], lines: [3, 9] },
+  ];
+  assert.deepEqual(pointText(series, { curveNumber: 1, pointNumber: 0, y: 0.75 }), {
+    layer: 1, head: 1, line: 3, id: "a", value: 0.75,
+  });
+  assert.equal(pointText(series, { curveNumber: 0, pointNumber: 1, y: 0.375, hoverOnBox: true }), null);
+  assert.equal(pointText(series, { curveNumber: 0, pointNumber: 1, y: 0.375 }), null); // a violin's kde
+  assert.equal(pointText(series, { curveNumber: 2, pointNumber: 0, y: 0.25 }), null);
+  assert.equal(pointText(series, { curveNumber: 0 }), null);
+  assert.equal(pointText(series, undefined), null);
+
+  const found = pointText(series, { curveNumber: 0, pointNumber: 1, y: 0.5 });
+  assert.equal(pointLine(found, "previous", null), "text b (line 9) · L1 H0 · 0.500");
+  const long = { text: "word ".repeat(60), text_pair: null };
+  const line = pointLine(found, "previous", long);
+  assert.ok(line.startsWith("text b (line 9) · L1 H0 · 0.500 · “word word") && line.endsWith("…”"));
+  assert.ok(line.length < 200);
+  assert.ok(pointLine(found, "previous", { text: "a", text_pair: "b" }).endsWith("“a ‖ b”"));
+
+  assert.match(pointsHint(series, ""), /^Each point is a text: .*click it to open it/);
+  assert.doesNotMatch(pointsHint(series, "not served"), /click/);
+  const big = [{ ...series[0], values: Array(ALL_POINTS_MAX + 1).fill(0) }];
+  assert.match(pointsHint(big, ""), /^Points are the outliers of 2,001 texts/);
 });
 
 test("an example opens the normal view of its text and pair with the head open, in the page's own URL form", () => {

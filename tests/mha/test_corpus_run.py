@@ -3,6 +3,7 @@ resuming after a kill, refusing another run's folder."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -152,6 +153,7 @@ def test_errors_and_run_json(finished) -> None:
     }
     assert record["input"]["name"] == "corpus.jsonl" and record["input"]["format"] == "jsonl"
     assert record["input"]["bytes"] == source.stat().st_size
+    assert record["input"]["sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
     assert record["settings"] == {"batch": BATCH, "words": False, "shard_size": SHARD, "max_tokens": 512}
     assert record["counts"] == {"records": 26, "texts": 20, "errors": 6, "truncated": 0, "shards": 3}
     assert record["stats"] == list(STATS) and record["labels"] == list(LABELS)

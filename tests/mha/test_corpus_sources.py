@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 from pathlib import Path
 
 import pytest
 from corpus_files import WRITERS, texts
 
+from mha.corpus.job import Job
 from mha.corpus.source import CorpusInputError, count_records, read_records
 
 
@@ -78,3 +81,29 @@ def test_a_file_that_cannot_be_read_as_a_whole_is_refused(
 def test_a_missing_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(CorpusInputError, match="is not a file"):
         read_records(tmp_path / "missing.jsonl")
+
+
+@pytest.mark.parametrize("kind", sorted(WRITERS))
+@pytest.mark.parametrize("copies", [1, 3000])  # 3,000 copies: well past the 1 MiB blocks and CSV's buffer
+def test_the_count_and_the_hash_come_from_one_read(
+    kind: str, copies: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / f"corpus.{kind}"
+    WRITERS[kind](path, texts(20) * copies)
+    opened: list[object] = []
+    real_open = io.open
+
+    def counting_open(file: object, *args: object, **kwargs: object) -> object:
+        if isinstance(file, (str, Path)) and Path(file) == path:
+            opened.append(file)
+        return real_open(file, *args, **kwargs)  # type: ignore[call-overload]
+
+    expected = {
+        "records": count_records(path),
+        "input_bytes": path.stat().st_size,
+        "input_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+    }
+    monkeypatch.setattr(io, "open", counting_open)
+    assert Job.survey(path) == expected
+    assert len(opened) == 1
+    assert expected["input_bytes"] > (2 << 20 if copies > 1 else 0)
