@@ -14,9 +14,12 @@
   soon as all its records are in: the same files as the local engine, and ``out`` need only be on the
   driver's machine. Finished shards are never read again (``todo`` skips them in the reader).
 - Cluster: Ray already initialised in this process (a notebook, a test) is used as it is and left running;
-  else ``RAY_ADDRESS`` names a cluster to join; else a local cluster starts for the job and stops after.
-  The workers import the driver's own ``mha`` (shipped as a runtime_env py_module), so every node needs
-  headscope's dependencies and the model directory, not this checkout.
+  else ``RAY_ADDRESS`` names a cluster to join, whose workers import the driver's own ``mha`` (shipped as
+  a runtime_env py_module), so every node needs headscope's dependencies and the model directory, not
+  this checkout; else a local cluster starts for the job and stops after. Its workers are this machine's
+  processes on this interpreter and environment, so they import the driver's ``mha`` without shipping it
+  (any runtime_env costs each of them a fresh process: 1.5 s of a 2-core machine's start); each checks
+  that its ``mha`` is the driver's directory and says so if not.
 """
 
 from __future__ import annotations
@@ -68,8 +71,8 @@ def process(job: Job, todo: Sequence[int], progress: Progress | None) -> None:
     counts: dict[int, int] = {}
     written: set[int] = set()
     try:
-        with _cluster():
-            for batch in _dataset(job, todo).iter_batches(batch_size=None, batch_format="pyarrow"):
+        with _cluster() as local:
+            for batch in _dataset(job, todo, local).iter_batches(batch_size=None, batch_format="pyarrow"):
                 rows = cast(pa.Table, batch)
                 for index, part in _by_shard(rows, job.shard_size):
                     held.setdefault(index, []).append(part)
@@ -87,7 +90,7 @@ def process(job: Job, todo: Sequence[int], progress: Progress | None) -> None:
             _write(job, index, held.pop(index, []), info.layers, info.heads)
 
 
-def _dataset(job: Job, todo: Sequence[int]) -> Dataset:
+def _dataset(job: Job, todo: Sequence[int], local: bool) -> Dataset:
     context = DataContext.get_current()
     context.enable_progress_bars = False  # the caller's progress callback reports instead
     resources = ray.cluster_resources()
@@ -108,7 +111,12 @@ def _dataset(job: Job, todo: Sequence[int]) -> Dataset:
     )
     return records.map_batches(
         _Worker,
-        fn_constructor_kwargs={"model": job.model, **job.worker_kwargs()},
+        fn_constructor_kwargs={
+            "model": job.model,
+            # the local cluster's workers import mha as this process does: the same directory, checked
+            "expected_mha": _mha_directory() if local else None,
+            **job.worker_kwargs(),
+        },
         batch_size=1,  # a row: one batch of the local engine's
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(size=workers),
@@ -121,7 +129,13 @@ class _Worker:
     """map_batches' callable class: a CorpusWorker per actor (the model loads once); each row it is
     handed is one batch of records, run as one padded forward."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, expected_mha: str | None = None, **kwargs: Any) -> None:
+        if expected_mha is not None and _mha_directory() != expected_mha:
+            raise RuntimeError(
+                f"this Ray worker imports mha from {_mha_directory()}, the driver from {expected_mha}: "
+                "install headscope in the environment the driver runs in (pip install -e .), or start the "
+                "cluster yourself with ray.init(runtime_env=mha.corpus.ray_engine.runtime_env())"
+            )
         # torch on the CPUs Ray gave this worker, not on every core of the node (the other workers' too)
         cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1)
         torch.set_num_threads(max(1, int(cpus)))
@@ -206,13 +220,19 @@ def worker_error(message: str) -> str:
 def runtime_env() -> dict[str, Any]:
     """What ``ray.init`` needs for the engine's workers to import this process's own ``mha`` (uploaded
     to the cluster), whatever headscope the nodes have installed, if any."""
-    return {"py_modules": [str(Path(mha.__file__).parent)]}
+    return {"py_modules": [_mha_directory()]}
+
+
+def _mha_directory() -> str:
+    return str(Path(mha.__file__).resolve().parent)
 
 
 @contextmanager
-def _cluster() -> Iterator[None]:
+def _cluster() -> Iterator[bool]:
+    """Ray for the job; yields whether it is a local cluster started here (its workers import mha as this
+    process does: nothing to ship)."""
     if ray.is_initialized():
-        yield
+        yield False
         return
     address = os.environ.get("RAY_ADDRESS")
     if address:
@@ -220,8 +240,8 @@ def _cluster() -> Iterator[None]:
         ray.init(address=address, runtime_env=runtime_env(), log_to_driver=False)
     else:
         logger.info("ray: starting a local cluster (set RAY_ADDRESS to use an existing one)")
-        ray.init(address="local", runtime_env=runtime_env(), include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", include_dashboard=False, log_to_driver=False)
     try:
-        yield
+        yield not address
     finally:
         ray.shutdown()

@@ -133,3 +133,10 @@ def test_a_workers_error_is_told_in_one_line() -> None:
         "ValueError: words are not available for an encoder-decoder ('t5')"
     )
     assert ray_engine.worker_error("\x1b[36mthe node died\x1b[39m\n") == "the node died"
+
+
+def test_a_local_clusters_worker_refuses_another_mha_than_the_drivers(tmp_path: Path) -> None:
+    """The engine's own local cluster ships no code: its workers import mha as the driver does, and one
+    that finds another directory (a driver run from a checkout its workers cannot see) says so by name."""
+    with pytest.raises(RuntimeError, match="imports mha from .*, the driver from .*elsewhere"):
+        ray_engine._Worker(expected_mha=str(tmp_path / "elsewhere"), model=None)
