@@ -1,9 +1,10 @@
 """The run's final files from its shards, in bounded memory.
 
 - ``per_text.parquet``: the shards' per_text files, one record batch at a time.
-- ``per_head.parquet``: one statistic of HEAD_GROUP heads at a time over all shards (N × HEAD_GROUP
-  float64 values, never a whole column), then each head's mean, std (ddof 0) and 5/50/95th percentiles
-  (numpy's linear interpolation); the label histogram summed shard by shard.
+- ``per_head.parquet``: one statistic of as many heads at a time as VALUES_BUDGET holds over all shards
+  (N × heads float64 values: every head at once for tens of thousands of texts, fewer for millions), then
+  each head's mean, std (ddof 0) and 5/50/95th percentiles (numpy's linear interpolation); the label
+  histogram summed shard by shard.
 - ``examples.parquet``: for each (head, stat) the EXAMPLES highest and lowest texts, kept as running
   candidates merged with each shard (ties to the earlier line), then their texts looked up.
 - ``errors.jsonl``: the shards' bad records in order.
@@ -27,7 +28,9 @@ __all__ = ["EXAMPLES", "EXAMPLES_SCHEMA", "PERCENTILES", "aggregate", "label_col
 
 EXAMPLES = 5  # texts kept per (head, stat) and side
 PERCENTILES = (5, 50, 95)
-HEAD_GROUP = 8  # heads whose values per_head holds at once (8 heads of 20,000 texts: 1.3 MB)
+# Bytes of one statistic's values per_head holds at once: all 72 heads of MiniLM up to 58,000 texts (each
+# shard's column then read once a statistic, not once per group of heads), 8 heads of 500,000.
+VALUES_BUDGET = 32 << 20
 _READ_BATCH = 65_536  # per_text rows per record batch copied into per_text.parquet
 EXAMPLES_SCHEMA = pa.schema(
     [("layer", pa.int16()), ("head", pa.int16()), ("stat", pa.string()), ("side", pa.string())]
@@ -86,11 +89,13 @@ def per_head(files: Sequence[Path], layers: int, heads: int) -> pa.Table:
         "head": pa.array(np.tile(np.arange(heads, dtype=np.int16), layers)),
     }
     count = 0
+    texts = sum(pq.ParquetFile(file).metadata.num_rows for file in files) // per_text
+    group_size = max(1, min(per_text, VALUES_BUDGET // (8 * max(texts, 1))))
     for stat in STATS:
         summary = np.full((2 + len(PERCENTILES), per_text), np.nan)  # mean, std, the percentiles
-        # HEAD_GROUP heads at a time: N × HEAD_GROUP values in memory, never the whole [N, L·H] column.
-        for start in range(0, per_text, HEAD_GROUP):
-            group = slice(start, min(start + HEAD_GROUP, per_text))
+        # group_size heads at a time: N × group_size values in memory, whatever N.
+        for start in range(0, per_text, group_size):
+            group = slice(start, min(start + group_size, per_text))
             values = _column(files, stat, per_text, group)
             pa.default_memory_pool().release_unused()  # the shards' buffers, read and copied
             count = values.shape[0]

@@ -72,7 +72,9 @@ def process(job: Job, todo: Sequence[int], progress: Progress | None) -> None:
     written: set[int] = set()
     try:
         with _cluster() as local:
-            for batch in _dataset(job, todo, local).iter_batches(batch_size=None, batch_format="pyarrow"):
+            for batch in _dataset(
+                job, todo, local, batches=sum(-(-n // job.batch) for n in expected.values())
+            ).iter_batches(batch_size=None, batch_format="pyarrow"):
                 rows = cast(pa.Table, batch)
                 for index, part in _by_shard(rows, job.shard_size):
                     held.setdefault(index, []).append(part)
@@ -90,7 +92,7 @@ def process(job: Job, todo: Sequence[int], progress: Progress | None) -> None:
             _write(job, index, held.pop(index, []), info.layers, info.heads)
 
 
-def _dataset(job: Job, todo: Sequence[int], local: bool) -> Dataset:
+def _dataset(job: Job, todo: Sequence[int], local: bool, *, batches: int) -> Dataset:
     context = DataContext.get_current()
     context.enable_progress_bars = False  # the caller's progress callback reports instead
     resources = ray.cluster_resources()
@@ -108,6 +110,7 @@ def _dataset(job: Job, todo: Sequence[int], local: bool) -> Dataset:
         # No CPU of its own: reading is light, and the workers hold every CPU (a read task waiting for a
         # CPU that the actors hold would wait forever).
         num_cpus=0,
+        override_num_blocks=max(1, batches),
     )
     return records.map_batches(
         _Worker,
