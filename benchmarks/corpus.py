@@ -2,9 +2,10 @@
 
 1. texts/s of the local engine (mha.corpus.run: padded batches, batched statistics, Parquet shards and
    aggregation included) against a plain loop of `attend` + `head_stats` + `head_labels` per text, on
-   MiniLM and TEXTS texts of 20-60 tokens generated deterministically (goal: >= 3x), beside the ceiling
-   this CPU puts on any engine: the forward's matrix products alone (the texts' own tokens, no padding,
-   nothing else counted) at this CPU's measured matmul peak;
+   MiniLM and TEXTS texts of 20-60 tokens generated deterministically (goal: >= 3x), beside the
+   engine's forwards alone (its padded groups, no statistics, no files) and the ceiling this CPU puts on
+   any engine: the forward's matrix products alone (the texts' own tokens, no padding, nothing else
+   counted) at this CPU's measured matmul peak;
 2. with `--engines local ray`, the Ray engine on this machine against the local engine (goal: >= 0.8x):
    cold (the engine starts a local cluster for the job and stops it) and warm (a Ray already started in
    this process, as a standing cluster joined through RAY_ADDRESS would be, that has run one job before;
@@ -12,7 +13,8 @@
 3. peak resident memory (ru_maxrss) of a whole local run at TEXTS and 10·TEXTS texts, each in a fresh
    subprocess (goal: within 10 %: the job streams, so memory does not grow with the corpus).
 
-Run: PYTHONPATH=. .venv/bin/python benchmarks/corpus.py [--texts 2000] [--engines local ray] [--no-memory]
+Run: PYTHONPATH=. .venv/bin/python benchmarks/corpus.py [--texts 2000] [--engines local ray] [--ray-large]
+[--no-memory]
 """
 
 from __future__ import annotations
@@ -114,6 +116,24 @@ def matmul_peak(config) -> float:
     return 2.0 * a.shape[0] * a.shape[1] * b.shape[1] / best
 
 
+def forward_alone(model, path: Path, batch: int) -> float:
+    """texts/s of the engine's forwards and nothing else: the same padded groups of the same batches, T at
+    a time on torch's T threads, each on one (mha._threads.in_order), no statistics, no files."""
+    from mha._threads import in_order
+    from mha.corpus.worker import padded_groups
+
+    texts = [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines()]
+    encoded = [model.encoder.encode_batch([(t, None)], 512)[0] for t in texts]
+    groups = []
+    for start in range(0, len(encoded), batch):
+        part = encoded[start : start + batch]
+        groups += [[part[k] for k in group] for group in padded_groups([len(e.ids) for e in part])]
+    begin = time.perf_counter()
+    for _ in in_order(model.forward_padded, enumerate(groups), torch.get_num_threads()):
+        pass
+    return len(texts) / (time.perf_counter() - begin)
+
+
 def ceiling(model, path: Path, loop: float) -> tuple[float, float, float]:
     """(peak GFLOP/s, ms a text for the forward's matmuls at that peak, the most any engine can beat the
     loop by: the loop's ms a text over that floor)."""
@@ -170,6 +190,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--engines", nargs="+", default=["local"], choices=["local", "ray"])
     parser.add_argument("--no-memory", action="store_true", help="skip the two memory runs")
+    parser.add_argument(
+        "--ray-large", action="store_true", help="also the local and (cold) Ray engines on 10·TEXTS texts"
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     args = parser.parse_args()
     if args.threads:
@@ -185,12 +208,14 @@ def main() -> None:
         loop = plain_loop(model, small)
         local, local_start, local_after = engine_rate(model, small, "local", args.batch)
         peak, floor, most = ceiling(model, small, loop)
+        alone = forward_alone(model, small, args.batch)
         print(f"{'':28}{'texts/s':>10}{'ratio':>8}  goal{'first batch':>22}{'texts/s after':>15}")
         print(f"{'attend + head_stats loop':28}{loop:>10.1f}{1.0:>8.2f}")
         print(
             f"{'local engine':28}{local:>10.1f}{local / loop:>8.2f}  >= 3x the loop"
             f"{local_start:>9.1f} s{local_after:>15.1f}"
         )
+        print(f"{'its forwards alone':28}{alone:>10.1f}{alone / loop:>8.2f}  no statistics, no files")
         print(
             f"{'ceiling on this CPU':28}{1e3 / floor:>10.1f}{most:>8.2f}  the forward's matmuls alone, "
             f"{floor:.2f} ms a text at the measured peak {peak:.0f} GFLOP/s"
@@ -205,9 +230,15 @@ def main() -> None:
                     )
             except (ImportError, RuntimeError) as error:
                 print(f"{'ray engine':28}  not run: {error}")
+        large = Path(scratch) / "large.jsonl"
+        write_corpus(large, 10 * args.texts, seed=1)
+        if args.ray_large:
+            print(f"\n{10 * args.texts} texts (the Ray engine's start-up spread over ten times the texts)")
+            local = engine_rate(model, large, "local", args.batch)[0]
+            ray = ray_rate(large, args.batch, warm=False)[0]
+            print(f"{'local engine':28}{local:>10.1f}{1.0:>8.2f}")
+            print(f"{'ray engine, cold cluster':28}{ray:>10.1f}{ray / local:>8.2f}  >= 0.8x local")
         if not args.no_memory:
-            large = Path(scratch) / "large.jsonl"
-            write_corpus(large, 10 * args.texts, seed=1)
             print("\npeak resident memory of a whole local run (fresh process each; ru_maxrss)")
             first = peak_memory(small, args.batch)
             second = peak_memory(large, args.batch)
