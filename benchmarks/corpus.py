@@ -66,7 +66,7 @@ def plain_loop(model, path: Path) -> float:
     return len(texts) / (time.perf_counter() - start)
 
 
-def engine_rate(model, path: Path, engine: str, batch: int) -> tuple[float, float, float]:
+def engine_rate(model, path: Path, engine: str, batch: int, device: str) -> tuple[float, float, float]:
     """texts/s of a whole run (model already loaded for the local engine; Ray loads it on its workers),
     the seconds before the first batch came back (Ray: the cluster, its workers, their models), and
     texts/s from then on."""
@@ -81,6 +81,7 @@ def engine_rate(model, path: Path, engine: str, batch: int) -> tuple[float, floa
             Path(out) / "run",
             engine=engine,
             batch=batch,
+            device=device,
             progress=lambda done, total: seen.append((time.perf_counter(), done)),
         )
         end = time.perf_counter()
@@ -103,15 +104,18 @@ def forward_flops(config, n: int) -> float:
     return 2.0 * ((layers - 1) * (n * full + products) + last)
 
 
-def matmul_peak(config) -> float:
-    """FLOP/s of this CPU's best float32 matmul on torch's threads, at the feed-forward's shape with 4,096
-    rows (large enough for the kernel's peak): the best of 5."""
-    a, b = torch.randn(4096, config.embed_dim), torch.randn(config.embed_dim, config.ffn_dim)
+def matmul_peak(config, device: torch.device) -> float:
+    """FLOP/s of the device's best float32 matmul (on the CPU, on torch's threads), at the feed-forward's
+    shape with 4,096 rows (large enough for the kernel's peak): the best of 5."""
+    a = torch.randn(4096, config.embed_dim, device=device)
+    b = torch.randn(config.embed_dim, config.ffn_dim, device=device)
     a @ b
     best = float("inf")
     for _ in range(5):
         start = time.perf_counter()
         a @ b
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         best = min(best, time.perf_counter() - start)
     return 2.0 * a.shape[0] * a.shape[1] * b.shape[1] / best
 
@@ -129,7 +133,8 @@ def forward_alone(model, path: Path, batch: int) -> float:
         part = encoded[start : start + batch]
         groups += [[part[k] for k in group] for group in padded_groups([len(e.ids) for e in part])]
     begin = time.perf_counter()
-    for _ in in_order(model.forward_padded, enumerate(groups), torch.get_num_threads()):
+    threads = torch.get_num_threads() if model.device.type == "cpu" else 1  # as the local engine runs
+    for _ in in_order(model.forward_padded, enumerate(groups), threads):
         pass
     return len(texts) / (time.perf_counter() - begin)
 
@@ -140,22 +145,22 @@ def ceiling(model, path: Path, loop: float) -> tuple[float, float, float]:
     texts = [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines()]
     lengths = [len(e.ids) for e in (model.encoder.encode_batch([(t, None)], 512)[0] for t in texts)]
     flops = sum(forward_flops(model.config, n) for n in lengths) / len(lengths)
-    peak = matmul_peak(model.config)
+    peak = matmul_peak(model.config, model.device)
     floor = flops / peak
     return peak / 1e9, 1e3 * floor, (1 / loop) / floor
 
 
-def ray_rate(path: Path, batch: int, warm: bool) -> tuple[float, float, float]:
+def ray_rate(path: Path, batch: int, warm: bool, device: str) -> tuple[float, float, float]:
     """engine_rate of the Ray engine: on a local cluster it starts and stops itself (cold), or on a Ray
     started here first that has run the same job once (warm: Ray Data's own actors already up)."""
     if not warm:
-        return engine_rate(None, path, "ray", batch)
+        return engine_rate(None, path, "ray", batch, device)
     import ray
 
     ray.init(address="local", include_dashboard=False, log_to_driver=False)
     try:
-        engine_rate(None, path, "ray", batch)
-        return engine_rate(None, path, "ray", batch)
+        engine_rate(None, path, "ray", batch, device)
+        return engine_rate(None, path, "ray", batch, device)
     finally:
         ray.shutdown()
 
@@ -163,17 +168,17 @@ def ray_rate(path: Path, batch: int, warm: bool) -> tuple[float, float, float]:
 MEMORY_CHILD = """
 import resource, sys
 from mha.corpus import run
-run(sys.argv[1], None, sys.argv[2], batch=int(sys.argv[3]), device="cpu")
+run(sys.argv[1], None, sys.argv[2], batch=int(sys.argv[3]), device=sys.argv[4])
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
-def peak_memory(path: Path, batch: int) -> float:
+def peak_memory(path: Path, batch: int, device: str) -> float:
     """MiB of peak resident memory of a whole local run in a fresh process (ru_maxrss, KiB on Linux)."""
     with tempfile.TemporaryDirectory() as out:
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
         done = subprocess.run(
-            [sys.executable, "-c", MEMORY_CHILD, str(path), str(Path(out) / "run"), str(batch)],
+            [sys.executable, "-c", MEMORY_CHILD, str(path), str(Path(out) / "run"), str(batch), device],
             env=env,
             capture_output=True,
             text=True,
@@ -194,19 +199,20 @@ def main() -> None:
         "--ray-large", action="store_true", help="also the local and (cold) Ray engines on 10·TEXTS texts"
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, ... (the loop, both engines, the peak)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
         os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the memory runs' subprocesses too
     threads = torch.get_num_threads()
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; torch threads {threads}")
-    model = load_pretrained(device="cpu")
+    model = load_pretrained(device=args.device)
     with tempfile.TemporaryDirectory() as scratch:
         small = Path(scratch) / "small.jsonl"
         write_corpus(small, args.texts)
         print(f"\nMiniLM, {args.texts} texts of 20-60 tokens, batch {args.batch}")
         loop = plain_loop(model, small)
-        local, local_start, local_after = engine_rate(model, small, "local", args.batch)
+        local, local_start, local_after = engine_rate(model, small, "local", args.batch, args.device)
         peak, floor, most = ceiling(model, small, loop)
         alone = forward_alone(model, small, args.batch)
         print(f"{'':28}{'texts/s':>10}{'ratio':>8}  goal{'first batch':>22}{'texts/s after':>15}")
@@ -217,13 +223,14 @@ def main() -> None:
         )
         print(f"{'its forwards alone':28}{alone:>10.1f}{alone / loop:>8.2f}  no statistics, no files")
         print(
-            f"{'ceiling on this CPU':28}{1e3 / floor:>10.1f}{most:>8.2f}  the forward's matmuls alone, "
+            f"{'ceiling on this ' + model.device.type:28}{1e3 / floor:>10.1f}{most:>8.2f}"
+            "  the forward's matmuls alone, "
             f"{floor:.2f} ms a text at the measured peak {peak:.0f} GFLOP/s"
         )
         if "ray" in args.engines:
             try:
                 for label, warm in (("ray engine, cold cluster", False), ("ray engine, warm cluster", True)):
-                    ray, ray_start, ray_after = ray_rate(small, args.batch, warm)
+                    ray, ray_start, ray_after = ray_rate(small, args.batch, warm, args.device)
                     print(
                         f"{label:28}{ray:>10.1f}{ray / local:>8.2f}  >= 0.8x local"
                         f"{ray_start:>9.1f} s{ray_after:>15.1f}"
@@ -234,14 +241,14 @@ def main() -> None:
         write_corpus(large, 10 * args.texts, seed=1)
         if args.ray_large:
             print(f"\n{10 * args.texts} texts (the Ray engine's start-up spread over ten times the texts)")
-            local = engine_rate(model, large, "local", args.batch)[0]
-            ray = ray_rate(large, args.batch, warm=False)[0]
+            local = engine_rate(model, large, "local", args.batch, args.device)[0]
+            ray = ray_rate(large, args.batch, False, args.device)[0]
             print(f"{'local engine':28}{local:>10.1f}{1.0:>8.2f}")
             print(f"{'ray engine, cold cluster':28}{ray:>10.1f}{ray / local:>8.2f}  >= 0.8x local")
         if not args.no_memory:
             print("\npeak resident memory of a whole local run (fresh process each; ru_maxrss)")
-            first = peak_memory(small, args.batch)
-            second = peak_memory(large, args.batch)
+            first = peak_memory(small, args.batch, args.device)
+            second = peak_memory(large, args.batch, args.device)
             print(f"{args.texts:>7} texts {first:>8.0f} MiB")
             growth = 100 * (second / first - 1)
             print(f"{10 * args.texts:>7} texts {second:>8.0f} MiB  ({growth:+.1f} %, goal within 10 %)")

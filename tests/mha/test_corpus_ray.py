@@ -1,15 +1,10 @@
 """The Ray engine (mha.corpus.ray_engine) against the local engine: the same files, bit for bit, from a
-local 2-CPU cluster, and from a running cluster joined through RAY_ADDRESS; a resumed Ray run skips the
-finished shards; a cluster it starts, it stops; one it joins, it leaves running."""
+local 2-CPU cluster; a resumed Ray run skips the finished shards; a cluster it starts, it stops."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -124,53 +119,6 @@ def test_a_resumed_ray_run_skips_finished_shards_and_ends_with_the_same_files(
     assert {p.name: p.stat().st_mtime_ns for p in shard_directory(out).iterdir() if p.name in kept} == kept
     assert seen[0] == 2 * SHARD and seen[-1] == 4 * SHARD and seen == sorted(seen)
     assert_same_files(out, local)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
-@pytest.mark.slow
-def test_a_cluster_joined_through_ray_address_writes_the_local_engines_files(
-    corpus: Path, local: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A cluster already running in processes of its own (`ray start --head`, as on a real cluster's head
-    node): the engine joins it through RAY_ADDRESS, ships the driver's mha to its workers (py_modules), and
-    disconnects after, leaving the cluster up."""
-    port = _free_port()
-    ray_cli = str(Path(sys.executable).with_name("ray"))  # this environment's ray command
-    head = subprocess.Popen(
-        [ray_cli, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2"]
-        + ["--include-dashboard=false", "--disable-usage-stats", "--block"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        # Ray's token authentication is for clusters on a network; the driver here connects without one.
-        env={**os.environ, "RAY_AUTH_MODE": "disabled"},
-    )
-    try:
-        assert head.stdout is not None
-        said = []
-        for line in head.stdout:  # --block prints this once the head's processes are up
-            said.append(line)
-            if "Ray runtime started" in line:
-                break
-        assert _listening(port), "".join(said[-20:])
-        monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
-        run(corpus, None, tmp_path / "joined", engine="ray", **SETTINGS)
-        assert not ray.is_initialized(), "the engine stayed connected"
-        assert head.poll() is None and _listening(port), "the engine stopped a cluster it joined"
-        assert_same_files(tmp_path / "joined", local)
-    finally:
-        head.terminate()  # --block: the head's processes stop with it
-        head.wait(timeout=60)
 
 
 def test_a_workers_error_is_told_in_one_line() -> None:
