@@ -243,8 +243,20 @@ def _cluster() -> Iterator[bool]:
         ray.init(address=address, runtime_env=runtime_env(), log_to_driver=False)
     else:
         logger.info("ray: starting a local cluster (set RAY_ADDRESS to use an existing one)")
+        environment = dict(os.environ)
         ray.init(address="local", include_dashboard=False, log_to_driver=False)
     try:
         yield not address
     finally:
         ray.shutdown()
+        if not address:
+            _restore(environment)
+
+
+def _restore(environment: dict[str, str]) -> None:
+    """This process's environment as it was before the engine's own cluster: ray.init sets RAY_AUTH_MODE
+    to "token" (and PYTHONBREAKPOINT) in it, and a later join of a cluster without tokens, from here or a
+    child process, then fails with InvalidAuthToken."""
+    for key in set(os.environ) - set(environment):
+        del os.environ[key]
+    os.environ.update(environment)

@@ -1,10 +1,15 @@
 """The Ray engine (mha.corpus.ray_engine) against the local engine: the same files, bit for bit, from a
-local 2-CPU cluster; a resumed Ray run skips the finished shards; a cluster it starts, it stops."""
+local 2-CPU cluster, and from a running cluster joined through RAY_ADDRESS; a resumed Ray run skips the
+finished shards; a cluster it starts, it stops; one it joins, it leaves running."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +29,7 @@ from mha.corpus import ray_engine  # noqa: E402
 # 26 texts and 6 bad lines: 4 shards of 8 records, each in batches of 3, 3 and 2 (cut at the shard's end);
 # max_tokens below the longer texts' length, so some are truncated.
 SHARD, BATCH, MAX_TOKENS = 8, 3, 16
+ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = {"batch": BATCH, "shard_size": SHARD, "max_tokens": MAX_TOKENS, "device": "cpu"}
 OUTPUTS = ("per_text", "per_head", "examples")
 
@@ -112,13 +118,75 @@ def test_a_resumed_ray_run_skips_finished_shards_and_ends_with_the_same_files(
     (out / "run.json").write_text(json.dumps({**summary, "complete": False}))
     kept = {p.name: p.stat().st_mtime_ns for p in shard_directory(out).iterdir()}
     seen: list[int] = []
+    environment = dict(os.environ)
 
     run(corpus, None, out, engine="ray", progress=lambda done, _: seen.append(done), **SETTINGS)
 
     assert not ray.is_initialized(), "the engine left its own cluster running"
+    # ray.init set RAY_AUTH_MODE=token here; left set, a later join of a cluster without tokens fails
+    assert dict(os.environ) == environment, "the engine left its cluster's settings in the environment"
     assert {p.name: p.stat().st_mtime_ns for p in shard_directory(out).iterdir() if p.name in kept} == kept
     assert seen[0] == 2 * SHARD and seen[-1] == 4 * SHARD and seen == sorted(seen)
     assert_same_files(out, local)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.slow
+def test_a_cluster_joined_through_ray_address_writes_the_local_engines_files(
+    corpus: Path, tmp_path: Path
+) -> None:
+    """A cluster already running in processes of its own (`ray start --head`, as on a real cluster's head
+    node), joined by `headscope corpus --engine ray` through RAY_ADDRESS: the driver's mha shipped to the
+    workers (py_modules), the local engine's files, the cluster still up after. With words: the word-level
+    maps, merged on the workers."""
+    local_words = tmp_path / "local-words"
+    run(corpus, None, local_words, words=True, **SETTINGS)
+    port = _free_port()
+    # Ray's token authentication guards clusters on a network; here the head and the driver agree to go
+    # without (an earlier ray.init in this process left RAY_AUTH_MODE=token in its environment).
+    environment = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": f"127.0.0.1:{port}"}
+    head = subprocess.Popen(
+        [str(Path(sys.executable).with_name("ray")), "start", "--head", f"--port={port}", "--num-cpus=2"]
+        + ["--node-ip-address=127.0.0.1", "--include-dashboard=false", "--disable-usage-stats", "--block"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={k: v for k, v in environment.items() if k != "RAY_ADDRESS"},
+    )
+    try:
+        assert head.stdout is not None
+        said = []
+        for line in head.stdout:  # --block prints this once the head's processes are up
+            said.append(line)
+            if "Ray runtime started" in line:
+                break
+        assert _listening(port), "".join(said[-20:])
+        settings = [f"--{key.replace('_', '-')}={value}" for key, value in SETTINGS.items()]
+        done = subprocess.run(
+            [sys.executable, "-m", "app.cli", "corpus", str(corpus), "--out", str(tmp_path / "joined")]
+            + ["--engine=ray", "--words", *settings],
+            env=environment,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert head.poll() is None and _listening(port), "the engine stopped a cluster it joined"
+        assert_same_files(tmp_path / "joined", local_words)
+    finally:
+        head.terminate()  # --block: the head's processes stop with it
+        head.wait(timeout=60)
 
 
 def test_a_workers_error_is_told_in_one_line() -> None:
