@@ -243,20 +243,19 @@ def _cluster() -> Iterator[bool]:
         ray.init(address=address, runtime_env=runtime_env(), log_to_driver=False)
     else:
         logger.info("ray: starting a local cluster (set RAY_ADDRESS to use an existing one)")
-        environment = dict(os.environ)
+        before = dict(os.environ)
         ray.init(address="local", include_dashboard=False, log_to_driver=False)
+        # ray.init sets RAY_AUTH_MODE to "token" (and PYTHONBREAKPOINT) in this process's environment: left
+        # set, a later join of a cluster without tokens, from here or a child process, fails with
+        # InvalidAuthToken. What it changed is put back after; what others change meanwhile is kept.
+        changed = {k: before.get(k) for k in {*before, *os.environ} if os.environ.get(k) != before.get(k)}
     try:
         yield not address
     finally:
         ray.shutdown()
         if not address:
-            _restore(environment)
-
-
-def _restore(environment: dict[str, str]) -> None:
-    """This process's environment as it was before the engine's own cluster: ray.init sets RAY_AUTH_MODE
-    to "token" (and PYTHONBREAKPOINT) in it, and a later join of a cluster without tokens, from here or a
-    child process, then fails with InvalidAuthToken."""
-    for key in set(os.environ) - set(environment):
-        del os.environ[key]
-    os.environ.update(environment)
+            for key, value in changed.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
