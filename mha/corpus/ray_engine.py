@@ -47,6 +47,7 @@ from mha.corpus.job import Job, Progress
 from mha.corpus.shards import shard_of, write_shard
 from mha.corpus.source import Record, read_records
 from mha.corpus.worker import INPUT_COLUMNS, CorpusWorker, output_schema
+from mha.result import ModelInfo
 
 __all__ = ["process", "runtime_env"]
 
@@ -60,11 +61,8 @@ _COLOURS = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours the process names in its
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
 
 
-def process(job: Job, todo: Sequence[int], progress: Progress | None) -> None:
+def process(job: Job, todo: Sequence[int], progress: Progress | None, info: ModelInfo) -> None:
     """Write every shard of ``todo`` on Ray Data (the contract is in mha/corpus/runner.py)."""
-    from mha.corpus.runner import model_info  # the model's shape, read without its weights
-
-    info = model_info(job)
     expected = {k: max(0, min(job.shard_size, job.records - k * job.shard_size)) for k in todo}
     done = job.records - sum(expected.values())
     held: dict[int, list[pa.Table]] = {}  # the rows of shards not complete yet

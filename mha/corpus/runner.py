@@ -4,8 +4,9 @@ The engines share everything but the loop over shards: ``"local"`` runs ``Corpus
 ``"ray"`` runs it on Ray Data. The Ray engine is ``mha.corpus.ray_engine``, imported only for it, and
 must provide::
 
-    def process(job: Job, todo: Sequence[int], progress: Progress | None) -> None
+    def process(job: Job, todo: Sequence[int], progress: Progress | None, info: ModelInfo) -> None
 
+(``info``: the model's shape, which ``run`` reads from the checkpoint's config without its weights)
 which, for every shard index in ``todo`` (sorted; shard k holds lines k·S + 1 .. (k+1)·S of the input,
 S = job.shard_size, lines 1..job.records), writes the shard with
 ``shards.write_shard(job.out, k, rows, layers=..., heads=...)``: ``rows`` the ``CorpusWorker`` answers
@@ -147,7 +148,7 @@ def run(
         if worker is not None:
             _process_local(job, todo, worker, progress)
         else:
-            _process_ray(job, todo, progress)
+            _process_ray(job, todo, progress, info)
     counts = _counts(job.out, shards)
     aggregate(job.out, range(shards), layers=info.layers, heads=info.heads)
     release_memory()
@@ -329,14 +330,14 @@ def _columns(records: Sequence[Record]) -> dict[str, list[Any]]:
     }
 
 
-def _process_ray(job: Job, todo: Sequence[int], progress: Progress | None) -> None:
+def _process_ray(job: Job, todo: Sequence[int], progress: Progress | None, info: ModelInfo) -> None:
     try:
         engine = importlib.import_module("mha.corpus.ray_engine")  # imports ray: only when asked for
     except ModuleNotFoundError as error:
         if error.name != "mha.corpus.ray_engine":
             raise
         raise RuntimeError("this headscope has no Ray engine (mha/corpus/ray_engine.py)") from None
-    engine.process(job, todo, progress)
+    engine.process(job, todo, progress, info)
 
 
 def release_memory() -> None:
