@@ -120,14 +120,18 @@ def matmul_peak(config, device: torch.device) -> float:
     return 2.0 * a.shape[0] * a.shape[1] * b.shape[1] / best
 
 
-def forward_alone(model, path: Path, batch: int) -> float:
+def encode(model, path: Path) -> list:
+    """The corpus's texts encoded as the worker encodes them (one at a time, at most 512 tokens)."""
+    texts = [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines()]
+    return [model.encoder.encode_batch([(t, None)], 512)[0] for t in texts]
+
+
+def forward_alone(model, encoded: list, batch: int) -> float:
     """texts/s of the engine's forwards and nothing else: the same padded groups of the same batches, T at
     a time on torch's T threads, each on one (mha._threads.in_order), no statistics, no files."""
     from mha._threads import in_order
     from mha.corpus.worker import padded_groups
 
-    texts = [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines()]
-    encoded = [model.encoder.encode_batch([(t, None)], 512)[0] for t in texts]
     groups = []
     for start in range(0, len(encoded), batch):
         part = encoded[start : start + batch]
@@ -136,14 +140,13 @@ def forward_alone(model, path: Path, batch: int) -> float:
     threads = torch.get_num_threads() if model.device.type == "cpu" else 1  # as the local engine runs
     for _ in in_order(model.forward_padded, enumerate(groups), threads):
         pass
-    return len(texts) / (time.perf_counter() - begin)
+    return len(encoded) / (time.perf_counter() - begin)
 
 
-def ceiling(model, path: Path, loop: float) -> tuple[float, float, float]:
+def ceiling(model, encoded: list, loop: float) -> tuple[float, float, float]:
     """(peak GFLOP/s, ms a text for the forward's matmuls at that peak, the most any engine can beat the
     loop by: the loop's ms a text over that floor)."""
-    texts = [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines()]
-    lengths = [len(e.ids) for e in (model.encoder.encode_batch([(t, None)], 512)[0] for t in texts)]
+    lengths = [len(e.ids) for e in encoded]
     flops = sum(forward_flops(model.config, n) for n in lengths) / len(lengths)
     peak = matmul_peak(model.config, model.device)
     floor = flops / peak
@@ -213,8 +216,9 @@ def main() -> None:
         print(f"\nMiniLM, {args.texts} texts of 20-60 tokens, batch {args.batch}")
         loop = plain_loop(model, small)
         local, local_start, local_after = engine_rate(model, small, "local", args.batch, args.device)
-        peak, floor, most = ceiling(model, small, loop)
-        alone = forward_alone(model, small, args.batch)
+        encoded = encode(model, small)
+        peak, floor, most = ceiling(model, encoded, loop)
+        alone = forward_alone(model, encoded, args.batch)
         print(f"{'':28}{'texts/s':>10}{'ratio':>8}  goal{'first batch':>22}{'texts/s after':>15}")
         print(f"{'attend + head_stats loop':28}{loop:>10.1f}{1.0:>8.2f}")
         print(
