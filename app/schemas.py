@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from app.settings import MAX_NEW_TOKENS
 from mha.translate import DEFAULT_NEW_TOKENS
@@ -85,9 +87,24 @@ ModelName = Annotated[
     ),
 ]
 
-# The schema says boolean and integer, so the server takes exactly those: no "yes", 1, "2" or 2.0.
+
+def _whole_number(value: Any) -> Any:
+    """2.0 as 2: JSON Schema counts a number with a zero fraction as an integer, so the server does too
+    (2.5 stays a float, which the strict integer refuses)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, float) and math.isfinite(value):  # pydantic's own words for lax mode
+        raise PydanticCustomError(
+            "int_from_float", "Input should be a valid integer, got a number with a fractional part"
+        )
+    return value
+
+
+# The schema says boolean and integer, so the server takes exactly those: no "yes", 1 or "2" (pydantic's
+# strict mode), and a whole number written 2.0 is the integer 2, as JSON Schema reads it.
 StrictBool = Annotated[bool, Field(strict=True)]
-Index = Annotated[int, Field(strict=True, ge=0)]
+Integer = Annotated[int, Field(strict=True), BeforeValidator(_whole_number)]
+Index = Annotated[Integer, Field(ge=0)]
 
 
 def enumerate_model_names(openapi: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
@@ -230,7 +247,13 @@ class AttentionHeader(BaseModel):
     model: str
     tokens: list[str] = Field(description="Tokens as the tokenizer spells them, special tokens included.")
     segments: list[int] = Field(description="0 for the first text (and its specials), 1 for the pair.")
-    special: list[bool] = Field(description="True for the tokenizer's special tokens.")
+    special: list[bool] = Field(
+        description="True for the control tokens the tokenizer adds or that steer the model ([CLS], [SEP], "
+        "BOS, EOS, PAD, MASK, chat-template markers), typed or not: what the `special` statistic weighs."
+    )
+    unknown: list[bool] = Field(
+        description="True for the tokenizer's unknown token ([UNK]): a word it cannot spell. Not special."
+    )
     layers: int
     heads: int
     kv_heads: int = Field(
@@ -267,6 +290,7 @@ class AttentionResponse(AttentionHeader):
         default=None, description="The decoder's input: its start token, then the target's tokens (m)."
     )
     target_special: list[bool] | None = None
+    target_unknown: list[bool] | None = None
     target_truncated: bool | None = Field(
         default=None,
         description="The target was cut to the decoder's limit (`generated` counts the "
@@ -441,8 +465,8 @@ MAX_WINDOW_CELLS = 512
 
 
 def _cells(default: int, maximum: int, description: str) -> Any:
-    """A strict integer field 1..maximum: cells or blocks per side."""
-    return Field(default=default, strict=True, ge=1, le=maximum, description=description)
+    """An integer field 1..maximum (Integer: strict, 2.0 taken as 2): cells or blocks per side."""
+    return Field(default=default, ge=1, le=maximum, description=description)
 
 
 class TraceRequest(BaseModel):
@@ -457,7 +481,7 @@ class TraceRequest(BaseModel):
 
 
 class TraceOverviewRequest(TraceRequest):
-    size: int = _cells(
+    size: Integer = _cells(
         128, MAX_OVERVIEW_SIZE, "Blocks per side: every head pooled to s x s, s = min(size, n)."
     )
     reduce: Reduce = Field(default="max", description=REDUCE_DESCRIPTION)
@@ -475,7 +499,7 @@ class TraceWindowRequest(TraceHeadRequest):
     cols: tuple[Index, Index] | None = Field(
         default=None, description="Key tokens [k0, k1): k0 < k1 <= n. null: all."
     )
-    max_cells: int = _cells(
+    max_cells: Integer = _cells(
         MAX_WINDOW_CELLS,
         MAX_WINDOW_CELLS,
         "Cells per side: a side longer than this is pooled into this many blocks.",
@@ -496,6 +520,7 @@ class TraceDone(BaseModel):
     tokens: list[str]
     segments: list[int]
     special: list[bool]
+    unknown: list[bool]
     truncated: bool
     layers: int
     heads: int

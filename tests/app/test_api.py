@@ -216,6 +216,30 @@ def test_head_out_of_range_is_422(client: TestClient, layer: int, head: int, wor
     assert "0.." in r.json()["detail"]
 
 
+def test_a_whole_number_written_as_a_float_is_an_integer(client: TestClient) -> None:
+    # JSON Schema counts 5.0 as an integer, so the server takes it as 5 (and the answer is the same).
+    exact = client.post("/api/attention/head", json={"text": TEXT, "layer": 5, "head": 11})
+    written = client.post("/api/attention/head", json={"text": TEXT, "layer": 5.0, "head": 11.0})
+    assert written.status_code == 200 and written.content == exact.content
+    for route, body, as_floats in (
+        ("/api/trace/overview", {"size": 4}, {"size": 4.0}),
+        (
+            "/api/trace/window",
+            {"layer": 0, "head": 1, "rows": [0, 3], "max_cells": 2},
+            {"layer": 0.0, "head": 1.0, "rows": [0.0, 3.0], "max_cells": 2.0},
+        ),
+    ):
+        exact = client.post(route, json={"text": TEXT, **body})
+        written = client.post(route, json={"text": TEXT, **as_floats})
+        assert exact.status_code == 200 and written.content == exact.content, written.text
+    refused = client.post("/api/attention/head", json={"text": TEXT, "layer": 5.5, "head": 0})
+    assert refused.status_code == 422
+    assert (
+        refused.json()["detail"]
+        == "layer: Input should be a valid integer, got a number with a fractional part"
+    )
+
+
 # -- the random model -------------------------------------------------------------------------------
 
 
