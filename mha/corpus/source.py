@@ -2,10 +2,13 @@
 
 The format comes from the suffix (``FORMATS``). Every record has a 1-based ``line``: the line for .txt and
 .jsonl, the data record (header excluded) for .csv and .parquet. A good record has ``text`` (and maybe
-``text_pair``) and ``error`` None; a bad one (blank text, invalid JSON, not an object, missing or
-non-string text, non-string pair) has ``error`` saying why and no text. A problem with the whole file (an
-unknown suffix, a .csv or .parquet without a ``text`` column) raises ``CorpusInputError`` before any
-record.
+``text_pair``) and ``error`` None; a bad one (blank text, invalid JSON, JSON nested too deeply, not an
+object, missing or non-string text, non-string pair, bytes that are not UTF-8, a lone surrogate, a Parquet
+page that cannot be decoded) has ``error`` saying why and no text. Each record is decoded and checked in
+its own guard (``_guarded``), so nothing in one record's content stops the reading. A problem with the
+whole file (an unknown suffix, an empty .csv, a .csv or .parquet without a ``text`` column, a file that
+is not Parquet) raises ``CorpusInputError`` before any record, from ``count_records`` as from
+``read_records``.
 """
 
 from __future__ import annotations
@@ -15,14 +18,26 @@ import hashlib
 import io
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
-__all__ = ["FORMATS", "CorpusInputError", "Record", "Tally", "count_records", "input_format", "read_records"]
+__all__ = [
+    "FORMATS",
+    "CorpusInputError",
+    "Record",
+    "Tally",
+    "count_records",
+    "input_format",
+    "read_records",
+    "surrogate_problem",
+]
 
 FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 _SURROGATE = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of a byte that is not UTF-8
+# Any lone surrogate: JSON's "\ud800" escape makes one; no UTF-8 encoder (the tokenizer's, Arrow's) takes it.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _PARQUET_BATCH = 1024  # rows per Parquet record batch read: a few hundred KiB of text at a time
 
 
@@ -40,6 +55,16 @@ class Record(NamedTuple):
     @classmethod
     def bad(cls, line: int, reason: str) -> Record:
         return cls(line, str(line), None, None, reason)
+
+
+def surrogate_problem(fields: dict[str, Any]) -> str | None:
+    """Why a record's string fields cannot be UTF-8 text (a lone surrogate, as JSON's "\\ud800" gives),
+    or None when they can."""
+    for name, value in fields.items():
+        found = _LONE_SURROGATE.search(value) if isinstance(value, str) else None
+        if found:
+            return f"{name!r} holds a lone surrogate {ascii(found.group())} at character {found.start()}"
+    return None
 
 
 def input_format(path: str | Path) -> str:
@@ -97,9 +122,7 @@ def count_records(path: str | Path, tally: Tally | None = None) -> int:
     kind = input_format(path)
     with path.open("rb") as f:
         if kind == "parquet":
-            import pyarrow.parquet as pq
-
-            records = int(pq.ParquetFile(f).metadata.num_rows)  # from the footer
+            records = int(_open_parquet(path, f).metadata.num_rows)  # from the footer
             if tally is not None:
                 f.seek(0)
                 for block in iter(lambda: f.read(1 << 20), b""):
@@ -109,7 +132,9 @@ def count_records(path: str | Path, tally: Tally | None = None) -> int:
             raw = io.BufferedReader(_Tallied(f, tally)) if tally is not None else f
             text = io.TextIOWrapper(raw, encoding="utf-8-sig", errors="surrogateescape", newline="")
             try:
-                return max(sum(1 for _ in _csv_rows(csv.reader(text))) - 1, 0)  # read to the end
+                rows = csv.reader(text)
+                _csv_header(path, rows)
+                return sum(1 for _ in _csv_rows(rows))  # read to the end
             finally:
                 text.detach()  # `with` closes f
         lines = 0
@@ -136,8 +161,25 @@ def _record(line: int, fields: dict[str, Any]) -> Record:
     if pair is not None and not pair.strip():
         return Record.bad(line, "blank text_pair")
     given = fields.get("id")
+    problem = surrogate_problem({"text": text, "text_pair": pair, "id": given})
+    if problem:
+        return Record.bad(line, problem)
     key = str(line) if given is None else given if isinstance(given, str) else json.dumps(given)
     return Record(line, key, text, pair)
+
+
+def _guarded(line: int, decode: Callable[[], Record]) -> Record:
+    """``decode()``, or a bad record saying what one record's content raised there: ValueError (bytes that
+    are not UTF-8, a value Python refuses) or RecursionError (nesting deeper than the stack). Other
+    exceptions are the job's own faults and pass."""
+    try:
+        return decode()
+    except UnicodeDecodeError:
+        return Record.bad(line, "not UTF-8")
+    except RecursionError:
+        return Record.bad(line, "nested too deeply to decode")
+    except ValueError as error:
+        return Record.bad(line, f"unreadable record: {error}")
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str | None]]:
@@ -154,26 +196,29 @@ def _read_txt(path: Path) -> Iterator[Record]:
     for number, line in _lines(path):
         if line is None:
             yield Record.bad(number, "not UTF-8")
-        elif number == 1 and line.startswith("\ufeff"):
-            yield _record(number, {"text": line[1:]})
         else:
-            yield _record(number, {"text": line})
+            text = line[1:] if number == 1 and line.startswith("\ufeff") else line
+            yield _guarded(number, partial(_record, number, {"text": text}))
 
 
 def _read_jsonl(path: Path) -> Iterator[Record]:
     for number, line in _lines(path):
         if line is None:
             yield Record.bad(number, "not UTF-8")
-            continue
-        try:
-            value = json.loads(line.lstrip("\ufeff") if number == 1 else line)
-        except ValueError as error:
-            yield Record.bad(number, f"invalid JSON: {error}")
-            continue
-        if not isinstance(value, dict):
-            yield Record.bad(number, f"not a JSON object ({type(value).__name__})")
-            continue
-        yield _record(number, value)
+        else:
+            yield _guarded(number, partial(_jsonl_record, number, line))
+
+
+def _jsonl_record(number: int, line: str) -> Record:
+    try:
+        value = json.loads(line.lstrip("\ufeff") if number == 1 else line)
+    except RecursionError:  # json's decoder recurses once per level: 100,000 "[" exhaust the stack
+        return Record.bad(number, "invalid JSON: nested too deeply")
+    except ValueError as error:
+        return Record.bad(number, f"invalid JSON: {error}")
+    if not isinstance(value, dict):
+        return Record.bad(number, f"not a JSON object ({type(value).__name__})")
+    return _record(number, value)
 
 
 def _read_csv(path: Path) -> Iterator[Record]:
@@ -181,11 +226,7 @@ def _read_csv(path: Path) -> Iterator[Record]:
     # instead of the decoder stopping the whole file.
     with path.open(encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
         rows = csv.reader(f)
-        try:
-            header = next(rows)
-        except StopIteration:
-            raise CorpusInputError(f"input {path.name!r}: empty CSV, no header row") from None
-        _need_text(path, header)
+        header = _csv_header(path, rows)
         for number, row in enumerate(_csv_rows(rows), start=1):
             if isinstance(row, csv.Error):
                 yield Record.bad(number, f"unreadable CSV row: {row}")
@@ -194,7 +235,19 @@ def _read_csv(path: Path) -> Iterator[Record]:
             elif len(row) != len(header):
                 yield Record.bad(number, f"{len(row)} fields where the header has {len(header)}")
             else:
-                yield _record(number, _csv_fields(header, row))
+                yield _guarded(number, partial(_record, number, _csv_fields(header, row)))
+
+
+def _csv_header(path: Path, rows: Iterator[list[str]]) -> list[str]:
+    """The header row, naming ``text``; CorpusInputError for an empty file or a header without it."""
+    try:
+        header = next(rows)
+    except StopIteration:
+        raise CorpusInputError(f"input {path.name!r}: empty CSV, no header row") from None
+    except csv.Error as error:
+        raise CorpusInputError(f"input {path.name!r}: unreadable CSV header ({error})") from None
+    _need_text(path, header)
+    return header
 
 
 def _csv_rows(rows: Iterator[list[str]]) -> Iterator[list[str] | csv.Error]:
@@ -217,22 +270,60 @@ def _csv_fields(header: list[str], row: list[str]) -> dict[str, Any]:
     return fields
 
 
-def _read_parquet(path: Path) -> Iterator[Record]:
+def _open_parquet(path: Path, source: str | Path | BinaryIO) -> Any:
+    """A ``pyarrow.parquet.ParquetFile`` whose schema has ``text``; CorpusInputError when its footer is
+    unreadable or there is no such column. Pages with a checksum are checked against it."""
     import pyarrow.parquet as pq
 
     try:
-        parquet = pq.ParquetFile(path)
+        parquet = pq.ParquetFile(source, page_checksum_verification=True)
     except Exception as error:  # pyarrow raises ArrowInvalid and friends for a damaged file
         raise CorpusInputError(f"input {path.name!r}: not a readable Parquet file ({error})") from None
-    names = parquet.schema_arrow.names
-    _need_text(path, names)
-    columns = [c for c in ("text", "text_pair", "id") if c in names]
-    number = 0
-    for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH, columns=columns):
+    _need_text(path, parquet.schema_arrow.names)
+    return parquet
+
+
+def _read_parquet(path: Path) -> Iterator[Record]:
+    import pyarrow as pa
+
+    parquet = _open_parquet(path, path)
+    columns = [c for c in ("text", "text_pair", "id") if c in parquet.schema_arrow.names]
+    line = 0  # the last line read
+    for group in range(parquet.num_row_groups):
+        end = line + parquet.metadata.row_group(group).num_rows  # the footer's count, damaged pages or not
+        batches = parquet.iter_batches(batch_size=_PARQUET_BATCH, row_groups=[group], columns=columns)
+        while True:
+            try:
+                batch = next(batches, None)
+            except (OSError, pa.ArrowException) as error:  # a page that cannot be read or decoded
+                # The reader cannot step over a damaged page: the rest of its row group is lost.
+                reason = f"unreadable Parquet data in row group {group}: {' '.join(str(error).split())}"
+                yield from (Record.bad(number, reason) for number in range(line + 1, end + 1))
+                break
+            if batch is None:
+                break
+            yield from _batch_records(line, batch, columns)
+            line += batch.num_rows
+        line = end
+
+
+def _batch_records(line: int, batch: Any, columns: list[str]) -> Iterator[Record]:
+    """The records of one Parquet record batch, whose first row is line ``line + 1``."""
+    try:
         values = batch.to_pydict()
-        for i in range(batch.num_rows):
-            number += 1
-            yield _record(number, {c: values[c][i] for c in columns})
+    except ValueError:  # a string that is not UTF-8 (Arrow does not check them): find it row by row
+        values = None
+    for i in range(batch.num_rows):
+        number = line + i + 1
+        fields = {c: values[c][i] for c in columns} if values is not None else None
+        yield _guarded(number, partial(_row_record, number, fields, batch, i))
+
+
+def _row_record(number: int, fields: dict[str, Any] | None, batch: Any, row: int) -> Record:
+    """The record of a batch's row: from its converted ``fields``, else converted here, alone."""
+    if fields is None:
+        fields = {name: batch[name][row].as_py() for name in batch.schema.names}
+    return _record(number, fields)
 
 
 def _need_text(path: Path, names: list[str]) -> None:

@@ -21,6 +21,7 @@ import torch
 from mha.analysis.batched import STATS, batch_head_labels, batch_head_stats
 from mha.analysis.stats import token_masks
 from mha.analysis.words import merge_to_words, word_groups_from, word_labels
+from mha.corpus.source import surrogate_problem
 from mha.errors import InputError
 from mha.pretrained import AttentionModel, load_pretrained
 from mha.tokenize import Encoded
@@ -60,8 +61,10 @@ class CorpusWorker:
     ``batch``: a dict of columns ``line``, ``id``, ``text``, ``text_pair`` (and optionally ``error``) as
     lists or numpy arrays (what Ray Data hands over), or a pyarrow Table of them. The answer has one row
     per record, in order (``output_schema``). An input the model refuses (no tokens left, a pair it cannot
-    take, no room under max_tokens) becomes a bad row with the model's message. Words: the statistics of
-    the word-level maps (``mha.analysis.words``), as the service's words view computes them.
+    take, no room under max_tokens) becomes a bad row with the model's message; so does a text with a lone
+    surrogate, or one the tokenizer raises on (each record is encoded in its own guard, ``_encode``).
+    Words: the statistics of the word-level maps (``mha.analysis.words``), as the service's words view
+    computes them.
     """
 
     def __init__(
@@ -95,20 +98,18 @@ class CorpusWorker:
         pairs = [_optional(v) for v in columns["text_pair"]]
         encoded: list[Encoded] = []
         rows: list[int] = []  # the batch row of each encoded text
-        for row in range(size):
-            errors[row] = _optional(errors[row])
-            text = texts[row]
-            if errors[row] is None and text is None:
-                errors[row] = "missing field 'text'"
-            if errors[row] is not None or text is None:
-                texts[row] = pairs[row] = None
+        for row in range(size):  # each record on its own: one that fails is a bad row, not a failed batch
+            error = _optional(errors[row])
+            answer = self._encode(texts[row], pairs[row], ids[row]) if error is None else error
+            if isinstance(answer, Encoded):
+                encoded.append(answer)
+                rows.append(row)
                 continue
-            try:
-                encoded.append(self.model.encoder.encode_batch([(text, pairs[row])], self.limit)[0])
-            except InputError as error:
-                errors[row], texts[row], pairs[row] = str(error), None, None
-                continue
-            rows.append(row)
+            # Arrow takes only UTF-8: a surrogate in a reason (or the id) would fail the whole batch.
+            errors[row] = answer.encode("utf-8", "backslashreplace").decode("utf-8")
+            texts[row] = pairs[row] = None
+            if surrogate_problem({"id": ids[row]}):
+                ids[row] = str(lines[row])
 
         values = np.full((len(STATS), size, self.heads), np.nan)
         labels = np.full((size, self.heads), -1, dtype=np.int8)
@@ -133,6 +134,23 @@ class CorpusWorker:
             pa.FixedSizeListArray.from_arrays(pa.array(labels.reshape(-1)), self.heads),
         ]
         return pa.Table.from_arrays(arrays, schema=self.schema)
+
+    def _encode(self, text: str | None, pair: str | None, key: str) -> Encoded | str:
+        """The record encoded, or why it is bad: no text, a string no tokenizer takes (a lone surrogate),
+        the model's refusal (InputError), or what the tokenizer raised for it (ValueError, TypeError:
+        Hugging Face's tokenizers raise TypeError for a string they cannot convert). Any other exception
+        is a fault of the job, not of this record, and passes."""
+        if text is None:
+            return "missing field 'text'"
+        problem = surrogate_problem({"text": text, "text_pair": pair, "id": key})
+        if problem:
+            return problem
+        try:
+            return self.model.encoder.encode_batch([(text, pair)], self.limit)[0]
+        except InputError as error:
+            return str(error)
+        except (ValueError, TypeError) as error:
+            return f"the tokenizer failed on it ({type(error).__name__}: {' '.join(str(error).split())})"
 
     def _statistics(self, encoded: Sequence[Encoded]) -> tuple[np.ndarray, np.ndarray]:
         """(stats [S, B, L·H] float64, labels [B, L·H] int8) of the encoded texts, in one forward."""

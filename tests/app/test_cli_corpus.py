@@ -196,3 +196,31 @@ def test_an_operator_entry_named_as_the_embedded_model_overrides_it(
     assert model["name"] == "all-MiniLM-L6-v2"  # the name the page opens, on the operator's checkpoint
     assert (model["layers"], model["heads"]) == (config["num_hidden_layers"], config["num_attention_heads"])
     assert (model["layers"], model["heads"]) != (6, 12)  # not the embedded MiniLM
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ('{"text":"a \\ud800 b"}', "'text' holds a lone surrogate '\\\\ud800' at character 2"),
+        (
+            '{"text":"a","text_pair":"\\ud800"}',
+            "'text_pair' holds a lone surrogate '\\\\ud800' at character 0",
+        ),
+        ('{"text":"a","id":"\\ud800"}', "'id' holds a lone surrogate '\\\\ud800' at character 0"),
+        ("[" * 100_000 + "]" * 100_000, "invalid JSON: nested too deeply"),
+    ],
+)
+def test_the_issues_bad_lines_are_errors_and_the_job_goes_on(
+    line: str, reason: str, tmp_path: Path, capsys
+) -> None:
+    """The repros of issue 26 (a lone surrogate escape in each field, a line 100,000 deep) on the
+    embedded MiniLM: one bad record each, the next line measured, exit 0."""
+    source = tmp_path / "s.jsonl"
+    source.write_text(f'{line}\n{{"text":"fine"}}\n', encoding="utf-8")
+    out = tmp_path / "o"
+    code, err = run_cli(
+        [str(source), "--model", "all-MiniLM-L6-v2", "--out", str(out), "--device", "cpu"], capsys
+    )
+    assert code == 0, err
+    assert err.strip().splitlines()[-1] == f"headscope corpus: 1 texts, 1 bad records, 0 truncated -> {out}"
+    assert (out / "errors.jsonl").read_text(encoding="utf-8") == f'{{"line": 1, "reason": "{reason}"}}\n'
