@@ -79,7 +79,7 @@ def attend_continued(
         raise ValueError(f"max_new_tokens ({max_new_tokens}) must be at least 0")
     prompt = model.encoder.encode_batch([(text, text_pair)], limit, chat=chat)[0]
     new = greedy_ids(model, prompt.ids, max_new_tokens, limit, cancel)
-    encoded = prompt.extended(new, model.encoder.special_ids)
+    encoded = prompt.extended(new, model.encoder)
     ids = encoded.ids
     with torch.no_grad():
         out = model.network(torch.tensor([ids], device=model.device), need_hidden=hidden_state, cancel=cancel)

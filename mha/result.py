@@ -94,7 +94,10 @@ class AttentionResult:
     # What the model was fed as token type ids: the tokenizer's own (as transformers feeds them), zeros when
     # it gives none or the model has no segment embeddings. Not `segments`: RoBERTa's tokenizer gives none.
     type_ids: list[int]
-    special: list[bool]  # the token's id is one of the tokenizer's special ids, typed in the text or not
+    # A control token ([CLS], [SEP], BOS, EOS, PAD, MASK, chat markers), typed in the text or not; never
+    # [UNK] (rule: mha.tokenize's docstring)
+    special: list[bool]
+    unknown: list[bool]  # the tokenizer's [UNK], standing for a word it cannot spell: for display
     # Character spans into the segment's own text, a typed special token's included; (0, 0) for the
     # special tokens the tokenizer's template adds.
     offsets: list[tuple[int, int]]
@@ -137,6 +140,7 @@ class AttentionResult:
             segments=encoded.segments,
             type_ids=encoded.type_ids,
             special=encoded.special,
+            unknown=encoded.unknown,
             offsets=encoded.offsets,
             word_ids=encoded.word_ids,
             truncated=encoded.truncated,
@@ -156,6 +160,7 @@ class Seq2SeqResult(AttentionResult):
     target_tokens: list[str] = field(default_factory=list)
     target_ids: list[int] = field(default_factory=list)
     target_special: list[bool] = field(default_factory=list)
+    target_unknown: list[bool] = field(default_factory=list)
     # spans into `target` (the text as given); (0, 0) for the start token, specials and written tokens
     target_offsets: list[tuple[int, int]] = field(default_factory=list)
     target_word_ids: list[int | None] = field(default_factory=list)

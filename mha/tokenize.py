@@ -1,7 +1,18 @@
-"""Text (and pair) -> token ids, with what display and analysis need per token: segments, special marks,
-character offsets, word ids. The checkpoint's own fast tokenizer does the splitting (templates included);
-`TextEncoder` adds the checks transformers leaves to the model (ids past the embeddings, a pair on a model
-with one token type), segment inference for display, and pairs for tokenizers without a pair template.
+"""Text (and pair) -> token ids, with what display and analysis need per token: segments, special and
+unknown marks, character offsets, word ids. The checkpoint's own fast tokenizer does the splitting
+(templates included); `TextEncoder` adds the checks transformers leaves to the model (ids past the
+embeddings, a pair on a model with one token type), segment inference for display, and pairs for tokenizers
+without a pair template.
+
+Which tokens are special: the control tokens, those the tokenizer adds or that steer the model: [CLS],
+[SEP], BOS, EOS, PAD, MASK, chat-template markers (<|im_start|>, <|im_end|>, ...), typed in the text or
+added by the template. Their ids are the tokenizer's named special ids (`all_special_ids`) and every token
+it added as special (some, such as Llama 3's <|start_header_id|>, have no named role). [UNK] is not one:
+the tokenizer writes it in place of a word it cannot spell, so it stands for that word (and keeps its word
+id), as in Clark et al. 2019, whose sink statistic is the attention to [CLS] plus [SEP]. It is marked
+`unknown` instead, for display. An unk token the tokenizer never writes for a word (a byte-level BPE
+spells every byte: GPT-2's unk token is <|endoftext|>), or one that also plays another role (BOS, EOS,
+PAD, ...), stays a control token.
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ from mha.errors import (
 )
 from mha.slow_tokenize import encode_slow
 
-__all__ = ["Encoded", "TextEncoder", "display_segments", "is_byte_level"]
+__all__ = ["Encoded", "TextEncoder", "control_ids", "display_segments", "is_byte_level", "unknown_id"]
 
 
 @dataclass
@@ -34,7 +45,10 @@ class Encoded:
     sources: list[int | None]  # 0 from the text, 1 from the pair, None added by the template
     segments: list[int]  # for display: a template token joins the segment in front of it
     type_ids: list[int]  # the token type ids the model is fed
-    special: list[bool]  # the id is one of the tokenizer's special ids, typed in the text or not
+    special: list[bool]  # a control token (TextEncoder.special_ids), typed in the text or not; never [UNK]
+    # The tokenizer's [UNK] (TextEncoder.unknown_id): a word of the text it cannot spell, so not special
+    # (it has its word id); marked for display, which styles it apart.
+    unknown: list[bool]
     offsets: list[tuple[int, int]]  # character spans into the segment's own text; (0, 0) for the template's
     word_ids: list[int | None]  # the tokenizer's word index; None for special tokens
     truncated: bool
@@ -48,23 +62,26 @@ class Encoded:
             self.segments[keep],
             self.type_ids[keep],
             self.special[keep],
+            self.unknown[keep],
             self.offsets[keep],
             self.word_ids[keep],
             self.truncated,
             self.texts,
         )
 
-    def extended(self, new_ids: Sequence[int], special_ids: frozenset[int]) -> Encoded:
-        """These tokens followed by `new_ids` the model wrote: in the last segment, type 0, no span of the
-        text and no word of it."""
+    def extended(self, new_ids: Sequence[int], encoder: TextEncoder) -> Encoded:
+        """These tokens followed by `new_ids` the model wrote (marked by `encoder`): in the last segment,
+        type 0, no span of the text and no word of it."""
         n = len(new_ids)
+        special, unknown = encoder.marks(new_ids)
         return replace(
             self,
             ids=self.ids + list(new_ids),
             sources=self.sources + [None] * n,
             segments=self.segments + self.segments[-1:] * n,
             type_ids=self.type_ids + [0] * n,
-            special=self.special + [i in special_ids for i in new_ids],
+            special=self.special + special,
+            unknown=self.unknown + unknown,
             offsets=self.offsets + [(0, 0)] * n,
             word_ids=self.word_ids + [None] * n,
         )
@@ -101,6 +118,27 @@ def _names_byte_level(node: Any) -> bool:
     return isinstance(node, list) and any(_names_byte_level(item) for item in node)
 
 
+def unknown_id(tokenizer: Any) -> int | None:
+    """The id `tokenizer` writes for a word it cannot spell ([UNK], <unk>); None when it writes none: its
+    model names no unk token (a byte-level BPE spells every byte), or its unk token is also another role's
+    (BOS, EOS, PAD, ...), so a control token."""
+    unk = tokenizer.unk_token_id
+    model: Any = getattr(getattr(tokenizer, "backend_tokenizer", None), "model", None)
+    if unk is None or (hasattr(model, "unk_token") and model.unk_token is None):  # Unigram's is always set
+        return None
+    roles = {token for role, token in tokenizer.special_tokens_map.items() if role != "unk_token"}
+    return None if tokenizer.unk_token in roles else int(unk)
+
+
+def control_ids(tokenizer: Any) -> frozenset[int]:
+    """The ids of `tokenizer`'s special tokens, named (`all_special_ids`) or only added as special (the
+    chat markers of some tokenizers), [UNK] included: TextEncoder takes it out when it stands for a word."""
+    added = getattr(tokenizer, "added_tokens_decoder", {})
+    return frozenset(int(i) for i in tokenizer.all_special_ids) | {
+        int(i) for i, token in added.items() if token.special
+    }
+
+
 class TextEncoder:
     """A checkpoint's fast tokenizer for one model: text (and pair) -> Encoded, checked against the model's
     `vocab_size` and `type_vocab_size` (0: the model has no segment embeddings, so type ids are not fed).
@@ -116,7 +154,9 @@ class TextEncoder:
         self.vocab_size = vocab_size
         self.type_vocab_size = type_vocab_size
         self.pair_template = pair_template
-        self.special_ids = frozenset(int(i) for i in tokenizer.all_special_ids)
+        # The rule is the module docstring's.
+        self.unknown_id = unknown_id(tokenizer)
+        self.special_ids = control_ids(tokenizer) - {self.unknown_id}
         pad = tokenizer.pad_token_id
         # GPT-2 has no pad token; any id works since padded keys are masked and padded rows dropped.
         self.pad_id: int = pad if pad is not None else 0
@@ -125,6 +165,10 @@ class TextEncoder:
         # A fast tokenizer's truncation setting is shared state that each call may change: concurrent
         # calls from threads (the web service) must not interleave, or one gets the other's truncation.
         self._lock = threading.Lock()
+
+    def marks(self, ids: Sequence[int]) -> tuple[list[bool], list[bool]]:
+        """(special, unknown) of each id, by the module docstring's rule."""
+        return [i in self.special_ids for i in ids], [i == self.unknown_id for i in ids]
 
     @property
     def has_chat_template(self) -> bool:
@@ -238,28 +282,28 @@ class TextEncoder:
         type_ids = [int(t) for t in given] if given is not None else [0] * len(ids)
         # The tokenizer's ids decide what is special: "[SEP]" typed in the text is the real [SEP], which
         # the model reads as such, so it is special like the template's (transformers' own
-        # get_special_tokens_mask(already_has_special_tokens=True) rule).
-        special = [i in self.special_ids for i in ids]
+        # get_special_tokens_mask(already_has_special_tokens=True) rule), [UNK] aside (module docstring).
+        special, unknown = self.marks(ids)
         offsets = [
             (0, 0) if source is None else (int(a), int(b))
             for source, (a, b) in zip(sources, enc["offset_mapping"], strict=True)
         ]
         word_ids = [None if sp else w for sp, w in zip(special, enc.word_ids(0), strict=True)]
-        segments = display_segments(sources)
+        segments, texts = display_segments(sources), (text, text_pair)
         return Encoded(
-            ids, sources, segments, type_ids, special, offsets, word_ids, truncated, (text, text_pair)
+            ids, sources, segments, type_ids, special, unknown, offsets, word_ids, truncated, texts
         )
 
     def _encode_slow(self, text: str, text_pair: str | None, limit: int, *, target: bool) -> Encoded:
         ids, sources, offsets, words, truncated = encode_slow(
             self.tokenizer, text, text_pair, limit, target=target
         )
-        special = [i in self.special_ids for i in ids]
+        special, unknown = self.marks(ids)
         word_ids = [None if sp else w for sp, w in zip(special, words, strict=True)]
         segments = display_segments(sources)
         zeros = [0] * len(ids)  # no slow tokenizer here gives token types
         return Encoded(
-            ids, sources, segments, zeros, special, offsets, word_ids, truncated, (text, text_pair)
+            ids, sources, segments, zeros, special, unknown, offsets, word_ids, truncated, (text, text_pair)
         )
 
     def _encode_concatenated(self, text: str, text_pair: str, limit: int) -> Encoded:
@@ -279,6 +323,7 @@ class TextEncoder:
             segments=[0] * len(a.ids) + [1] * len(b.ids),
             type_ids=a.type_ids + b.type_ids,
             special=a.special + b.special,
+            unknown=a.unknown + b.unknown,
             offsets=a.offsets + b.offsets,
             word_ids=a.word_ids + b.word_ids,
             truncated=truncated,

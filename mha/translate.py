@@ -109,11 +109,11 @@ def attend_seq2seq(
         if target is None:
             budget = DEFAULT_NEW_TOKENS if max_new_tokens is None else max_new_tokens
             new = greedy_target(model, memory, budget, cancel)
-            decoder_input = _written(new, model.encoder.special_ids)
+            decoder_input = _written(new, model.encoder)
         else:
             new = []
             decoder_input = given
-        decoder_input = _started(decoder_input, start, model.encoder.special_ids)
+        decoder_input = _started(decoder_input, start, model.encoder)
         decoder_ids = torch.tensor([decoder_input.ids], device=model.device)
         hidden, own, cross = network.decoder.decode(decoder_ids, memory, cancel=cancel)
     assert encoder_attentions is not None and own is not None and cross is not None  # need_weights
@@ -129,6 +129,7 @@ def attend_seq2seq(
         target_tokens=spell(model.tokenizer, decoder_input.ids),
         target_ids=decoder_input.ids,
         target_special=decoder_input.special,
+        target_unknown=decoder_input.unknown,
         target_offsets=decoder_input.offsets,
         target_word_ids=decoder_input.word_ids,
         target_truncated=decoder_input.truncated,
@@ -146,22 +147,25 @@ def spell(tokenizer: Any, ids: list[int]) -> list[str]:
     return [f"<id {i}>" if token is None else str(token) for i, token in zip(ids, tokens, strict=True)]
 
 
-def _written(ids: list[int], special_ids: frozenset[int]) -> Encoded:
+def _written(ids: list[int], encoder: TextEncoder) -> Encoded:
     """Tokens the model wrote: no span of any text, no word of it."""
     n = len(ids)
-    special = [i in special_ids for i in ids]
-    return Encoded(ids, [None] * n, [0] * n, [0] * n, special, [(0, 0)] * n, [None] * n, False, ("", None))
+    special, unknown = encoder.marks(ids)
+    return Encoded(
+        ids, [None] * n, [0] * n, [0] * n, special, unknown, [(0, 0)] * n, [None] * n, False, ("", None)
+    )
 
 
-def _started(encoded: Encoded, start: int, special_ids: frozenset[int]) -> Encoded:
+def _started(encoded: Encoded, start: int, encoder: TextEncoder) -> Encoded:
     """`encoded` after the decoder start token (a template token: no span, no word)."""
-    head = _written([start], special_ids)
+    head = _written([start], encoder)
     return Encoded(
         head.ids + encoded.ids,
         head.sources + encoded.sources,
         head.segments + encoded.segments,
         head.type_ids + encoded.type_ids,
         head.special + encoded.special,
+        head.unknown + encoded.unknown,
         head.offsets + encoded.offsets,
         head.word_ids + encoded.word_ids,
         encoded.truncated,

@@ -35,10 +35,10 @@ Any single head is available at full precision from `POST /api/attention/head/co
 `POST /api/attention/head` (JSON).
 
 An encoder-decoder's answer (header `"architecture": "encoder-decoder"`, with `target_tokens`,
-`target_special`, `target_truncated`, `generated`) holds three tensors in one buffer, listed in the header's
-`sections` as `{{"kind", "layers", "heads", "rows", "cols"}}`: encoder n x n, decoder m x m, cross m x n (m
-target tokens). Their payloads follow in that order, each as above with n x n read as rows x cols, each
-starting at a multiple of 4 bytes (zero padding between).{TRUNCATION}
+`target_special`, `target_unknown`, `target_truncated`, `generated`) holds three tensors in one buffer,
+listed in the header's `sections` as `{{"kind", "layers", "heads", "rows", "cols"}}`: encoder n x n,
+decoder m x m, cross m x n (m target tokens). Their payloads follow in that order, each as above with n x n
+read as rows x cols, each starting at a multiple of 4 bytes (zero padding between).{TRUNCATION}
 """
 
 HEAD_COMPACT_DESCRIPTION = f"""

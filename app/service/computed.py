@@ -20,6 +20,7 @@ class Seq2Seq:
 
     target_tokens: list[str]
     target_special: list[bool]
+    target_unknown: list[bool]
     target_truncated: bool
     decoder_attentions: torch.Tensor  # float32 CPU [L_dec, H_dec, m, m]
     cross_attentions: torch.Tensor  # float32 CPU [L_dec, H_dec, m, n]
@@ -40,7 +41,8 @@ class Computed:
     model: str
     tokens: list[str]
     segments: list[int]
-    special: list[bool]
+    special: list[bool]  # control tokens (mha's rule): what the `special` statistic weighs
+    unknown: list[bool]  # the tokenizer's [UNK], a word it cannot spell: styled apart, not special
     truncated: bool
     causal: bool
     kv_heads: int
@@ -88,6 +90,7 @@ class Computed:
             "tokens": self.tokens,
             "segments": self.segments,
             "special": self.special,
+            "unknown": self.unknown,
             "layers": self.layers,
             "heads": self.heads,
             "kv_heads": self.kv_heads,
@@ -102,6 +105,7 @@ class Computed:
                 architecture="encoder-decoder",
                 target_tokens=self.seq2seq.target_tokens,
                 target_special=self.seq2seq.target_special,
+                target_unknown=self.seq2seq.target_unknown,
                 target_truncated=self.seq2seq.target_truncated,
             )
         return header
@@ -131,6 +135,7 @@ class Computed:
             tokens=s.target_tokens,
             segments=[0] * len(s.target_tokens),
             special=s.target_special,
+            unknown=s.target_unknown,
             truncated=s.target_truncated,
             causal=kind == "decoder",
             kv_heads=int(attentions.shape[1]),
@@ -168,6 +173,7 @@ def from_result(name: str, model: mha.AttentionModel, result: mha.AttentionResul
         seq2seq = Seq2Seq(
             target_tokens=list(result.target_tokens),
             target_special=[bool(s) for s in result.target_special],
+            target_unknown=[bool(s) for s in result.target_unknown],
             target_truncated=bool(result.target_truncated),
             decoder_attentions=result.decoder_attentions,  # mha's own: float32, CPU, owned
             cross_attentions=result.cross_attentions,
@@ -177,6 +183,7 @@ def from_result(name: str, model: mha.AttentionModel, result: mha.AttentionResul
         tokens=list(result.tokens),
         segments=list(result.segments),
         special=[bool(s) for s in result.special],
+        unknown=[bool(s) for s in result.unknown],
         truncated=bool(result.truncated),
         causal=bool(model.info.causal),
         kv_heads=int(model.info.kv_heads),
@@ -209,6 +216,7 @@ def merge_words(computed: Computed) -> Computed:
         # A group never mixes segments, and special tokens are groups of their own.
         segments=[computed.segments[group[0]] for group in groups],
         special=[computed.special[group[0]] for group in groups],
+        unknown=[any(computed.unknown[i] for i in group) for group in groups],  # a word spelled [UNK]
         attentions=analysis.merge_to_words(computed.attentions, groups).contiguous(),
         byte_level=False,  # words are sliced from the text, not spelled by the tokenizer
         word_ids=(),

@@ -20,8 +20,9 @@ reads: what it measures, then its formula; ``STAT_DESCRIPTIONS`` serves each ent
 - ``local``: mean weight within LOCAL_WINDOW (2) tokens either side.
   Formula: mean_i sum over |i - j| <= LOCAL_WINDOW of a_ij.
 - ``forward``: mean weight on later tokens (0 for causal models). Formula: mean_i sum over j > i of a_ij.
-- ``special``: mean weight on special tokens ([CLS], [SEP], [UNK], <s>, </s>, <|endoftext|>, ...).
-  Formula: mean_i sum over special j of a_ij.
+- ``special``: mean weight on special tokens, those the tokenizer adds or that control the model ([CLS],
+  [SEP], <s>, </s>, <|endoftext|>, chat markers, ...; not [UNK], which stands for a word): on a BERT text,
+  Clark et al.'s attention to [CLS] plus [SEP]. Formula: mean_i sum over special j of a_ij.
 - ``punctuation``: mean weight on punctuation tokens. Formula: mean_i sum over punctuation j of a_ij.
 - ``first``: mean weight on the first position, the "attention sink" of models that add no [CLS]
   (GPT-2). Formula: mean_i a_i0.
@@ -29,9 +30,11 @@ reads: what it measures, then its formula; ``STAT_DESCRIPTIONS`` serves each ent
   Formula: mean_i max_j a_ij.
 
 Which tokens count. Special = the ``special`` mask when given, else a token spelled as one of
-``SPECIAL_TOKENS``. The two agree on every supported tokenizer: mha marks a token special when its id is
-one of the tokenizer's special ids (typed in the text or added by the template, [UNK] included), and
-SPECIAL_TOKENS spells exactly those ids of BERT, RoBERTa, DistilBERT and GPT-2. Punctuation = a
+``SPECIAL_TOKENS``. The mask is mha's (``AttentionResult.special``, rule in mha.tokenize): a control token,
+[CLS], [SEP], BOS, EOS, PAD, MASK or a chat-template marker, whether typed in the text or added by the
+template; never [UNK], the tokenizer's stand-in for a word it cannot spell, which is no sink (Clark et al.
+2019 measure [CLS] + [SEP]). SPECIAL_TOKENS spells exactly the special tokens of BERT, RoBERTa, DistilBERT
+and GPT-2, so the two agree on those. Punctuation = a
 non-special token that, after stripping one leading subword marker (``##``, ``Ġ``, ``▁``), is non-empty
 and made only of Unicode punctuation (categories P*). ``causal`` (for ``entropy_norm``) defaults to
 "every weight above the diagonal is exactly 0".
@@ -84,10 +87,11 @@ __all__ = [
     "token_masks",
 ]
 
-# The special tokens of every supported tokenizer (WordPiece, RoBERTa's BPE, GPT-2's): what the tokenizer's
-# special ids spell, so the spelled rule equals the id rule mha's `special` mask follows.
+# The special tokens of WordPiece (BERT, DistilBERT), RoBERTa's and GPT-2's BPE: what their control ids
+# spell, so the spelled rule equals the id rule of mha's `special` mask. No [UNK]: it stands for a word.
+# RoBERTa's <unk> stays: a byte-level BPE never writes it for a word, only for "<unk>" typed.
 SPECIAL_TOKENS = frozenset(
-    {"[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]", "<s>", "</s>", "<pad>", "<mask>", "<unk>", "<|endoftext|>"}
+    {"[CLS]", "[SEP]", "[PAD]", "[MASK]", "<s>", "</s>", "<pad>", "<mask>", "<unk>", "<|endoftext|>"}
 )
 
 LOCAL_WINDOW = 2  # tokens either side counted by the "local" statistic
@@ -187,9 +191,9 @@ def head_stats(
 
     Definitions (entropy, entropy_norm, distance, self, previous, next, local, forward, special,
     punctuation, first, max) are in the module docstring. ``special`` is the special-token mask
-    (``AttentionResult.special``); without it tokens spelled as one of ``SPECIAL_TOKENS`` count as special,
-    which gives the same mask for every supported tokenizer. ``causal`` only
-    changes ``entropy_norm``; None infers it (no weight above the diagonal).
+    (``AttentionResult.special``: the control tokens, never [UNK]); without it tokens spelled as one of
+    ``SPECIAL_TOKENS`` count as special, which gives the same mask on BERT, RoBERTa, DistilBERT and GPT-2
+    texts. ``causal`` only changes ``entropy_norm``; None infers it (no weight above the diagonal).
     Vectorized over all heads: at L=6, H=12, n=512 it takes tens of milliseconds on one core.
     """
     layers, heads, n = check_attention(attentions)

@@ -154,13 +154,19 @@ function section(buffer, bytes, view, header, offset, layout, exact, order) {
   return [new Attention(header, { scales, q, order, shape }), end];
 }
 
+/**
+ * The tokens the page styles apart from the text's words: the special ones and the tokenizer's [UNK] (not
+ * special: a word it cannot spell, but no word the reader can see either). Either list may be absent.
+ */
+export function styledApart(special, unknown, n) {
+  return Array.from({ length: n }, (_, i) => Boolean(special?.[i] || unknown?.[i]));
+}
+
 // Which tokens a section's queries and keys are, and what its rows mean (docs/design.md, "compact").
 function sectionShape(header, { kind, layers, heads, rows, cols }) {
-  const source = { tokens: header.tokens, special: header.special ?? new Array(header.n).fill(false) };
-  const target = {
-    tokens: header.target_tokens,
-    special: header.target_special ?? new Array(header.target_tokens?.length ?? 0).fill(false),
-  };
+  const source = { tokens: header.tokens, special: styledApart(header.special, header.unknown, header.n) };
+  const m = header.target_tokens?.length ?? 0;
+  const target = { tokens: header.target_tokens, special: styledApart(header.target_special, header.target_unknown, m) };
   const [queries, keys] = { self: [source, source], encoder: [source, source], decoder: [target, target], cross: [target, source] }[kind];
   const onTarget = kind === "decoder" || kind === "cross";
   return {

@@ -5,6 +5,7 @@
 //
 // Fast at 8,192 tokens: the spans are built once per trace; a row, a head or a cursor move only restyles.
 
+import { styledApart } from "./decode.js";
 import { $, el } from "./dom.js";
 import { fetchRow } from "./trace-api.js";
 import { displayToken, topK } from "./decoder.js";
@@ -111,14 +112,15 @@ export class LongText {
 
   /** Build the spans of a trace (`run.trace`: the done event); the last token first: its row picks the next. */
   show(run, { layer, head }) {
-    const { tokens, special, n, byte_level: byteLevel } = run.trace;
+    const { tokens, special, unknown, n, byte_level: byteLevel } = run.trace;
     const started = performance.now(); // benchmarks read "headscope-long-text" and "headscope-long-row"
     this.run = run;
     this.selection = { layer, head };
     this.spelled = tokens.map((token) => displayToken(token, byteLevel));
+    const apart = styledApart(special, unknown, n); // special tokens and [UNK]
     const fragment = document.createDocumentFragment();
     this.spans = this.spelled.map((text, i) => {
-      const span = el("span", { className: special[i] ? "lt-token special" : "lt-token", text, data: { i } });
+      const span = el("span", { className: apart[i] ? "lt-token special" : "lt-token", text, data: { i } });
       span.id = `lt-${i}`;
       fragment.append(span);
       if (endsLine(tokens[i], byteLevel)) fragment.append(document.createElement("br")); // the text's own lines

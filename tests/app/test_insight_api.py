@@ -378,3 +378,25 @@ def test_analysis_numbers_have_6_decimals_like_every_json_answer(client: TestCli
     numbers += text[text.index('"similar"') :]
     decimals = [len(tok.split(".")[1]) for tok in numbers.replace("]", ",").split(",") if "." in tok]
     assert decimals and max(decimals) <= 6
+
+
+# -- [UNK] ------------------------------------------------------------------------------------------------
+
+UNKNOWN = "The snowman ☃ waved at me 😀 today."  # MiniLM's vocabulary has neither: two [UNK]
+
+
+@pytest.mark.parametrize("words", [False, True], ids=["tokens", "words"])
+def test_unknown_words_are_marked_apart_and_no_sink(client: TestClient, words: bool) -> None:
+    """[UNK] stands for a word: answers mark it `unknown`, not `special`, and the `special` statistic is
+    Clark et al.'s attention to [CLS] plus [SEP], by hand on the answer's own attention."""
+    head = post(client, "/api/attention", {"text": UNKNOWN, "words": words})
+    tokens = head["tokens"]
+    assert head["unknown"] == [t in (("☃", "😀") if words else ("[UNK]",)) for t in tokens]
+    assert sum(head["unknown"]) == 2  # the premise; in words, each unknown word keeps its text
+    assert head["special"] == [t in ("[CLS]", "[SEP]") for t in tokens]
+    body = post(client, "/api/analysis", {"text": UNKNOWN, "words": words})
+    sinks = [j for j, t in enumerate(tokens) if t in ("[CLS]", "[SEP]")]
+    clark = tensor(head["attention"])[..., sinks].sum(-1).mean(-1)
+    # Two 6-decimal weights summed and a 6-decimal answer (3·ROUND6), over the server's float32 sum of
+    # two weights and mean of n rows.
+    close(body["stats"]["special"], clark, atol=3 * ROUND6 + float32_sum(2) + float32_sum(len(tokens)))

@@ -87,6 +87,7 @@ def test_the_stream_reports_each_layer_then_the_tokens(traced: tuple[TestClient,
     assert done["event"] == "done" and done["model"] == DEFAULT
     assert done["tokens"] == expected.tokens and done["n"] == expected.n
     assert done["segments"] == expected.encoded.segments and done["special"] == expected.encoded.special
+    assert done["unknown"] == expected.encoded.unknown
     assert (done["layers"], done["heads"], done["kv_heads"]) == (layers, minilm.info.heads, minilm.info.heads)
     assert done["causal"] is False and done["truncated"] is False and done["byte_level"] is False
     assert done["overview_size"] == min(128, expected.n) and done["stats_available"] is True

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
-import { CompactDecodeError, decodeCompact, unshuffleFloat32 } from "../../static/js/decode.js";
+import { CompactDecodeError, decodeCompact, styledApart, unshuffleFloat32 } from "../../static/js/decode.js";
 
 const FIXTURES = new URL("./fixtures/", import.meta.url);
 const expected = JSON.parse(readFileSync(new URL("expected.json", FIXTURES), "utf8"));
@@ -61,6 +61,12 @@ test("header fields: tokens verbatim, segments, boundary, causal", () => {
   const single = decodeCompact(load("causal-abs-uint8-key-major.hsa1"));
   assert.equal(single.boundary, -1);
   assert.equal(single.causal, true);
+});
+
+test("[UNK] is styled apart as the special tokens are, though not special; a header without marks has none", () => {
+  assert.deepEqual(styledApart([true, false, false, true], [false, true, false, false], 4), [true, true, false, true]);
+  assert.deepEqual(styledApart([true, false], undefined, 2), [true, false]); // an answer from before `unknown`
+  assert.deepEqual(styledApart(undefined, undefined, 2), [false, false]);
 });
 
 test("a causal model's masked cells decode to exactly 0", () => {

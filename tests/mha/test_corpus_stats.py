@@ -193,3 +193,24 @@ def test_padded_groups_sort_by_length_and_bound_the_padding() -> None:
     assert padded_groups([5, 50, 6, 52, 5]) == [[0, 4, 2], [1, 3]]
     assert padded_groups([40] * 32) == [list(range(32))]  # alike: one forward
     assert padded_groups([]) == []
+
+
+# Characters MiniLM's vocabulary lacks: each word holding one becomes [UNK].
+UNKNOWN_TEXTS = [("The snowman ☃ waved.", None), ("Emoji 😀 and 鿿 are unknown here.", "So is ☃.")]
+
+
+@pytest.mark.parametrize("words", [False, True], ids=["tokens", "words"])
+def test_worker_special_is_cls_plus_sep_with_unknown_words(minilm: AttentionModel, words: bool) -> None:
+    """The corpus's `special` is Clark et al.'s attention to [CLS] plus [SEP], by hand on each text's map
+    (merged to words as the service merges them, with --words): an [UNK] stands for a word, not a sink."""
+    rows = worker_rows(CorpusWorker(minilm, words=words), UNKNOWN_TEXTS)
+    for row, (r, width) in enumerate(attend_as_the_worker(minilm, UNKNOWN_TEXTS)):
+        assert "[UNK]" in r.tokens  # the premise
+        groups = [[i] for i in range(r.n)]
+        if words:  # [UNK] has its word id: merged into its word
+            groups = word_groups_from(r.word_ids, r.segments, r.special).groups
+        maps = merge_to_words(r.attentions, groups)
+        sinks = [k for k, group in enumerate(groups) if r.tokens[group[0]] in ("[CLS]", "[SEP]")]
+        clark = maps[..., sinks].double().sum(-1).mean(-1)  # [L, H]
+        got = torch.tensor(rows["special"][row], dtype=torch.float64).reshape(clark.shape)
+        assert (got - clark).abs().max().item() <= batched_stat("special", width)

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 from checkpoints import FAMILIES, TYPE_VOCAB_SIZES, build_checkpoint
-from tolerances import FORWARD, row_sum
+from tolerances import FORWARD, float32_sum, row_sum
 
 from mha import AttentionModel, AttentionResult, load_pretrained
+from mha.analysis import head_stats
 from mha.errors import PairNotSupportedError
 from mha.pretrained import default_model_path
 
@@ -198,3 +199,33 @@ def test_token_types_are_what_the_tokenizer_gives(
     assert result.segments[-1] == (0 if text_pair is None else 1)
     pair.check(items, [result])
     assert result.type_ids == (list(given) if given is not None else [0] * result.n)
+
+
+# Characters all-MiniLM-L6-v2's WordPiece vocabulary lacks: each word holding one becomes [UNK].
+UNKNOWN_WORDS = ("The snowman ☃ waved at me 😀 today.", "鿿 is a rare character.")
+
+
+def test_special_is_clarks_cls_plus_sep_with_unknown_words() -> None:
+    """head_stats' `special` on MiniLM is what Clark et al. 2019 ("What Does BERT Look At?") measure: each
+    token's attention to [CLS] plus [SEP], averaged, from transformers' own attentions and tokenizer. [UNK]
+    stands for a word, so it is no special token (before, it counted, and the two differed by ~1e-1)."""
+    reference = Pair("minilm", default_model_path())
+    tokenizer = reference.tokenizer
+    batch, attentions, _ = reference.reference([UNKNOWN_WORDS])
+    theirs = attentions[:, 0].double()  # [L, H, n, n], one text: nothing padded
+    ids = batch["input_ids"][0].tolist()
+    result = reference.ours.attend(*UNKNOWN_WORDS)
+    assert result.token_ids == ids and ids.count(tokenizer.unk_token_id) == 3  # ☃, 😀, 鿿: the premise
+    sinks = [j for j, i in enumerate(ids) if i in (tokenizer.cls_token_id, tokenizer.sep_token_id)]
+    assert len(sinks) == 3  # [CLS] text [SEP] pair [SEP]
+    clark = theirs[..., sinks].sum(-1).mean(-1)  # [L, H]
+
+    ours = head_stats(result.attentions, result.tokens, special=result.special)["special"].double()
+    assert result.unknown == [i == tokenizer.unk_token_id for i in ids]
+    # Each weight within FORWARD of transformers' (3 summed), and our float32 sum of 3 weights and mean of
+    # n rows (<= 1 each) round by at most float32_sum(3) + n·u.
+    bound = 3 * FORWARD + float32_sum(3) + float32_sum(result.n)
+    assert (ours - clark).abs().max().item() <= bound
+    # The premise that [UNK] matters here: counted as special, it moves the statistic far past the bound.
+    unknowns = [j for j, i in enumerate(ids) if i == tokenizer.unk_token_id]
+    assert theirs[..., unknowns].sum(-1).mean(-1).max().item() > 100 * bound

@@ -213,15 +213,17 @@ def test_large_buffers_are_ordinary_tensors() -> None:
 
 def test_a_typed_special_token_is_special_like_the_templates(bert) -> None:
     # The tokenizer turns a typed "[SEP]" into the real [SEP] id: the model reads it as [SEP], so it is
-    # special, with its span in the text and no word id (a word group of its own).
+    # special, with its span in the text and no word id (a word group of its own). [UNK], typed or written
+    # for "☃", stands for a word: not special, marked unknown, with its word id.
     text = "a [SEP] b [UNK] c ☃"
     r = bert.attend(text, "[CLS] d")
     assert r.tokens == ["[CLS]", "a", "[SEP]", "b", "[UNK]", "c", "[UNK]", "[SEP]", "[CLS]", "d", "[SEP]"]
-    assert r.special == [True, False, True, False, True, False, True, True, True, False, True]
+    assert r.special == [True, False, True, False, False, False, False, True, True, False, True]
+    assert r.unknown == [t == "[UNK]" for t in r.tokens]
     assert r.segments == [0] * 8 + [1] * 3
     assert r.offsets[2] == (2, 7) and r.offsets[6] == (18, 19) and r.offsets[8] == (0, 5)
     assert r.offsets[0] == r.offsets[7] == r.offsets[-1] == (0, 0)  # the template's own
-    assert r.word_ids == [None, 0, None, 2, None, 4, None, None, None, 1, None]
+    assert r.word_ids == [None, 0, None, 2, 3, 4, 5, None, None, 1, None]
     groups = analysis.word_groups_from(r.word_ids, r.segments, r.special).groups
     assert groups == [[i] for i in range(r.n)]
     labels = analysis.word_labels(r.tokens, groups, offsets=r.offsets, segments=r.segments, texts=(text, "x"))
@@ -240,13 +242,18 @@ def test_typed_special_tokens_have_the_ids_transformers_gives(tiny_checkpoints: 
     for family, (text, pair) in texts.items():
         model = load_pretrained(tiny_checkpoints[family], device="cpu")
         tokenizer = AutoTokenizer.from_pretrained(str(tiny_checkpoints[family]))
-        specials = set(tokenizer.all_special_ids)
+        # WordPiece writes [UNK] for a word it cannot spell: no control token. The byte-level BPEs write
+        # none (they spell every byte), so their <unk> (GPT-2's is <|endoftext|>) stays one.
+        unknown = {"[UNK]"} if family in ("bert", "distilbert") else set()
+        specials = set(tokenizer.all_special_ids) - set(tokenizer.convert_tokens_to_ids(sorted(unknown)))
         # Every special token of the tokenizer is spelled in SPECIAL_TOKENS, so the rules agree.
-        assert set(tokenizer.all_special_tokens) <= analysis.SPECIAL_TOKENS, family
+        assert set(tokenizer.all_special_tokens) - unknown <= analysis.SPECIAL_TOKENS, family
+        assert not unknown & analysis.SPECIAL_TOKENS
         for args in ((text,), (text, pair)):
             r = model.attend(*args)
             assert r.token_ids == tokenizer(*args)["input_ids"], (family, args)
             assert r.special == [i in specials for i in r.token_ids], (family, args)
+            assert r.unknown == [t in unknown for t in r.tokens], (family, args)
             assert r.special == [t in analysis.SPECIAL_TOKENS for t in r.tokens], (family, args)
             typed = [s for s, source in zip(r.special, r.offsets, strict=True) if s and source != (0, 0)]
             assert typed, (family, args)  # the premise: a special token typed in the text
@@ -258,6 +265,61 @@ def test_head_stats_agree_with_and_without_the_special_mask(bert) -> None:
     spelled = analysis.head_stats(r.attentions, r.tokens)
     for key in with_mask:  # the same masks through the same code: exactly equal
         torch.testing.assert_close(with_mask[key], spelled[key], atol=0, rtol=0, msg=key)
+
+
+def _chat_tokenizer():
+    """A byte-level BPE in SmolLM2's way: <|endoftext|> is BOS, EOS and the nominal unk token; the chat
+    markers are special, <|im_start|> named (an extra special token), <|im_end|> only added as special, so
+    all_special_ids misses it; <think> is added but not special (as in Qwen3)."""
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=alphabet)
+    tok.train_from_iterator(["hello world, the cat sat on the mat"], trainer=trainer)
+    end = "<|endoftext|>"
+    named = {"bos_token": end, "eos_token": end, "unk_token": end, "extra_special_tokens": ["<|im_start|>"]}
+    wrapped = PreTrainedTokenizerFast(tokenizer_object=tok, **named)
+    wrapped.add_tokens([AddedToken("<|im_end|>", special=True), AddedToken("<think>", special=False)])
+    wrapped.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    return wrapped
+
+
+def test_chat_markers_are_special_and_a_nominal_unk_token_too() -> None:
+    """Special = the control tokens: named special ids and every token added as special (chat markers),
+    template's or typed. A byte-level BPE writes no [UNK] for a word, so its unk token is no unknown word."""
+    from mha.tokenize import TextEncoder
+
+    tokenizer = _chat_tokenizer()
+    assert tokenizer.convert_tokens_to_ids("<|im_end|>") not in tokenizer.all_special_ids  # the premise
+    encoder = TextEncoder(tokenizer, vocab_size=len(tokenizer), type_vocab_size=0, pair_template=False)
+    assert encoder.unknown_id is None
+    encoded = encoder.encode_batch([("hello <think> world<|endoftext|><|im_end|>", None)], 64, chat=True)[0]
+    tokens = tokenizer.convert_ids_to_tokens(encoded.ids)
+    controls = {"<|im_start|>", "<|im_end|>", "<|endoftext|>"}
+    assert tokens.count("<|im_end|>") == 2 and "<think>" in tokens and "<|endoftext|>" in tokens
+    assert encoded.special == [t in controls for t in tokens]
+    assert not any(encoded.unknown)
+    assert all(w is None for w, s in zip(encoded.word_ids, encoded.special, strict=True) if s)
+
+
+def test_unk_is_unknown_unless_it_plays_another_role() -> None:
+    """WordPiece writes [UNK] for a word it cannot spell; made the PAD token too (as fine-tunes of Llama 2
+    make <unk>), it is a control token."""
+    from transformers import AutoTokenizer
+
+    from mha.pretrained import default_model_path
+    from mha.tokenize import unknown_id
+
+    tokenizer = AutoTokenizer.from_pretrained(str(default_model_path()))
+    assert unknown_id(tokenizer) == tokenizer.convert_tokens_to_ids("[UNK]")
+    tokenizer.pad_token = tokenizer.unk_token
+    assert unknown_id(tokenizer) is None
 
 
 def test_a_text_of_special_tokens_only_is_not_empty(tiny_checkpoints: dict[str, Path], bert) -> None:
