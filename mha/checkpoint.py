@@ -1,26 +1,38 @@
 """Reading a checkpoint: where it is, its files checked, its weights and tokenizer read, device and dtype.
 
-Every file load_pretrained needs is checked first, from the files alone (milliseconds), so a broken
-checkpoint fails before any weight is read, and check_checkpoint reports exactly what loading would.
+Every file load_pretrained needs is checked first, from the files and the weights' headers alone (no tensor
+read: milliseconds), so a broken checkpoint fails before any weight is read, and check_checkpoint reports
+exactly what loading would.
 """
 
 from __future__ import annotations
 
 import json
+import pickle
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
-from mha.convert import Converter, for_model_type
-from mha.errors import CheckpointNotFoundError, TokenizerNotFoundError, UnsupportedCheckpointError
+from mha.convert import Converter, check_shapes, families_of, for_model_type
+from mha.convert.base import NetworkConfig
+from mha.errors import (
+    CheckpointError,
+    CheckpointMismatchError,
+    CheckpointNotFoundError,
+    TokenizerNotFoundError,
+    UnsupportedCheckpointError,
+)
+from mha.weight_headers import Shapes, weight_shapes
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
     "TOKENIZER_VOCABULARIES",
+    "Checked",
     "check_checkpoint",
     "check_directory",
+    "check_files",
     "default_model_path",
     "dtype_name",
     "fetch",
@@ -191,19 +203,78 @@ def check_directory(directory: Path) -> tuple[dict[str, Any], Converter, list[Pa
     return config, converter, weights
 
 
+class Checked(NamedTuple):
+    """A checkpoint directory that passed check_files, and what checking it read."""
+
+    converter: Converter
+    weights: list[Path]  # its weight files (one, or the shards)
+    hf_config: Any  # config.json as transformers' AutoConfig reads it
+    config: NetworkConfig  # ours, from it
+
+
+def check_files(directory: Path) -> Checked:
+    """check_directory, then the weights' headers against config.json, reading no tensor: the weight files
+    are whole and readable (weight_headers), the weights are of config.json's family (else a
+    CheckpointMismatchError naming both), config.json reads as that family's config, and the weights'
+    names and shapes are those its key map wants (the CheckpointMismatchError loading would raise)."""
+    raw, converter, files = check_directory(directory)
+    shapes = weight_shapes(files)  # None: a legacy pickle, whose names only loading reads
+    if shapes is not None:
+        _check_family(directory, raw.get("model_type"), converter, shapes, files)
+    hf_config, config = read_config(directory, converter)
+    if shapes is not None:
+        check_shapes(shapes, converter.key_map(config), config, family=converter.family)
+    return Checked(converter, files, hf_config, config)
+
+
+def _check_family(
+    directory: Path, model_type: object, converter: Converter, shapes: Shapes, files: list[Path]
+) -> None:
+    """Weights without the family's signature that have another family's were saved by that one."""
+    if converter.matches(shapes):
+        return
+    others = families_of(shapes)
+    if others:
+        weights = files[0].name if len(files) == 1 else f"{len(files)} shards"
+        raise CheckpointMismatchError(
+            f"config.json in {directory} says model_type {model_type!r}, but the weights ({weights}) are a "
+            f"{' or '.join(others)} checkpoint's: config.json and the weights come from different models"
+        )
+
+
+def read_config(directory: Path, converter: Converter) -> tuple[Any, NetworkConfig]:
+    """config.json as transformers reads it, and our config from it; one that either refuses is a
+    CheckpointNotFoundError quoting why (a wrongly typed or missing field)."""
+    from transformers import AutoConfig
+
+    try:
+        hf_config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
+        return hf_config, converter.config_from_hf(hf_config)
+    except CheckpointError:
+        raise
+    except Exception as exc:  # transformers and our configs raise ValueError, TypeError, AttributeError...
+        why = " ".join(str(exc).split())  # transformers' validation errors span lines: one line here
+        raise CheckpointNotFoundError(
+            f"config.json in {directory} is not a usable {converter.family} config: "
+            f"{type(exc).__name__}: {why}"
+        ) from exc
+
+
 def check_checkpoint(path: str | Path) -> None:
     """Raise the error load_pretrained(path) would for missing or broken files, without reading weights.
 
-    Checks, from the files alone and in milliseconds: the directory, config.json (present, a JSON object,
-    a supported model_type), the weights (model.safetensors, or an index and every shard it names, or
-    pytorch_model.bin) and the tokenizer's vocabulary files. A path that is not a directory but looks
-    like a hub id is not checked (it is fetched only when loaded): returns None like a good checkpoint.
-    Loading can still fail on what only reading the files shows (mis-shaped weights, a tokenizer far
-    smaller than the model's vocabulary).
+    Checks, from the files and the weights' headers alone (milliseconds; no tensor read): the directory,
+    config.json (present, a JSON object, a supported model_type, a config of that family), the weights
+    (model.safetensors, or an index and every shard it names, or pytorch_model.bin: each whole and
+    readable; of config.json's family; every name and shape the family's key map wants, and no other) and
+    the tokenizer's vocabulary files. A legacy (pre-zip) pytorch_model.bin is checked to be a pickle only.
+    A path that is not a directory but looks like a hub id is not checked (it is fetched only when
+    loaded): returns None like a good checkpoint. Loading can still fail on what only reading the files
+    shows (a tokenizer far smaller than the model's vocabulary, damaged tensor bytes).
     """
     directory = local_directory(path)
     if directory is not None:
-        check_directory(directory)
+        check_files(directory)
 
 
 # --- reading ------------------------------------------------------------------------------------------------
@@ -211,15 +282,20 @@ def check_checkpoint(path: str | Path) -> None:
 
 def load_weights(files: list[Path]) -> dict[str, torch.Tensor]:
     """The tensors of the weight files check_directory found, as the checkpoint names them."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    if files[0].suffix == ".bin":
-        # weights_only: a pickle from the internet must not run code.
-        weights: dict[str, torch.Tensor] = torch.load(files[0], map_location="cpu", weights_only=True)
-        return weights
-    weights = {}
+    weights: dict[str, torch.Tensor] = {}
     for file in files:
-        weights.update(load_file(file))
+        try:
+            if file.suffix == ".bin":
+                # weights_only: a pickle from the internet must not run code.
+                weights.update(torch.load(file, map_location="cpu", weights_only=True))
+            else:
+                weights.update(load_file(file))
+        # What check_files cannot see (damaged tensor bytes, a legacy pickle's contents):
+        except (SafetensorError, OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as exc:
+            raise CheckpointNotFoundError(f"{file} could not be read: {type(exc).__name__}: {exc}") from exc
     return weights
 
 

@@ -49,12 +49,14 @@ class UnsupportedCheckpointError(CheckpointError):
 
 
 class CheckpointMismatchError(CheckpointError):
-    """The checkpoint's weights do not fit the architecture: missing, unexpected or mis-shaped keys."""
+    """The checkpoint's weights do not fit the architecture: missing, unexpected or mis-shaped keys, or
+    weights of another family than config.json's model_type (the message names both)."""
 
 
 class CheckpointNotFoundError(CheckpointError):
     """No checkpoint at the given path (and it could not be fetched), or a file it needs is missing or
-    unreadable: config.json, the weights, the tokenizer."""
+    unreadable: config.json (or a field of it its family cannot read), the weights (truncated, damaged,
+    not weights at all), the tokenizer."""
 
 
 class TokenizerNotFoundError(CheckpointNotFoundError):

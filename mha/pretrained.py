@@ -279,16 +279,13 @@ class AttentionModel:
 
 
 def checkpoint_architecture(path: str | Path) -> str | None:
-    """ "encoder", "decoder" or "encoder-decoder": what a local checkpoint is, from its config alone (no
-    weights, no tokenizer: milliseconds), so a service can say it before loading; None for a hub id not on
-    disk. Raises what check_checkpoint raises for broken files."""
-    from transformers import AutoConfig
-
+    """ "encoder", "decoder" or "encoder-decoder": what a local checkpoint is, from its config (no tensor
+    read, no tokenizer: milliseconds), so a service can say it before loading; None for a hub id not on
+    disk. Runs check_checkpoint's checks, and raises what it raises for broken files."""
     directory = checkpoint.local_directory(path)
     if directory is None:
         return None
-    _, converter, _ = checkpoint.check_directory(directory)
-    config = converter.config_from_hf(AutoConfig.from_pretrained(str(directory), local_files_only=True))
+    config = checkpoint.check_files(directory).config
     return "encoder-decoder" if isinstance(config, Seq2SeqConfig) else config.architecture
 
 
@@ -307,8 +304,6 @@ def load_pretrained(
     Every failure is a CheckpointError subclass (mha.errors); check_checkpoint(path) finds the ones the
     files alone show, without loading.
     """
-    from transformers import AutoConfig
-
     if path is None or str(path) == DEFAULT_MODEL_NAME:
         name = name or DEFAULT_MODEL_NAME
     directory = checkpoint.local_directory(path) or checkpoint.fetch(str(path))
@@ -316,9 +311,8 @@ def load_pretrained(
     torch_device = resolve_device(device)
     torch_dtype = checkpoint.resolve_dtype(dtype, torch_device)
 
-    _, converter, weight_files = checkpoint.check_directory(directory)
-    hf_config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
-    config = converter.config_from_hf(hf_config)
+    # Reads no tensor: a broken checkpoint fails here, cheaply.
+    converter, weight_files, hf_config, config = checkpoint.check_files(directory)
     if isinstance(config, Seq2SeqConfig):
         config = _with_generation_config(config, directory)
     # Before the weights: fails cheaply.

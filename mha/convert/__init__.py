@@ -2,13 +2,23 @@
 
 Each family module declares a `Converter`: a `config_from_hf` and a `KeyMap` (our key -> their keys,
 GPT-2's transposed Conv1D keys, the keys we knowingly skip); the shared machinery is in `base`.
-`for_model_type(config.json's model_type)` picks the family.
+`for_model_type(config.json's model_type)` picks the family; `families_of(weight names)` says which
+families' checkpoints name their weights so, from each family's `signature`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from mha.convert.bart import BART
-from mha.convert.base import Converter, KeyMap, activation_from_hf, convert_state_dict, expected_shapes
+from mha.convert.base import (
+    Converter,
+    KeyMap,
+    activation_from_hf,
+    check_shapes,
+    convert_state_dict,
+    expected_shapes,
+)
 from mha.convert.bert import BERT, ROBERTA
 from mha.convert.distilbert import DISTILBERT
 from mha.convert.gemma2 import GEMMA2
@@ -27,8 +37,10 @@ __all__ = [
     "Converter",
     "KeyMap",
     "activation_from_hf",
+    "check_shapes",
     "convert_state_dict",
     "expected_shapes",
+    "families_of",
     "for_model_type",
 ]
 
@@ -64,3 +76,9 @@ def for_model_type(model_type: object, *, source: str = "config.json") -> Conver
             f"model_type {model_type!r} in {source} is not supported; supported: {supported}"
         )
     return converter
+
+
+def families_of(keys: Collection[str]) -> list[str]:
+    """The families whose checkpoints have weights of these names (sorted; several where they name their
+    weights alike: BERT and RoBERTa, the Llama-like decoders, T5 and mT5, BART and Marian)."""
+    return sorted(family for family, converter in CONVERTERS.items() if converter.matches(keys))

@@ -119,6 +119,12 @@ def key_map(config: Seq2SeqConfig) -> KeyMap:
     return seq2seq_key_map(config, embeddings=embeddings)
 
 
+# the encoder's first query, bare (BartModel) or under the task model's prefix; Marian's keys are BART's
+SIGNATURE = r"^(model\.)?encoder\.layers\.0\.self_attn\.q_proj\.weight$"
 BART = Converter(
-    family="bart", config_from_hf=config_from_hf, key_map=key_map, logits_bias="final_logits_bias"
+    family="bart",
+    config_from_hf=config_from_hf,
+    key_map=key_map,
+    signature=SIGNATURE,
+    logits_bias="final_logits_bias",
 )

@@ -1,14 +1,15 @@
 """What every converter shares: the KeyMap and Converter types, the config fields every family names
-alike, a per-layer key table expanded to every layer, and `convert_state_dict`, which applies a map and
-reports every missing, unexpected and mis-shaped key together in one CheckpointMismatchError.
+alike, a per-layer key table expanded to every layer, `check_shapes`, which reports every missing,
+unexpected and mis-shaped key of a checkpoint together in one CheckpointMismatchError from the names and
+shapes alone, and `convert_state_dict`, which checks so and applies a map.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, TypedDict, TypeVar
 
 import torch
 
@@ -18,6 +19,7 @@ from mha.seq2seq import Seq2SeqConfig
 
 # What a converter builds: one stack, or an encoder-decoder (mha.seq2seq)
 NetworkConfig = TransformerConfig | Seq2SeqConfig
+V = TypeVar("V")
 
 __all__ = [
     "Converter",
@@ -25,6 +27,7 @@ __all__ = [
     "NetworkConfig",
     "activation_from_hf",
     "base_config",
+    "check_shapes",
     "convert_state_dict",
     "expected_shapes",
     "forced_tokens",
@@ -49,6 +52,9 @@ class Converter:
     family: str
     config_from_hf: Callable[[Any], NetworkConfig]
     key_map: Callable[[Any], KeyMap]  # of the config config_from_hf returns
+    # a regex one key of every checkpoint of the family matches, whatever its size (the first layer's query):
+    # weights without it that match another family's were saved by that family (mha.checkpoint)
+    signature: str
     # what the tokenizer's template cannot do for this family (GPT-2 has no pair template)
     pair_template: bool = True
     # the LM head's name in a causal checkpoint (read only to continue a prompt)
@@ -57,6 +63,11 @@ class Converter:
     logits_bias: str | None = None
     # the family's transformers tokenizer is a Python SentencePiece one (Marian): mha.slow_tokenize
     slow_tokenizer: bool = False
+
+    def matches(self, keys: Iterable[str]) -> bool:
+        """Whether a checkpoint with these weight names is this family's: one matches its signature."""
+        pattern = re.compile(self.signature)
+        return any(pattern.search(k) for k in keys)
 
 
 def activation_from_hf(name: str, *, family: str) -> str:
@@ -136,16 +147,28 @@ def build_network(config: NetworkConfig) -> torch.nn.Module:
     return EncoderDecoder(config) if isinstance(config, Seq2SeqConfig) else Transformer(config)
 
 
+# repr(config) -> expected_shapes: a check and the load after it ask for the same config, and building
+# even on the meta device costs ~30 ms for MiniLM. Keyed by repr: a config holds dicts (RoPE scaling), so it
+# is not hashable, and its repr spells every field exactly.
+_SHAPES: dict[str, dict[str, torch.Size]] = {}
+_SHAPES_KEPT = 64  # configs remembered; a process sees a few
+
+
 def expected_shapes(config: NetworkConfig) -> dict[str, torch.Size]:
     """Our parameter names and shapes for a config, without allocating the weights."""
-    with torch.device("meta"):
-        model = build_network(config)
-    return {name: p.shape for name, p in model.state_dict().items()}
+    key = repr(config)
+    shapes = _SHAPES.get(key)
+    if shapes is None:
+        with torch.device("meta"):
+            model = build_network(config)
+        shapes = {name: p.shape for name, p in model.state_dict().items()}
+        if len(_SHAPES) >= _SHAPES_KEPT:
+            _SHAPES.clear()
+        _SHAPES[key] = shapes
+    return dict(shapes)
 
 
-def _strip_prefix(
-    theirs: Mapping[str, torch.Tensor], key_map: KeyMap
-) -> tuple[dict[str, torch.Tensor], list[str]]:
+def _strip_prefix(theirs: Mapping[str, V], key_map: KeyMap) -> tuple[dict[str, V], list[str]]:
     """Drop a task model's prefix; keys outside the base model (its heads) are returned as skipped."""
     wanted = {k for keys in key_map.sources.values() for k in keys}
     best, hits = "", sum(k in wanted for k in theirs)
@@ -159,35 +182,42 @@ def _strip_prefix(
     return inside, [k for k in theirs if not k.startswith(best)]
 
 
-def convert_state_dict(
-    theirs: Mapping[str, torch.Tensor], key_map: KeyMap, config: NetworkConfig, *, family: str
-) -> dict[str, torch.Tensor]:
-    """Their state dict -> ours, or one CheckpointMismatchError listing every problem at once."""
-    theirs, _heads = _strip_prefix(theirs, key_map)
+def _joined_shape(parts: list[tuple[int, ...]]) -> tuple[int, ...] | None:
+    """The shape torch.cat(parts, dim=0) has; None where it would raise (0-d parts, unequal widths)."""
+    if any(not p or p[1:] != parts[0][1:] for p in parts):
+        return None
+    return (sum(p[0] for p in parts), *parts[0][1:])
+
+
+def check_shapes(
+    theirs: Mapping[str, Sequence[int]], key_map: KeyMap, config: NetworkConfig, *, family: str
+) -> None:
+    """Raise one CheckpointMismatchError listing every missing, unexpected and mis-shaped key of a
+    checkpoint whose weights have these names and shapes (their names: a task model's prefix is dropped
+    here), as convert_state_dict would; from the shapes alone, so a check reads no tensor."""
+    shapes, _heads = _strip_prefix({k: tuple(v) for k, v in theirs.items()}, key_map)
     expected = expected_shapes(config)
     ignored = [re.compile(p) for p in key_map.ignored]
-    ours: dict[str, torch.Tensor] = {}
     missing: list[str] = []
     misshaped: list[str] = []
     used: set[str] = set()
     for our_key, their_keys in key_map.sources.items():
-        absent = [k for k in their_keys if k not in theirs]
+        absent = [k for k in their_keys if k not in shapes]
         if absent:
             missing.extend(absent)
             continue
         used.update(their_keys)
-        parts = [theirs[k].t() if k in key_map.transposed else theirs[k] for k in their_keys]
         want = expected.get(our_key)
-        try:
-            tensor = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
-        except RuntimeError:
-            tensor = None
-        if want is None or tensor is None or tensor.shape != want:
-            got = ", ".join(f"{k} {tuple(theirs[k].shape)}" for k in their_keys)
+        # Transposed as loading does: .t() raises past 2-D, so such a part is mis-shaped.
+        parts = [shapes[k][::-1] if k in key_map.transposed else shapes[k] for k in their_keys]
+        if any(k in key_map.transposed and len(shapes[k]) > 2 for k in their_keys):
+            got_shape = None
+        else:
+            got_shape = parts[0] if len(parts) == 1 else _joined_shape(parts)
+        if want is None or got_shape != tuple(want):
+            got = ", ".join(f"{k} {shapes[k]}" for k in their_keys)
             misshaped.append(f"{got} (expected {tuple(want) if want is not None else '?'} for {our_key})")
-            continue
-        ours[our_key] = tensor
-    unexpected = sorted(k for k in theirs if k not in used and not any(p.search(k) for p in ignored))
+    unexpected = sorted(k for k in shapes if k not in used and not any(p.search(k) for p in ignored))
     unmapped = sorted(set(expected) - set(key_map.sources))  # a key map that forgot one of our weights
     if missing or unexpected or misshaped or unmapped:
         lines = [f"checkpoint does not match the {family} architecture:"]
@@ -200,4 +230,16 @@ def convert_state_dict(
         if unmapped:
             lines.append(f"  weights with no source ({len(unmapped)}): {', '.join(unmapped)}")
         raise CheckpointMismatchError("\n".join(lines))
+
+
+def convert_state_dict(
+    theirs: Mapping[str, torch.Tensor], key_map: KeyMap, config: NetworkConfig, *, family: str
+) -> dict[str, torch.Tensor]:
+    """Their state dict -> ours, or check_shapes' one CheckpointMismatchError listing every problem."""
+    check_shapes({k: v.shape for k, v in theirs.items()}, key_map, config, family=family)
+    theirs, _heads = _strip_prefix(theirs, key_map)
+    ours: dict[str, torch.Tensor] = {}
+    for our_key, their_keys in key_map.sources.items():
+        parts = [theirs[k].t() if k in key_map.transposed else theirs[k] for k in their_keys]
+        ours[our_key] = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
     return ours

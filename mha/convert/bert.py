@@ -70,9 +70,15 @@ def key_map(config: TransformerConfig, *, roberta: bool = False) -> KeyMap:
     )
 
 
-BERT = Converter(family="bert", config_from_hf=config_from_hf, key_map=key_map)
+def _signature(prefix: str) -> str:
+    """The first layer's query, bare (BertModel) or under the task model's prefix."""
+    return rf"^({prefix}\.)?encoder\.layer\.0\.attention\.self\.query\.weight$"
+
+
+BERT = Converter(family="bert", config_from_hf=config_from_hf, key_map=key_map, signature=_signature("bert"))
 ROBERTA = Converter(
     family="roberta",
     config_from_hf=lambda cfg: config_from_hf(cfg, roberta=True),
     key_map=lambda config: key_map(config, roberta=True),
+    signature=_signature("roberta"),
 )

@@ -9,6 +9,7 @@ already-fused projections, sliding windows, scaling).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,7 @@ from mha.convert.base import KeyMap, activation_from_hf
 from mha.model import TransformerConfig
 from mha.rope import Rope
 
-__all__ = ["DecoderLayout", "decoder_config", "decoder_key_map"]
+__all__ = ["DecoderLayout", "decoder_config", "decoder_key_map", "decoder_signature"]
 
 # our norm -> theirs, relative to layers.{i}. (Llama's names; Gemma 2 overrides them)
 NORMS = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
@@ -75,6 +76,12 @@ def layer_types_windows(cfg: Any) -> tuple[int, ...]:
     """The layers a config's `layer_types` marks "sliding_attention" (Qwen2, Qwen3, Gemma 2)."""
     types = getattr(cfg, "layer_types", None) or ()
     return tuple(i for i, kind in enumerate(types) if kind == "sliding_attention")
+
+
+def decoder_signature(layout: DecoderLayout = DecoderLayout()) -> str:
+    """The first layer's query (Phi-3's fused q/k/v), bare (LlamaModel) or under the task model's prefix."""
+    query = re.escape(layout.fused_qkv or "self_attn.q_proj")
+    return rf"^(model\.)?layers\.0\.{query}\.weight$"
 
 
 def decoder_key_map(config: TransformerConfig, layout: DecoderLayout = DecoderLayout()) -> KeyMap:

@@ -47,4 +47,9 @@ def key_map(config: TransformerConfig) -> KeyMap:
     return KeyMap(sources=sources, ignored=(r"^embeddings\.position_ids$",), prefixes=("distilbert.",))
 
 
-DISTILBERT = Converter(family="distilbert", config_from_hf=config_from_hf, key_map=key_map)
+DISTILBERT = Converter(
+    family="distilbert",
+    config_from_hf=config_from_hf,
+    key_map=key_map,
+    signature=r"^(distilbert\.)?transformer\.layer\.0\.attention\.q_lin\.weight$",
+)

@@ -7,7 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from mha.convert.base import Converter, KeyMap
-from mha.convert.decoder import DecoderLayout, decoder_config, decoder_key_map, layer_types_windows
+from mha.convert.decoder import (
+    DecoderLayout,
+    decoder_config,
+    decoder_key_map,
+    decoder_signature,
+    layer_types_windows,
+)
 from mha.model import TransformerConfig
 
 __all__ = ["GEMMA2"]
@@ -42,4 +48,6 @@ def key_map(config: TransformerConfig) -> KeyMap:
     return decoder_key_map(config, LAYOUT)
 
 
-GEMMA2 = Converter(family="gemma2", config_from_hf=config_from_hf, key_map=key_map)
+GEMMA2 = Converter(
+    family="gemma2", config_from_hf=config_from_hf, key_map=key_map, signature=decoder_signature(LAYOUT)
+)

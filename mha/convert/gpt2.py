@@ -66,4 +66,10 @@ def key_map(config: TransformerConfig) -> KeyMap:
     )
 
 
-GPT2 = Converter(family="gpt2", config_from_hf=config_from_hf, key_map=key_map, pair_template=False)
+GPT2 = Converter(
+    family="gpt2",
+    config_from_hf=config_from_hf,
+    key_map=key_map,
+    signature=r"^(transformer\.)?h\.0\.attn\.c_attn\.weight$",
+    pair_template=False,
+)

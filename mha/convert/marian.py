@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mha.convert.bart import seq2seq_config, seq2seq_key_map
+from mha.convert.bart import SIGNATURE, seq2seq_config, seq2seq_key_map
 from mha.convert.base import Converter, KeyMap
 from mha.seq2seq import Seq2SeqConfig
 
@@ -41,6 +41,7 @@ MARIAN = Converter(
     family="marian",
     config_from_hf=config_from_hf,
     key_map=key_map,
+    signature=SIGNATURE,
     logits_bias="final_logits_bias",
     slow_tokenizer=True,
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mha.convert.base import Converter
-from mha.convert.decoder import decoder_config, decoder_key_map
+from mha.convert.decoder import decoder_config, decoder_key_map, decoder_signature
 from mha.model import TransformerConfig
 
 __all__ = ["MISTRAL"]
@@ -15,4 +15,6 @@ def config_from_hf(cfg: Any) -> TransformerConfig:
     return decoder_config(cfg, family="mistral")
 
 
-MISTRAL = Converter(family="mistral", config_from_hf=config_from_hf, key_map=decoder_key_map)
+MISTRAL = Converter(
+    family="mistral", config_from_hf=config_from_hf, key_map=decoder_key_map, signature=decoder_signature()
+)

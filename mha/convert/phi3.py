@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from mha.convert.base import Converter, KeyMap
-from mha.convert.decoder import DecoderLayout, decoder_config, decoder_key_map
+from mha.convert.decoder import DecoderLayout, decoder_config, decoder_key_map, decoder_signature
 from mha.model import TransformerConfig
 
 __all__ = ["PHI3"]
@@ -22,4 +22,6 @@ def key_map(config: TransformerConfig) -> KeyMap:
     return decoder_key_map(config, LAYOUT)
 
 
-PHI3 = Converter(family="phi3", config_from_hf=config_from_hf, key_map=key_map)
+PHI3 = Converter(
+    family="phi3", config_from_hf=config_from_hf, key_map=key_map, signature=decoder_signature(LAYOUT)
+)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from mha.convert.base import Converter
-from mha.convert.decoder import decoder_config, decoder_key_map, layer_types_windows
+from mha.convert.decoder import decoder_config, decoder_key_map, decoder_signature, layer_types_windows
 from mha.model import TransformerConfig
 
 __all__ = ["QWEN3"]
@@ -22,4 +22,6 @@ def config_from_hf(cfg: Any) -> TransformerConfig:
     )
 
 
-QWEN3 = Converter(family="qwen3", config_from_hf=config_from_hf, key_map=decoder_key_map)
+QWEN3 = Converter(
+    family="qwen3", config_from_hf=config_from_hf, key_map=decoder_key_map, signature=decoder_signature()
+)

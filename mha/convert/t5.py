@@ -114,5 +114,7 @@ def key_map(config: Seq2SeqConfig) -> KeyMap:
     )
 
 
-T5 = Converter(family="t5", config_from_hf=config_from_hf, key_map=key_map)
-MT5 = Converter(family="mt5", config_from_hf=config_from_hf, key_map=key_map)
+# the encoder's first query; mT5's keys are T5's
+SIGNATURE = r"^encoder\.block\.0\.layer\.0\.SelfAttention\.q\.weight$"
+T5 = Converter(family="t5", config_from_hf=config_from_hf, key_map=key_map, signature=SIGNATURE)
+MT5 = Converter(family="mt5", config_from_hf=config_from_hf, key_map=key_map, signature=SIGNATURE)
