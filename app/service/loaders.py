@@ -42,16 +42,13 @@ def build_loaders(settings: Settings) -> dict[str, Loader]:
 
 
 def build_checks(settings: Settings) -> dict[str, Callable[[], object]]:
-    """name -> the cheap file check of an operator's checkpoint (milliseconds, no weights read), run at
-    startup so /api/models names a missing config, weights file or vocabulary before any request loads it,
-    and what architecture it is (so the page offers a target box before the model is loaded)."""
+    """name -> the cheap check of an operator's checkpoint (milliseconds: files and weight headers, no
+    tensor read), run at startup so /api/models names a missing config, a truncated, damaged or mis-shaped
+    weights file, weights of another family or a missing vocabulary before any request loads it; it
+    returns what architecture it is (so the page offers a target box before the model is loaded)."""
     paths = operator_paths(settings)
-    return {name: partial(_check, str(path)) for name, path in paths.items()}
-
-
-def _check(path: str) -> str | None:
-    mha.check_checkpoint(path)
-    return mha.checkpoint_architecture(path)
+    # checkpoint_architecture runs check_checkpoint's checks (mha.checkpoint.check_files) on the way.
+    return {name: partial(mha.checkpoint_architecture, str(path)) for name, path in paths.items()}
 
 
 def operator_paths(settings: Settings) -> dict[str, str | Path]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import threading
 import time
@@ -305,3 +306,30 @@ def test_a_checkpoint_without_vocabulary_is_named_at_startup(  # type: ignore[no
         r = client.post("/api/attention", json={"text": TEXT, "model": "gpt2-novocab"})
         assert r.status_code == 503 and "vocab.json" in r.json()["detail"]
         assert client.post("/api/attention", json={"text": TEXT}).status_code == 200
+
+
+def test_broken_weights_are_named_by_models_right_after_startup(  # type: ignore[no-untyped-def]
+    tiny_checkpoints: dict[str, Path], tmp_path: Path, make_settings
+) -> None:
+    from broken_checkpoints import BROKEN_WEIGHTS, break_checkpoint
+
+    # One folder per way to break a checkpoint's weights (or its config against them), beside a good one.
+    broken = {variant.replace(" ", "-"): variant for variant in BROKEN_WEIGHTS}
+    for name, variant in broken.items():
+        break_checkpoint(tiny_checkpoints["bert"], tmp_path / name, variant)
+    shutil.copytree(tiny_checkpoints["bert"], tmp_path / "good")
+    with TestClient(create_app(make_settings(models_dir=tmp_path))) as client:
+        # Before any request named them: the startup check read each one's headers.
+        entries = {m["name"]: m for m in client.get("/api/models").json()["models"]}
+        for name, variant in broken.items():
+            _breaks, error, match = BROKEN_WEIGHTS[variant]
+            assert entries[name]["loaded"] is False, name
+            assert re.search(f"^{error.__name__}: .*{match}", entries[name]["error"], re.DOTALL), name
+        assert entries["good"]["error"] is None and entries["good"]["architecture"] == "encoder"
+        for name, variant in broken.items():  # on use: 503 with the same reason, never a 500
+            for route in ("/api/attention", "/api/attention/compact", "/api/trace/tokens"):
+                r = client.post(route, json={"text": TEXT, "model": name})
+                assert r.status_code == 503, (name, route, r.text)
+                assert re.search(BROKEN_WEIGHTS[variant][2], r.json()["detail"], re.DOTALL), name
+        assert client.post("/api/attention", json={"text": TEXT, "model": "good"}).status_code == 200
+        assert client.get("/api/health").json()["status"] == "ok"
