@@ -8,13 +8,14 @@
 """
 
 from mha.corpus.job import ENGINES, Job, Progress
-from mha.corpus.runner import CorpusSettingsError, run
+from mha.corpus.runner import CorpusOutError, CorpusSettingsError, run
 from mha.corpus.source import CorpusInputError, Record, read_records
 from mha.corpus.worker import CorpusWorker
 
 __all__ = [
     "ENGINES",
     "CorpusInputError",
+    "CorpusOutError",
     "CorpusSettingsError",
     "CorpusWorker",
     "Job",

@@ -41,20 +41,35 @@ from mha.analysis.stats import LABELS
 from mha.checkpoint import DEFAULT_MODEL_NAME
 from mha.corpus.aggregate import aggregate
 from mha.corpus.job import ENGINES, Job, Progress
-from mha.corpus.shards import done_shards, shard_count, shard_of, write_atomic, write_shard
+from mha.corpus.shards import (
+    done_shards,
+    is_temporary,
+    remove_temporaries,
+    shard_count,
+    shard_directory,
+    shard_of,
+    write_atomic,
+    write_shard,
+)
 from mha.corpus.source import CorpusInputError, Record, input_format, read_records
 from mha.corpus.worker import CorpusWorker, output_schema
 from mha.pretrained import AttentionModel
 from mha.result import ModelInfo
 
-__all__ = ["FORMAT", "CorpusSettingsError", "model_info", "run"]
+__all__ = ["FORMAT", "CorpusOutError", "CorpusSettingsError", "model_info", "run"]
 
 logger = logging.getLogger(__name__)
 
+_NAMED = 10  # files named when a folder's are refused
 FORMAT = 1  # run.json's "format"
 
 
-class CorpusSettingsError(ValueError):
+class CorpusOutError(ValueError):
+    """``out`` cannot be this run's folder: it is not a folder, lies under a file, cannot be made, or holds
+    files that are not a run's (the job would overwrite them)."""
+
+
+class CorpusSettingsError(CorpusOutError):
     """``out`` holds a run of another input, model or settings: resuming it would mix two runs."""
 
 
@@ -78,11 +93,14 @@ def run(
     ``model``: the embedded default's name (or None), a checkpoint directory, a hub id, or (local engine)
     a loaded AttentionModel; ``name`` the model's name in run.json (default: its directory's name).
     A finished run in ``out`` with the same input and settings is returned as it is; an unfinished one is
-    resumed (finished shards skipped); one with another input, model or settings raises
-    CorpusSettingsError naming what differs.
+    resumed (finished shards skipped; the temporary files a kill left, removed); one with another input,
+    model or settings raises CorpusSettingsError naming what differs. An ``out`` that is not a folder (or
+    lies under a file), or a folder of files without run.json, raises CorpusOutError before any work:
+    nothing outside ``out``, and nothing in it that is not a run's, is overwritten.
     """
     source = Path(source)
     _check_arguments(source, model, engine, batch, shard_size, max_tokens, num_gpus)
+    _check_out(Path(out))
     loaded = model if isinstance(model, AttentionModel) else None
     given = None if isinstance(model, AttentionModel) or model is None else str(model)
     job = Job(
@@ -114,7 +132,14 @@ def run(
         info = model_info(job)
     if words and info.seq2seq:  # CorpusWorker says the same; the Ray engine's would say it on a worker
         raise ValueError(f"words are not available for an encoder-decoder ({job.name!r}): use tokens")
-    job.out.mkdir(parents=True, exist_ok=True)
+    try:
+        job.out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:  # no permission, a read-only disk, a file put there since _check_out
+        raise CorpusOutError(f"cannot make the folder {job.out} ({error.strerror or error})") from None
+    for folder in (job.out, shard_directory(job.out)):
+        removed = remove_temporaries(folder)  # a job killed mid-write (while aggregating, say) left them
+        if removed:
+            logger.info("%s: removed %s, left by a job that was stopped", folder, ", ".join(removed))
     shards = shard_count(job.records, shard_size)
     done = done_shards(job.out)
     todo = [k for k in range(shards) if k not in done]
@@ -210,19 +235,48 @@ def _default_name(model: str | Path | None) -> str:
     return Path(str(model)).name
 
 
+def _check_out(out: Path) -> None:
+    """CorpusOutError when ``out`` cannot be a folder: something else is there, or above it."""
+    for folder in (out, *out.parents):
+        if folder.is_dir():
+            return
+        if folder.exists() or folder.is_symlink():  # a file, a link to nowhere, ...
+            where = "is not a folder" if folder == out else f"lies under {folder}, which is not a folder"
+            raise CorpusOutError(f"--out {out} {where}: choose another --out")
+
+
 def _previous_run(out: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
-    """run.json of a run already in ``out`` (None: none); CorpusSettingsError when it is another run's."""
+    """run.json of a run already in ``out`` (None: none, ``out`` empty or absent); CorpusSettingsError when
+    it is another run's, CorpusOutError when ``out`` holds files and no run.json (not a run's: a job would
+    overwrite them). Our own temporary files (a job killed before its first run.json) do not count."""
     path = out / "run.json"
     if not path.is_file():
-        if out.is_dir() and (out / "shards").is_dir():
-            raise CorpusSettingsError(f"{out} holds shards but no run.json: not a run this job can resume")
+        found = sorted(p.name for p in out.iterdir() if not is_temporary(p.name)) if out.is_dir() else []
+        if found:
+            shown = ", ".join(found[:_NAMED]) + (
+                f" and {len(found) - _NAMED} more" if len(found) > _NAMED else ""
+            )
+            raise CorpusOutError(
+                f"{out} holds files but no run.json, so they are not a corpus run's and a run would "
+                f"overwrite them ({shown}): choose a new or empty folder for --out"
+            )
         return None
     try:
         previous = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise CorpusOutError(f"cannot read {path} ({error.strerror or error})") from None
     except ValueError as error:
         raise CorpusSettingsError(f"{path} is not valid JSON ({error}); use another --out") from None
+    if not isinstance(previous, dict):
+        raise CorpusSettingsError(
+            f"{path} is not a corpus run's (a JSON {type(previous).__name__}); use another --out"
+        )
+    model = previous.get("model")
     theirs = _flatten(
-        {**{k: previous.get(k) for k in identity}, "model": (previous.get("model") or {}).get("name")}
+        {
+            **{k: previous.get(k) for k in identity},
+            "model": model.get("name") if isinstance(model, dict) else model,
+        }
     )
     differences = [
         f"{key} {theirs.get(key)!r} there, {value!r} now"

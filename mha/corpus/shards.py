@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,10 @@ from mha.analysis.stats import LABELS
 __all__ = [
     "PER_TEXT",
     "TEXTS",
+    "TEMPORARY",
     "done_shards",
+    "is_temporary",
+    "remove_temporaries",
     "shard_count",
     "shard_directory",
     "shard_of",
@@ -45,6 +49,8 @@ PER_TEXT = pa.schema(
     + [(stat, pa.float64()) for stat in STATS]
     + [("label", pa.string())]
 )
+# write_atomic's temporary names: ".{name}.{pid}.tmp", beside the file they become.
+TEMPORARY = re.compile(r"\..+\.\d+\.tmp")
 TEXTS = pa.schema(
     [("line", pa.int64()), ("id", pa.string()), ("text", pa.string()), ("text_pair", pa.string())]
 )
@@ -70,12 +76,27 @@ def shard_count(records: int, shard_size: int) -> int:
 
 def write_atomic(path: Path, write: Any) -> None:
     """``write(temporary_path)`` then rename onto ``path``: readers see the old file or the whole new one."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # what TEMPORARY matches
     try:
         write(temporary)
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def is_temporary(name: str) -> bool:
+    """Whether ``name`` is one of write_atomic's temporary files (a job killed mid-write leaves them)."""
+    return TEMPORARY.fullmatch(name) is not None
+
+
+def remove_temporaries(folder: Path) -> list[str]:
+    """Delete write_atomic's temporary files in ``folder`` (none where it does not exist); their names."""
+    if not folder.is_dir():
+        return []
+    names = sorted(p.name for p in folder.iterdir() if is_temporary(p.name) and p.is_file())
+    for name in names:
+        (folder / name).unlink(missing_ok=True)
+    return names
 
 
 def write_shard(out: Path, index: int, rows: pa.Table, *, layers: int, heads: int) -> dict[str, int]:

@@ -224,3 +224,39 @@ def test_the_issues_bad_lines_are_errors_and_the_job_goes_on(
     assert code == 0, err
     assert err.strip().splitlines()[-1] == f"headscope corpus: 1 texts, 1 bad records, 0 truncated -> {out}"
     assert (out / "errors.jsonl").read_text(encoding="utf-8") == f'{{"line": 1, "reason": "{reason}"}}\n'
+
+
+@pytest.mark.parametrize(
+    ("setup", "out", "message"),
+    [
+        ("file", "a-file", "--out a-file is not a folder: choose another --out"),
+        (
+            "file",
+            "a-file/sub",
+            "--out a-file/sub lies under a-file, which is not a folder: choose another --out",
+        ),
+        (
+            "foreign",
+            "theirs",
+            "theirs holds files but no run.json, so they are not a corpus run's and a run would overwrite "
+            "them (per_head.parquet): choose a new or empty folder for --out",
+        ),
+        ("empty csv", "o", "input 'empty.csv': empty CSV, no header row"),
+        ("headless csv", "o", "input 'empty.csv' has no 'text' column (columns: )"),
+    ],
+)
+def test_an_out_that_is_not_ours_or_an_empty_csv_is_one_line(
+    setup: str, out: str, message: str, corpus: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """Exit 2 with one line and no traceback; the file, the other folder's file, stay as they were."""
+    monkeypatch.chdir(tmp_path)
+    Path("a-file").write_text("mine")
+    Path("theirs").mkdir()
+    Path("theirs/per_head.parquet").write_bytes(b"not ours")
+    Path("empty.csv").write_bytes(b"" if setup == "empty csv" else b"\n")
+    source = "empty.csv" if setup.endswith("csv") else str(corpus)
+    code, err = run_cli([source, "--out", out], capsys)
+    assert (code, err) == (2, f"headscope corpus: error: {message}\n")
+    assert Path("a-file").read_text() == "mine"
+    assert Path("theirs/per_head.parquet").read_bytes() == b"not ours"
+    assert not Path("o").exists()
