@@ -166,10 +166,12 @@ def compress(data: bytes) -> bytes:
     return deflate.compress(data) + deflate.flush()
 
 
-def compress_json(data: bytes) -> bytes:
-    """gzip for JSON text: level 1, the default strategy (RLE suits HSA1's byte planes, not digits), ~4x
-    smaller for 6-decimal arrays at ~100 MB/s, so a 512 x 512 window costs milliseconds, not a stall."""
-    deflate = zlib.compressobj(1, zlib.DEFLATED, GZIP_WBITS)
+def compress_json(data: bytes, *, level: int = 1) -> bytes:
+    """gzip for JSON text: the default strategy (RLE suits HSA1's byte planes, not digits). Level 1 makes
+    6-decimal arrays ~4x smaller at ~100 MB/s, so a 512 x 512 window costs milliseconds, not a stall; a
+    small answer of every first view (the head statistics, ~17 KB) takes level 6: 10% fewer bytes than
+    level 1 in under a millisecond (level 9 saves another 0.2% for ten times the time)."""
+    deflate = zlib.compressobj(level, zlib.DEFLATED, GZIP_WBITS)
     return deflate.compress(data) + deflate.flush()
 
 

@@ -1,8 +1,8 @@
 """The page in headless Chromium: click-to-drawn time and bytes downloaded per attention value.
 
 Starts the real app under uvicorn (free port, the embedded all-MiniLM-L6-v2), opens the page in Debian's
-Chromium and, for inputs of ~128 and 512 tokens, measures from the click on #run (the click event's
-timestamp) to document.body.dataset.state === "ready", which the page sets once EVERY thumbnail of the
+Chromium and, for inputs of ~64, 113, 128, 256 and 512 tokens, measures from the click on #run (the click
+event's timestamp) to document.body.dataset.state === "ready", which the page sets once EVERY thumbnail of the
 grid (72 heads + 6 layer means, not only the visible ones) and the detail heatmap are drawn.
 
   cold: a text the server has not seen (includes the model's forward pass on this CPU)
@@ -17,11 +17,12 @@ requests never load the server during the next run's timing.
 Bytes per value = bytes on the wire of EVERY API answer the click triggers (PerformanceResourceTiming
 transferSize: gzip included, headers included; the compact attention, the detail's exact head, the
 statistics, the rollout, ...), read once the page has settled (drawn, insight views drawn, exact head
-arrived) / (L * H * n * n). The table lists each answer's share. The reference is bertviz's published
-figure for its model view.
+arrived) / (L * H * n * n), beside the goal of 0.3 at every size (benchmarks/wire.py computes the
+figure; its tests ask the same questions of the app without a browser). The table lists each answer's
+share. The reference is bertviz's published figure for its model view.
 
-    .venv/bin/python benchmarks/browser.py [--repeats 3] [--screenshot docs/screenshot.png]
-        [--insight-screenshot docs/screenshot-insight.png]
+    .venv/bin/python benchmarks/browser.py [--repeats 3] [--sizes 64 113 128 256 512]
+        [--screenshot docs/screenshot.png] [--insight-screenshot docs/screenshot-insight.png]
 """
 
 from __future__ import annotations
@@ -35,17 +36,14 @@ from typing import Any
 from urllib.parse import urlencode
 
 from launch import launch_chromium, serve
+from wire import GOAL_BYTES_PER_VALUE, Wire, text_of
 
 # bertviz model_view of a 112-token input on a 6-layer x 12-head model: 40.9 MB of HTML (its own docs).
 BERTVIZ_BYTES = 40.9e6
 BERTVIZ_VALUES = 6 * 12 * 112 * 112
 GOALS_S = {128: 1.0, 512: 3.0}
-GOAL_BYTES_PER_VALUE = 0.3
-WORDS = (
-    "the committee said on tuesday that the new bridge across the river would open next spring after "
-    "engineers finished testing the cables while residents who had waited years for it planned a party "
-    "near the old ferry landing where boats once carried workers to the mills"
-).split()
+LAYERS, HEADS = 6, 12  # all-MiniLM-L6-v2, the model the page opens with
+SIZES = (64, 113, 128, 256, 512)  # the bytes goal holds from 64 to 512 tokens; the time goals at 128 and 512
 
 # Installed before the click: the click event's timestamp shares performance.now()'s time origin.
 CLICK_PROBE = """() => {
@@ -76,13 +74,6 @@ READ_TIMINGS = """() => {
 EXACT_SETTLED = """() => document.querySelector('#head-detail').dataset.exact === 'true'
   || !document.querySelector('#exact').hidden"""
 ROLLOUT_SETTLED = "() => ['ready', 'error'].includes(document.querySelector('#rollout').dataset.state)"
-
-
-def text_of(tokens: int, salt: int) -> str:
-    """Roughly `tokens` word-piece tokens (MiniLM splits these common words into one piece each)."""
-    words = [WORDS[(i + salt) % len(WORDS)] for i in range(tokens - 2)]
-    words[0] = f"run{salt}"  # a fresh first word: a text the server has not cached
-    return " ".join(words)
 
 
 def measure(page: Any, text: str) -> dict[str, Any]:
@@ -130,7 +121,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--repeats", type=int, default=3, help="runs per size and mode (median printed)")
-    parser.add_argument("--sizes", type=int, nargs="+", default=[128, 512], help="target token counts")
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="target token counts")
     parser.add_argument("--screenshot", type=Path, help="also save a screenshot of a short sentence here")
     parser.add_argument(
         "--insight-screenshot", type=Path, help="also save the insight views (compare mode) here"
@@ -226,28 +217,30 @@ def report(rows: list[tuple[int, list[dict[str, Any]], list[dict[str, Any]]]]) -
             goal_text = "" if goal is None else f"<{goal:g}s"
             print(" ".join(parts), f"{goal_text:>6}", verdict)
     print("\nbytes on the wire per attention value: every API answer of the first view")
-    print("(transferSize: gzip and headers included), then each answer's share\n")
+    print("(transferSize: gzip and headers included), then each answer's share")
+    print(f"goal: at most {GOAL_BYTES_PER_VALUE} at every size\n")
     header = f"{'':>28} {'tokens':>6} {'values':>10} {'bytes':>12} {'bytes/value':>12} {'vs bertviz':>10}"
     print(header)
     print("-" * len(header))
     ref = BERTVIZ_BYTES / BERTVIZ_VALUES
     name = "bertviz model_view (ref.)"
     print(f"{name:>28} {112:>6} {BERTVIZ_VALUES:>10,} {BERTVIZ_BYTES:>12,.0f} {ref:>12.2f} {'1x':>10}")
+    verdicts = []
     for _, cold, _ in rows:
         run = cold[-1]
-        n = run["n"]
-        values = 6 * 12 * n * n
-        per = run["transfer"] / values
-        verdict = "ok" if per <= GOAL_BYTES_PER_VALUE else "MISS"
+        wire = Wire(layers=LAYERS, heads=HEADS, n=run["n"], answers=run["answers"])
+        verdict = "ok" if wire.ok else "MISS"
+        verdicts.append(f"{wire.n}: {wire.per_value:.3f} {verdict}")
         print(
-            f"{'headscope (goal <= 0.3)':>28} {n:>6} {values:>10,} {run['transfer']:>12,} {per:>12.3f} "
-            f"{ref / per:>9.0f}x {verdict}"
+            f"{f'headscope (goal <= {GOAL_BYTES_PER_VALUE})':>28} {wire.n:>6} {wire.values:>10,} "
+            f"{wire.total:>12,} {wire.per_value:>12.3f} {ref / wire.per_value:>9.0f}x {verdict}"
         )
         for path, size in sorted(run["answers"].items(), key=lambda item: -item[1]):
-            print(f"{path:>28} {'':>6} {'':>10} {size:>12,} {size / values:>12.3f}")
+            print(f"{path:>28} {'':>6} {'':>10} {size:>12,} {wire.share(path):>12.3f}")
         for path, size in run["later"].items():
             when = "(on scroll) " if "rollout" in path else "(on request) "
-            print(f"{when + path:>28} {'':>6} {'':>10} {size:>12,} {size / values:>12.3f}")
+            print(f"{when + path:>28} {'':>6} {'':>10} {size:>12,} {size / wire.values:>12.3f}")
+    print(f"\nfirst view, bytes per value against {GOAL_BYTES_PER_VALUE}: " + "; ".join(verdicts))
     last = rows[-1][1][-1]
     print(f"\n(the same answers uncompressed at {last['n']} tokens: {last['raw']:,} bytes)")
 

@@ -31,8 +31,11 @@ WORDS = " With `words: true` the attention is merged to words first and `tokens`
 async def analysis(body: KindRequest, request: Request, service: ServiceDep) -> Response:
     """What each head does, without the n×n maps (after Clark et al. 2019): per-head statistics (entropy,
     distance, weight on self / previous / next / special / punctuation tokens, ...), a label per head from
-    stated thresholds, and each head's most similar heads. Cached with the attention."""
-    return await json_answer(request, service.analysis(body))
+    stated thresholds, and each head's most similar heads. Cached with the attention; gzipped
+    (`Content-Encoding: gzip`) when `Accept-Encoding` allows it, as the page's first view takes it."""
+    return await compact_response(
+        request, lambda gzipped: service.analysis(body, gzipped=gzipped), media_type="application/json"
+    )
 
 
 @router.post_json("/rollout", RolloutResponse, "Attention rollout through all layers")

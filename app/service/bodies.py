@@ -40,6 +40,18 @@ def json_of(make_body: Callable[[Computed], Any]) -> Encoder:
     return lambda computed, abandoned: encode_pieces(partial(make_body, computed), abandoned)
 
 
+# gzip level of a small JSON answer that every first view fetches (app/compact.py compress_json).
+SMALL_JSON_LEVEL = 6
+
+
+def gzipped_json_of(make_body: Callable[[Computed], Any]) -> Encoder:
+    """An `Encoder`: json_of's bytes gzipped, for a small answer the cache keeps as it is sent."""
+    encode = json_of(make_body)
+    return lambda computed, abandoned: compact.compress_json(
+        encode(computed, abandoned), level=SMALL_JSON_LEVEL
+    )
+
+
 def _hsa1(header: dict[str, Any], attentions: torch.Tensor, scheme: str) -> bytes:
     # numpy and zlib release the GIL for nearly all of this.
     return compact.compress(compact.encode(header, attentions, scheme=scheme))

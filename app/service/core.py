@@ -285,9 +285,12 @@ class AttentionService:
 
     # -- insight ---------------------------------------------------------------------------------
 
-    async def analysis(self, request: KindRequest) -> bytes:
+    async def analysis(self, request: KindRequest, *, gzipped: bool = False) -> bytes:
+        """The statistics' JSON, gzipped when `gzipped` (the page's first view fetches it: ~17 KB of
+        6-decimal digits become ~7 KB). Cached gzipped, as the compact answers."""
         body = partial(bodies.analysis_body, words=request.words, kind=request.kind)
-        return await self._encoded(f"analysis:{request.kind}", request, bodies.json_of(body))
+        encoded = await self._encoded(f"analysis.gz:{request.kind}", request, bodies.gzipped_json_of(body))
+        return await self._gunzipped_unless(gzipped, encoded)
 
     async def rollout(self, request: KindRequest) -> bytes:
         body = partial(bodies.rollout_body, kind=request.kind)

@@ -203,9 +203,9 @@ def test_identical_insight_requests_in_flight_are_computed_once(
     entered: list[int] = []
     answer = getattr(service, method)
 
-    async def counting_answer(*args: Any) -> Any:
+    async def counting_answer(*args: Any, **kwargs: Any) -> Any:
         entered.append(1)  # from here to joining the shared work there is no await
-        return await answer(*args)
+        return await answer(*args, **kwargs)
 
     monkeypatch.setattr(service, method, counting_answer)
     original = getattr(bodies, builder)

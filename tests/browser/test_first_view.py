@@ -1,0 +1,48 @@
+"""The first view in headless Chromium: what a click on Run fetches is what benchmarks/wire.py counts, byte
+for byte, and the head statistics arrive gzipped yet show as before (table, labels, heads like this one)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from benchmarks.wire import ANALYSIS, COMPACT, EXACT_HEAD, first_view_answers, text_of
+
+pytestmark = pytest.mark.browser
+
+LABELS_JS = "[...document.querySelectorAll('#grid .thumb[data-label]')].map((t) => t.dataset.label)"
+# Every API answer since the timings were cleared: its path, body bytes as received and as decoded.
+ANSWERS_JS = """() => performance.getEntriesByType('resource')
+  .filter((e) => new URL(e.name).pathname.startsWith('/api/'))
+  .map((e) => ({path: new URL(e.name).pathname, encoded: e.encodedBodySize, decoded: e.decodedBodySize}))"""
+# Asked only to learn whether a text of more bytes than the token limit is a long input (~0.4 KB).
+MEASURE = "/api/trace/tokens"
+
+
+def test_first_view_fetches_what_wire_counts_with_the_statistics_gzipped(session: Any) -> None:
+    page = session.open()
+    page.evaluate("performance.clearResourceTimings()")
+    text = text_of(128, salt=7)
+    session.run(text)
+    page.wait_for_function("() => ['ready', 'error'].includes(document.body.dataset.insight)")
+    assert page.evaluate("document.body.dataset.insight") == "ready"
+    page.wait_for_selector("#head-detail[data-exact=true]")  # the detail's exact head came by itself
+    received = {answer["path"]: answer for answer in page.evaluate(ANSWERS_JS)}
+    assert set(received) - {MEASURE} == {COMPACT, ANALYSIS, EXACT_HEAD}
+
+    statistics = received[ANALYSIS]
+    # Gzip on the wire: 6-decimal digits deflate ~2.5x, so under half is a wide bound.
+    assert 0 < statistics["encoded"] < statistics["decoded"] / 2
+
+    # The mirror asks the same questions of the same server: the same bodies, byte for byte.
+    with httpx.Client(base_url=session.base, timeout=60) as client:
+        wire = first_view_answers(client, {"text": text})
+    assert wire.answers == {path: received[path]["encoded"] for path in wire.answers}
+
+    # And the page reads the statistics as before: a table row per head, labels, similar heads.
+    assert page.locator("#stats-table tbody tr").count() == wire.layers * wire.heads
+    labels = page.evaluate(LABELS_JS)
+    assert len(labels) == wire.layers * wire.heads and all(labels)
+    assert page.locator("#similar button.chip").count() > 0
