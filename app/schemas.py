@@ -101,10 +101,13 @@ def _whole_number(value: Any) -> Any:
 
 
 # The schema says boolean and integer, so the server takes exactly those: no "yes", 1 or "2" (pydantic's
-# strict mode), and a whole number written 2.0 is the integer 2, as JSON Schema reads it.
+# strict mode), and a whole number written 2.0 is the integer 2, as JSON Schema reads it. An integer's
+# bounds go inside its type, before _WHOLE: bounds after a validator reach the schema as "ge" and "le",
+# which JSON Schema does not know (so a schema-driven client would send -1).
 StrictBool = Annotated[bool, Field(strict=True)]
-Integer = Annotated[int, Field(strict=True), BeforeValidator(_whole_number)]
-Index = Annotated[Integer, Field(ge=0)]
+_WHOLE = BeforeValidator(_whole_number)
+Index = Annotated[int, Field(strict=True, ge=0), _WHOLE]
+NewTokens = Annotated[int, Field(strict=True, ge=0, le=MAX_NEW_TOKENS), _WHOLE]
 
 
 def enumerate_model_names(openapi: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
@@ -131,9 +134,8 @@ class InputText(BaseModel):
     text: Text
     text_pair: TextPair = None
     model: ModelName = None
-    max_new_tokens: Index | None = Field(
+    max_new_tokens: NewTokens | None = Field(
         default=None,
-        le=MAX_NEW_TOKENS,
         description="Decoder models: first continue the text greedily by up to this many tokens (as "
         "transformers' generate(do_sample=False), stopping at an end-of-sequence token), then answer for "
         "prompt and continuation; `generated` in the answer counts the tokens written. 0 or null: the text "
@@ -462,11 +464,9 @@ REDUCE_DESCRIPTION = (
 )
 MAX_OVERVIEW_SIZE = 512
 MAX_WINDOW_CELLS = 512
-
-
-def _cells(default: int, maximum: int, description: str) -> Any:
-    """An integer field 1..maximum (Integer: strict, 2.0 taken as 2): cells or blocks per side."""
-    return Field(default=default, ge=1, le=maximum, description=description)
+# Cells or blocks per side, 1..the maximum (strict integers, 2.0 taken as 2, as Index).
+OverviewSize = Annotated[int, Field(strict=True, ge=1, le=MAX_OVERVIEW_SIZE), _WHOLE]
+WindowCells = Annotated[int, Field(strict=True, ge=1, le=MAX_WINDOW_CELLS), _WHOLE]
 
 
 class TraceRequest(BaseModel):
@@ -481,8 +481,8 @@ class TraceRequest(BaseModel):
 
 
 class TraceOverviewRequest(TraceRequest):
-    size: Integer = _cells(
-        128, MAX_OVERVIEW_SIZE, "Blocks per side: every head pooled to s x s, s = min(size, n)."
+    size: OverviewSize = Field(
+        default=128, description="Blocks per side: every head pooled to s x s, s = min(size, n)."
     )
     reduce: Reduce = Field(default="max", description=REDUCE_DESCRIPTION)
 
@@ -499,10 +499,9 @@ class TraceWindowRequest(TraceHeadRequest):
     cols: tuple[Index, Index] | None = Field(
         default=None, description="Key tokens [k0, k1): k0 < k1 <= n. null: all."
     )
-    max_cells: Integer = _cells(
-        MAX_WINDOW_CELLS,
-        MAX_WINDOW_CELLS,
-        "Cells per side: a side longer than this is pooled into this many blocks.",
+    max_cells: WindowCells = Field(
+        default=MAX_WINDOW_CELLS,
+        description="Cells per side: a side longer than this is pooled into this many blocks.",
     )
     reduce: Reduce = Field(default="max", description=REDUCE_DESCRIPTION)
 

@@ -240,6 +240,20 @@ def test_a_whole_number_written_as_a_float_is_an_integer(client: TestClient) -> 
     )
 
 
+def test_the_schema_states_every_bound_in_json_schema_words(client: TestClient) -> None:
+    # pydantic writes a bound that follows a validator as "ge" or "le", which JSON Schema does not know: a
+    # schema-driven client would then send -1 for a layer, and the server refuse it.
+    def keys(node: object) -> set[str]:
+        if isinstance(node, dict):
+            return set(node) | {key for value in node.values() for key in keys(value)}
+        return {key for value in node for key in keys(value)} if isinstance(node, list) else set()
+
+    schema = client.get("/openapi.json").json()
+    assert not keys(schema) & {"ge", "le", "gt", "lt", "multiple_of", "min_length", "max_length"}
+    layer = schema["components"]["schemas"]["HeadRequest"]["properties"]["layer"]
+    assert (layer["type"], layer["minimum"]) == ("integer", 0)
+
+
 # -- the random model -------------------------------------------------------------------------------
 
 
