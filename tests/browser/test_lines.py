@@ -20,6 +20,8 @@ READOUT = re.compile(r"^L(\d+) H(\d+): '(.*)' → '(.*)' (≈?)(\d\.\d{3})$")
 # 3 decimals (5e-4) and the JSON API to 6 (5e-7).
 READ_TOLERANCE = 1 / 510 + 5e-4 + 5e-7
 
+SPECIAL_JS = """() => [...document.querySelectorAll('#token-lines text.left')]
+  .map((t) => [t.textContent, t.classList.contains('special')])"""
 LINES_JS = """() => [...document.querySelectorAll('#token-lines line')]
   .filter((l) => getComputedStyle(l).display !== 'none')
   .map((l) => ({i: +l.parentNode.dataset.i, j: +l.dataset.j, h: +l.dataset.h,
@@ -185,3 +187,20 @@ def test_line_values_read_the_api_on_hover_and_keys(
     row = api["attention"][1][2][n - 1]
     assert abs(value - max(row)) <= READ_TOLERANCE
     page.locator(".detail-panel").screenshot(path=artifacts / "lines-grouped-pinned.png")
+
+
+def test_unknown_words_are_styled_as_special_tokens_are(desktop: PageSession) -> None:
+    """[UNK] is no special token (the statistics leave it out), but the page still sets it apart from the
+    text's words, as it sets [CLS] and [SEP] apart, in tokens and in words."""
+    page = desktop.open()
+    desktop.run("The snowman ☃ waved.")
+    page.click("#tab-tokens")
+    marked = dict(page.evaluate(SPECIAL_JS))
+    apart = {"[CLS]", "[UNK]", "[SEP]"}
+    assert marked == {
+        t: t in apart for t in ["[CLS]", "the", "snow", "##man", "[UNK]", "waved", ".", "[SEP]"]
+    }
+    page.evaluate("document.body.dataset.state = 'idle'")
+    page.check("#words")
+    desktop.wait_ready()
+    assert dict(page.evaluate(SPECIAL_JS))["☃"] is True  # the word, spelled from the text
