@@ -41,6 +41,13 @@ def add_parser(sub: Any) -> None:
     corpus.add_argument("--words", action="store_true", help="word-level maps instead of tokens")
     corpus.add_argument("--shard-size", type=_positive, default=1000, help="records per shard (default 1000)")
     corpus.add_argument("--max-tokens", type=_positive, default=512, help="tokens per text (default 512)")
+    corpus.add_argument(
+        "--max-chars",
+        type=_positive,
+        default=mha.corpus.MAX_CHARS,
+        help="characters per text and pair, cut as read and flagged truncated "
+        f"(default {mha.corpus.MAX_CHARS:,})",
+    )
     corpus.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:N, mps (HEADSCOPE_DEVICE)")
     corpus.add_argument("--num-gpus", type=float, default=None, help="Ray: GPUs a worker (default 1 if any)")
 
@@ -121,7 +128,8 @@ def run_corpus(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Non
     try:
         model, name = resolve_model(args.model, settings)
         options = {
-            key: getattr(args, key) for key in ("engine", "batch", "words", "shard_size", "max_tokens")
+            key: getattr(args, key)
+            for key in ("engine", "batch", "words", "shard_size", "max_tokens", "max_chars")
         }
         device = args.device or settings.device
         summary = mha.corpus.run(

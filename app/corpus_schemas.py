@@ -41,9 +41,10 @@ class Example(BaseModel):
     rank: int
     value: float | None
     id: str
-    line: int
-    text: str
-    text_pair: str | None
+    line: int = Field(description="The text's line: GET .../texts/{line} gives it whole.")
+    snippet: str = Field(description="The text's first characters (300 at most).")
+    snippet_pair: str | None = Field(description="Its pair's first characters, if it has a pair.")
+    cut: bool = Field(description="Whether the snippet or its pair stops short of the whole.")
 
 
 class HeadValues(BaseModel):

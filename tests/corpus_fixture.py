@@ -4,7 +4,8 @@
 `write_run(out, texts, values, ...)`: `texts` the input records ({"id", "line", "text", "text_pair"}),
 `values[stat]` an array [texts, layers, heads] for every `head_stats` statistic. Labels come from
 mha's own `head_labels` on each text's statistics; per_head and examples are aggregated here by the
-contract's rules (population std, numpy's linear percentiles, ties to the earlier line).
+contract's rules (population std, numpy's linear percentiles, ties to the earlier line; snippets of
+SNIPPET_CHARS, or with `format=1` whole texts, as the first format kept them).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import pyarrow.parquet as pq
 import torch
 
 from mha.analysis.stats import LABELS, STAT_DESCRIPTIONS, head_labels
-from mha.corpus.aggregate import label_column
+from mha.corpus.aggregate import SNIPPET_CHARS, label_column
 from mha.corpus.shards import TEXTS, shard_directory, shard_of, shard_path
+from mha.corpus.source import MAX_CHARS
 
 # head_stats's keys, in its order (its docstring lists them so).
 STATS = tuple(STAT_DESCRIPTIONS)
@@ -47,6 +49,7 @@ def write_run(
     kind: str = "self",
     words: bool = False,
     complete: bool = True,
+    format: int = 2,
 ) -> Path:
     """Write run.json, per_text.parquet, per_head.parquet, examples.parquet and the shards' texts into
     `out`."""
@@ -100,9 +103,9 @@ def write_run(
     pq.write_table(pa.table(table), out / "per_head.parquet")
 
     # examples: for each (layer, head, stat) the top and bottom texts, ties to the earlier line.
+    kept = ("text", "text_pair") if format == 1 else ("snippet", "snippet_pair", "cut")
     examples: dict[str, list[Any]] = {
-        key: []
-        for key in ("layer", "head", "stat", "side", "rank", "value", "id", "line", "text", "text_pair")
+        key: [] for key in ("layer", "head", "stat", "side", "rank", "value", "id", "line", *kept)
     }
     lines = np.array([int(text["line"]) for text in texts])
     for layer in range(layers):
@@ -113,6 +116,16 @@ def write_run(
                     order = np.lexsort((lines, key))[:EXAMPLES]
                     for rank, t in enumerate(order, start=1):
                         text = texts[int(t)]
+                        whole, pair = str(text["text"]), text.get("text_pair")
+                        if format == 1:
+                            snipped: tuple[tuple[str, Any], ...] = (("text", whole), ("text_pair", pair))
+                        else:
+                            cut = len(whole) > SNIPPET_CHARS or len(pair or "") > SNIPPET_CHARS
+                            snipped = (
+                                ("snippet", whole[:SNIPPET_CHARS]),
+                                ("snippet_pair", pair and pair[:SNIPPET_CHARS]),
+                                ("cut", cut),
+                            )
                         for field, value in (
                             ("layer", layer),
                             ("head", head),
@@ -122,8 +135,7 @@ def write_run(
                             ("value", float(column[t])),
                             ("id", str(text["id"])),
                             ("line", int(text["line"])),
-                            ("text", text["text"]),
-                            ("text_pair", text.get("text_pair")),
+                            *snipped,
                         ):
                             examples[field].append(value)
     example_types = {
@@ -133,6 +145,8 @@ def write_run(
         "line": pa.int64(),
         "value": pa.float64(),
         "text_pair": pa.string(),
+        "snippet_pair": pa.string(),
+        "cut": pa.bool_(),
     }
     pq.write_table(
         pa.table({key: pa.array(column, example_types.get(key)) for key, column in examples.items()}),
@@ -155,7 +169,7 @@ def write_run(
         pq.write_table(pa.table(columns, schema=TEXTS), shard_path(out, index, ".texts.parquet"))
 
     run = {
-        "format": 1,
+        "format": format,
         "complete": complete,
         "name": out.name,
         "engine": "local",
@@ -168,7 +182,8 @@ def write_run(
             "heads": heads,
         },
         "input": {"name": "texts.jsonl", "format": "jsonl", "bytes": 1234},
-        "settings": {"batch": 32, "words": words, "shard_size": shard_size, "max_tokens": 512},
+        "settings": {"batch": 32, "words": words, "shard_size": shard_size, "max_tokens": 512}
+        | ({"max_chars": MAX_CHARS} if format >= 2 else {}),
         "counts": {"records": count, "texts": count, "errors": 0, "truncated": 0, "shards": 1},
         "stats": list(STATS),
         "labels": list(LABELS),

@@ -26,6 +26,7 @@ from anyio import to_thread
 from app.cache import LRUCache
 from app.errors import InvalidInputError, ServiceError
 from mha.analysis import STAT_DESCRIPTIONS
+from mha.corpus.aggregate import snippets
 from mha.corpus.shards import shard_of, shard_path
 
 logger = logging.getLogger(__name__)
@@ -225,7 +226,7 @@ class CorpusRuns:
         texts = texts.take(pc.sort_indices(texts, sort_keys=[("line", "ascending")]))
         examples = self._table(folder, "examples.parquet", where=where & (pc.field("stat") == stat))
         examples = examples.take(pc.sort_indices(examples, sort_keys=[("rank", "ascending")]))
-        rows = examples.select(["side", "rank", "value", "id", "line", "text", "text_pair"]).to_pylist()
+        rows = _example_rows(examples)
         return finite(
             {
                 "name": name,
@@ -274,6 +275,20 @@ class CorpusRuns:
         except (OSError, pa.ArrowException) as error:
             detail = f"corpus run {folder.name!r}: {file} cannot be read ({error})"
             raise UnreadableRunError(detail) from error
+
+
+def _example_rows(examples: pa.Table) -> list[dict[str, Any]]:
+    """examples.parquet's rows as the head's answer gives them: side, rank, value, id, line, snippet,
+    snippet_pair, cut. A run of the first format (run.json "format": 1) kept whole texts in `text` and
+    `text_pair`: their snippets are cut here, so such a run still opens (the page reads a whole text by
+    its line either way)."""
+    names = examples.schema.names
+    if "snippet" not in names and "text" in names and "text_pair" in names:
+        cut = snippets(examples["text"], examples["text_pair"])
+        for name, column in zip(("snippet", "snippet_pair", "cut"), cut, strict=True):
+            examples = examples.append_column(name, column)
+    columns = ["side", "rank", "value", "id", "line", "snippet", "snippet_pair", "cut"]
+    return examples.select(columns).to_pylist()
 
 
 def _readable(answer: Callable[..., dict[str, Any]], name: str, *args: Any) -> bytes:

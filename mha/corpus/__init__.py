@@ -9,11 +9,12 @@
 
 from mha.corpus.job import ENGINES, Job, Progress
 from mha.corpus.runner import CorpusOutError, CorpusSettingsError, run
-from mha.corpus.source import CorpusInputError, Record, read_records
+from mha.corpus.source import MAX_CHARS, CorpusInputError, Record, read_records
 from mha.corpus.worker import CorpusWorker
 
 __all__ = [
     "ENGINES",
+    "MAX_CHARS",
     "CorpusInputError",
     "CorpusOutError",
     "CorpusSettingsError",

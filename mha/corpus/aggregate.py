@@ -6,7 +6,9 @@
   each head's mean, std (ddof 0) and 5/50/95th percentiles (numpy's linear interpolation); the label
   histogram summed shard by shard.
 - ``examples.parquet``: for each (head, stat) the EXAMPLES highest and lowest texts, kept as running
-  candidates merged with each shard (ties to the earlier line), then their texts looked up.
+  candidates merged with each shard (ties to the earlier line), then their lines' snippets looked up (the
+  first SNIPPET_CHARS characters: a text is in as many rows as it is an example of, up to every head and
+  statistic, so whole texts made one long text thousands of copies; the page reads a whole text by line).
 - ``errors.jsonl``: the shards' bad records in order.
 """
 
@@ -24,9 +26,19 @@ from mha.analysis.batched import STATS
 from mha.analysis.stats import LABELS
 from mha.corpus.shards import PER_TEXT, shard_path, write_atomic
 
-__all__ = ["EXAMPLES", "EXAMPLES_SCHEMA", "PERCENTILES", "aggregate", "label_column"]
+__all__ = [
+    "EXAMPLES",
+    "EXAMPLES_SCHEMA",
+    "PERCENTILES",
+    "SNIPPET_CHARS",
+    "aggregate",
+    "label_column",
+    "snippets",
+]
 
 EXAMPLES = 5  # texts kept per (head, stat) and side
+SNIPPET_CHARS = 300  # characters of an example's text (and pair) in examples.parquet: a few lines on the page
+_TEXTS_BATCH = 256  # rows of a shard's texts read at a time when looking up snippets
 PERCENTILES = (5, 50, 95)
 # Bytes of one statistic's values per_head holds at once: all 72 heads of MiniLM up to 58,000 texts (each
 # shard's column then read once a statistic, not once per group of heads), 8 heads of 500,000.
@@ -35,7 +47,8 @@ _READ_BATCH = 65_536  # per_text rows per record batch copied into per_text.parq
 EXAMPLES_SCHEMA = pa.schema(
     [("layer", pa.int16()), ("head", pa.int16()), ("stat", pa.string()), ("side", pa.string())]
     + [("rank", pa.int8()), ("value", pa.float64()), ("id", pa.string()), ("line", pa.int64())]
-    + [("text", pa.string()), ("text_pair", pa.string())]
+    # the first SNIPPET_CHARS characters of the text and pair; cut: either is longer than its snippet
+    + [("snippet", pa.string()), ("snippet_pair", pa.string()), ("cut", pa.bool_())]
 )
 
 
@@ -141,7 +154,7 @@ def _examples(out: Path, shards: Sequence[int], files: Sequence[Path], layers: i
                     np.take_along_axis(both_lines, order, axis=0),
                 )
     wanted = {int(line) for side in kept.values() for _, lines in side.values() for line in lines.flat}
-    texts = _texts_of(out, shards, wanted)
+    snippets = _snippets_of(out, shards, wanted)
     rows: dict[str, list[object]] = {name: [] for name in EXAMPLES_SCHEMA.names}
     for flat in range(layers * heads):
         for stat in STATS:
@@ -149,22 +162,35 @@ def _examples(out: Path, shards: Sequence[int], files: Sequence[Path], layers: i
                 values, lines = kept[side][stat]
                 for rank in range(values.shape[0]):
                     line = int(lines[rank, flat])
-                    record_id, text, pair = texts[line]
+                    record_id, snippet, snippet_pair, cut = snippets[line]
                     where = (flat // heads, flat % heads, stat, side, rank + 1, float(values[rank, flat]))
-                    entry = (*where, record_id, line, text, pair)
+                    entry = (*where, record_id, line, snippet, snippet_pair, cut)
                     for name, item in zip(EXAMPLES_SCHEMA.names, entry, strict=True):
                         rows[name].append(item)
     return pa.table(rows, schema=EXAMPLES_SCHEMA)
 
 
-def _texts_of(out: Path, shards: Sequence[int], lines: set[int]) -> dict[int, tuple[str, str, str | None]]:
-    """line -> (id, text, text_pair) of the given lines, read from the shards' texts files."""
-    found: dict[int, tuple[str, str, str | None]] = {}
+def snippets(text: pa.Array, pair: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """examples.parquet's (snippet, snippet_pair, cut) of texts and pairs (a null pair stays null and is
+    not cut), computed in Arrow."""
+    # utf8_slice_codeunits counts code points, despite its name (as Python's len does)
+    snippet, snippet_pair = (pc.utf8_slice_codeunits(c, 0, SNIPPET_CHARS) for c in (text, pair))
+    longer = [pc.greater(pc.utf8_length(c), SNIPPET_CHARS) for c in (text, pair)]
+    return snippet, snippet_pair, pc.or_(longer[0], pc.fill_null(longer[1], False))
+
+
+def _snippets_of(
+    out: Path, shards: Sequence[int], lines: set[int]
+) -> dict[int, tuple[str, str, str | None, bool]]:
+    """line -> (id, snippet, snippet_pair, cut) of the given lines, from the shards' texts files, a few
+    rows at a time, each text cut in Arrow: no whole text becomes a Python string."""
+    found: dict[int, tuple[str, str, str | None, bool]] = {}
     wanted = pa.array(sorted(lines), pa.int64())
     for k in shards:
-        table = pq.read_table(shard_path(out, k, ".texts.parquet"))
-        table = table.filter(pc.is_in(table["line"], value_set=wanted))
-        columns = (table[c].to_pylist() for c in ("line", "id", "text", "text_pair"))
-        for line, record_id, text, pair in zip(*columns, strict=True):
-            found[line] = (record_id, text, pair)
+        texts = pq.ParquetFile(shard_path(out, k, ".texts.parquet"))
+        for batch in texts.iter_batches(batch_size=_TEXTS_BATCH):
+            batch = batch.filter(pc.is_in(batch["line"], value_set=wanted))
+            columns = (batch["line"], batch["id"], *snippets(batch["text"], batch["text_pair"]))
+            for line, record_id, snippet, pair, cut in zip(*(c.to_pylist() for c in columns), strict=True):
+                found[line] = (record_id, snippet, pair, cut)
     return found

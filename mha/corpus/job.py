@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mha.corpus.source import Tally, count_records, input_format
+from mha.corpus.source import MAX_CHARS, Tally, count_records, input_format
 
 __all__ = ["ENGINES", "Job", "Progress"]
 
@@ -31,6 +31,7 @@ class Job:
     words: bool = False
     shard_size: int = 1000  # records per shard: the unit of resuming
     max_tokens: int = 512  # tokens per text at most (the model's own limit if lower)
+    max_chars: int = MAX_CHARS  # characters per text (and pair) at most, cut as the input is read
     device: str = "auto"
     num_gpus: float | None = None  # Ray: GPUs per worker (None: 1 where the cluster has GPUs, else 0)
 
@@ -44,6 +45,7 @@ class Job:
             "words": self.words,
             "shard_size": self.shard_size,
             "max_tokens": self.max_tokens,
+            "max_chars": self.max_chars,
         }
 
     def input(self) -> dict[str, Any]:

@@ -55,7 +55,7 @@ logger = logging.getLogger(__name__)
 
 # CorpusWorker's input columns, typed as it answers them; the reader packs each batch of records into one
 # row of lists (PACKED).
-RECORDS = pa.schema([output_schema(1).field(name) for name in (*INPUT_COLUMNS, "error")])
+RECORDS = pa.schema([output_schema(1).field(name) for name in (*INPUT_COLUMNS, "error", "truncated")])
 PACKED = pa.schema([(field.name, pa.list_(field.type)) for field in RECORDS])
 _COLOURS = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours the process names in its messages
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
@@ -179,7 +179,7 @@ def _blocks(job: Job, todo: frozenset[int]) -> Iterator[pa.Table]:
     ``todo``, the last one cut at the shard's end. Ray may split and merge blocks; a row it never cuts, so
     each padded forward is the local engine's; small blocks share the work evenly among the workers."""
     held: list[Record] = []
-    for record in read_records(job.source):
+    for record in read_records(job.source, max_chars=job.max_chars):
         index = shard_of(record.line, job.shard_size)
         if held and (len(held) == job.batch or shard_of(held[0].line, job.shard_size) != index):
             yield _block(held)

@@ -51,7 +51,7 @@ from mha.corpus.shards import (
     write_atomic,
     write_shard,
 )
-from mha.corpus.source import CorpusInputError, Record, input_format, read_records
+from mha.corpus.source import MAX_CHARS, CorpusInputError, Record, input_format, read_records
 from mha.corpus.worker import CorpusWorker, output_schema
 from mha.pretrained import AttentionModel
 from mha.result import ModelInfo
@@ -61,7 +61,7 @@ __all__ = ["FORMAT", "CorpusOutError", "CorpusSettingsError", "model_info", "run
 logger = logging.getLogger(__name__)
 
 _NAMED = 10  # files named when a folder's are refused
-FORMAT = 1  # run.json's "format"
+FORMAT = 2  # run.json's "format" (2: examples.parquet holds snippets and lines, 1 held whole texts)
 
 
 class CorpusOutError(ValueError):
@@ -83,6 +83,7 @@ def run(
     words: bool = False,
     shard_size: int = 1000,
     max_tokens: int = 512,
+    max_chars: int = MAX_CHARS,
     device: str = "auto",
     progress: Progress | None = None,
     name: str | None = None,
@@ -92,6 +93,8 @@ def run(
 
     ``model``: the embedded default's name (or None), a checkpoint directory, a hub id, or (local engine)
     a loaded AttentionModel; ``name`` the model's name in run.json (default: its directory's name).
+    ``max_chars``: characters kept of each text and pair (mha.corpus.source.read_records), a cut text
+    flagged ``truncated`` as one past ``max_tokens`` is.
     A finished run in ``out`` with the same input and settings is returned as it is; an unfinished one is
     resumed (finished shards skipped; the temporary files a kill left, removed); one with another input,
     model or settings raises CorpusSettingsError naming what differs. An ``out`` that is not a folder (or
@@ -99,7 +102,7 @@ def run(
     nothing outside ``out``, and nothing in it that is not a run's, is overwritten.
     """
     source = Path(source)
-    _check_arguments(source, model, engine, batch, shard_size, max_tokens, num_gpus)
+    _check_arguments(source, model, engine, batch, shard_size, max_tokens, max_chars, num_gpus)
     _check_out(Path(out))
     loaded = model if isinstance(model, AttentionModel) else None
     given = None if isinstance(model, AttentionModel) or model is None else str(model)
@@ -114,6 +117,7 @@ def run(
         words=words,
         shard_size=shard_size,
         max_tokens=max_tokens,
+        max_chars=max_chars,
         device=device,
         num_gpus=num_gpus,
     )
@@ -210,11 +214,18 @@ def _check_arguments(
     batch: int,
     shard_size: int,
     max_tokens: int,
+    max_chars: int,
     num_gpus: float | None,
 ) -> None:
     if engine not in ENGINES:
         raise ValueError(f"engine ({engine!r}) must be one of {', '.join(ENGINES)}")
-    for label, value in (("batch", batch), ("shard_size", shard_size), ("max_tokens", max_tokens)):
+    sizes = (
+        ("batch", batch),
+        ("shard_size", shard_size),
+        ("max_tokens", max_tokens),
+        ("max_chars", max_chars),
+    )
+    for label, value in sizes:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{label} ({value!r}) must be a positive integer")
     if num_gpus is not None and num_gpus < 0:
@@ -343,7 +354,7 @@ def _process_local(job: Job, todo: Sequence[int], worker: CorpusWorker, progress
 
 def _work(job: Job, wanted: set[int]) -> Iterator[tuple[tuple[int, int, bool], dict[str, list[Any]]]]:
     """((shard, records, last of its shard?), the worker's columns) for each batch of the wanted shards."""
-    for index, records in _shards(read_records(job.source), job.shard_size, wanted):
+    for index, records in _shards(read_records(job.source, max_chars=job.max_chars), job.shard_size, wanted):
         parts = list(_batches(records, job.batch))
         for k, part in enumerate(parts):
             yield (index, len(part), k == len(parts) - 1), _columns(part)
@@ -380,7 +391,8 @@ def _batches(records: Sequence[Record], size: int) -> Iterator[Sequence[Record]]
 def _columns(records: Sequence[Record]) -> dict[str, list[Any]]:
     """Records as the worker's input columns."""
     return {
-        field: [getattr(r, field) for r in records] for field in ("line", "id", "text", "text_pair", "error")
+        field: [getattr(r, field) for r in records]
+        for field in ("line", "id", "text", "text_pair", "error", "truncated")
     }
 
 

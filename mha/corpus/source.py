@@ -13,6 +13,7 @@ is not Parquet) raises ``CorpusInputError`` before any record, from ``count_reco
 
 from __future__ import annotations
 
+import codecs
 import csv
 import hashlib
 import io
@@ -39,6 +40,13 @@ _SURROGATE = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of a by
 # Any lone surrogate: JSON's "\ud800" escape makes one; no UTF-8 encoder (the tokenizer's, Arrow's) takes it.
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _PARQUET_BATCH = 1024  # rows per Parquet record batch read: a few hundred KiB of text at a time
+# Characters kept of a text (and of its pair): 512 tokens are ~2,500 characters of English and at most a
+# few times that in any script (a WordPiece or BPE token is rarely past 20 characters), so 100,000 cuts no
+# text that max_tokens would keep whole, while a record's copies (worker rows, shard texts, the tokenizer's
+# offsets) stay a few MB whatever the input holds.
+MAX_CHARS = 100_000
+ID_MAX_CHARS = 1_000  # an id longer is a bad record: per_text repeats it once per head
+_UTF8_MAX = 4  # bytes of one character in UTF-8 at most
 
 
 class CorpusInputError(ValueError):
@@ -51,6 +59,7 @@ class Record(NamedTuple):
     text: str | None  # None for a bad record
     text_pair: str | None
     error: str | None = None  # why the record is bad; None for a good one
+    truncated: bool = False  # text or pair cut at max_chars (read_records)
 
     @classmethod
     def bad(cls, line: int, reason: str) -> Record:
@@ -76,14 +85,25 @@ def input_format(path: str | Path) -> str:
     return FORMATS[suffix]
 
 
-def read_records(path: str | Path) -> Iterator[Record]:
-    """The records of ``path`` in input order (see the module docstring)."""
+def read_records(path: str | Path, *, max_chars: int = MAX_CHARS) -> Iterator[Record]:
+    """The records of ``path`` in input order (see the module docstring), each text and pair cut to
+    ``max_chars`` characters (``truncated`` set when one was). A .txt line is read no further than the
+    cap needs, and a Parquet cell is cut in Arrow, so their copies never scale with the input; a .jsonl
+    line is parsed whole, once (JSON cannot be cut before it is parsed); a .csv field stops at csv's field
+    limit (131,072 characters: a longer one is a bad record)."""
     path = Path(path)
     kind = input_format(path)
+    if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
+        raise ValueError(f"max_chars ({max_chars!r}) must be a positive integer")
     if not path.is_file():
         raise CorpusInputError(f"input {str(path)!r} is not a file")
-    readers = {"txt": _read_txt, "jsonl": _read_jsonl, "csv": _read_csv, "parquet": _read_parquet}
-    return readers[kind](path)
+    if kind == "txt":
+        records = _read_txt(path, max_chars)
+    elif kind == "parquet":
+        records = _read_parquet(path, max_chars)
+    else:
+        records = _read_jsonl(path) if kind == "jsonl" else _read_csv(path)
+    return (_capped(record, max_chars) for record in records)
 
 
 class Tally:
@@ -182,18 +202,55 @@ def _guarded(line: int, decode: Callable[[], Record]) -> Record:
         return Record.bad(line, f"unreadable record: {error}")
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str | None]]:
-    """(line number, the line without its newline, or None when it is not UTF-8)."""
+def _lines(path: Path, limit: int = -1) -> Iterator[tuple[int, str | None]]:
+    """(line number, the line without its newline, or None when it is not UTF-8). With ``limit``, a line
+    past ``limit`` bytes comes as the characters of its first ``limit`` bytes, the rest read a block at a
+    time, checked and dropped: no line is held whole."""
     with path.open("rb") as f:
-        for number, raw in enumerate(f, start=1):
+        number = 0
+        while raw := f.readline(limit):
+            number += 1
+            if limit < 0 or len(raw) < limit or raw.endswith(b"\n"):
+                end = len(raw) - raw.endswith(b"\n")
+                end -= raw[:end].endswith(b"\r")
+                try:  # decoded from a view: the line is not copied to drop its newline
+                    line: str | None = str(memoryview(raw)[:end], "utf-8")
+                except UnicodeDecodeError:
+                    line = None
+            else:
+                line = _head_of_long_line(f, raw)
+            del raw  # a long line's bytes go before the consumer holds its text
+            yield number, line
+
+
+def _head_of_long_line(f: BinaryIO, head: bytes) -> str | None:
+    """The characters of ``head``, a long line's first bytes (an incomplete last character dropped),
+    having read the rest of the line from ``f``; None when any of the line is not UTF-8."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        text: str | None = decoder.decode(head)
+    except UnicodeDecodeError:
+        text = None
+    while block := f.readline(1 << 20):
+        if text is not None:
             try:
-                yield number, raw.decode("utf-8").removesuffix("\n").removesuffix("\r")
+                decoder.decode(block)  # checked a MiB at a time, then dropped
             except UnicodeDecodeError:
-                yield number, None
+                text = None
+        if block.endswith(b"\n"):
+            return text
+    if text is not None:
+        try:
+            decoder.decode(b"", final=True)  # the file ends inside a character
+        except UnicodeDecodeError:
+            text = None
+    return text
 
 
-def _read_txt(path: Path) -> Iterator[Record]:
-    for number, line in _lines(path):
+def _read_txt(path: Path, max_chars: int) -> Iterator[Record]:
+    # A line past this many bytes has more than max_chars characters, whatever its BOM and "\r":
+    # only that much of it is decoded.
+    for number, line in _lines(path, _UTF8_MAX * max_chars + 16):
         if line is None:
             yield Record.bad(number, "not UTF-8")
         else:
@@ -283,7 +340,7 @@ def _open_parquet(path: Path, source: str | Path | BinaryIO) -> Any:
     return parquet
 
 
-def _read_parquet(path: Path) -> Iterator[Record]:
+def _read_parquet(path: Path, max_chars: int) -> Iterator[Record]:
     import pyarrow as pa
 
     parquet = _open_parquet(path, path)
@@ -302,7 +359,7 @@ def _read_parquet(path: Path) -> Iterator[Record]:
                 break
             if batch is None:
                 break
-            yield from _batch_records(line, batch, columns)
+            yield from _batch_records(line, _cut_batch(batch, max_chars), columns)
             line += batch.num_rows
         line = end
 
@@ -329,3 +386,37 @@ def _row_record(number: int, fields: dict[str, Any] | None, batch: Any, row: int
 def _need_text(path: Path, names: list[str]) -> None:
     if "text" not in names:
         raise CorpusInputError(f"input {path.name!r} has no 'text' column (columns: {', '.join(names)})")
+
+
+def _cut_batch(batch: Any, max_chars: int) -> Any:
+    """A Parquet record batch with its strings cut in Arrow (one past the caps, so ``_capped`` still sees
+    what was cut) before they become Python strings; as it is when Arrow cannot (bytes that are not UTF-8:
+    ``_batch_records`` finds that row)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    columns = []
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            stop = (ID_MAX_CHARS if name == "id" else max_chars) + 1
+            try:
+                column = pc.utf8_slice_codeunits(column, 0, stop)  # code points, despite the name
+            except pa.ArrowInvalid:
+                return batch
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
+
+
+def _capped(record: Record, max_chars: int) -> Record:
+    """``record`` with its text and pair cut to ``max_chars`` characters each and flagged ``truncated``
+    when either was (as the token cap flags a text); a bad record when its id is past ID_MAX_CHARS."""
+    if record.error is not None:
+        return record
+    if len(record.id) > ID_MAX_CHARS:
+        return Record.bad(record.line, f"'id' is longer than {ID_MAX_CHARS:,} characters")
+    text, pair = record.text or "", record.text_pair
+    if len(text) <= max_chars and (pair is None or len(pair) <= max_chars):
+        return record
+    return record._replace(
+        text=text[:max_chars], text_pair=None if pair is None else pair[:max_chars], truncated=True
+    )

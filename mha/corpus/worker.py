@@ -28,7 +28,8 @@ from mha.tokenize import Encoded
 
 __all__ = ["INPUT_COLUMNS", "PADDING", "CorpusWorker", "output_schema", "padded_groups"]
 
-INPUT_COLUMNS = ("line", "id", "text", "text_pair")  # and optionally "error", a reader's reason
+# and optionally "error", a reader's reason, and "truncated", the reader's cut at max_chars
+INPUT_COLUMNS = ("line", "id", "text", "text_pair")
 # A batch's texts are sorted by length and cut into forwards whose padding stays within this share of
 # their tokens: 32 texts of 20-60 tokens padded to the longest waste ~50 % of a forward (about 1.35x
 # slower on the CPU, benchmarks/corpus.py); texts of like length stay one forward (what a GPU wants).
@@ -58,7 +59,8 @@ class CorpusWorker:
 
     ``model``: a name or path as ``load_pretrained`` takes it (loaded here, once, named ``name``), or a
     loaded model.
-    ``batch``: a dict of columns ``line``, ``id``, ``text``, ``text_pair`` (and optionally ``error``) as
+    ``batch``: a dict of columns ``line``, ``id``, ``text``, ``text_pair`` (and optionally ``error`` and
+    ``truncated``, a text the reader cut: flagged as one the token cap cuts) as
     lists or numpy arrays (what Ray Data hands over), or a pyarrow Table of them. The answer has one row
     per record, in order (``output_schema``). An input the model refuses (no tokens left, a pair it cannot
     take, no room under max_tokens) becomes a bad row with the model's message; so does a text with a lone
@@ -121,7 +123,8 @@ class CorpusWorker:
             values[:, where] = stats
             labels[where] = label
         n_tokens[rows] = [len(e.ids) for e in encoded]
-        truncated[rows] = [e.truncated for e in encoded]
+        cut = [_flag(v) for v in columns.get("truncated", [False] * size)]
+        truncated[rows] = [e.truncated or cut[row] for e, row in zip(encoded, rows, strict=True)]
         arrays = [
             pa.array(lines, pa.int64()),
             pa.array(ids, pa.string()),
@@ -217,6 +220,11 @@ def _merge_words(
         w = word_map.shape[-1]
         padded[row, :, :, :w, :w] = word_map
     return padded, words, special
+
+
+def _flag(value: Any) -> bool:
+    """A ``truncated`` input value: only a real true (numpy's too) counts; None or NaN is false."""
+    return isinstance(value, bool | np.bool_) and bool(value)
 
 
 def _optional(value: Any) -> str | None:

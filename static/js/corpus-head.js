@@ -1,13 +1,15 @@
 // The Corpus view's head panel: the chosen statistic's per-text distribution for the selected head (or
 // every head of its layer side by side) as a Plotly box or violin plot, the head's corpus summary, and
-// its top and bottom texts, each a link to the normal view of that text with the head open. A point of
-// the plot is a text too: hovered, its line and a snippet (fetched on demand) show under the plot; clicked,
-// it opens as an example's link does (or says why it cannot, as the links do).
+// its top and bottom texts (their snippets), each a link to the normal view of that text with the head
+// open (a snippet cut short: its whole text fetched by line for the link). A point of the plot is a text
+// too: hovered, its line and a snippet (fetched on demand) show under the plot; clicked, it opens as an
+// example's link does (or says why it cannot, as the links do).
 
 import { el } from "./dom.js";
 import { formatStat } from "./insight.js";
 import {
   distributionFigure,
+  exampleWords,
   headSummary,
   linkReason,
   pointLine,
@@ -52,27 +54,49 @@ export class HeadPanel {
     this.hint();
     this.note.textContent = reason;
     this.note.hidden = !reason;
-    this.fill(this.top, answer.top, run, { layer, head, stat, reason });
-    this.fill(this.bottom, answer.bottom, run, { layer, head, stat, reason });
+    const options = { layer, head, stat, reason };
+    await Promise.all([this.fill(this.top, answer.top, run, options), this.fill(this.bottom, answer.bottom, run, options)]);
   }
 
-  /** One list of examples: the value, then the text (and its pair) as a link, or as plain text with why. */
-  fill(list, examples, run, { layer, head, stat, reason }) {
+  /**
+   * One list of examples: the value, then the snippet (and its pair) as a link, or as plain text with why.
+   * A link needs the whole text: a snippet that is the whole has it; one cut short fetches it by its line
+   * (resolved before the panel says it is ready; one that fails says why on its link).
+   */
+  async fill(list, examples, run, { layer, head, stat, reason }) {
     if (!examples.length) {
       list.replaceChildren(el("li", { className: "empty", text: "No texts." }));
       return;
     }
+    const links = examples.map((example) =>
+      el("a", {
+        className: reason ? "example-text disabled" : "example-text",
+        text: exampleWords(example),
+        attrs: reason ? { "aria-disabled": "true", title: reason } : {},
+      }),
+    );
     list.replaceChildren(
-      ...examples.map((example) => {
-        const words = example.text_pair ? `${example.text} ‖ ${example.text_pair}` : example.text;
-        const attrs = reason
-          ? { "aria-disabled": "true", title: reason }
-          : { href: textLink(run, example, layer, head), title: `Open text ${example.id} with L${layer} H${head} in the normal view` };
-        return el("li", { data: { id: example.id, line: example.line, value: String(example.value) } }, [
+      ...examples.map((example, k) =>
+        el("li", { data: { id: example.id, line: example.line, value: String(example.value), cut: String(example.cut) } }, [
           el("span", { className: "example-value", text: formatStat(stat, example.value) }),
-          el("a", { className: reason ? "example-text disabled" : "example-text", text: words, attrs }),
+          links[k],
           el("span", { className: "example-id", text: `text ${example.id}` }),
-        ]);
+        ]),
+      ),
+    );
+    if (reason) return;
+    await Promise.all(
+      examples.map(async (example, k) => {
+        const link = links[k];
+        try {
+          const whole = example.cut ? await this.text(run, example.line) : { text: example.snippet, text_pair: example.snippet_pair };
+          link.href = textLink(run, whole, layer, head);
+          link.title = `Open text ${example.id} with L${layer} H${head} in the normal view`;
+        } catch (error) {
+          link.classList.add("disabled");
+          link.setAttribute("aria-disabled", "true");
+          link.title = `Text ${example.id} cannot be opened: ${error.message}`;
+        }
       }),
     );
   }

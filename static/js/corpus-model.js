@@ -182,6 +182,15 @@ export function pointLine(found, stat, record) {
 }
 
 /**
+ * An example's words in the list: its snippet (and its pair's, after "‖"), with "…" where the run's
+ * examples file cut them short (`cut`; the whole text comes by its line from the texts route).
+ */
+export function exampleWords(example) {
+  const words = example.snippet_pair ? `${example.snippet} ‖ ${example.snippet_pair}` : example.snippet;
+  return example.cut ? `${words}…` : words;
+}
+
+/**
  * The normal view of one example's text with (layer, head) open: the page's own URL state (state.js), with
  * words mode when the run took words and the encoder's attention for an encoder-decoder's run.
  */

@@ -47,6 +47,8 @@ def test_a_registered_name_runs_with_plain_progress_lines(
             "4",
             "--shard-size",
             "5",
+            "--max-chars",
+            "20",
             "--device",
             "cpu",
         ],
@@ -55,9 +57,11 @@ def test_a_registered_name_runs_with_plain_progress_lines(
     assert code == 0, err
     record = json.loads((out / "run.json").read_text())
     assert record["model"]["name"] == "tiny-bert" and record["complete"] is True
-    assert record["settings"] == {"batch": 4, "words": False, "shard_size": 5, "max_tokens": 512}
+    settings = {"batch": 4, "words": False, "shard_size": 5, "max_tokens": 512, "max_chars": 20}
+    assert record["settings"] == settings
     assert "corpus: 9/9 records (100%)" in err and "texts/s" in err
-    assert err.strip().splitlines()[-1] == f"headscope corpus: 6 texts, 3 bad records, 0 truncated -> {out}"
+    # every record but "Short one. (5)" has a text or pair past 20 characters: cut and flagged truncated
+    assert err.strip().splitlines()[-1] == f"headscope corpus: 6 texts, 3 bad records, 5 truncated -> {out}"
 
 
 def test_a_checkpoint_directory_runs_under_its_name(corpus: Path, tmp_path: Path, tiny_checkpoints, capsys):
@@ -85,6 +89,7 @@ def test_a_checkpoint_directory_runs_under_its_name(corpus: Path, tmp_path: Path
         (["missing.jsonl", "--out", "o"], "input 'missing.jsonl' is not a file"),
         (["{corpus}", "--out", "o", "--batch", "0"], "argument --batch: '0' must be at least 1"),
         (["{corpus}", "--out", "o", "--shard-size", "x"], "argument --shard-size: 'x' is not an integer"),
+        (["{corpus}", "--out", "o", "--max-chars", "0"], "argument --max-chars: '0' must be at least 1"),
         (["{corpus}", "--out", "o", "--engine", "spark"], "argument --engine: invalid choice: 'spark'"),
         (["{corpus}", "--out", "o", "--model", "nosuch"], "model 'nosuch' is neither a registered name"),
         (["{corpus}.txt", "--out", "o"], "is not a file"),

@@ -78,7 +78,31 @@ def test_a_head_gives_each_texts_value_and_its_examples(client: TestClient, runs
     assert [example["rank"] for example in answer["top"]] == [1, 2, 3, 4, 5]
     assert answer["top"][0]["value"] == column.max() and answer["bottom"][0]["value"] == column.min()
     first = answer["top"][0]
-    assert first["text"] == texts[top[0]]["text"] and first["text_pair"] == texts[top[0]]["text_pair"]
+    assert (first["snippet"], first["snippet_pair"]) == (texts[top[0]]["text"], texts[top[0]]["text_pair"])
+    assert first["cut"] is False  # short texts: the snippet is the whole
+
+
+@pytest.mark.parametrize("run_format", [2, 1])
+def test_an_example_is_a_snippet_and_its_line_opens_it_whole(
+    run_format: int, tmp_path: Path, make_settings: Callable[..., Settings]
+) -> None:
+    """An example carries its text's first SNIPPET_CHARS characters (its pair's too) and its line; the texts
+    route gives the whole. A run of the first format kept whole texts in examples.parquet: it is still
+    read, its snippets cut on the way out."""
+    texts = sentences(3)
+    texts[1] = {**texts[1], "text": "long " * 200, "text_pair": "pair " * 100}  # 1,000 and 500 characters
+    values = random_values(3, 1, 1, seed=2)
+    values["entropy"][:, 0, 0] = [0.1, 2.9, 0.2]  # the long text ranks first
+    write_run(tmp_path / "run", texts, values, format=run_format)
+    with TestClient(create_app(make_settings(runs_dir=tmp_path))) as client:
+        answer = client.get("/api/corpus/runs/run/heads/0/0", params={"stat": "entropy"}).json()
+        first, second = answer["top"][:2]
+        assert first["line"] == 2 and first["cut"] is True
+        assert (first["snippet"], first["snippet_pair"]) == ("long " * 60, "pair " * 60)  # 300 characters
+        assert (second["snippet"], second["snippet_pair"]) == (texts[2]["text"], texts[2]["text_pair"])
+        assert second["cut"] is False
+        whole = client.get("/api/corpus/runs/run/texts/2").json()
+        assert (whole["text"], whole["text_pair"]) == (texts[1]["text"], texts[1]["text_pair"])
 
 
 def test_a_text_opens_by_its_line(client: TestClient, runs: dict[str, object]) -> None:

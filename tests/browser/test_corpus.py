@@ -12,10 +12,11 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from corpus_fixture import write_demo_runs
+from corpus_fixture import random_values, sentences, write_demo_runs, write_run
 
 from benchmarks.launch import serve
 from mha.corpus import run as corpus_run
+from mha.corpus.aggregate import SNIPPET_CHARS
 from tests.browser.test_phone import EDGE_PX, OVERFLOW_JS
 
 pytestmark = pytest.mark.browser
@@ -34,6 +35,9 @@ REAL_TEXTS = [
 ]
 
 
+LONG_TEXT = " ".join(f"word{k}" for k in range(150))  # ~1,000 characters
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     runs = write_demo_runs(tmp_path_factory.mktemp("runs"), layers=LAYERS, heads=HEADS, texts=TEXTS, seed=7)
@@ -41,6 +45,12 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     source = tmp_path_factory.mktemp("input") / "texts.txt"
     source.write_text("\n".join(REAL_TEXTS) + "\n", encoding="utf-8")
     corpus_run(source, None, runs["root"] / "minilm-real", batch=4, shard_size=4, device="cpu")
+    # A text longer than examples.parquet's snippets, the highest entropy of L0 H0.
+    records = sentences(6)
+    records[2] = {**records[2], "text": LONG_TEXT, "text_pair": None}
+    values = random_values(6, LAYERS, HEADS, seed=9)
+    values["entropy"][:, 0, 0] = [0.5, 0.6, 2.9, 0.7, 0.8, 0.9]
+    write_run(runs["root"] / "snippets-demo", records, values)
     return runs
 
 
@@ -195,6 +205,18 @@ def test_a_run_made_by_the_job_shows_its_numbers(session: Any, corpus: dict[str,
     assert page.input_value("#text") == REAL_TEXTS[int(top["line"]) - 1]
     selected = page.locator(".thumb.selected")
     assert (selected.get_attribute("data-layer"), selected.get_attribute("data-head")) == ("1", "2")
+
+
+def test_an_example_cut_short_shows_its_snippet_and_opens_its_whole_text(session: Any) -> None:
+    page = session.open("corpus?run=snippets-demo&stat=entropy&layer=0&head=0")
+    wait_corpus(page)
+    first = page.locator("#corpus-top li").first
+    assert (first.get_attribute("data-line"), first.get_attribute("data-cut")) == ("3", "true")
+    link = first.locator("a")
+    assert link.text_content() == f"{LONG_TEXT[:SNIPPET_CHARS]}…"
+    assert link.get_attribute("href")  # the whole text, fetched by its line before the view said ready
+    link.click()
+    assert_normal_view(session, {"text": LONG_TEXT, "text_pair": None}, "0", "0")
 
 
 def test_a_run_of_a_model_not_served_here_says_why_its_texts_do_not_open(session: Any) -> None:

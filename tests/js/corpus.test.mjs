@@ -11,6 +11,7 @@ import {
   corpusKey,
   distributionFigure,
   encodeCorpusState,
+  exampleWords,
   headRow,
   headSummary,
   linkReason,
@@ -144,6 +145,13 @@ test("an example opens the normal view of its text and pair with the head open, 
   // A words run opens in words mode; an encoder-decoder's run on its encoder's attention.
   const words = readState(textLink({ ...RUN, words: true, kind: "encoder" }, { ...example, text_pair: null }, 0, 0).slice(2));
   assert.deepEqual([words.words, words.kind, words.pair], [true, "encoder", ""]);
+});
+
+test("an example shows its snippet and its pair's, with an ellipsis where the run cut them short", () => {
+  const example = { snippet: "The cat sat.", snippet_pair: null, cut: false, id: "t3", line: 3, value: 0.9 };
+  assert.equal(exampleWords(example), "The cat sat.");
+  assert.equal(exampleWords({ ...example, snippet_pair: "It was tired." }), "The cat sat. ‖ It was tired.");
+  assert.equal(exampleWords({ ...example, snippet: "a".repeat(300), cut: true }), `${"a".repeat(300)}…`);
 });
 
 test("a run whose model is not served says why its texts do not open", () => {

@@ -22,10 +22,10 @@ from tolerances import batched_stat
 from mha import load_pretrained
 from mha.analysis import LABELS, head_labels, head_stats
 from mha.analysis.batched import STATS
-from mha.corpus import CorpusSettingsError, read_records, run
+from mha.corpus import MAX_CHARS, CorpusSettingsError, read_records, run
 from mha.corpus import aggregate as aggregate_module
 from mha.corpus import runner as runner_module
-from mha.corpus.aggregate import label_column
+from mha.corpus.aggregate import SNIPPET_CHARS, label_column
 from mha.corpus.shards import shard_directory, shard_path
 from mha.pretrained import AttentionModel
 
@@ -144,8 +144,12 @@ def test_examples_equal_a_sort_by_hand(finished) -> None:
                     )
                     assert examples["line"][at] == line and examples["value"][at] == sign * key
                     record = by_line[int(line)]
-                    assert examples["id"][at] == record.id and examples["text"][at] == record.text
-                    assert examples["text_pair"][at] == record.text_pair
+                    assert examples["id"][at] == record.id
+                    assert examples["snippet"][at] == record.text[:SNIPPET_CHARS]
+                    pair = record.text_pair
+                    assert examples["snippet_pair"][at] == (pair and pair[:SNIPPET_CHARS])
+                    longer = len(record.text) > SNIPPET_CHARS or len(pair or "") > SNIPPET_CHARS
+                    assert examples["cut"][at] == longer
                     position += 1
 
 
@@ -156,7 +160,7 @@ def test_errors_and_run_json(finished) -> None:
     assert errors[1]["reason"] == "blank text" and errors[0]["reason"].startswith("invalid JSON")
     record = json.loads((out / "run.json").read_text())
     assert record == summary
-    assert record["format"] == 1 and record["complete"] is True
+    assert record["format"] == 2 and record["complete"] is True
     assert (record["name"], record["engine"], record["kind"]) == ("out", "local", "self")
     assert record["model"] == {
         "name": "all-MiniLM-L6-v2",
@@ -168,7 +172,13 @@ def test_errors_and_run_json(finished) -> None:
     assert record["input"]["name"] == "corpus.jsonl" and record["input"]["format"] == "jsonl"
     assert record["input"]["bytes"] == source.stat().st_size
     assert record["input"]["sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
-    assert record["settings"] == {"batch": BATCH, "words": False, "shard_size": SHARD, "max_tokens": 512}
+    assert record["settings"] == {
+        "batch": BATCH,
+        "words": False,
+        "shard_size": SHARD,
+        "max_tokens": 512,
+        "max_chars": MAX_CHARS,
+    }
     assert record["counts"] == {"records": 26, "texts": 20, "errors": 6, "truncated": 0, "shards": 3}
     assert record["stats"] == list(STATS) and record["labels"] == list(LABELS)
     assert set(record["timings"]) >= {"seconds", "texts_per_second"}
