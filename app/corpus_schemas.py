@@ -1,11 +1,71 @@
 """The Corpus view's answers (app/routes/corpus.py): finished `headscope corpus` runs read back. The
-files behind them are the contract of docs/design.md "Corpus runs"; run.json is passed on as it is."""
+files behind them are the contract of docs/design.md "Corpus runs"; run.json is passed on as it is, once
+RunMeta has checked the fields the answers read."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+
+# -- requests: a path's integers -----------------------------------------------------------------------
+
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def digits_only(value: Any) -> Any:
+    """A path's integer as written: ASCII digits only. int() and pydantic's lax mode also take " 1", "1.0",
+    "+1", "1_0" and other scripts' digits, so one line or layer would have many spellings (and "-1" would
+    reach the range check as a number)."""
+    if isinstance(value, str) and not _DIGITS.fullmatch(value):
+        raise ValueError("Input should be a non-negative whole number written in the digits 0-9")
+    return value
+
+
+# -- run.json: the fields the answers read, checked before any is used ---------------------------------
+
+
+class _Strict(BaseModel):
+    # run.json is written by mha.corpus as JSON: a count written "3", 3.0 or true is a damaged file. Other
+    # fields are passed on as they are (RunDetail.run), so unknown ones are allowed.
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+class RunModel(_Strict):
+    name: str
+    layers: int = Field(ge=1)
+    heads: int = Field(ge=1)
+
+
+class RunSettings(_Strict):
+    shard_size: int = Field(ge=1)
+    words: bool = False
+
+
+class RunCounts(_Strict):
+    __pydantic_extra__: dict[str, int] = Field(init=False)  # a count added later is a count too
+
+    records: int = Field(ge=0)
+    texts: int = Field(ge=0)
+    errors: int = Field(ge=0)
+    truncated: int = Field(ge=0)
+    shards: int = Field(ge=0)
+
+
+class RunMeta(_Strict):
+    """A finished run's run.json (docs/design.md "Corpus runs"), as far as the answers read it."""
+
+    complete: bool
+    model: RunModel
+    settings: RunSettings
+    counts: RunCounts
+    stats: list[str]
+    kind: str | None = None
+    finished: str | None = None
+
+
+# -- answers -------------------------------------------------------------------------------------------
 
 
 class RunSummary(BaseModel):

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Path, Query, Request, Response
+from pydantic import BeforeValidator
 
-from app.corpus_schemas import CorpusText, HeadValues, RunDetail, RunList
+from app.corpus_schemas import CorpusText, HeadValues, RunDetail, RunList, digits_only
 from app.deps import ServiceDep
 from app.routes.common import ApiRouter, json_answer
 from app.schemas import ErrorResponse
@@ -38,7 +39,9 @@ TEXT_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 RunName = Annotated[str, Path(min_length=1, max_length=255, description="A run's name, as listed.")]
-Index = Annotated[int, Path(ge=0, le=32767)]
+# Digits only: the schema's integer is all a path takes (the validator after Path, so the schema keeps
+# Path's minimum and maximum).
+Index = Annotated[int, Path(ge=0, le=32767), BeforeValidator(digits_only)]
 
 
 @router.get("/corpus/runs", response_model=RunList)
@@ -71,7 +74,11 @@ async def corpus_head(
 @router.get("/corpus/runs/{name}/texts/{line}", response_model=CorpusText, responses=TEXT_ERRORS)
 async def corpus_text(
     name: RunName,
-    line: Annotated[int, Path(ge=1, le=2**53, description="A record's line in the run's input.")],
+    line: Annotated[
+        int,
+        Path(ge=1, le=2**53, description="A record's line in the run's input."),
+        BeforeValidator(digits_only),
+    ],
     request: Request,
     service: ServiceDep,
 ) -> Response:

@@ -1,10 +1,11 @@
 """Finished corpus runs (`headscope corpus`, mha.corpus) read back for the page, from HEADSCOPE_RUNS_DIR.
 
-Read-only, and a request never names a path: a run is a subfolder's name, looked up in the listing (real
-subfolders of the runs folder, symlinks leading out of it left out, whose run.json says complete), so
-"..", "a/b", absolute paths and links out of the folder are unknown runs (404). The files are the
-contract of docs/design.md "Corpus runs". Files are read and answers encoded in a worker thread; run.json
-and the answers are kept in a small LRU keyed by the files' (size, mtime): a run rewritten in place is read
+Read-only, and a request never names a path: a run is one subfolder's name, checked as the listing checks
+it (app/service/corpus_listing.py: real subfolders of the runs folder, symlinks leading out of it left out,
+whose run.json says complete), so "..", "a/b", absolute paths and links out of the folder are unknown runs
+(404), and a run.json field of the wrong type is a 409 naming it. The files are the contract of
+docs/design.md "Corpus runs". Files are read and answers encoded in a worker thread; run.json and the
+answers are kept in a small LRU keyed by the files' (size, mtime): a run rewritten in place is read
 afresh, an unchanged one once.
 """
 
@@ -24,18 +25,15 @@ import pyarrow.parquet as pq
 from anyio import to_thread
 
 from app.cache import LRUCache
+from app.corpus_schemas import RunMeta
 from app.errors import InvalidInputError, ServiceError
+from app.service.corpus_listing import FILES, RUNS_DIR_HINT, RunListing, find, inside, summary
 from mha.analysis import STAT_DESCRIPTIONS
 from mha.corpus.aggregate import snippets
 from mha.corpus.shards import shard_of, shard_path
 
 logger = logging.getLogger(__name__)
 
-FILES = ("run.json", "per_text.parquet", "per_head.parquet", "examples.parquet")
-RUNS_DIR_HINT = (
-    "set HEADSCOPE_RUNS_DIR to a folder holding finished runs of `headscope corpus` (one subfolder a run) "
-    "and restart the server"
-)
 CACHE_ENTRIES = 64  # run.json files and the answers of the runs being looked at
 CACHE_BYTES = 64 * 2**20
 
@@ -75,14 +73,6 @@ def finite(value: Any) -> Any:
     return value
 
 
-def _inside(path: Path, root: Path) -> bool:
-    """Whether `path`, its links followed, lies within `root` (itself resolved)."""
-    try:
-        return path.resolve(strict=True).is_relative_to(root)
-    except OSError:
-        return False
-
-
 class CorpusRuns:
     """The runs of one folder (None: none configured). `served()` names the models this server runs."""
 
@@ -90,59 +80,36 @@ class CorpusRuns:
         self.root = root
         self.served = served
         self.cache = LRUCache(max_entries=CACHE_ENTRIES, max_bytes=CACHE_BYTES)
+        self.listed = RunListing(root) if root is not None else None
 
     @property
     def configured(self) -> bool:
         return self.root is not None
 
-    # -- the listing: the only way from a name to a folder ------------------------------------------
-
-    def _runs(self) -> dict[str, tuple[Path, dict[str, Any]]]:
-        """name -> (folder, run.json) of every finished run, in name order."""
-        if self.root is None:
-            return {}
-        try:
-            root = self.root.resolve(strict=True)
-            folders = sorted(root.iterdir())
-        except OSError as error:
-            logger.warning("corpus runs folder %s cannot be read: %s", self.root, error)
-            return {}
-        runs = {}
-        for folder in folders:
-            if not folder.is_dir() or not _inside(folder, root):
-                continue
-            if not all(_inside(folder / name, root) for name in FILES):
-                continue  # unfinished, or a file linked from outside the runs folder
-            meta = self._meta(folder)
-            if meta is not None and meta.get("complete") is True:
-                runs[folder.name] = (folder, meta)
-        return runs
-
-    def _meta(self, folder: Path) -> dict[str, Any] | None:
-        path = folder / "run.json"
-        try:
-            key = ("run.json", *_stamp(path))
-            meta = self.cache.get(key)
-            if meta is None:
-                meta = json.loads(path.read_text("utf-8"))
-                self.cache.put(key, meta, size=path.stat().st_size)
-        except (OSError, ValueError) as error:
-            logger.warning("corpus run %s: run.json cannot be read: %s", folder, error)
-            return None
-        return meta if isinstance(meta, dict) else None
+    # -- from a name to a folder: one folder checked as the listing checks each ----------------------
 
     def _run(self, name: str) -> tuple[Path, dict[str, Any]]:
-        runs = self._runs()
-        if name not in runs:
-            raise UnknownRunError(name, runs, configured=self.configured)
-        return runs[name]
+        found = None
+        if self.root is not None:
+            try:
+                found = find(self.root.resolve(strict=True), name, self.cache)
+            except OSError:
+                found = None  # the runs folder is gone: no run is there
+        if found is None:
+            known = self.listed.names() if self.listed is not None else []
+            raise UnknownRunError(name, known, configured=self.configured)
+        if found.problem is not None:
+            raise UnreadableRunError(
+                f"corpus run {name[:100]!r}: run.json breaks the format: {found.problem}"
+            )
+        return found.folder, found.meta
 
     # -- answers (each runs in a worker thread) -----------------------------------------------------
 
     # Each is read and encoded to JSON in a worker thread: a head's values may be 100,000 numbers.
 
     async def listing(self) -> bytes:
-        return await to_thread.run_sync(_readable, lambda _name: self._listing(), "")
+        return await to_thread.run_sync(self._listing)
 
     async def run(self, name: str) -> bytes:
         return await to_thread.run_sync(self._kept, self._run_answer, name)
@@ -168,38 +135,16 @@ class CorpusRuns:
             self.cache.put(key, body, size=len(body))
         return body
 
-    def _listing(self) -> dict[str, Any]:
-        served = set(self.served())
-        runs = [self._summary(name, meta, served) for name, (_, meta) in self._runs().items()]
-        hint = None if self.configured else RUNS_DIR_HINT
-        return {"configured": self.configured, "hint": hint, "runs": runs}
+    def _listing(self) -> bytes:
+        """The list, kept by RunListing between requests (a folder is read again when it changes)."""
+        if self.listed is None:
+            return json.dumps({"configured": False, "hint": RUNS_DIR_HINT, "runs": []}).encode()
+        return self.listed.body(self.served())
 
     @staticmethod
     def _summary(name: str, meta: dict[str, Any], served: Collection[str]) -> dict[str, Any]:
-        """What the list says of a run; a field of run.json of the wrong type reads as absent."""
-
-        def of(where: dict[str, Any], key: str, kind: type) -> Any:
-            value = where.get(key)  # isinstance(True, int) holds: a bool is no count
-            return value if isinstance(value, kind) and not isinstance(value, bool) else None
-
-        model = of(meta, "model", dict) or {}
-        settings = of(meta, "settings", dict) or {}
-        stats = of(meta, "stats", list) or []
-        model_name = str(model.get("name", ""))
-        return finite(
-            {
-                "name": name,
-                "model": model_name,
-                "layers": of(model, "layers", int),
-                "heads": of(model, "heads", int),
-                "kind": of(meta, "kind", str),
-                "words": settings.get("words") is True,
-                "counts": of(meta, "counts", dict) or {},
-                "finished": of(meta, "finished", str),
-                "stats": [stat for stat in stats if isinstance(stat, str)],
-                "served": model_name in served,
-            }
-        )
+        """What the list says of a run (run.json checked by `_run` first)."""
+        return summary(name, RunMeta.model_validate(meta), served)
 
     def _run_answer(self, name: str, folder: Path, meta: dict[str, Any]) -> dict[str, Any]:
         table = self._table(folder, "per_head.parquet")
@@ -244,15 +189,13 @@ class CorpusRuns:
     def _text_answer(self, name: str, folder: Path, meta: dict[str, Any], line: int) -> dict[str, Any]:
         """One text of the run by its line, from the shard that kept it (shards/NNNNN.texts.parquet): a
         point of the distribution opens on demand, so a head's answer need not carry 20,000 texts."""
-        settings, counts = meta.get("settings"), meta.get("counts")
-        size = settings.get("shard_size") if isinstance(settings, dict) else None
-        records = counts.get("records") if isinstance(counts, dict) else None
-        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-            raise UnreadableRunError(f"corpus run {name!r}: run.json has no shard_size")
-        if isinstance(records, int) and line > records:
+        run = RunMeta.model_validate(meta)  # checked by _run: shard_size >= 1, records >= 0
+        records = run.counts.records
+        if line > records:
             raise NoTextError(f"corpus run {name!r} has {records} records; there is no line {line}")
-        file = str(shard_path(folder, shard_of(line, size), ".texts.parquet").relative_to(folder))
-        if not _inside(folder / file, folder.resolve()):
+        shard = shard_of(line, run.settings.shard_size)
+        file = str(shard_path(folder, shard, ".texts.parquet").relative_to(folder))
+        if not inside(folder / file, folder.resolve()):
             detail = f"{file} is missing or lies outside the run, so its texts cannot be read"
             raise UnreadableRunError(f"corpus run {name!r}: {detail}")
         rows = self._table(folder, file, where=pc.field("line") == line).to_pylist()

@@ -3,6 +3,7 @@ and never a path from a request."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -158,7 +159,16 @@ def test_a_bad_record_or_a_shard_gone_is_no_text(
             422,
             "head 3 out of range: the run's model has 3",
         ),
-        ("/api/corpus/runs/minilm-demo/heads/-1/0?stat=entropy", 422, "layer"),
+        # A path's integer is digits only: no sign, space, point, underscore or other script's digit.
+        ("/api/corpus/runs/minilm-demo/heads/-1/0?stat=entropy", 422, "layer: Input should be a non-neg"),
+        ("/api/corpus/runs/minilm-demo/heads/1.0/0?stat=entropy", 422, "layer: Input should be a non-neg"),
+        ("/api/corpus/runs/minilm-demo/heads/0/%201?stat=entropy", 422, "head: Input should be a non-neg"),
+        ("/api/corpus/runs/minilm-demo/heads/0/+1?stat=entropy", 422, "written in the digits 0-9"),
+        ("/api/corpus/runs/minilm-demo/texts/%201", 422, "line: Input should be a non-negative whole"),
+        ("/api/corpus/runs/minilm-demo/texts/1.0", 422, "written in the digits 0-9"),
+        ("/api/corpus/runs/minilm-demo/texts/1_0", 422, "written in the digits 0-9"),
+        ("/api/corpus/runs/minilm-demo/texts/%D9%A1", 422, "written in the digits 0-9"),  # Arabic-Indic 1
+        ("/api/corpus/runs/minilm-demo/texts/" + "9" * 5000, 422, "line: "),
         (
             "/api/corpus/runs/minilm-demo/heads/0/0?stat=nope",
             422,
@@ -213,6 +223,48 @@ def test_a_damaged_run_is_a_clear_409(tmp_path: Path, make_settings: Callable[..
             response = client.get(path)
             assert response.status_code == 409, response.text
             assert "corpus run 'run'" in response.json()["detail"]
+
+
+# run.json with one field of the wrong type, by run name: (where in run.json, the value, what the 409 says).
+WRONG_FIELDS = {
+    "layers-a-string": (("model", "layers"), "2", "model.layers: Input should be a valid integer"),
+    "layers-negative": (("model", "layers"), -1, "model.layers: Input should be greater than or equal to 1"),
+    "heads-a-float": (("model", "heads"), 3.0, "model.heads: Input should be a valid integer"),
+    "records-a-boolean": (("counts", "records"), True, "counts.records: Input should be a valid integer"),
+    "shard-size-zero": (("settings", "shard_size"), 0, "settings.shard_size: Input should be greater"),
+    "words-a-string": (("settings", "words"), "yes", "settings.words: Input should be a valid boolean"),
+    "stat-a-number": (("stats",), ["entropy", 3], "stats.1: Input should be a valid string"),
+    "model-null": (("model",), None, "model: Input should be"),
+    "no-counts": (("counts",), ..., "counts: Field required"),
+}
+
+
+def test_a_run_json_field_of_the_wrong_type_is_a_409_naming_it(
+    tmp_path: Path, make_settings: Callable[..., Settings]
+) -> None:
+    write_run(tmp_path / "fine", sentences(3), random_values(3, 1, 2))
+    for name, (where, value, _) in WRONG_FIELDS.items():
+        write_run(tmp_path / name, sentences(3), random_values(3, 1, 2))
+        meta = json.loads((tmp_path / name / "run.json").read_text())
+        parent = meta
+        for key in where[:-1]:
+            parent = parent[key]
+        if value is ...:
+            del parent[where[-1]]
+        else:
+            parent[where[-1]] = value
+        (tmp_path / name / "run.json").write_text(json.dumps(meta))
+    with TestClient(create_app(make_settings(runs_dir=tmp_path))) as client:
+        for name, (_, _, says) in WRONG_FIELDS.items():
+            for path in ("", "/heads/0/0?stat=entropy", "/texts/1"):
+                response = client.get(f"/api/corpus/runs/{name}{path}")
+                assert response.status_code == 409, response.text
+                detail = response.json()["detail"]
+                assert (
+                    detail.startswith(f"corpus run {name!r}: run.json breaks the format: ") and says in detail
+                )
+        # The list names the runs it can describe; the others are logged (test_corpus_listing.py).
+        assert [run["name"] for run in client.get("/api/corpus/runs").json()["runs"]] == ["fine"]
 
 
 def test_the_corpus_page_and_the_main_pages_link_to_it(client: TestClient) -> None:
