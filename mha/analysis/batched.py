@@ -27,9 +27,11 @@ __all__ = ["STATS", "batch_head_labels", "batch_head_stats"]
 # head_stats' keys, in its order: entropy (left out of similarity, as it grows with n), then the others.
 STATS = ("entropy", *definitions.SIMILARITY_STATS)
 
-# Weights per chunk of maps (64 MiB of float32 per temporary): bounded scratch at any T, and big enough
-# that a chunk is one set of vectorized ops over many maps.
-_CHUNK_ELEMENTS = 1 << 24
+# Weights per chunk of maps (16 MiB of float32 per temporary): bounded scratch at any T, and big enough
+# that a chunk is one set of vectorized ops over many maps. 64 MiB chunks made one 512-token text of a
+# corpus cost ~100 MiB over 20-60-token batches (benchmarks/corpus_memory.py), and were slower on the CPU:
+# one thread, best of 7, 32 x 60 tokens 62.6 -> 55.4 ms, 1 x 512 134.6 -> 96.8 ms, 4 x 512 515 -> 388 ms.
+_CHUNK_ELEMENTS = 1 << 22
 
 
 def batch_head_stats(
