@@ -27,10 +27,17 @@ import ray  # noqa: E402  (after the skip: Ray is an optional extra)
 from mha.corpus import ray_engine  # noqa: E402
 
 # 26 texts and 6 bad lines: 4 shards of 8 records, each in batches of 3, 3 and 2 (cut at the shard's end);
-# max_tokens below the longer texts' length, so some are truncated.
-SHARD, BATCH, MAX_TOKENS = 8, 3, 16
+# max_tokens below the longer texts' length, so some are truncated; max_chars cuts the longest texts to
+# fewer than max_tokens, so some are truncated by the reader alone (the flag must reach Ray's workers).
+SHARD, BATCH, MAX_TOKENS, MAX_CHARS = 8, 3, 16, 40
 ROOT = Path(__file__).resolve().parents[2]
-SETTINGS = {"batch": BATCH, "shard_size": SHARD, "max_tokens": MAX_TOKENS, "device": "cpu"}
+SETTINGS = {
+    "batch": BATCH,
+    "shard_size": SHARD,
+    "max_tokens": MAX_TOKENS,
+    "max_chars": MAX_CHARS,
+    "device": "cpu",
+}
 OUTPUTS = ("per_text", "per_head", "examples")
 
 
