@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from mha import gguf_checkpoint
 from mha.convert import Converter, check_shapes, families_of, for_model_type
 from mha.convert.base import NetworkConfig
 from mha.errors import (
@@ -115,9 +116,14 @@ def _is_hub_id(name: str) -> bool:
 
 
 def local_directory(path: str | Path | None) -> Path | None:
-    """The checkpoint directory `path` names; None for a hub id (fetched only when loaded)."""
+    """The checkpoint directory `path` names; None for a hub id (fetched only when loaded). A GGUF file
+    (or a directory holding one, mha.gguf_checkpoint.find_gguf) names its converted directory: converted
+    here on its first use, read from the cache after."""
     if path is None or str(path) == DEFAULT_MODEL_NAME:
         return default_model_path()
+    gguf_file = gguf_checkpoint.find_gguf(path)
+    if gguf_file is not None:
+        return gguf_checkpoint.checkpoint_directory(gguf_file)
     directory = Path(path)
     if directory.is_dir():
         return directory
@@ -271,7 +277,14 @@ def check_checkpoint(path: str | Path) -> None:
     A path that is not a directory but looks like a hub id is not checked (it is fetched only when
     loaded): returns None like a good checkpoint. Loading can still fail on what only reading the files
     shows (a tokenizer far smaller than the model's vocabulary, damaged tensor bytes).
+
+    A GGUF file is not converted here: its cached conversion is checked where there is one, else its
+    header (mha.gguf_checkpoint.architecture: readable, whole, of an architecture we convert).
     """
+    gguf_file = gguf_checkpoint.find_gguf(path)
+    if gguf_file is not None:
+        gguf_checkpoint.architecture(gguf_file)
+        return
     directory = local_directory(path)
     if directory is not None:
         check_files(directory)
@@ -302,10 +315,14 @@ def load_weights(files: list[Path]) -> dict[str, torch.Tensor]:
 def load_tokenizer(directory: Path, vocab_size: int, *, slow: bool = False) -> Any:
     """The checkpoint's own fast tokenizer (or, `slow`, the Python SentencePiece one of a family that has
     no other: Marian); refuses a stand-in far smaller than the model's vocabulary."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, TokenizersBackend
 
+    # A GGUF's conversion is read back as transformers built it from the file: AutoTokenizer would pick the
+    # family's class (Qwen2Tokenizer, GemmaTokenizer...), which puts its own normalizer and pre-tokenizer
+    # around tokenizer.json's vocabulary, and a GGUF's vocabulary need not have been made with those.
+    auto = TokenizersBackend if gguf_checkpoint.is_conversion(directory) else AutoTokenizer
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+        tokenizer = auto.from_pretrained(str(directory), local_files_only=True)
     except Exception as exc:  # transformers raises ValueError, OSError, KeyError... for broken files
         message = f"the tokenizer files in {directory} could not be loaded: {exc}"
         raise TokenizerNotFoundError(message) from exc

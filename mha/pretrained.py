@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import torch
 
-from mha import checkpoint, continuation, translate
+from mha import checkpoint, continuation, gguf_checkpoint, translate
 from mha.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint, default_model_path, resolve_device
 from mha.convert import Converter, convert_state_dict
 from mha.convert.base import NetworkConfig, forced_tokens
@@ -282,6 +282,9 @@ def checkpoint_architecture(path: str | Path) -> str | None:
     """ "encoder", "decoder" or "encoder-decoder": what a local checkpoint is, from its config (no tensor
     read, no tokenizer: milliseconds), so a service can say it before loading; None for a hub id not on
     disk. Runs check_checkpoint's checks, and raises what it raises for broken files."""
+    gguf_file = gguf_checkpoint.find_gguf(path)
+    if gguf_file is not None:  # its header, or its cached conversion: never converted here
+        return gguf_checkpoint.architecture(gguf_file)
     directory = checkpoint.local_directory(path)
     if directory is None:
         return None
@@ -297,7 +300,8 @@ def load_pretrained(
     name: str | None = None,
 ) -> AttentionModel:
     """A Hugging Face checkpoint directory (an encoder, a decoder, or an encoder-decoder of
-    mha.convert.CONVERTERS) in our layers.
+    mha.convert.CONVERTERS), or a GGUF file (or a directory holding one) of an architecture we convert
+    (mha.gguf_checkpoint: converted on first use, read from $HEADSCOPE_CACHE_DIR after), in our layers.
 
     path None or "all-MiniLM-L6-v2" is the embedded default. A path that is not a directory is taken as a
     hub id and fetched only then (needs the network). The tokenizer comes from the checkpoint's own files.
@@ -306,8 +310,9 @@ def load_pretrained(
     """
     if path is None or str(path) == DEFAULT_MODEL_NAME:
         name = name or DEFAULT_MODEL_NAME
+    gguf_file = gguf_checkpoint.find_gguf(path)
     directory = checkpoint.local_directory(path) or checkpoint.fetch(str(path))
-    name = name or directory.name
+    name = name or (gguf_checkpoint.source_name(path) if path is not None and gguf_file else directory.name)
     torch_device = resolve_device(device)
     torch_dtype = checkpoint.resolve_dtype(dtype, torch_device)
 
@@ -321,7 +326,7 @@ def load_pretrained(
     info = ModelInfo.of(config, name=name, family=converter.family, device=torch_device, dtype=torch_dtype)
     chat_template = bool(getattr(tokenizer, "chat_template", None))
     info = replace(info, chat_template=chat_template, byte_level=is_byte_level(tokenizer))
-    logger.info("loaded %s (%s) from %s on %s", name, converter.family, directory, torch_device)
+    logger.info("loaded %s (%s) from %s on %s", name, converter.family, gguf_file or directory, torch_device)
     lm_head = logits_bias = None
     if isinstance(network, EncoderDecoder):
         # As transformers 5 loads them: the checkpoint's own head where it has one, else the tied one.

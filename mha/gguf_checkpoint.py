@@ -1,0 +1,301 @@
+"""GGUF files (llama.cpp's format: ollama, LM Studio) as checkpoints: found, checked, converted once.
+
+No GGUF parser of our own. gguf's GGUFReader (llama.cpp's reader; it maps the file) reads the header for
+the cheap check: the architecture, each tensor's type and extent. transformers' GGUF utilities do the
+conversion: load_gguf_checkpoint gives the config and the dequantized tensors under Hugging Face names,
+AutoTokenizer(gguf_file=...) the tokenizer. What they give is written as an ordinary checkpoint directory
+(config.json, model.safetensors, tokenizer files with the chat template) in the cache (mha.model_cache),
+keyed by the file's SHA-256, and mha.checkpoint and mha.convert read that directory as they read any:
+the first load of a file converts it (seconds to minutes: every tensor dequantized to float32), later
+ones read the cached directory.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+from mha import model_cache
+from mha.convert import CONVERTERS
+from mha.errors import CheckpointError, CheckpointNotFoundError, UnsupportedCheckpointError
+
+__all__ = [
+    "CACHE_KIND",
+    "GGUF_SUFFIX",
+    "PROVENANCE",
+    "Header",
+    "architecture",
+    "cached_directory",
+    "checkpoint_directory",
+    "find_gguf",
+    "is_conversion",
+    "read_header",
+    "source_name",
+    "supported_architectures",
+]
+
+logger = logging.getLogger(__name__)
+
+GGUF_SUFFIX = ".gguf"
+_MAGIC = b"GGUF"  # every GGUF file's first four bytes
+# The cache folder's kind: a new version when what a conversion writes changes, so older folders are unused
+CACHE_KIND = "gguf-v1"
+_ENCODER_DECODER = frozenset({"t5"})
+_CONVERTING = threading.Lock()  # one conversion at a time in a process (see _one_reading)
+PROVENANCE = "gguf.json"  # in a converted directory: which file it was converted from, and by what
+
+
+class Header(NamedTuple):
+    """What a GGUF file's header says, read without reading a tensor."""
+
+    architecture: str  # general.architecture, llama.cpp's name (llama, qwen2, gemma2, ...)
+    name: str | None  # general.name
+    tensor_types: dict[str, int]  # ggml type name (F16, Q4_1, ...) -> how many tensors are of it
+
+
+def supported_architectures() -> list[str]:
+    """The GGUF architectures we take: those transformers' GGUF loader maps (and gguf names: transformers
+    maps a "mistral" that gguf does not know, so it cannot name its tensors) whose family we convert.
+    llama.cpp writes Mistral models as "llama"; they load as Llama, as in transformers."""
+    from gguf import MODEL_ARCH_NAMES
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    known = set(MODEL_ARCH_NAMES.values())
+    return sorted(a for a in GGUF_SUPPORTED_ARCHITECTURES if a in CONVERTERS and a in known)
+
+
+def find_gguf(path: str | Path | None) -> Path | None:
+    """The GGUF file `path` names, or None when it names none (a checkpoint directory, a hub id).
+
+    A GGUF is a file named *.gguf or one starting with GGUF's magic bytes (ollama's blobs have no suffix),
+    or a directory without config.json that holds exactly one *.gguf file. A *.gguf path that is not
+    there, and a directory of several, raise CheckpointNotFoundError (the latter naming them)."""
+    if path is None:
+        return None
+    candidate = Path(path)
+    if candidate.is_dir():
+        if (candidate / "config.json").exists():
+            return None
+        found = sorted(f for f in candidate.iterdir() if f.suffix.lower() == GGUF_SUFFIX and f.is_file())
+        if len(found) > 1:
+            names = ", ".join(f.name for f in found)
+            raise CheckpointNotFoundError(
+                f"{candidate} holds {len(found)} GGUF files ({names}): name the one to load"
+            )
+        return found[0] if found else None
+    if candidate.is_file():
+        if candidate.suffix.lower() == GGUF_SUFFIX:
+            return candidate
+        try:
+            with candidate.open("rb") as f:
+                return candidate if f.read(len(_MAGIC)) == _MAGIC else None
+        except OSError:
+            return None
+    if candidate.suffix.lower() == GGUF_SUFFIX:
+        raise CheckpointNotFoundError(f"no GGUF file at {str(path)!r}")
+    return None
+
+
+def is_conversion(directory: Path) -> bool:
+    """Whether `directory` is a GGUF file's conversion (written by checkpoint_directory)."""
+    return (directory / PROVENANCE).is_file()
+
+
+def source_name(path: str | Path) -> str:
+    """The name a model loaded from `path` gets: a GGUF file's name less .gguf, or its directory's."""
+    candidate = Path(path)
+    if candidate.is_dir() or candidate.suffix.lower() != GGUF_SUFFIX:
+        return candidate.name
+    return candidate.stem
+
+
+def read_header(file: Path) -> Header:
+    """The header of a GGUF file (GGUFReader: maps the file, reads no tensor data); CheckpointNotFoundError
+    for a file that is not GGUF, is damaged or cut short (a tensor that would end past the file's end),
+    UnsupportedCheckpointError for an architecture we do not convert, naming it and those we do."""
+    from gguf import GGUFReader
+
+    size = file.stat().st_size
+    try:
+        reader = GGUFReader(file)
+        field = reader.fields.get("general.architecture")
+        if field is None:
+            raise ValueError("no general.architecture in its metadata")
+        arch = str(field.contents())
+        named = reader.fields.get("general.name")
+        name = None if named is None else str(named.contents())
+        types: dict[str, int] = {}
+        for tensor in reader.tensors:
+            end = int(tensor.data_offset) + int(tensor.n_bytes)
+            if end > size:
+                raise ValueError(f"tensor {tensor.name} ends at byte {end:,}, past the file's {size:,} bytes")
+            types[tensor.tensor_type.name] = types.get(tensor.tensor_type.name, 0) + 1
+    except Exception as exc:  # gguf raises ValueError, IndexError, KeyError... for a damaged file
+        raise CheckpointNotFoundError(
+            f"{file} is not a readable GGUF file (cut short or damaged?): {type(exc).__name__}: {exc}"
+        ) from exc
+    supported = supported_architectures()
+    if arch not in supported:
+        raise UnsupportedCheckpointError(
+            f"{file.name} is a GGUF of architecture {arch!r}, which headscope does not convert; "
+            f"it takes GGUF files of {', '.join(supported)}"
+        )
+    if not reader.tensors:
+        raise CheckpointNotFoundError(f"{file} is a GGUF file without tensors")
+    return Header(arch, name, types)
+
+
+def architecture(file: Path) -> str:
+    """ "decoder" or "encoder-decoder": what a GGUF file holds, without converting it. From its cached
+    conversion when that is known (milliseconds), else from the header (read_header's checks)."""
+    folder = cached_directory(file, hash_file=False)
+    if folder is not None:
+        from mha.checkpoint import check_files
+        from mha.seq2seq import Seq2SeqConfig
+
+        try:
+            config = check_files(folder).config
+        except CheckpointError:
+            pass  # a damaged cache entry: loading writes it anew; the file itself decides here
+        else:
+            return "encoder-decoder" if isinstance(config, Seq2SeqConfig) else config.architecture
+    return "encoder-decoder" if read_header(file).architecture in _ENCODER_DECODER else "decoder"
+
+
+def cached_directory(file: Path, *, hash_file: bool = True) -> Path | None:
+    """The cached conversion of `file`, if there is one. hash_file=False looks only where the file's
+    digest is already remembered (hashing a large file takes seconds)."""
+    digest = model_cache.file_digest(file) if hash_file else model_cache.known_digest(file)
+    return None if digest is None else model_cache.cached_folder(CACHE_KIND, digest)
+
+
+def checkpoint_directory(file: Path) -> Path:
+    """A checkpoint directory holding `file` converted: the cached one, or one converted now (and cached;
+    where the cache cannot be written, a temporary one, with a warning). Raises what read_header does,
+    and a CheckpointError for a file transformers cannot convert or whose tensors our family's key map
+    refuses: nothing half-converted is ever cached."""
+    from mha.checkpoint import check_files
+
+    digest = model_cache.file_digest(file)
+    folder = model_cache.cached_folder(CACHE_KIND, digest)
+    if folder is not None:
+        try:
+            check_files(folder)
+            return folder
+        except CheckpointError as exc:  # damaged since it was written: convert again
+            logger.warning(
+                "the cached conversion of %s in %s is unusable (%s): converting again", file, folder, exc
+            )
+            model_cache.discard(folder)
+    header = read_header(file)
+    logger.info(
+        "converting %s (GGUF %s: %s) once; later loads read the cache",
+        file,
+        header.architecture,
+        header.tensor_types,
+    )
+    write = _convert(file, header, digest)
+    try:
+        return model_cache.publish_folder(CACHE_KIND, digest, write)
+    except OSError as exc:  # not even a temporary folder could be written
+        raise CheckpointError(f"{file} could not be converted: no folder to write it to ({exc})") from exc
+
+
+def _convert(file: Path, header: Header, digest: str) -> Any:
+    """`file` converted in memory (config, dequantized tensors, tokenizer), and a function that writes
+    it as a checkpoint directory and checks that directory as loading will (check_files)."""
+    from safetensors.torch import save_file
+
+    try:
+        hf_config, tensors, tokenizer = _read(file)
+    except CheckpointError:
+        raise
+    except NotImplementedError as exc:  # a tensor type gguf cannot dequantize
+        raise UnsupportedCheckpointError(f"{file} could not be converted: {exc}") from exc
+    except Exception as exc:  # transformers and gguf raise ValueError, KeyError, TypeError... for bad files
+        why = " ".join(str(exc).split())
+        raise CheckpointNotFoundError(f"{file} could not be converted: {type(exc).__name__}: {why}") from exc
+
+    def write(folder: Path) -> None:
+        from mha.checkpoint import check_files
+
+        hf_config.save_pretrained(folder)
+        save_file(tensors, str(folder / "model.safetensors"))
+        tokenizer.save_pretrained(folder)
+        (folder / PROVENANCE).write_text(json.dumps(_provenance(file, header, digest), indent=2) + "\n")
+        check_files(folder)  # the names and shapes our key map wants: a mis-shaped file fails here
+
+    return write
+
+
+@contextmanager
+def _one_reading() -> Iterator[None]:
+    """Within it, gguf's GGUFReader and get_tensor_name_map answer each question once.
+
+    transformers' GGUF loader parses the file's metadata anew for the config, for the tensors and for the
+    tokenizer's config (a GGUFReader each: seconds for a 49,152-token vocabulary, read field by field),
+    and builds a fresh gguf name map for every submodule of the model (hundreds). The same file gives the
+    same reader and the same arguments the same map, so sharing them is the same conversion in under half
+    the time. Conversions take _CONVERTING, so no other conversion sees these stand-ins half set up."""
+    import gguf
+
+    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict[tuple[str, str], Any] = {}
+
+    def shared_reader(path: str | os.PathLike[str], mode: str = "r") -> Any:
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = reader(path, mode)  # type: ignore[arg-type]
+        return readers[key]
+
+    gguf.GGUFReader = shared_reader  # type: ignore[assignment,misc]
+    gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(name_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map  # type: ignore[misc]
+
+
+def _read(file: Path) -> tuple[Any, dict[str, torch.Tensor], Any]:
+    """(transformers config, {Hugging Face name: float32 tensor}, fast tokenizer) of a GGUF file."""
+    with _CONVERTING, _one_reading():
+        return _read_once(file)
+
+
+def _read_once(file: Path) -> tuple[Any, dict[str, torch.Tensor], Any]:
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    parsed = load_gguf_checkpoint(str(file), return_tensors=False)
+    fields = {k: v for k, v in parsed["config"].items() if not k.startswith("_")}
+    model_type = fields.pop("model_type")
+    hf_config = AutoConfig.for_model(model_type, **fields)
+    # load_gguf_checkpoint names the tensors after a model's parameters: an empty one (meta) tells them
+    auto = AutoModelForSeq2SeqLM if model_type in _ENCODER_DECODER else AutoModelForCausalLM
+    with torch.device("meta"):
+        skeleton = auto.from_config(hf_config)
+    tensors = load_gguf_checkpoint(str(file), return_tensors=True, model_to_load=skeleton)["tensors"]
+    tokenizer = AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name, local_files_only=True)
+    return hf_config, {name: t.contiguous() for name, t in tensors.items()}, tokenizer
+
+
+def _provenance(file: Path, header: Header, digest: str) -> dict[str, Any]:
+    from importlib.metadata import version
+
+    return {
+        "file": file.name,
+        "sha256": digest,
+        "architecture": header.architecture,
+        "name": header.name,
+        "tensor_types": header.tensor_types,
+        "converted_by": {"transformers": version("transformers"), "gguf": version("gguf")},
+    }

@@ -1,0 +1,181 @@
+"""The cache of converted checkpoints: content-addressed folders under HEADSCOPE_CACHE_DIR.
+
+A file converted once (a GGUF: mha.gguf_checkpoint) is kept as a checkpoint directory named by the file's
+SHA-256, so a renamed or copied file finds it and an edited one does not:
+
+    $HEADSCOPE_CACHE_DIR/            (default ~/.cache/headscope)
+      gguf-v1/<sha256>/              a published conversion: config.json, model.safetensors, tokenizer files
+      gguf-v1/.tmp-<sha256>-<pid>-*  one being written (or left by a killed writer): never read
+      digests/<key>                  the SHA-256 of a file by its (path, size, mtime, inode), so a second
+                                     load hashes nothing
+
+A folder is written under a temporary name and renamed into place only once whole (a rename is atomic on
+one file system), so an interrupted write leaves nothing a later load trusts. Where the cache folder
+cannot be written, the conversion goes to a temporary folder of this process instead (removed at exit),
+with one warning.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = [
+    "CACHE_ENV",
+    "cache_root",
+    "cached_folder",
+    "discard",
+    "file_digest",
+    "known_digest",
+    "publish_folder",
+]
+
+logger = logging.getLogger(__name__)
+
+CACHE_ENV = "HEADSCOPE_CACHE_DIR"
+_TEMPORARY = ".tmp-"
+# (path, size, mtime_ns, inode) -> SHA-256, and digest -> this process's fallback folder
+_digests: dict[tuple[str, int, int, int], str] = {}
+_fallbacks: dict[str, Path] = {}
+
+
+def cache_root() -> Path:
+    """$HEADSCOPE_CACHE_DIR, else ~/.cache/headscope (read at each call: tests and the service set it)."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "headscope").expanduser()
+
+
+def file_digest(file: Path) -> str:
+    """The SHA-256 of `file`'s bytes, hashed once per (path, size, mtime, inode) and remembered on disk:
+    a file changed in place gets a new mtime, so a stale digest is never used."""
+    digest = known_digest(file)
+    if digest is not None:
+        return digest
+    with file.open("rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    stamp = _stamp(file)
+    memo = _memo(stamp)
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomically(memo, digest)
+    except OSError as exc:  # an unwritable cache: hashed again by the next process, nothing worse
+        logger.debug("could not remember the digest of %s in %s: %s", file, memo, exc)
+    _digests[stamp] = digest
+    return digest
+
+
+def known_digest(file: Path) -> str | None:
+    """`file`'s SHA-256 if file_digest has remembered it for the file as it is now; hashes nothing."""
+    stamp = _stamp(file)
+    if stamp in _digests:
+        return _digests[stamp]
+    try:
+        digest = _memo(stamp).read_text(encoding="ascii").strip()
+    except (OSError, ValueError):
+        return None
+    if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+        return None
+    _digests[stamp] = digest
+    return digest
+
+
+def _stamp(file: Path) -> tuple[str, int, int, int]:
+    stat = file.stat()
+    return (str(file.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+
+
+def _memo(stamp: tuple[str, int, int, int]) -> Path:
+    return cache_root() / "digests" / hashlib.sha256(repr(stamp).encode()).hexdigest()
+
+
+def cached_folder(kind: str, digest: str) -> Path | None:
+    """The published folder of `digest` (or this process's fallback one), if there is one."""
+    folder = cache_root() / kind / digest
+    if folder.is_dir():
+        return folder
+    fallback = _fallbacks.get(f"{kind}/{digest}")
+    return fallback if fallback is not None and fallback.is_dir() else None
+
+
+def discard(folder: Path) -> None:
+    """Remove a published folder found unusable, so the next load writes it anew."""
+    _fallbacks.pop(f"{folder.parent.name}/{folder.name}", None)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def publish_folder(kind: str, digest: str, write: Callable[[Path], None]) -> Path:
+    """`write(folder)` into a temporary folder of the cache, then rename it to kind/digest; the folder.
+
+    An exception from `write` (or an interrupt) removes the temporary folder and propagates. Where the
+    cache cannot be written (an OSError making or filling the folder), writes into a temporary folder of
+    this process instead, logs one warning and returns that (removed when the process exits)."""
+    parent = cache_root() / kind
+    target = parent / digest
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        _remove_abandoned(parent, digest)
+        temporary = Path(tempfile.mkdtemp(prefix=f"{_TEMPORARY}{digest}-{os.getpid()}-", dir=parent))
+    except OSError as exc:
+        return _fallback(kind, digest, write, f"{parent} is not writable ({exc})")
+    try:
+        write(temporary)
+    except OSError as exc:  # the cache's disk (full, read-only): the same write elsewhere may succeed
+        shutil.rmtree(temporary, ignore_errors=True)
+        return _fallback(kind, digest, write, f"writing into {parent} failed ({exc})")
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    try:
+        temporary.rename(target)
+    except OSError:
+        shutil.rmtree(temporary, ignore_errors=True)
+        if not target.is_dir():  # not another process's publishing first: the rename itself failed
+            raise
+    return target
+
+
+def _fallback(kind: str, digest: str, write: Callable[[Path], None], why: str) -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="headscope-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    logger.warning(
+        "%s: converting into %s for this process only (set %s to a writable folder to keep it)",
+        why,
+        folder,
+        CACHE_ENV,
+    )
+    try:
+        write(folder)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    _fallbacks[f"{kind}/{digest}"] = folder
+    return folder
+
+
+def _remove_abandoned(parent: Path, digest: str) -> None:
+    """Temporary folders of `digest` whose writer process is gone (killed mid-write)."""
+    for folder in parent.glob(f"{_TEMPORARY}{digest}-*"):
+        pid = folder.name.removeprefix(f"{_TEMPORARY}{digest}-").split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except (ProcessLookupError, OverflowError):  # none, or a number no process can have
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f"{_TEMPORARY}{path.name}-{os.getpid()}")
+    temporary.write_text(text, encoding="ascii")
+    os.replace(temporary, path)

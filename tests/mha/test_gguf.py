@@ -1,0 +1,218 @@
+"""GGUF files load into our layers and give exactly transformers' attention from the same file.
+
+Small GGUF files are written here (tests/gguf_files.py, gguf's GGUFWriter) from the tiny random
+checkpoints of tests/checkpoints.py, whose norm weights and biases are drawn away from 1 and 0, so a
+forgotten one fails parity. The reference is transformers reading the same file
+(AutoModelForCausalLM.from_pretrained(dir, gguf_file=..., attn_implementation="eager")), fed what its own
+GGUF tokenizer gives.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from gguf_files import build_gpt2, build_qwen3, write_gguf
+from tolerances import FORWARD
+
+from mha import AttentionModel, load_pretrained
+from mha import model_cache as cache
+from mha.checkpoint import check_checkpoint
+from mha.errors import (
+    CheckpointMismatchError,
+    CheckpointNotFoundError,
+    UnsupportedCheckpointError,
+)
+from mha.gguf_checkpoint import CACHE_KIND, supported_architectures
+from mha.pretrained import checkpoint_architecture
+
+TEXTS = ("The cat sat on the mat. The dog sat on the log.", "Ünïcödé: naïve café, 東京 🙂 and 12345.")
+# The three families the issue names in the three formats; the others in one quantized format each
+PARITY = [(family, q) for family in ("llama", "qwen2", "gemma2") for q in ("F32", "F16", "Q8_0")] + [
+    ("mistral", "Q8_0"),
+    ("phi3", "Q8_0"),
+    ("qwen3", "Q8_0"),
+    ("gpt2", "Q8_0"),
+]
+# Every type gguf dequantizes that llama.cpp writes for weights, one per matrix of a 2-layer Llama whose
+# rows are 256 values long (the K types' block): token_embd, 7 matrices a layer, output
+QUANT_TYPES = (
+    "F32",
+    "F16",
+    "BF16",
+    "Q8_0",
+    "Q4_0",
+    "Q4_1",
+    "Q5_0",
+    "Q5_1",
+    "Q2_K",
+    "Q3_K",
+    "Q4_K",
+    "Q5_K",
+    "Q6_K",
+)
+
+
+@pytest.fixture(autouse=True)
+def session_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    """One cache folder for the session's conversions, never the user's."""
+    folder = tmp_path_factory.getbasetemp() / "headscope-cache"
+    monkeypatch.setenv(cache.CACHE_ENV, str(folder))
+    yield folder
+
+
+@pytest.fixture(scope="session")
+def sources(tiny_checkpoints: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """family -> tiny checkpoint directory, with the GGUF-loadable Qwen3 and GPT-2 of gguf_files."""
+    root = tmp_path_factory.mktemp("gguf-sources")
+    return tiny_checkpoints | {"qwen3": build_qwen3(root / "qwen3"), "gpt2": build_gpt2(root / "gpt2")}
+
+
+def _written(sources: dict[str, Path], root: Path, family: str, qtype: str, **options: object) -> Path:
+    folder = root / f"{family}-{qtype}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return write_gguf(sources[family], folder / f"tiny-{family}.gguf", qtype=qtype, **options)  # type: ignore[arg-type]
+
+
+def _check_parity(ours: AttentionModel, file: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    theirs = AutoModelForCausalLM.from_pretrained(
+        str(file.parent), gguf_file=file.name, attn_implementation="eager"
+    ).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name)
+    for text in TEXTS:
+        ids = tokenizer(text)["input_ids"]
+        result = ours.attend(text)
+        assert result.token_ids == ids
+        with torch.no_grad():
+            expected = torch.stack(theirs(torch.tensor([ids]), output_attentions=True).attentions)[:, 0]
+        # Both hold the same dequantized float32 weights: only the order of float32 sums differs (FORWARD).
+        torch.testing.assert_close(result.attentions, expected, atol=FORWARD, rtol=0)
+    if tokenizer.chat_template:  # the chat template survives the conversion and the cache
+        message = [{"role": "user", "content": TEXTS[0]}]
+        rendered = tokenizer.apply_chat_template(message, tokenize=False, add_generation_prompt=True)
+        assert ours.info.chat_template
+        assert ours.attend(TEXTS[0], chat=True).texts[0] == rendered
+
+
+@pytest.mark.parametrize(("family", "qtype"), PARITY)
+def test_attention_equals_transformers_from_the_same_file(
+    family: str, qtype: str, sources: dict[str, Path], tmp_path: Path
+) -> None:
+    file = _written(sources, tmp_path, family, qtype)
+    ours = load_pretrained(file, device="cpu")
+    # llama.cpp writes Mistral as a Llama, and transformers reads it so
+    assert ours.info.family == ("llama" if family == "mistral" else family)
+    assert ours.info.name == file.stem
+    _check_parity(ours, file)
+
+
+def test_every_quantization_type_dequantizes(tmp_path: Path) -> None:
+    from checkpoints import build_long_llama
+
+    source = build_long_llama(tmp_path / "llama256", layers=2, hidden_size=256, intermediate_size=256)
+    names = ["token_embd", "output"] + [
+        f"blk.{i}.{m}"
+        for i in range(2)
+        for m in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+    ]
+    types = {f"{name}.weight": QUANT_TYPES[i % len(QUANT_TYPES)] for i, name in enumerate(names)}
+    (tmp_path / "mixed").mkdir()
+    file = write_gguf(source, tmp_path / "mixed" / "mixed.gguf", types=types)
+    ours = load_pretrained(file, device="cpu")
+    cached = cache.cached_folder(CACHE_KIND, cache.file_digest(file))
+    assert cached is not None
+    written = json.loads((cached / "gguf.json").read_text())["tensor_types"]
+    assert set(written) == set(QUANT_TYPES)
+    assert all(torch.isfinite(p).all() for p in ours.network.parameters())
+    _check_parity(ours, file)
+
+
+def test_a_directory_holding_one_gguf_loads_under_its_name(sources: dict[str, Path], tmp_path: Path) -> None:
+    file = _written(sources, tmp_path, "llama", "Q8_0")
+    model = load_pretrained(file.parent, device="cpu")
+    assert model.info.name == file.parent.name
+    assert model.attend(TEXTS[0]).attentions.shape[:2] == (3, 4)
+
+
+def test_two_gguf_files_in_a_directory_are_named(sources: dict[str, Path], tmp_path: Path) -> None:
+    file = _written(sources, tmp_path, "llama", "Q8_0")
+    (file.parent / "other.gguf").write_bytes(file.read_bytes())
+    for call in (load_pretrained, check_checkpoint, checkpoint_architecture):
+        with pytest.raises(CheckpointNotFoundError, match=r"2 GGUF files \(other\.gguf, tiny-llama\.gguf\)"):
+            call(file.parent)
+
+
+def test_a_missing_gguf_path_is_not_found(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointNotFoundError, match="no GGUF file at"):
+        load_pretrained(tmp_path / "absent.gguf")
+
+
+@pytest.mark.parametrize("architecture", ["mamba", "falcon", "gemma3", "qwen2moe"])
+def test_an_architecture_we_do_not_convert_is_refused_by_name(
+    architecture: str, sources: dict[str, Path], tmp_path: Path, session_cache: Path
+) -> None:
+    file = _written(sources, tmp_path, "llama", "F32", architecture=architecture)
+    taken = ", ".join(supported_architectures())
+    assert {"llama", "qwen2", "qwen3", "gemma2", "phi3", "gpt2"} <= set(supported_architectures())
+    for call in (load_pretrained, check_checkpoint, checkpoint_architecture):
+        with pytest.raises(
+            UnsupportedCheckpointError, match=f"architecture '{architecture}'.*takes GGUF files of {taken}$"
+        ):
+            call(file)
+    assert not list((session_cache / CACHE_KIND).glob(f"{cache.file_digest(file)}*"))
+
+
+def test_the_startup_check_reads_the_header_and_converts_nothing(
+    sources: dict[str, Path], tmp_path: Path, session_cache: Path
+) -> None:
+    file = _written(sources, tmp_path, "qwen2", "Q8_0")
+    assert checkpoint_architecture(file) == "decoder"
+    check_checkpoint(file)
+    assert cache.known_digest(file) is None  # not even hashed
+    load_pretrained(file, device="cpu")
+    assert checkpoint_architecture(file) == "decoder"  # now from the cached conversion
+
+
+@pytest.mark.parametrize("keep", [4, 200, 2_000, -100])
+def test_a_file_cut_short_is_refused_clearly(keep: int, sources: dict[str, Path], tmp_path: Path) -> None:
+    """Cut in the magic, in the metadata, in the tensor table's strings, and in the last tensor's data."""
+    whole = _written(sources, tmp_path, "llama", "Q8_0").read_bytes()
+    file = tmp_path / "cut.gguf"
+    file.write_bytes(whole[:keep])
+    for call in (load_pretrained, check_checkpoint, checkpoint_architecture):
+        with pytest.raises(CheckpointNotFoundError, match="is not a readable GGUF file"):
+            call(file)
+
+
+def test_a_file_that_is_not_gguf_is_refused_clearly(tmp_path: Path) -> None:
+    file = tmp_path / "model.gguf"
+    file.write_bytes(b"PK\x03\x04" + bytes(range(256)) * 8)
+    with pytest.raises(CheckpointNotFoundError, match="is not a readable GGUF file"):
+        load_pretrained(file)
+
+
+def test_missing_and_misshaped_tensors_are_named_and_nothing_is_cached(
+    sources: dict[str, Path], tmp_path: Path, session_cache: Path
+) -> None:
+    def damage(arrays: dict[str, object]) -> dict[str, object]:
+        arrays = dict(arrays)
+        del arrays["blk.1.attn_k.weight"]
+        arrays["blk.0.ffn_up.weight"] = arrays["blk.0.ffn_up.weight"][:64]  # type: ignore[index]
+        return arrays
+
+    file = _written(sources, tmp_path, "qwen2", "F32", tensors=damage)
+    check_checkpoint(file)  # the header alone is whole and of an architecture we take
+    with pytest.raises(
+        CheckpointMismatchError, match=r"missing keys \(1\): layers\.1\.self_attn\.k_proj"
+    ) as caught:
+        load_pretrained(file, device="cpu")
+    assert "layers.0.mlp.up_proj.weight (64, 64)" in str(caught.value)
+    digest = cache.file_digest(file)
+    assert not list((session_cache / CACHE_KIND).glob(f"*{digest}*"))  # neither published nor left behind

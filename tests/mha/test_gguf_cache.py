@@ -1,0 +1,151 @@
+"""The cache of converted GGUF files (mha.model_cache): used on the second load, keyed by content, never
+trusting a write that did not finish, and converting into a temporary folder where it cannot be written."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from gguf_files import write_gguf
+
+from mha import gguf_checkpoint, load_pretrained
+from mha import model_cache as cache
+from mha.gguf_checkpoint import CACHE_KIND
+
+TEXT = "The cat sat on the mat."
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty cache for the test, and no digest remembered in this process (as in a fresh one)."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv(cache.CACHE_ENV, str(folder))
+    monkeypatch.setattr(cache, "_digests", {})
+    monkeypatch.setattr(cache, "_fallbacks", {})
+    return folder
+
+
+@pytest.fixture(scope="module")
+def llama_gguf(tiny_checkpoints: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("gguf-cache")
+    return write_gguf(tiny_checkpoints["llama"], folder / "tiny.gguf", qtype="Q8_0")
+
+
+def _conversions(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Records every conversion (gguf_checkpoint._read) from here on."""
+    calls: list[Path] = []
+    read = gguf_checkpoint._read
+
+    def counted(file: Path) -> object:
+        calls.append(file)
+        return read(file)
+
+    monkeypatch.setattr(gguf_checkpoint, "_read", counted)
+    return calls
+
+
+def test_the_second_load_reads_the_cache_and_hashes_nothing(
+    llama_gguf: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conversions = _conversions(monkeypatch)
+    first = load_pretrained(llama_gguf, device="cpu").attend(TEXT).attentions
+    digest = cache.file_digest(llama_gguf)
+    folder = cache_dir / CACHE_KIND / digest
+    written = {p.name for p in folder.iterdir()}
+    assert {
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "gguf.json",
+    } <= written
+    assert "chat_template.jinja" in written  # the tiny Llama's chat template, kept
+    monkeypatch.setattr(cache, "_digests", {})  # a fresh process: only the digest file on disk remains
+
+    def no_hashing(*_: object) -> None:
+        raise AssertionError("hashed again")
+
+    monkeypatch.setattr(cache.hashlib, "file_digest", no_hashing)
+    again = load_pretrained(llama_gguf, device="cpu").attend(TEXT).attentions
+    assert conversions == [llama_gguf]
+    assert (again == first).all()
+
+
+def test_the_cache_is_keyed_by_content(
+    llama_gguf: Path, cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conversions = _conversions(monkeypatch)
+    load_pretrained(llama_gguf, device="cpu")
+    copy = tmp_path / "elsewhere" / "renamed.gguf"
+    copy.parent.mkdir()
+    shutil.copy(llama_gguf, copy)
+    assert load_pretrained(copy, device="cpu").info.name == "renamed"
+    assert len(conversions) == 1  # the same bytes: the same folder
+    copy.write_bytes(copy.read_bytes()[:-4] + b"\x00\x01\x02\x03")  # the last tensor's last bytes changed
+    load_pretrained(copy, device="cpu")
+    assert len(conversions) == 2
+    assert len(list((cache_dir / CACHE_KIND).iterdir())) == 2
+
+
+def test_an_interrupted_write_leaves_nothing_trusted(
+    llama_gguf: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from safetensors import torch as safetensors_torch
+
+    save = safetensors_torch.save_file
+
+    def killed(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt  # as a Ctrl-C or a kill would stop it, mid-write
+
+    monkeypatch.setattr(safetensors_torch, "save_file", killed)
+    with pytest.raises(KeyboardInterrupt):
+        load_pretrained(llama_gguf, device="cpu")
+    assert list((cache_dir / CACHE_KIND).iterdir()) == []  # the temporary folder went with it
+
+    # A writer killed outright (SIGKILL) leaves its temporary folder: it is never read, and removed.
+    digest = cache.file_digest(llama_gguf)
+    abandoned = cache_dir / CACHE_KIND / f".tmp-{digest}-999999999-x"
+    abandoned.mkdir()
+    (abandoned / "config.json").write_text("{}")
+    monkeypatch.setattr(safetensors_torch, "save_file", save)
+    model = load_pretrained(llama_gguf, device="cpu")
+    assert model.attend(TEXT).n > 0
+    assert sorted(p.name for p in (cache_dir / CACHE_KIND).iterdir()) == [digest]
+
+
+def test_a_damaged_cache_entry_is_converted_again(
+    llama_gguf: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    conversions = _conversions(monkeypatch)
+    expected = load_pretrained(llama_gguf, device="cpu").attend(TEXT).attentions
+    weights = cache_dir / CACHE_KIND / cache.file_digest(llama_gguf) / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with caplog.at_level(logging.WARNING, logger="mha.gguf_checkpoint"):
+        again = load_pretrained(llama_gguf, device="cpu").attend(TEXT).attentions
+    assert len(conversions) == 2
+    assert "is unusable" in caplog.text
+    assert (again == expected).all()
+
+
+def test_an_unwritable_cache_converts_in_a_temporary_folder_with_one_warning(
+    llama_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Under a file, no folder can be made, whoever runs the test (root ignores permission bits).
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "a-file" / "cache"))
+    monkeypatch.setattr(cache, "_digests", {})
+    monkeypatch.setattr(cache, "_fallbacks", {})
+    conversions = _conversions(monkeypatch)
+    with caplog.at_level(logging.WARNING):
+        first = load_pretrained(llama_gguf, device="cpu")
+        second = load_pretrained(llama_gguf, device="cpu")  # the same process reuses its folder
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, caplog.text
+    assert "not writable" in warnings[0].getMessage() and cache.CACHE_ENV in warnings[0].getMessage()
+    assert len(conversions) == 1
+    assert (first.attend(TEXT).attentions == second.attend(TEXT).attentions).all()
+    folder = cache.cached_folder(CACHE_KIND, cache.file_digest(llama_gguf))
+    assert folder is not None and os.path.commonpath([folder, tmp_path]) != str(tmp_path)

