@@ -49,7 +49,7 @@ GGUF_SUFFIX = ".gguf"
 _MAGIC = b"GGUF"  # every GGUF file's first four bytes
 # The cache folder's kind: a new version when what a conversion writes changes, so older folders are unused
 CACHE_KIND = "gguf-v1"
-_ENCODER_DECODER = frozenset({"t5"})
+_NOT_TAKEN = frozenset({"t5"})  # see supported_architectures
 _CONVERTING = threading.Lock()  # one conversion at a time in a process (see _one_reading)
 PROVENANCE = "gguf.json"  # in a converted directory: which file it was converted from, and by what
 
@@ -65,12 +65,18 @@ class Header(NamedTuple):
 def supported_architectures() -> list[str]:
     """The GGUF architectures we take: those transformers' GGUF loader maps (and gguf names: transformers
     maps a "mistral" that gguf does not know, so it cannot name its tensors) whose family we convert.
-    llama.cpp writes Mistral models as "llama"; they load as Llama, as in transformers."""
+    llama.cpp writes Mistral models as "llama"; they load as Llama, as in transformers.
+
+    Not T5: transformers reads a T5 GGUF as gated ReLU (it sets is_gated_act and leaves the activation at
+    T5Config's "relu"), where the Flan-T5 llama.cpp converts is gated GELU, so from the second layer on its
+    attention would not be the model's."""
     from gguf import MODEL_ARCH_NAMES
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
     known = set(MODEL_ARCH_NAMES.values())
-    return sorted(a for a in GGUF_SUPPORTED_ARCHITECTURES if a in CONVERTERS and a in known)
+    return sorted(
+        a for a in GGUF_SUPPORTED_ARCHITECTURES if a in CONVERTERS and a in known and a not in _NOT_TAKEN
+    )
 
 
 def find_gguf(path: str | Path | None) -> Path | None:
@@ -146,7 +152,7 @@ def read_header(file: Path) -> Header:
     supported = supported_architectures()
     if arch not in supported:
         raise UnsupportedCheckpointError(
-            f"{file.name} is a GGUF of architecture {arch!r}, which headscope does not convert; "
+            f"{file.name} is a GGUF of architecture {arch!r}, which headscope does not read from GGUF; "
             f"it takes GGUF files of {', '.join(supported)}"
         )
     if not reader.tensors:
@@ -155,20 +161,20 @@ def read_header(file: Path) -> Header:
 
 
 def architecture(file: Path) -> str:
-    """ "decoder" or "encoder-decoder": what a GGUF file holds, without converting it. From its cached
-    conversion when that is known (milliseconds), else from the header (read_header's checks)."""
+    """What a GGUF file holds ("decoder": every architecture we take from GGUF is one), without converting
+    it: its cached conversion is checked where its digest is known (milliseconds), else its header
+    (read_header's checks)."""
     folder = cached_directory(file, hash_file=False)
     if folder is not None:
         from mha.checkpoint import check_files
-        from mha.seq2seq import Seq2SeqConfig
 
         try:
-            config = check_files(folder).config
+            check_files(folder)
+            return "decoder"
         except CheckpointError:
             pass  # a damaged cache entry: loading writes it anew; the file itself decides here
-        else:
-            return "encoder-decoder" if isinstance(config, Seq2SeqConfig) else config.architecture
-    return "encoder-decoder" if read_header(file).architecture in _ENCODER_DECODER else "decoder"
+    read_header(file)
+    return "decoder"
 
 
 def cached_directory(file: Path, *, hash_file: bool = True) -> Path | None:
@@ -272,7 +278,7 @@ def _read(file: Path) -> tuple[Any, dict[str, torch.Tensor], Any]:
 
 
 def _read_once(file: Path) -> tuple[Any, dict[str, torch.Tensor], Any]:
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     parsed = load_gguf_checkpoint(str(file), return_tensors=False)
@@ -280,9 +286,8 @@ def _read_once(file: Path) -> tuple[Any, dict[str, torch.Tensor], Any]:
     model_type = fields.pop("model_type")
     hf_config = AutoConfig.for_model(model_type, **fields)
     # load_gguf_checkpoint names the tensors after a model's parameters: an empty one (meta) tells them
-    auto = AutoModelForSeq2SeqLM if model_type in _ENCODER_DECODER else AutoModelForCausalLM
     with torch.device("meta"):
-        skeleton = auto.from_config(hf_config)
+        skeleton = AutoModelForCausalLM.from_config(hf_config)
     tensors = load_gguf_checkpoint(str(file), return_tensors=True, model_to_load=skeleton)["tensors"]
     tokenizer = AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name, local_files_only=True)
     return hf_config, {name: t.contiguous() for name, t in tensors.items()}, tokenizer
