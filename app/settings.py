@@ -76,8 +76,10 @@ class Settings(BaseSettings):
     malloc_arena_max: int = Field(default=2, ge=0)  # 0 leaves glibc's default
     malloc_trim: bool = True
     # -- long inputs (/api/trace*): a trace keeps O(L·(H + H_kv)·n·D), never [L, H, n, n] --
-    # Bytes one trace may hold: a model's trace_max_tokens (/api/models) is the longest input that fits,
-    # capped by the model's own limit; longer inputs get 413. 2 GiB: ~23,000 tokens on SmolLM2-135M (float32).
+    # Bytes one trace may hold while computed (the trace and its forward's scratch): a model's
+    # trace_max_tokens (/api/models) is the longest input that fits, capped by the model's own limit; longer
+    # inputs get 413. 2 GiB: ~17,500 tokens on SmolLM2-135M (float32). All traces alive and in flight stay
+    # within trace_cache_bytes + max_concurrency x trace_max_bytes (app/service/trace_budget.py).
     trace_max_bytes: int = Field(default=2 * 2**30, ge=2**20)
     # Traces kept for zooming (LRU by Trace.nbytes); an evicted one is recomputed when next asked for.
     trace_cache_bytes: int = Field(default=4 * 2**30, ge=2**20)

@@ -20,9 +20,12 @@ travel with every pooled result so a page can label its axes.
 from __future__ import annotations
 
 import bisect
+import math
+import mmap
 from collections.abc import Callable
 from concurrent.futures import wait
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal, cast
 
 import torch
@@ -36,6 +39,7 @@ from mha.model import Transformer
 from mha.multihead import MultiHeadAttention
 from mha.result import ModelInfo
 from mha.tokenize import Encoded
+from mha.trace_memory import forward_scratch, objects_nbytes, python_nbytes
 
 __all__ = [
     "OVERVIEW_SIZE",
@@ -48,6 +52,8 @@ __all__ = [
     "edges",
     "expected_nbytes",
     "forward_rows",
+    "kept_buffers",
+    "peak_nbytes",
     "trace_forward",
 ]
 
@@ -112,13 +118,21 @@ class _Pool:
     per cell leaves the axis as it is; otherwise rows are reduced cell by cell and keys scattered.
     """
 
-    def __init__(self, heads: int, row_edges: torch.Tensor, col_edges: torch.Tensor, reduce: Reduce) -> None:
+    def __init__(
+        self,
+        heads: int,
+        row_edges: torch.Tensor,
+        col_edges: torch.Tensor,
+        reduce: Reduce,
+        acc: torch.Tensor | None = None,
+    ) -> None:
         self.reduce = reduce
         self.row_edges, self.col_edges = row_edges, col_edges
         self.row_cuts, self.col_cuts = row_edges.tolist(), col_edges.tolist()
         rows, cols = len(row_edges) - 1, len(col_edges) - 1
-        # Weights are >= 0, so 0 is max's identity as well as sum's.
-        self.acc = torch.zeros(heads, rows, cols, dtype=torch.float32)
+        # Weights are >= 0, so 0 is max's identity as well as sum's. `acc` (zeros [heads, rows, cols]) is
+        # one layer's slice of a caller's [L, H, rows, cols]: every layer pooled in place, never stacked.
+        self.acc = torch.zeros(heads, rows, cols, dtype=torch.float32) if acc is None else acc
 
     def add(self, weights: torch.Tensor, rows: tuple[int, int], cols: tuple[int, int]) -> None:
         """weights [h, r, c] of query rows rows[0]..rows[1]-1 against keys cols[0]..cols[1]-1."""
@@ -161,10 +175,10 @@ class _Pool:
             self.acc.add_(other.acc)
 
     def result(self) -> Pooled:
+        """The pooled cells; "mean" divides them in place (into acc) by each cell's area."""
         values = self.acc
         if self.reduce == "mean":
-            area = self.row_edges.diff().view(-1, 1) * self.col_edges.diff().view(1, -1)
-            values = values / area
+            values.div_(self.row_edges.diff().view(-1, 1) * self.col_edges.diff().view(1, -1))
         return Pooled(values, self.row_edges.tolist(), self.col_edges.tolist(), self.reduce)
 
 
@@ -230,11 +244,15 @@ class Trace:
     def n(self) -> int:
         return len(self.tokens)
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
-        """Bytes the trace holds (tensors only): what a cache of traces budgets."""
-        held = sum(layer.nbytes for layer in self.layers)
-        return held + (0 if self.first_overview is None else self.first_overview.values.numel() * 4)
+        """Bytes the trace holds, what a cache of traces budgets: every kept tensor's whole buffer (a view
+        would count the buffer it keeps alive), the tokens, and the encoding's per-token lists and texts."""
+        tensors = [t for layer in self.layers for t in (layer.q, layer.k, layer.lse)]
+        if self.first_overview is not None:
+            tensors.append(self.first_overview.values)
+        buffers = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+        return sum(buffers.values()) + objects_nbytes(self.tokens, self.encoded)
 
     def _check(self, layer: int, head: int) -> LayerTrace:
         if not 0 <= layer < len(self.layers):
@@ -305,17 +323,16 @@ class Trace:
         first = self.first_overview
         if first is not None and first.reduce == reduce and len(first.row_edges) == cells + 1:
             return first
-        per_layer = []
+        cuts = edges(0, self.n, cells)
+        values = torch.zeros(len(self.layers), self.layers[0].q.shape[0], cells, cells, dtype=torch.float32)
         for index, kept in enumerate(self.layers):
-            pool = _Pool(kept.q.shape[0], edges(0, self.n, cells), edges(0, self.n, cells), reduce)
+            pool = _Pool(kept.q.shape[0], cuts, cuts, reduce, acc=values[index])
             for start in range(0, self.n, ROW_BLOCK):
                 block = (start, min(start + ROW_BLOCK, self.n))
                 cols = _key_span(block, self.causal, kept.window, self.n)
                 pool.add(self.weights(index, slice(None), block, cols), block, cols)
-            per_layer.append(pool.result())
-        return Pooled(
-            torch.stack([p.values for p in per_layer]), per_layer[0].row_edges, per_layer[0].col_edges, reduce
-        )
+            pool.result()  # "mean": divided in place
+        return Pooled(values, cuts.tolist(), cuts.tolist(), reduce)
 
 
 def bytes_per_token(config: TransformerConfig, itemsize: int) -> int:
@@ -327,10 +344,21 @@ def bytes_per_token(config: TransformerConfig, itemsize: int) -> int:
 
 
 def expected_nbytes(config: TransformerConfig, n: int, itemsize: int) -> int:
-    """Trace.nbytes of an n-token input traced with the default overview: per token, and the float32
-    overview L·H·s², s = min(OVERVIEW_SIZE, n)."""
+    """Trace.nbytes of an n-token input traced with the default overview, at most: its tensors exactly (per
+    token, and the float32 overview L·H·s², s = min(OVERVIEW_SIZE, n)), and its tokens, per-token lists and
+    text (mha.trace_memory.python_nbytes)."""
     overview = config.num_layers * config.num_heads * min(OVERVIEW_SIZE, n) ** 2 * 4
-    return n * bytes_per_token(config, itemsize) + overview
+    return n * bytes_per_token(config, itemsize) + overview + python_nbytes(n)
+
+
+def peak_nbytes(
+    config: TransformerConfig, n: int, itemsize: int, *, threads: int = 1, overview_size: int = OVERVIEW_SIZE
+) -> int:
+    """The most an n-token trace_forward holds at once, at most: the trace it builds (expected_nbytes) and
+    its scratch (mha.trace_memory.forward_scratch) on `threads` CPU threads (torch.get_num_threads())."""
+    cells = min(overview_size, n)
+    scratch = forward_scratch(config, n, itemsize, rows=forward_rows(n), threads=threads, cells=cells)
+    return expected_nbytes(config, n, itemsize) + scratch
 
 
 def _check_reduce(reduce: str) -> None:
@@ -420,20 +448,27 @@ class _Recorder:
         window: int | None,
         pool: _Pool | None,
         values: bool,
+        into: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     ) -> None:
         self.attn, self.rotary, self.causal, self.window = attn, rotary, causal, window
         self.pool, self.values = pool, values
+        self.into = into  # where this layer's q [H, n, D], k [H_kv, n, D] and lse [H, n] are kept
         self.kept: LayerTrace | None = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         attn = self.attn
-        q, k, v = attn.heads(x, x, x, True, self.rotary)  # (1, H, n, D), (1, H_kv, n, D) x 2
-        # Contiguous: the GEMMs below read whole rows, and a kept k that is a view would hold the fused
-        # projection (v included) alive with it.
-        q, k, v = q[0].contiguous(), k[0].contiguous(), v[0].contiguous()
+        # (1, H, n, D), (1, H_kv, n, D) x 2
+        q_heads, k_heads, v_heads = attn.heads(x, x, x, True, self.rotary)
+        # Copied into the trace's buffer (kept_buffers) and v made contiguous: the GEMMs below read whole
+        # rows, and a kept view would hold the fused projection (v included) alive with it.
+        q, k, lse = self.into
+        q.copy_(q_heads[0])
+        k.copy_(k_heads[0])
+        v = v_heads[0].contiguous()
+        del q_heads, k_heads, v_heads
         heads, n, _ = q.shape
         out = q.new_empty(heads, n, v.shape[-1]) if self.values else None
-        run = _Rows(q, k, v, q.new_empty(heads, n), q.new_empty(heads, n), out, forward_rows(n))
+        run = _Rows(q, k, v, lse, q.new_empty(heads, n), out, forward_rows(n))
         starts = list(range(0, n, run.block))
         threads = torch.get_num_threads()
         # Grad and inference mode are per thread: the blocks take the caller's (an inference tensor is
@@ -454,9 +489,10 @@ class _Recorder:
                 wait(done)  # all finished before an error is raised or the threads restored
                 for future in done:
                     future.result()
-            if self.pool is not None:
-                for other in pools[1:]:
-                    self.pool.merge(cast("_Pool", other))
+            # Each fork ([H, s, s] float32) freed once merged, before out_proj allocates.
+            while self.pool is not None and len(pools) > 1:
+                self.pool.merge(cast("_Pool", pools.pop()))
+            del pools
         # lse = top + log(sum) = top - log(largest weight): that weight is the top score's, exp(0) / sum.
         self.kept = LayerTrace(q=q, k=k, lse=run.top.sub_(run.peak.log_()), window=self.window)
         if out is None:
@@ -493,6 +529,43 @@ class _Recorder:
                 if run.out is not None:
                     mixed = torch.bmm(weights.view(kv_heads, group * r, c), v[:, cols[0] : cols[1]])
                     run.out[:, rows[0] : rows[1]] = mixed.view(heads, r, -1)
+                    del mixed
+                # Freed now, not when the next block's scores replace them: one block alive a thread.
+                del scores, weights
+
+
+def kept_buffers(
+    config: TransformerConfig, n: int, dtype: torch.dtype, device: torch.device, cells: int | None
+) -> tuple[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], torch.Tensor | None]:
+    """Every layer's q [H, n, D], k [H_kv, n, D] and lse [H, n] in `dtype`, and the zeroed float32 overview
+    [L, H, s, s] (s = cells; None: none): views into one buffer, all that a trace keeps. On the CPU the
+    buffer is an anonymous memory map of its own, so a freed trace's pages go straight back to the system,
+    and the forward's short-lived scratch never lies between them in the C heap (where the holes it left
+    stayed resident: glibc serves allocations under 32 MiB from its arenas once large ones were freed)."""
+    heads, kv_heads = config.num_heads, config.num_kv_heads or config.num_heads
+    dim = config.head_dim or config.embed_dim // heads
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    shapes = [(heads, n, dim), (kv_heads, n, dim), (heads, n)]
+    layer_bytes = sum(math.prod(shape) for shape in shapes) * itemsize
+    # The overview first: float32 at offset 0, then values of <= 4 bytes at multiples of their size.
+    overview_bytes = 0 if cells is None else config.num_layers * heads * cells * cells * 4
+    total = overview_bytes + config.num_layers * layer_bytes
+    if device.type == "cpu":
+        buffer = torch.frombuffer(mmap.mmap(-1, total), dtype=torch.uint8)  # zeros, paged in as written
+    else:
+        buffer = torch.zeros(total, dtype=torch.uint8, device=device)
+    overview = None
+    if cells is not None:
+        overview = buffer[:overview_bytes].view(torch.float32).view(config.num_layers, heads, cells, cells)
+    layers, offset = [], overview_bytes
+    for _ in range(config.num_layers):
+        views = []
+        for shape in shapes:
+            size = math.prod(shape) * itemsize
+            views.append(buffer[offset : offset + size].view(dtype).view(shape))
+            offset += size
+        layers.append((views[0], views[1], views[2]))
+    return layers, overview
 
 
 def trace_forward(
@@ -514,19 +587,19 @@ def trace_forward(
     position_ids = network.position_ids(input_ids)
     windowed = set(cfg.window_layers)
     layers: list[LayerTrace] = []
-    pools: list[_Pool] = []
+    cuts = None if overview_size is None else edges(0, n, min(overview_size, n))
     with torch.no_grad():
         x = network.embeddings(input_ids, position_ids, segment_ids)
         rotary = network.rotary(position_ids, x.dtype)
+        # Every layer's pool writes its slice of the overview: never stacked from per-layer copies.
+        into, overview = kept_buffers(cfg, n, x.dtype, x.device, None if cuts is None else len(cuts) - 1)
         last = len(network.layers) - 1
         for i, layer in enumerate(cast("list[Block]", network.layers)):
             if cancel is not None and cancel():
                 raise Cancelled(f"trace cancelled before layer {i} of {len(network.layers)}")
             pool = None
-            if overview_size is not None:
-                cells = edges(0, n, min(overview_size, n))
-                pool = _Pool(cfg.num_heads, cells, cells, "max")
-                pools.append(pool)
+            if overview is not None and cuts is not None:
+                pool = _Pool(cfg.num_heads, cuts, cuts, "max", acc=overview[i])
             recorder = _Recorder(
                 layer.attn,
                 rotary,
@@ -534,6 +607,7 @@ def trace_forward(
                 cfg.sliding_window if i in windowed else None,
                 pool,
                 values=i < last,
+                into=into[i],
             )
             if i < last:
                 x = layer(x, None, rotary=rotary, need_weights=False, weights_out=None, attention=recorder)[0]
@@ -542,8 +616,6 @@ def trace_forward(
                 recorder(layer.attn_norm(x) if layer.pre_norm else x)
             assert recorder.kept is not None
             layers.append(recorder.kept)
-    if not pools:
+    if overview is None or cuts is None:
         return layers, None
-    results = [p.result() for p in pools]
-    stacked = torch.stack([r.values for r in results])
-    return layers, Pooled(stacked, results[0].row_edges, results[0].col_edges, "max")
+    return layers, Pooled(overview, cuts.tolist(), cuts.tolist(), "max")

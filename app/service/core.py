@@ -134,10 +134,17 @@ class AttentionService:
         self._stream_slots: asyncio.Semaphore | None = None  # made on the running loop
         self._stream_waiting = 0
         self._trimmer = Trimmer(
-            enabled=settings.malloc_trim, busy=lambda: bool(len(self._flights) or self._streams)
+            enabled=settings.malloc_trim,
+            busy=lambda: bool(len(self._flights) or self._streams or self.traces.busy),
         )
         self.traces = Traces(
-            settings, self.registry, submit=self._submit_work, off_loop=self._off_loop, cached=self._cached
+            settings,
+            self.registry,
+            submit=self._submit_work,
+            off_loop=self._off_loop,
+            cached=self._cached,
+            freed=self._trimmer.large_answer_done,  # a trace's forward ended, or a trace was freed
+            busy=ModelBusyError,
         )
         self.corpus = CorpusRuns(settings.runs_dir, served=lambda: self.registry.names)
 

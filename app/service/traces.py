@@ -4,7 +4,9 @@ reports its progress, a line per layer, to every client streaming it. Windows, r
 then read from the kept trace; one evicted is traced again, transparently, by the next request needing it.
 
 A trace is found by content: (model, text, pair, chat). Inputs longer than the model's `trace_max_tokens`
-(its own limit, capped by what fits HEADSCOPE_TRACE_MAX_BYTES) get 413 before any work.
+(its own limit, capped by what fits HEADSCOPE_TRACE_MAX_BYTES: the trace and its forward's scratch) get 413
+before any work. Every trace alive and every forward in flight is counted against one budget (TraceBudget),
+so together they stay within HEADSCOPE_TRACE_CACHE_BYTES + HEADSCOPE_MAX_CONCURRENCY x TRACE_MAX_BYTES.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import asyncio
 import itertools
 import json
 import logging
-import math
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from concurrent.futures import Future
@@ -38,9 +39,10 @@ from app.schemas import (
 )
 from app.service import bodies
 from app.service.flights import Flights, settled
+from app.service.trace_budget import TraceBudget
 from app.settings import Settings
 from mha.errors import Cancelled, InputError
-from mha.trace import OVERVIEW_SIZE, Trace, bytes_per_token, expected_nbytes
+from mha.trace import OVERVIEW_SIZE, Trace, bytes_per_token, expected_nbytes, peak_nbytes
 
 logger = logging.getLogger(__name__)
 
@@ -61,20 +63,29 @@ def trace_bytes_per_token(model: mha.AttentionModel) -> int:
 
 
 def trace_nbytes(model: mha.AttentionModel, n: int) -> int:
-    """Trace.nbytes of an n-token input (mha.trace.expected_nbytes)."""
+    """Trace.nbytes of an n-token input, at most (mha.trace.expected_nbytes)."""
     return expected_nbytes(model.network.config, n, next(model.network.parameters()).element_size())
 
 
-def trace_max_tokens(model: mha.AttentionModel, max_bytes: int) -> int:
-    """The longest input whose trace fits max_bytes, capped by the model's own limit (0: none fits)."""
-    per_token, overview_cell = trace_bytes_per_token(model), model.info.layers * model.info.heads * 4
-    # Past 128 tokens the overview is a constant: solve n·per_token + L·H·128²·4 <= max_bytes.
-    n = (max_bytes - overview_cell * OVERVIEW_SIZE**2) // per_token
-    if n < OVERVIEW_SIZE:  # the overview is n x n: the positive root of L·H·4·n² + per_token·n = max_bytes
-        n = int((math.sqrt(per_token**2 + 4 * overview_cell * max_bytes) - per_token) / (2 * overview_cell))
-        n += trace_nbytes(model, n + 1) <= max_bytes  # the float root may land one below
-        n -= trace_nbytes(model, n) > max_bytes  # ... or one above
-    return max(0, min(model.info.max_tokens, n))
+def trace_peak_nbytes(model: mha.AttentionModel, n: int, threads: int = 1) -> int:
+    """The most an n-token trace's forward holds on `threads` torch threads: the trace and its scratch
+    (mha.trace.peak_nbytes)."""
+    itemsize = next(model.network.parameters()).element_size()
+    return peak_nbytes(model.network.config, n, itemsize, threads=threads)
+
+
+def trace_max_tokens(model: mha.AttentionModel, max_bytes: int, threads: int = 1) -> int:
+    """The longest input whose trace's forward fits max_bytes (trace_peak_nbytes, which grows with n),
+    capped by the model's own limit (0: none fits)."""
+
+    def fits(n: int) -> bool:
+        return trace_peak_nbytes(model, n, threads) <= max_bytes
+
+    low, high = 0, model.info.max_tokens  # fits(low) or low == 0; the answer is in low..high
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    return low
 
 
 def count_tokens(model: mha.AttentionModel, text: str, pair: str | None, chat: bool) -> int:
@@ -192,7 +203,9 @@ def _gzip_if(body: bytes, gzipped: bool) -> bytes:
 class Traces:
     """The service's traces (module docstring). `submit(name, work, abandoned)` runs work(model) on the
     model's workers; `off_loop` runs short CPU work in the encoding threads; `cached` is the answers' cache
-    (the overview's bytes are kept there)."""
+    (the overview's bytes are kept there); `freed` runs on the loop whenever a forward ends or a trace is
+    freed (the service trims the C heap then, as after large answers); `busy(detail, retry_after)` is the
+    503 for a forward refused because HEADSCOPE_MAX_QUEUE others already wait for room."""
 
     def __init__(
         self,
@@ -202,20 +215,31 @@ class Traces:
         submit: Submit,
         off_loop: OffLoop,
         cached: Cached,
+        freed: Callable[[], None] = lambda: None,
+        busy: Callable[[str, int], Exception] = lambda detail, _retry: RuntimeError(detail),
     ) -> None:
         self.settings = settings
         self.registry = registry
         self.cache = LRUCache(max_entries=MAX_TRACES, max_bytes=settings.trace_cache_bytes)
+        # Service-wide, whatever the number of models: the README's row for traces.
+        limit = settings.trace_cache_bytes + settings.max_concurrency * settings.trace_max_bytes
+        self.budget = TraceBudget(limit, freed=freed)
+        self._busy = busy
         self._submit, self._off_loop, self._cached = submit, off_loop, cached
         self._flights = Flights()
         # key -> the queues of the clients streaming that trace's progress (loop-side only)
         self._listeners: dict[Hashable, list[asyncio.Queue[tuple[int, int] | None]]] = {}
 
+    @property
+    def busy(self) -> bool:
+        """A trace is being computed (the service's idle trim waits for it)."""
+        return bool(len(self._flights))
+
     def max_tokens(self, model: mha.AttentionModel) -> int:
         """The longest input a trace of `model` takes; 0 for an encoder-decoder, which has no traces."""
         if model.info.seq2seq:
             return 0
-        return trace_max_tokens(model, self.settings.trace_max_bytes)
+        return trace_max_tokens(model, self.settings.trace_max_bytes, self.settings.threads)
 
     # -- answers ---------------------------------------------------------------------------------
 
@@ -275,7 +299,8 @@ class Traces:
             await self._off_loop(self._check_length, model, source)
         return source, key, hit
 
-    def _check_length(self, model: mha.AttentionModel, source: Source) -> None:
+    def _check_length(self, model: mha.AttentionModel, source: Source) -> int:
+        """The input's tokens, or the error that refuses it (encoding thread)."""
         name, text, pair, _, chat = source
         if model.info.seq2seq:
             raise InvalidInputError(
@@ -283,8 +308,9 @@ class Traces:
                 "use /api/attention (its source and target are within the model's limits)"
             )
         limit = self.max_tokens(model)
-        if not model.encoder.encode_batch([(text, pair)], limit, chat=chat)[0].truncated:
-            return
+        encoded = model.encoder.encode_batch([(text, pair)], limit, chat=chat)[0]
+        if not encoded.truncated:
+            return len(encoded.ids)
         n = count_tokens(model, text, pair, chat)
         why = (
             "the model's own limit"
@@ -308,6 +334,14 @@ class Traces:
     async def _compute(self, source: Source, key: Hashable, abandoned: threading.Event) -> Trace:
         name, text, pair, _, chat = source
         loop = asyncio.get_running_loop()
+        # Counted from admission (its declared peak) to the worker's end; the trace then on its own.
+        _, loaded = await self._off_loop(self.registry.get, name)
+        n = await self._off_loop(self._check_length, loaded, source)
+        need = trace_peak_nbytes(loaded, n, self.settings.threads)
+        if self.budget.waiting >= self.settings.max_queue:  # as a model's queue: 503, not a wait without end
+            retry = max(1, self.budget.waiting // self.settings.max_concurrency)
+            raise self._busy(f"{self.budget.waiting} traces already wait for memory (the limit)", retry)
+        await self.budget.reserve(need)
 
         def report(layer: int, layers: int) -> None:
             try:
@@ -325,9 +359,19 @@ class Traces:
                 return False
 
             with torch.inference_mode():
-                return model.trace(text, pair, max_tokens=self.max_tokens(model), chat=chat, cancel=cancel)
+                trace = model.trace(text, pair, max_tokens=self.max_tokens(model), chat=chat, cancel=cancel)
+            self.budget.keep(trace)  # before the reservation is released: counted throughout
+            return trace
 
-        trace: Trace = await self._on_workers(name, work, abandoned=abandoned)
+        try:
+            future = self._submit(name, work, abandoned)
+        except BaseException:  # refused (the model's queue is full): nothing runs
+            self.budget.release(need)
+            raise
+        # Released when the worker is done, not when this task is: a cancelled forward runs on to its next
+        # layer, holding its scratch until then.
+        future.add_done_callback(lambda _done: self.budget.release(need))
+        trace: Trace = await settled(future)
         self.cache.put(key, trace, size=trace.nbytes)
         return trace
 
@@ -363,8 +407,12 @@ class Traces:
                 if not listeners:
                     self._listeners.pop(key, None)
                 task.cancel()
+                del task  # it holds its result, the trace
         stats_max_tokens = self.settings.tokens_for(trace.info.max_tokens)
-        yield await self._off_loop(done_event, source[0], trace, stats_max_tokens)
+        done = await self._off_loop(done_event, source[0], trace, stats_max_tokens)
+        # A client slow to read the last line must not keep the trace alive (the budget counts it).
+        del trace, hit
+        yield done
 
 
 def _detail(exc: Exception) -> str:

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 import mha
 from app import compact
 from app.main import create_app
-from app.service.traces import trace_bytes_per_token, trace_max_tokens, trace_nbytes
+from app.service.traces import trace_bytes_per_token, trace_max_tokens, trace_nbytes, trace_peak_nbytes
 from mha.errors import Cancelled
 from mha.trace import Trace
 from tests.app.asgi import Exchange, post
@@ -156,8 +156,9 @@ def test_windows_and_rows_are_gzipped_for_clients_that_accept_it(traced: tuple[T
 
 
 def test_an_evicted_trace_is_traced_again_when_next_needed(make_settings) -> None:  # type: ignore[no-untyped-def]
-    # Room for one 66-token trace of MiniLM (2.5 MB: trace_nbytes), not two.
-    budget = 3 * 2**20
+    # Room for one 62-token trace of MiniLM (2.3 MB: trace_nbytes; its forward's peak 3.5 MB:
+    # trace_peak_nbytes), not two.
+    budget = 4 * 2**20
     settings = make_settings(trace_max_bytes=budget, trace_cache_bytes=budget)
     with TestClient(create_app(settings)) as client:
         service = client.app.state.service
@@ -181,13 +182,16 @@ def test_the_limit_follows_from_the_byte_budget(make_settings, minilm) -> None: 
     per_token = cfg.num_layers * (cfg.num_heads + cfg.num_heads) * (cfg.embed_dim // cfg.num_heads) * 4
     per_token += cfg.num_layers * cfg.num_heads * 4
     assert trace_bytes_per_token(minilm) == per_token == 18_720
+    # The limit is the longest input whose forward, the trace and its scratch, fits the budget.
     for budget in (2**20, 3 * 2**20, 2**23, 2**31):
-        limit = trace_max_tokens(minilm, budget)
-        assert limit == min(512, limit) and trace_nbytes(minilm, limit) <= budget
-        assert limit == 512 or trace_nbytes(minilm, limit + 1) > budget
+        for threads in (1, 4):
+            limit = trace_max_tokens(minilm, budget, threads)
+            assert limit == min(512, limit) and trace_peak_nbytes(minilm, limit, threads) <= budget
+            assert limit == 512 or trace_peak_nbytes(minilm, limit + 1, threads) > budget
+            assert trace_nbytes(minilm, limit) < trace_peak_nbytes(minilm, limit, threads)
     budget = 2**23
-    limit = trace_max_tokens(minilm, budget)  # (8 MiB - 6·12·128²·4) // 18,720 = 196
-    assert limit == 196
+    limit = trace_max_tokens(minilm, budget)
+    assert 0 < limit < 512
     text = "cat " * 300
     with TestClient(create_app(make_settings(trace_max_bytes=budget, trace_cache_bytes=budget))) as client:
         entry = next(m for m in client.get("/api/models").json()["models"] if m["name"] == DEFAULT)
@@ -208,7 +212,7 @@ def test_the_limit_follows_from_the_byte_budget(make_settings, minilm) -> None: 
         at_limit = "cat " * (limit - 2)
         assert lines(client.post("/api/trace", json={"text": at_limit}))[-1]["n"] == limit
         kept = client.app.state.service.traces.cache.get(("trace", DEFAULT, at_limit, None, 0, False))
-        assert kept.nbytes == trace_nbytes(minilm, limit) <= budget
+        assert kept.nbytes <= trace_nbytes(minilm, limit) < budget
         # Over the model's own limit, and within the budget's: 413 naming the model's limit.
         with TestClient(create_app(make_settings())) as roomy:
             detail = roomy.post("/api/trace", json={"text": "cat " * 600}).json()["detail"]

@@ -1,0 +1,102 @@
+"""What a trace (mha.trace) holds, counted: the kept objects, and the scratch its forward allocates.
+
+A trace keeps q, k and the log-sum-exp of every layer and its pooled overview (`Trace.nbytes`), and while
+its forward runs it also holds one layer's activations and, on each CPU thread, one row block's scores.
+The service admits a trace by the sum (`mha.trace.peak_nbytes`), so these bounds are what make the
+README's memory row for traces hold; tests/mha/test_trace_memory.py measures every allocation a forward
+makes against them.
+
+Shape legend: L layers, H query heads, H_kv key/value heads, D head dim, E embed dim, F feed-forward width,
+n tokens, r a forward block's rows, s the overview's cells per side, T CPU threads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any
+
+from mha.config import TransformerConfig
+
+__all__ = ["PYTHON_BYTES", "PYTHON_BYTES_PER_TOKEN", "forward_scratch", "objects_nbytes", "python_nbytes"]
+
+# A trace's Python objects, at most: its token strings, the encoding's per-token lists (ids, offsets,
+# sources, ...) and its text took 220-410 bytes a token with the test families' tokenizers (BERT's
+# WordPiece to Llama's byte-level BPE; English, Japanese, emoji), plus ~1.1 KB however short the input
+# (the Encoded object, its lists' and tuples' own headers).
+PYTHON_BYTES_PER_TOKEN = 512
+PYTHON_BYTES = 2048
+# Tensors of a forward whose size does not grow with n (scalars, the rotary frequencies [D / 2]), at most.
+SMALL = 4096
+# torch computes RMSNorm (mha.norm) and the overview's pooling in float32 whatever the model's dtype.
+FLOAT32 = 4
+
+
+def objects_nbytes(*roots: Any) -> int:
+    """sys.getsizeof of every object reachable from `roots` through lists, tuples and dataclass fields,
+    each counted once: a trace's tokens and its encoding's per-token lists and texts."""
+    seen: set[int] = set()
+    total, todo = 0, list(roots)
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        if isinstance(obj, list | tuple):
+            todo.extend(obj)
+        elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            todo.extend(getattr(obj, f.name) for f in dataclasses.fields(obj))
+    return total
+
+
+def python_nbytes(n: int) -> int:
+    """What an n-token trace's Python objects take, at most (PYTHON_BYTES_PER_TOKEN)."""
+    return PYTHON_BYTES + n * PYTHON_BYTES_PER_TOKEN
+
+
+def forward_scratch(
+    config: TransformerConfig, n: int, itemsize: int, *, rows: int, threads: int, cells: int
+) -> int:
+    """Bytes mha.trace.trace_forward holds at once beyond the trace it builds, at most, for an n-token
+    input in blocks of `rows` query rows on `threads` CPU threads, pooling an s x s overview (s = cells).
+
+    A layer's activations, per token, each value in the model's dtype or float32 where wider (norms):
+    - the feed-forward: the residual stream entering the layer and leaving its attention, the norm, and
+      the sub-layer's output or the sum (4 E), beside the input projection (2 F gated, gate and up in one
+      matmul; F plain) and the activation's output (F);
+    - the attention, rotating q: the stream entering the layer and its norm (2 E), the q/k/v projection
+      (H + 2 H_kv)·D, q's product with cos, the rotated half times sin and their sum (3 H·D), and where q
+      and k are normed first (Qwen3) the normed q and k beside them;
+    - the attention's out_proj: the same 2 E, v's contiguous copy H_kv·D, the heads' output H·D, its
+      reshaped copy H·D and the projection E, and each row's top score and largest weight (2 H);
+    - the attention's row blocks: the same 2 E, v, the heads' output and the 2 H; and on each thread one
+      block's scores [H, r, n] (with a
+      float32 copy for the pool unless they are float32), its mixed values [H, r, D], its rows pooled
+      into at most R' cells [H, R', n] float32 twice over (each cell's reduction, then their stack), and
+      the band masks (a byte a cell); each thread past the first pools into its own float32 [H, s, s].
+    The largest of the four, plus what every layer reads: the rotary cos and sin (2 D a token) and the
+    position ids (int64, and their angles' float32 row: 16 bytes a token), and SMALL for what does not
+    grow with n (scalars, the rotary frequencies).
+    """
+    heads, kv_heads = config.num_heads, config.num_kv_heads or config.num_heads
+    dim = config.head_dim or config.embed_dim // heads
+    embed, width = config.embed_dim, config.ffn_dim
+    value = max(itemsize, FLOAT32)
+    ffn = 4 * embed + (2 if config.mlp == "gated" else 1) * width + width
+    attention = 2 * embed + (heads + 2 * kv_heads) * dim + 3 * heads * dim
+    if config.qk_norm:
+        attention += (heads + kv_heads) * dim
+    out_proj = 3 * embed + kv_heads * dim + 2 * heads * dim + 2 * heads
+    beside_blocks = 2 * embed + kv_heads * dim + heads * dim + 2 * heads
+    rows = min(rows, n)  # a block is never longer than the input
+    # A block of r rows spans at most r / (n // s) + 2 overview cells; one token a cell (n <= s) pools
+    # nothing, so no copy is made.
+    pooled_rows = 0 if n <= cells else min(rows, rows // (n // cells) + 2)
+    # Blocks are dealt out to the threads only when each gets two (mha.trace._Recorder), else one runs all.
+    if -(-n // rows) < 2 * threads:
+        threads = 1
+    block = heads * rows * n * (itemsize + (0 if itemsize == FLOAT32 else FLOAT32))
+    block += heads * rows * dim * itemsize + 2 * heads * pooled_rows * n * FLOAT32 + rows * n
+    blocks = n * value * beside_blocks + threads * block + (threads - 1) * heads * cells * cells * FLOAT32
+    return max(n * value * max(ffn, attention, out_proj), blocks) + n * (value * 2 * dim + 16) + SMALL
