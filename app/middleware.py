@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.routes.common import CLIENT_CLOSED
 from app.schemas import ErrorResponse
 from app.settings import normalize_host
 
@@ -83,21 +84,35 @@ class SecurityHeadersMiddleware(HttpMiddleware):
 
 class AccessLogMiddleware(HttpMiddleware):
     """One line per request: method, path, status, time. The path is logged with %r so a %0A in a URL
-    cannot start a forged line; bodies (the user's text) are never logged."""
+    cannot start a forged line; bodies (the user's text) are never logged. A client that hung up before
+    the last byte of its answer is logged as 499 (CLIENT_CLOSED), whatever status the answer began with:
+    a stream cut short is not an answer given (uvicorn's own access log has the status it sent at the start,
+    and no line at all for an answer that began after the client left)."""
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         status = 500  # if the app dies before answering, that is what the client sees
+        complete = gone = False
+
+        async def receive_watched() -> Message:
+            nonlocal gone
+            message = await receive()
+            gone = gone or message["type"] == "http.disconnect"
+            return message
 
         async def send_status(message: Message) -> None:
-            nonlocal status
+            nonlocal status, complete
             if message["type"] == "http.response.start":
                 status = message["status"]
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                complete = True
             await send(message)
 
         try:
-            await self.app(scope, receive, send_status)
+            await self.app(scope, receive_watched, send_status)
         finally:
+            if gone and not complete:
+                status = CLIENT_CLOSED
             access_logger.info(
                 "%s %r %d %.1f ms",
                 scope["method"][:16],

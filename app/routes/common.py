@@ -8,7 +8,7 @@ import inspect
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from enum import Enum
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -16,7 +16,9 @@ import anyio
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
-from starlette.types import Send
+from starlette.requests import ClientDisconnect
+from starlette.responses import ContentStream
+from starlette.types import Receive, Scope, Send
 
 from app import compact
 from app.schemas import ErrorResponse
@@ -121,13 +123,19 @@ async def watched(request: Request, work: Awaitable[Response]) -> Response:
         current = asyncio.current_task()
         if current is not None and current.cancelling():
             raise
+    client_closed(request, started)
+    return Response(status_code=CLIENT_CLOSED)
+
+
+def client_closed(request: Request, started: float) -> None:
+    """Log a client that hung up before its whole answer (`started`: time.perf_counter() when the route
+    began). The access log says 499 for it (app.middleware.AccessLogMiddleware)."""
     logger.info(
         "client closed the connection after %.0f ms, before its answer to %s %r; its work stopped",
         1000 * (time.perf_counter() - started),
         request.method,
         request.url.path[:200],
     )
-    return Response(status_code=CLIENT_CLOSED)
 
 
 async def _disconnected(request: Request) -> None:
@@ -138,16 +146,45 @@ async def _disconnected(request: Request) -> None:
 class ClosingStreamingResponse(StreamingResponse):
     """Closes its iterator however the response ends: Starlette leaves one abandoned by a client that hung
     up (cancelled while sending) to the garbage collector, and the encoder behind it would stop, log and
-    free its memory only then."""
+    free its memory only then. `hung_up`, if given, is called when the client left before the last chunk
+    (a route logs it with `client_closed`, as `watched` does)."""
+
+    def __init__(
+        self,
+        content: ContentStream,
+        status_code: int = 200,  # (FastAPI reads the default status from this signature, for OpenAPI)
+        headers: Mapping[str, str] | None = None,
+        media_type: str | None = None,
+        *,
+        hung_up: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__(content, status_code, headers, media_type)
+        self.hung_up = hung_up
+        self.finished = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except ClientDisconnect:  # servers of ASGI 2.4 and later: a send to a closed connection failed
+            self._left()
+            raise
+        # Returned without its last chunk and without an error: Starlette saw http.disconnect and stopped it.
+        if not self.finished:
+            self._left()
 
     async def stream_response(self, send: Send) -> None:
         try:
             await super().stream_response(send)
+            self.finished = True
         finally:
             close = getattr(self.body_iterator, "aclose", None)
             if close is not None:
                 with anyio.CancelScope(shield=True):  # runs even in the cancelled response
                     await close()
+
+    def _left(self) -> None:
+        if self.hung_up is not None:
+            self.hung_up()
 
 
 async def json_answer(request: Request, body: Awaitable[bytes | AsyncIterator[bytes]]) -> Response:

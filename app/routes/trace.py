@@ -3,6 +3,8 @@ Thin: validation is in schemas, work in the service (app/service/traces.py)."""
 
 from __future__ import annotations
 
+import time
+from functools import partial
 from typing import Any
 
 from fastapi import Request, Response
@@ -14,6 +16,7 @@ from app.routes.common import (
     ApiRouter,
     ClosingStreamingResponse,
     Scheme,
+    client_closed,
     compact_response,
     described,
     json_answer,
@@ -76,11 +79,15 @@ with reduce "max" was pooled during the forward and costs nothing more.{KEPT}
     description=TRACE_DESCRIPTION,
 )
 async def trace(body: TraceRequest, request: Request, service: ServiceDep) -> Response:
+    started = time.perf_counter()
+
     async def answer() -> Response:
         events = await service.traces.stream(body)
         # no-store: a progress stream is never replayed; X-Accel-Buffering: nginx passes each line at once.
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-        return ClosingStreamingResponse(events, media_type=NDJSON, headers=headers)
+        # A client that hangs up mid-stream is logged as one that hangs up before it (499 in the access log).
+        hung_up = partial(client_closed, request, started)
+        return ClosingStreamingResponse(events, media_type=NDJSON, headers=headers, hung_up=hung_up)
 
     return await watched(request, answer())
 

@@ -140,6 +140,9 @@ def test_a_streamed_answer_stops_being_encoded_when_its_client_leaves(
     assert len(exchange.body) < whole
     assert len(chunks_built) <= 3  # the two sent, and at most the one in hand when the client left
     assert any("client closed the connection during /api/attention" in r.getMessage() for r in caplog.records)
+    # Begun with 200, cut short by its client: 499 in the access log, as an answer abandoned before it began.
+    access = [r.getMessage().split()[:3] for r in caplog.records if r.name == "app.access"]
+    assert access == [["POST", "'/api/attention'", "499"]]
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ eviction by counting forwards, cancellation by hanging up mid-forward."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -247,7 +248,9 @@ def test_bad_reads_are_refused_clearly(client: TestClient, body: dict[str, Any],
     assert detail in response.json()["detail"]
 
 
-def test_a_client_that_hangs_up_stops_the_forward(traced: tuple[TestClient, Counting]) -> None:
+def test_a_client_that_hangs_up_stops_the_forward(
+    traced: tuple[TestClient, Counting], caplog: pytest.LogCaptureFixture
+) -> None:
     client, counting = traced
     service = client.app.state.service
     hung_up = threading.Event()
@@ -259,9 +262,18 @@ def test_a_client_that_hangs_up_stops_the_forward(traced: tuple[TestClient, Coun
     counting.before_layer = hold_layer_2
     exchange = client.portal.call(Exchange)
     exchange.hang_up_after_chunks = 2  # layers 0 and 1 started
-    client.portal.call(post, client.app, "/api/trace", {"text": TEXT}, exchange)
+    with caplog.at_level(logging.INFO, logger="app"):
+        client.portal.call(post, client.app, "/api/trace", {"text": TEXT}, exchange)
     hung_up.set()
     assert [json.loads(line)["layer"] for line in exchange.chunks] == [0, 1]
+    # Logged as every abandoned request is: the line `watched` writes, and 499 in the access log, though
+    # the stream had begun with 200.
+    assert exchange.status == 200
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("client closed the connection after") and "'/api/trace'" in m for m in messages)
+    assert [m.split()[:3] for m in messages if m.startswith("POST '/api/trace'")] == [
+        ["POST", "'/api/trace'", "499"]
+    ]
     deadline = threading.Event()
     for _ in range(TIMEOUT * 100):
         if counting.ended:
