@@ -1,13 +1,13 @@
 """GGUF files (llama.cpp's format: ollama, LM Studio) as checkpoints: found, checked, converted once.
 
-No GGUF parser of our own. gguf's GGUFReader (llama.cpp's reader; it maps the file) reads the header for
-the cheap check: the architecture, each tensor's type and extent. transformers' GGUF utilities do the
-conversion: load_gguf_checkpoint gives the config and the dequantized tensors under Hugging Face names,
-AutoTokenizer(gguf_file=...) the tokenizer. What they give is written as an ordinary checkpoint directory
-(config.json, model.safetensors, tokenizer files with the chat template) in the cache (mha.model_cache),
-keyed by the file's SHA-256, and mha.checkpoint and mha.convert read that directory as they read any:
-the first load of a file converts it (seconds to minutes: every tensor dequantized to float32), later
-ones read the cached directory.
+No GGUF parser of our own. transformers' GGUF reader (or, for what it does not size, gguf's GGUFReader,
+llama.cpp's) reads the header for the cheap check: the architecture, each tensor's type and extent.
+transformers' GGUF utilities do the conversion: load_gguf_checkpoint gives the config and the dequantized
+tensors under Hugging Face names, AutoTokenizer(gguf_file=...) the tokenizer. What they give is written as
+an ordinary checkpoint directory (config.json, model.safetensors, tokenizer files with the chat template)
+in the cache (mha.model_cache), keyed by the file's SHA-256, and mha.checkpoint and mha.convert read that
+directory as they read any: the first load of a file converts it (seconds to minutes: every tensor
+dequantized to float32), later ones read the cached directory.
 """
 
 from __future__ import annotations
@@ -125,29 +125,16 @@ def source_name(path: str | Path) -> str:
 
 
 def read_header(file: Path) -> Header:
-    """The header of a GGUF file (GGUFReader: maps the file, reads no tensor data); CheckpointNotFoundError
-    for a file that is not GGUF, is damaged or cut short (a tensor that would end past the file's end),
-    UnsupportedCheckpointError for an architecture we do not convert, naming it and those we do."""
-    from gguf import GGUFReader
-
+    """The header of a GGUF file, no tensor data read; CheckpointNotFoundError for a file that is not GGUF,
+    is damaged or cut short (a tensor that would end past the file's end), UnsupportedCheckpointError for
+    an architecture we do not take, naming it and those we do."""
     size = file.stat().st_size
     try:
-        reader = GGUFReader(file)
-        field = reader.fields.get("general.architecture")
-        if field is None:
-            raise ValueError("no general.architecture in its metadata")
-        arch = str(field.contents())
-        named = reader.fields.get("general.name")
-        name = None if named is None else str(named.contents())
-        types: dict[str, int] = {}
-        for tensor in reader.tensors:
-            end = int(tensor.data_offset) + int(tensor.n_bytes)
-            if end > size:
-                raise ValueError(f"tensor {tensor.name} ends at byte {end:,}, past the file's {size:,} bytes")
-            types[tensor.tensor_type.name] = types.get(tensor.tensor_type.name, 0) + 1
-    except Exception as exc:  # gguf raises ValueError, IndexError, KeyError... for a damaged file
+        arch, name, tensors = _header_fields(file)
+    except Exception as exc:  # the readers raise ValueError, IndexError, struct.error... for a damaged file
         raise CheckpointNotFoundError(
-            f"{file} is not a readable GGUF file (cut short or damaged?): {type(exc).__name__}: {exc}"
+            f"{file} ({size:,} bytes) is not a readable GGUF file (cut short or damaged?): "
+            f"{type(exc).__name__}: {' '.join(str(exc).split())}"
         ) from exc
     supported = supported_architectures()
     if arch not in supported:
@@ -155,9 +142,46 @@ def read_header(file: Path) -> Header:
             f"{file.name} is a GGUF of architecture {arch!r}, which headscope does not read from GGUF; "
             f"it takes GGUF files of {', '.join(supported)}"
         )
-    if not reader.tensors:
+    if not tensors:
         raise CheckpointNotFoundError(f"{file} is a GGUF file without tensors")
+    types: dict[str, int] = {}
+    for tensor, kind, end in tensors:
+        if end > size:
+            raise CheckpointNotFoundError(
+                f"{file} is cut short: tensor {tensor} ends at byte {end:,}, past the file's {size:,} bytes"
+            )
+        types[kind] = types.get(kind, 0) + 1
     return Header(arch, name, types)
+
+
+def _header_fields(file: Path) -> tuple[str, str | None, list[tuple[str, str, int]]]:
+    """(general.architecture, general.name, [(tensor, ggml type name, the byte it ends at)]).
+
+    transformers' own GGUF reader first: it leaves the vocabulary's strings unread, milliseconds where
+    gguf's GGUFReader reads them one by one (3 s for SmolLM2's 49,152 tokens and as many merges). It sizes
+    only the ggml types transformers computes with (not Q5_0, Q5_1, ...); for those, and for anything else
+    it refuses, gguf's GGUFReader, which knows every type gguf dequantizes, decides."""
+    from gguf import GGMLQuantizationType, GGUFReader
+    from transformers.integrations.gguf import GgufHeader, read_gguf_metadata
+
+    try:
+        metadata, _ = read_gguf_metadata(str(file))
+        header = GgufHeader.from_file(str(file))
+        tensors = [
+            (t.name, GGMLQuantizationType(t.ggml_type).name, header.data_start + t.offset + t.nbytes)
+            for t in header.tensors
+        ]
+        name = metadata.get("general.name")
+        return header.architecture, None if name is None else str(name), tensors
+    except Exception:  # noqa: S110 (GGUFReader reads the file again, and its error is the one raised)
+        pass
+    reader = GGUFReader(file)
+    field = reader.fields.get("general.architecture")
+    if field is None:
+        raise ValueError("no general.architecture in its metadata")
+    named = reader.fields.get("general.name")
+    tensors = [(t.name, t.tensor_type.name, int(t.data_offset) + int(t.n_bytes)) for t in reader.tensors]
+    return str(field.contents()), None if named is None else str(named.contents()), tensors
 
 
 def architecture(file: Path) -> str:

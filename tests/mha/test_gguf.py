@@ -195,7 +195,7 @@ def test_a_file_cut_short_is_refused_clearly(keep: int, sources: dict[str, Path]
     file = tmp_path / "cut.gguf"
     file.write_bytes(whole[:keep])
     for call in (load_pretrained, check_checkpoint, checkpoint_architecture):
-        with pytest.raises(CheckpointNotFoundError, match="is not a readable GGUF file"):
+        with pytest.raises(CheckpointNotFoundError, match="is not a readable GGUF file|is cut short: tensor"):
             call(file)
 
 
