@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -240,7 +240,7 @@ def checkpoint_directory(file: Path) -> Path:
         raise CheckpointError(f"{file} could not be converted: no folder to write it to ({exc})") from exc
 
 
-def _convert(file: Path, header: Header, digest: str) -> Any:
+def _convert(file: Path, header: Header, digest: str) -> Callable[[Path], None]:
     """`file` converted in memory (config, dequantized tensors, tokenizer), and a function that writes
     it as a checkpoint directory and checks that directory as loading will (check_files)."""
     from safetensors.torch import save_file
