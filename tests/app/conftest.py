@@ -20,6 +20,8 @@ def make_settings(**overrides: object) -> Settings:
         "log_level": "warning",
         "models": {},
         "allowed_hosts": ["testserver"],
+        # Only tests/app/test_bundled_llm.py asks for it: the model lists elsewhere stay those named.
+        "bundled_llm": False,
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]

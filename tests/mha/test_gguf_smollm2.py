@@ -18,7 +18,7 @@ import torch
 from gguf_files import bundled_gguf
 from tolerances import FORWARD
 
-from mha import AttentionModel, gguf_checkpoint, load_pretrained
+from mha import BUNDLED_LLM_NAME, AttentionModel, checkpoint_architecture, gguf_checkpoint, load_pretrained
 from mha import model_cache as cache
 
 FILE = bundled_gguf()
@@ -37,7 +37,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Attention
     assert FILE is not None
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(cache.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "headscope-cache"))
-        ours = load_pretrained(FILE, device="cpu")
+        ours = load_pretrained(BUNDLED_LLM_NAME, device="cpu")  # the Python API's name for FILE
         converted = gguf_checkpoint.cached_directory(FILE)
     assert converted is not None
     theirs = AutoModelForCausalLM.from_pretrained(str(converted), attn_implementation="eager").eval()
@@ -48,7 +48,7 @@ def test_it_loads_as_the_llama_it_is(models: tuple[AttentionModel, Any, Any]) ->
     ours, _, _ = models
     info = ours.info
     assert (info.name, info.family, info.layers, info.heads, info.kv_heads) == (
-        "SmolLM2-135M-Instruct.Q4_1",
+        "SmolLM2-135M-Instruct",
         "llama",
         30,
         9,
@@ -84,3 +84,8 @@ def test_the_greedy_continuation_is_transformers_generate(models: tuple[Attentio
         expected = theirs.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=12)[0]
     assert result.token_ids == expected.tolist()
     assert "Paris" in tokenizer.decode(result.token_ids[len(prompt) :])
+
+
+def test_its_name_is_checked_from_the_header_like_its_file() -> None:
+    assert gguf_checkpoint.find_gguf(BUNDLED_LLM_NAME) == FILE
+    assert checkpoint_architecture(BUNDLED_LLM_NAME) == "decoder"
