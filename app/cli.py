@@ -7,6 +7,8 @@ import os
 
 from app import corpus_cli
 
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")  # as Settings.log_level takes them
+
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="headscope", description="See what every attention head looks at.")
@@ -17,7 +19,13 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument(
         "--device", default=None, help="auto, cpu, cuda, cuda:N or mps (default: HEADSCOPE_DEVICE or auto)"
     )
-    serve.add_argument("--log-level", default="info", help="uvicorn log level")
+    serve.add_argument(
+        "--log-level",
+        type=str.lower,
+        choices=LOG_LEVELS,
+        default=None,
+        help="the whole log's level, access lines included (default: HEADSCOPE_LOG_LEVEL or info)",
+    )
     corpus_cli.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "corpus":
@@ -27,6 +35,8 @@ def main(argv: list[str] | None = None) -> None:
     # Settings are read from the environment, so the flag is passed the same way compose passes it.
     if args.device:
         os.environ["HEADSCOPE_DEVICE"] = args.device
+    if args.log_level:
+        os.environ["HEADSCOPE_LOG_LEVEL"] = args.log_level
     import uvicorn
 
     from app.main import create_app
@@ -37,9 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.host:  # the address the server binds is a name its users may type: serve it too
         settings = Settings(allowed_hosts=[*settings.allowed_hosts, args.host])
     app = create_app(settings)
-    uvicorn.Server(
-        uvicorn_config(app, settings, host=args.host, port=args.port, log_level=args.log_level)
-    ).run()
+    uvicorn.Server(uvicorn_config(app, settings, host=args.host, port=args.port)).run()
 
 
 if __name__ == "__main__":

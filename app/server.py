@@ -5,6 +5,11 @@ request head itself: a client that opens a connection and sends nothing, or half
 (and a slot of `limit_concurrency`) for as long as it likes. `HeaderTimeoutProtocol` adds that deadline to
 uvicorn's h11 protocol; the body has its own, in the ASGI layer (app.main.RequestBodyMiddleware), and
 `max_connections` becomes uvicorn's `limit_concurrency`.
+
+The log is one stream, stderr, at `settings.log_level`: the root handler create_app installs, which uvicorn's
+own loggers reach too (its log_config is not applied). uvicorn's access log is off: it writes a line as the
+headers go out, so a stream its client left is 200 there, and an answer begun after the client left has no
+line. The app's access log (app.access, app.middleware.AccessLogMiddleware) says what each client got.
 """
 
 from __future__ import annotations
@@ -101,14 +106,15 @@ def protocol_class(seconds: float) -> type[HeaderTimeoutProtocol]:
     return ServerProtocol
 
 
-def uvicorn_config(
-    app: FastAPI, settings: Settings, *, host: str, port: int, log_level: str
-) -> uvicorn.Config:
+def uvicorn_config(app: FastAPI, settings: Settings, *, host: str, port: int) -> uvicorn.Config:
+    """uvicorn's settings for `app` (built by create_app with these `settings`)."""
     return uvicorn.Config(
         app,
         host=host,
         port=port,
-        log_level=log_level,
+        log_config=None,  # uvicorn's lines propagate to the root handler, in our format (module docstring)
+        log_level=settings.log_level,
+        access_log=False,  # app.access is the access log
         http=protocol_class(settings.header_timeout),
         limit_concurrency=settings.max_connections,
     )

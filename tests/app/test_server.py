@@ -32,9 +32,7 @@ def running(settings: Settings) -> Iterator[tuple[int, uvicorn.Server]]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = int(probe.getsockname()[1])
-    server = uvicorn.Server(
-        uvicorn_config(create_app(settings), settings, host="127.0.0.1", port=port, log_level="warning")
-    )
+    server = uvicorn.Server(uvicorn_config(create_app(settings), settings, host="127.0.0.1", port=port))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 120
@@ -160,10 +158,13 @@ def test_serve_applies_the_settings_and_serves_its_bind_address(monkeypatch: pyt
     monkeypatch.setenv("HEADSCOPE_MAX_CONNECTIONS", "9")
     monkeypatch.setenv("HEADSCOPE_DEFAULT_MODEL", "random")
     monkeypatch.setenv("HEADSCOPE_DEVICE", "cpu")
-    cli.main(["serve", "--host", "Box.Internal", "--port", "8123"])
+    monkeypatch.setenv("HEADSCOPE_LOG_LEVEL", "debug")
+    cli.main(["serve", "--host", "Box.Internal", "--port", "8123", "--log-level", "Warning"])
     (config,) = started
     assert (config.host, config.port, config.limit_concurrency) == ("Box.Internal", 8123, 9)
     assert config.http.header_timeout == 7  # type: ignore[union-attr]
+    # One log at one level (the flag overrides the environment), uvicorn's lines in it, its access log off.
+    assert (config.log_level, config.log_config, config.access_log) == ("WARNING", None, False)
 
     from fastapi.testclient import TestClient
 
