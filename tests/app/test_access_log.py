@@ -66,6 +66,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         "HEADSCOPE_MODELS": json.dumps({MODEL: str(model)}),
         "HEADSCOPE_DEFAULT_MODEL": MODEL,
         "HEADSCOPE_RANDOM_MODEL": "false",
+        "HEADSCOPE_BUNDLED_LLM": "false",  # one model, the one the requests name
         "HEADSCOPE_DEVICE": "cpu",
         "HEADSCOPE_THREADS": "1",
     }
