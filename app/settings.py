@@ -3,8 +3,8 @@
 Examples::
 
     HEADSCOPE_DEVICE=cpu
-    HEADSCOPE_MODELS='{"gpt2": "/models/gpt2"}'    # operator allowlist: name -> checkpoint directory
-    HEADSCOPE_MODELS_DIR=/models                    # every subfolder with a config.json is registered
+    HEADSCOPE_MODELS='{"gpt2": "/models/gpt2"}'    # operator allowlist: name -> checkpoint dir or GGUF file
+    HEADSCOPE_MODELS_DIR=/models                    # every subfolder with a config.json, every *.gguf
     HEADSCOPE_CORS_ORIGINS='["https://example.org"]'
     HEADSCOPE_ALLOWED_HOSTS='["headscope.example.org"]'  # names the server answers to besides localhost
     HEADSCOPE_RUNS_DIR=/data/runs                   # finished `headscope corpus` runs, one subfolder each
@@ -38,8 +38,8 @@ class Settings(BaseSettings):
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"  # auto lets mha pick per device
     # Loaded at startup; a registered name. None: the embedded model, registered under mha's name for it.
     default_model: str | None = None
-    models: dict[str, Path] = Field(default_factory=dict)  # operator allowlist: name -> checkpoint dir
-    models_dir: Path | None = None  # scanned once at startup: each subfolder with config.json
+    models: dict[str, Path] = Field(default_factory=dict)  # allowlist: name -> checkpoint dir or GGUF file
+    models_dir: Path | None = None  # scanned once at startup: each subfolder with config.json, each *.gguf
     max_tokens: int = Field(default=512, ge=8)  # cap on tokens per request (also capped by the model)
     cache_size: int = Field(default=64, ge=0)  # LRU entries of finished answers; 0 disables the cache
     cache_max_bytes: int = Field(default=256 * 2**20, ge=0)  # the same cache, bounded in bytes too
