@@ -108,15 +108,21 @@ class Transformer(nn.Module):
         need_weights: bool = True,
         need_hidden: bool = True,
         cancel: Callable[[], bool] | None = None,
+        each_layer: Callable[[int, torch.Tensor], None] | None = None,
     ) -> TransformerOutput:
         """input_ids (B, T); attention_mask (B, T) 1 for real tokens, 0 for padding; segment_ids (B, T).
 
         need_hidden=False (with need_weights) returns every attention but no hidden state, and skips the
         work no attention depends on: the last layer's value path, out_proj and feed-forward.
         cancel, called before each layer, stops the forward with `Cancelled` when it returns True.
+        each_layer(i, weights (B, H, T, T)), if given, is called with each layer's weights as they come
+        out, and the output holds no attentions: one layer's maps alive at a time, not L. Without grad the
+        weights are one buffer every layer writes again, so they are valid only during the call.
         """
         if not (need_weights or need_hidden):
             raise ValueError("need_weights and need_hidden are both False: nothing to compute")
+        if each_layer is not None and not need_weights:
+            raise ValueError("each_layer needs need_weights: there are no weights to hand it")
         cfg = self.config
         if input_ids.ndim != 2:
             raise ValueError(f"input_ids must have shape (B, T), got {tuple(input_ids.shape)}")
@@ -137,24 +143,31 @@ class Transformer(nn.Module):
 
         buffer = None
         if need_weights and not torch.is_grad_enabled():
-            # Every layer's softmax writes straight into its slice: no stack copy at the end.
-            buffer = empty_buffer(cfg.num_layers, batch, cfg.num_heads, length, length, like=x)
+            # Every layer's softmax writes straight into its slice: no stack copy at the end (each_layer:
+            # one layer's slice, written again by every layer).
+            layers = 1 if each_layer is not None else cfg.num_layers
+            buffer = empty_buffer(layers, batch, cfg.num_heads, length, length, like=x)
         layer_weights: list[torch.Tensor] = []
+        weights: torch.Tensor | None
         last = len(self.layers) - 1
         for i, layer in enumerate(cast("list[Block]", self.layers)):  # a ModuleList types as Module
             if cancel is not None and cancel():
                 raise Cancelled(f"forward cancelled before layer {i} of {len(self.layers)}")
-            out = None if buffer is None else buffer[i]
+            out = None if buffer is None else buffer[0 if each_layer is not None else i]
             layer_keep = window_keep if i in windowed else keep
             if i == last and not need_hidden and bias is None:
-                layer_weights.append(layer.attention_weights(x, layer_keep, rotary=rotary, weights_out=out))
-                break
-            x, weights = layer(
-                x, layer_keep, rotary=rotary, need_weights=need_weights, weights_out=out, bias=bias
-            )
-            if weights is not None:
+                weights = layer.attention_weights(x, layer_keep, rotary=rotary, weights_out=out)
+            else:
+                x, weights = layer(
+                    x, layer_keep, rotary=rotary, need_weights=need_weights, weights_out=out, bias=bias
+                )
+            if weights is not None and each_layer is not None:
+                each_layer(i, weights)
+            elif weights is not None:
                 layer_weights.append(weights)
         attentions = buffer if buffer is not None else torch.stack(layer_weights) if layer_weights else None
+        if each_layer is not None:  # each layer's weights went to it: nothing kept
+            attentions = None
         if not need_hidden:
             return TransformerOutput(hidden_state=None, attentions=attentions)
         if self.final_norm is not None:

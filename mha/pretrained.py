@@ -243,28 +243,17 @@ class AttentionModel:
         [B, T, E] or None), float32 on the CPU (on_device: on the model's device), T the longest input.
         An encoder-decoder runs its encoder alone (its self-attention; no target). Padded keys carry
         weight 0; padded query rows are filler."""
-        lengths = [len(e.ids) for e in encoded]
-        width = max(lengths)
-        ids = torch.full((len(encoded), width), self.encoder.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(encoded), width), dtype=torch.long)
-        type_ids = torch.zeros((len(encoded), width), dtype=torch.long)
-        for row, e in enumerate(encoded):
-            ids[row, : len(e.ids)] = torch.tensor(e.ids)
-            mask[row, : len(e.ids)] = 1
-            type_ids[row, : len(e.ids)] = torch.tensor(e.type_ids)
-        attention_mask = mask.to(self.device) if min(lengths) < width else None
+        ids, attention_mask, type_ids = self._padded_inputs(encoded)
         # no_grad rather than inference_mode: callers may modify the returned tensors in place.
         with torch.no_grad():
             if isinstance(self.network, EncoderDecoder):
-                memory, attentions = self.network.encode(
-                    ids.to(self.device), attention_mask=attention_mask, cancel=cancel
-                )
+                memory, attentions = self.network.encode(ids, attention_mask=attention_mask, cancel=cancel)
                 hidden = memory if hidden_state else None
             else:
                 out = self.network(
-                    ids.to(self.device),
+                    ids,
                     attention_mask=attention_mask,
-                    segment_ids=type_ids.to(self.device) if self.config.type_vocab_size else None,
+                    segment_ids=type_ids,
                     need_hidden=hidden_state,
                     cancel=cancel,
                 )
@@ -276,6 +265,55 @@ class AttentionModel:
             attentions = attentions.to(device=target, dtype=torch.float32)
             hidden = None if hidden is None else hidden.to(target, torch.float32)
         return attentions, hidden
+
+    def forward_layers(
+        self,
+        encoded: Sequence[Encoded],
+        each_layer: Callable[[int, torch.Tensor], None],
+        *,
+        cancel: Callable[[], bool] | None = None,
+        on_device: bool = False,
+    ) -> None:
+        """forward_padded's forward, its weights handed over a layer at a time: each_layer(i, weights
+        [B, H, T, T]), float32 on the CPU (on_device: the model's device), the same values as
+        forward_padded's attentions[i]. Only one layer's maps are alive at once (1/L of forward_padded's
+        peak); the weights may be a buffer the next layer writes again, so use them within the call."""
+        ids, attention_mask, type_ids = self._padded_inputs(encoded)
+        target = self.device if on_device else torch.device("cpu")
+
+        def handed(i: int, weights: torch.Tensor) -> None:
+            each_layer(i, weights.to(device=target, dtype=torch.float32))
+
+        with torch.no_grad():
+            if isinstance(self.network, EncoderDecoder):  # its encoder as forward_padded runs it (encode)
+                self.network.encoder(ids, attention_mask=attention_mask, cancel=cancel, each_layer=handed)
+            else:
+                self.network(
+                    ids,
+                    attention_mask=attention_mask,
+                    segment_ids=type_ids,
+                    need_hidden=False,
+                    cancel=cancel,
+                    each_layer=handed,
+                )
+
+    def _padded_inputs(
+        self, encoded: Sequence[Encoded]
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Encoded inputs right-padded to the longest, on the model's device: ids [B, T], the attention
+        mask [B, T] (None when no row is padded), segment ids [B, T] (None for a model without them)."""
+        lengths = [len(e.ids) for e in encoded]
+        width = max(lengths)
+        ids = torch.full((len(encoded), width), self.encoder.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(encoded), width), dtype=torch.long)
+        type_ids = torch.zeros((len(encoded), width), dtype=torch.long)
+        for row, e in enumerate(encoded):
+            ids[row, : len(e.ids)] = torch.tensor(e.ids)
+            mask[row, : len(e.ids)] = 1
+            type_ids[row, : len(e.ids)] = torch.tensor(e.type_ids)
+        attention_mask = mask.to(self.device) if min(lengths) < width else None
+        segments = type_ids.to(self.device) if self.config.type_vocab_size else None
+        return ids.to(self.device), attention_mask, segments
 
 
 def checkpoint_architecture(path: str | Path) -> str | None:

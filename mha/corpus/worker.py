@@ -2,9 +2,10 @@
 
 The same class runs in both engines: the local engine calls it on each batch in this process; the Ray
 engine gives it to ``Dataset.map_batches`` as its callable class (``__init__`` runs once per worker, so
-the model loads once per worker). A batch is a few padded forwards (``AttentionModel.forward_padded``;
-the texts sorted by length and grouped so that padding stays under PADDING), each followed by one batched
-``head_stats`` over all its texts' heads (``mha.analysis.batched``), on the model's device.
+the model loads once per worker). A batch is a few padded forwards (``AttentionModel.forward_layers``;
+the texts sorted by length and grouped so that padding stays under PADDING), each layer's maps followed
+by one batched ``head_stats`` over all its texts' heads (``mha.analysis.batched``) on the model's device
+as they come out, so only one layer's maps are ever alive.
 """
 
 from __future__ import annotations
@@ -156,30 +157,52 @@ class CorpusWorker:
             return f"the tokenizer failed on it ({type(error).__name__}: {' '.join(str(error).split())})"
 
     def _statistics(self, encoded: Sequence[Encoded]) -> tuple[np.ndarray, np.ndarray]:
-        """(stats [S, B, L·H] float64, labels [B, L·H] int8) of the encoded texts, in one forward."""
-        attentions, _ = self.model.forward_padded(encoded, on_device=True)  # (L, B, H, T, T)
-        attentions = attentions.transpose(0, 1)  # (B, L, H, T, T)
+        """(stats [S, B, L·H] float64, labels [B, L·H] int8) of the encoded texts, in one forward whose
+        maps are taken a layer at a time (forward_layers): each layer's statistics are computed as its
+        weights come out, so one layer's maps are alive at once, not L (a 512-token text's 72 MiB of
+        MiniLM maps was most of a corpus run's peak over short texts). Every statistic is a function of
+        one map, so layer by layer gives the values the whole stack at once gives."""
         tokens = [self.model.tokenizer.convert_ids_to_tokens(e.ids) for e in encoded]
-        if self.words:  # merged on the CPU: merge_to_words builds its index there
-            attentions, tokens, special = _merge_words(attentions.cpu(), encoded, tokens)
+        groups: list[list[list[int]]] = []
+        if self.words:
+            groups = [word_groups_from(e.word_ids, e.segments, e.special).groups for e in encoded]
+            tokens = [
+                word_labels(spelled, g, offsets=e.offsets, segments=e.segments, texts=e.texts)
+                for e, spelled, g in zip(encoded, tokens, groups, strict=True)
+            ]
+            # special tokens are groups of their own
+            special = [[e.special[group[0]] for group in g] for e, g in zip(encoded, groups, strict=True)]
         else:
             special = [e.special for e in encoded]
         lengths = [len(t) for t in tokens]
-        width = attentions.shape[-1]
+        width = max(lengths)
         special_mask = torch.zeros(len(tokens), width, dtype=torch.bool)
         punctuation_mask = torch.zeros(len(tokens), width, dtype=torch.bool)
         for row, (spelled, marks) in enumerate(zip(tokens, special, strict=True)):
             s, p = token_masks(spelled, marks)
             special_mask[row, : len(s)] = torch.tensor(s)
             punctuation_mask[row, : len(p)] = torch.tensor(p)
-        device = attentions.device
-        stats = batch_head_stats(
-            attentions,
-            lengths,
-            special=special_mask.to(device),
-            punctuation=punctuation_mask.to(device),
-            causal=self.model.info.causal,
-        )
+        # Words are merged on the CPU (merge_to_words builds its index there); tokens stay on the device.
+        device = torch.device("cpu") if self.words else self.model.device
+        special_mask, punctuation_mask = special_mask.to(device), punctuation_mask.to(device)
+        per_layer: list[dict[str, torch.Tensor]] = []
+
+        def layer_stats(_: int, weights: torch.Tensor) -> None:
+            maps = weights.unsqueeze(1)  # (B, 1, H, T, T): one layer of batch_head_stats' [B, L, H, T, T]
+            if self.words:
+                maps = _merge_words(maps.cpu(), encoded, groups, width)
+            per_layer.append(
+                batch_head_stats(
+                    maps,
+                    lengths,
+                    special=special_mask,
+                    punctuation=punctuation_mask,
+                    causal=self.model.info.causal,
+                )
+            )
+
+        self.model.forward_layers(encoded, layer_stats, on_device=True)
+        stats = {key: torch.cat([layer[key] for layer in per_layer], dim=1) for key in STATS}  # [B, L, H]
         labels = batch_head_labels(stats).reshape(len(tokens), -1)
         stacked = torch.stack([stats[key] for key in STATS]).reshape(len(STATS), len(tokens), -1)
         return stacked.to("cpu", torch.float64).numpy(), labels.to("cpu", torch.int8).numpy()
@@ -202,24 +225,15 @@ def padded_groups(lengths: Sequence[int], *, padding: float = PADDING) -> list[l
 
 
 def _merge_words(
-    attentions: torch.Tensor, encoded: Sequence[Encoded], tokens: Sequence[list[str]]
-) -> tuple[torch.Tensor, list[list[str]], list[list[bool]]]:
-    """Each text's token maps merged to word maps, padded again: ([B, L, H, W, W], words, special)."""
-    merged: list[torch.Tensor] = []
-    words: list[list[str]] = []
-    special: list[list[bool]] = []
-    for row, (e, spelled) in enumerate(zip(encoded, tokens, strict=True)):
-        n = len(e.ids)
-        groups = word_groups_from(e.word_ids, e.segments, e.special).groups
-        merged.append(merge_to_words(attentions[row, :, :, :n, :n], groups))
-        words.append(word_labels(spelled, groups, offsets=e.offsets, segments=e.segments, texts=e.texts))
-        special.append([e.special[group[0]] for group in groups])  # special tokens are groups of their own
-    width = max(len(w) for w in words)
-    padded = attentions.new_zeros(len(merged), *attentions.shape[1:3], width, width)
-    for row, word_map in enumerate(merged):
-        w = word_map.shape[-1]
-        padded[row, :, :, :w, :w] = word_map
-    return padded, words, special
+    maps: torch.Tensor, encoded: Sequence[Encoded], groups: Sequence[Sequence[Sequence[int]]], width: int
+) -> torch.Tensor:
+    """Each text's token maps [B, L, H, T, T] merged to its words (``groups``), padded to ``width``
+    words: [B, L, H, width, width]."""
+    padded = maps.new_zeros(*maps.shape[:3], width, width)
+    for row, (e, text_groups) in enumerate(zip(encoded, groups, strict=True)):
+        n, w = len(e.ids), len(text_groups)
+        padded[row, :, :, :w, :w] = merge_to_words(maps[row, :, :, :n, :n], text_groups)
+    return padded
 
 
 def _flag(value: Any) -> bool:

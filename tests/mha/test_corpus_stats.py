@@ -72,7 +72,8 @@ def test_batched_stats_equal_head_stats_on_each_text(causal: bool) -> None:
 
 
 def test_batched_stats_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A chunk smaller than one text's maps gives the same numbers (the chunking is only about memory)."""
+    """A chunk smaller than one text's maps gives the same numbers (the chunking is only about memory),
+    and so do the maps a layer at a time, as the corpus worker takes them from forward_layers."""
     from mha.analysis import batched as module
 
     lengths = [4, 7, 3]
@@ -82,6 +83,9 @@ def test_batched_stats_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
         "punctuation": torch.zeros(3, 7, dtype=torch.bool),
     }
     whole = batch_head_stats(maps, lengths, **masks, causal=False)
+    layers = [batch_head_stats(maps[:, [k]], lengths, **masks, causal=False) for k in range(2)]
+    for stat in STATS:
+        assert torch.equal(torch.cat([layer[stat] for layer in layers], dim=1), whole[stat]), stat
     monkeypatch.setattr(module, "_CHUNK_ELEMENTS", 49)  # one 7x7 map per chunk
     chunked = batch_head_stats(maps, lengths, **masks, causal=False)
     for stat in STATS:

@@ -128,6 +128,23 @@ def test_batch_results_own_their_storage() -> None:
     assert alone.untyped_storage().nbytes() == alone.numel() * alone.element_size()
 
 
+@pytest.mark.parametrize("family", ["bert", "llama", "gemma2", "t5"])
+def test_forward_layers_hands_forward_padded_attentions_a_layer_at_a_time(
+    family: str, tiny_checkpoints: dict[str, Path], seq2seq_checkpoints: dict[str, Path]
+) -> None:
+    """The corpus worker's forward: each layer's weights equal forward_padded's bit for bit (the same
+    kernels write them), and on the CPU every layer writes the one buffer, so one layer's maps are alive."""
+    model = load_pretrained({**tiny_checkpoints, **seq2seq_checkpoints}[family], device="cpu")
+    encoded = model.encoder.encode_batch([("The cat sat on the mat.", None), ("Hi, you.", "A pair")], 64)
+    attentions, _ = model.forward_padded(encoded)
+    handed: list[tuple[int, torch.Tensor, int]] = []
+    model.forward_layers(encoded, lambda i, w: handed.append((i, w.clone(), w.data_ptr())))
+    assert [i for i, _, _ in handed] == list(range(model.info.layers))
+    for i, weights, _ in handed:
+        assert torch.equal(weights, attentions[i]), i
+    assert len({pointer for _, _, pointer in handed}) == 1
+
+
 def test_gpt2_pairs_are_joined_and_truncated_longest_first(tiny_checkpoints: dict[str, Path]) -> None:
     gpt2 = load_pretrained(tiny_checkpoints["gpt2"], device="cpu")
     short, long = "The cat.", " ".join(["the dog sat on the log"] * 20)
