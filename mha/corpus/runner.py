@@ -6,7 +6,8 @@ must provide::
 
     def process(job: Job, todo: Sequence[int], progress: Progress | None, info: ModelInfo) -> None
 
-(``info``: the model's shape, which ``run`` reads from the checkpoint's config without its weights)
+(``info``: the model's shape, which ``run`` reads from the checkpoint's config and weight headers
+without its weights, refusing a broken checkpoint as load_pretrained would)
 which, for every shard index in ``todo`` (sorted; shard k holds lines k·S + 1 .. (k+1)·S of the input,
 S = job.shard_size, lines 1..job.records), writes the shard with
 ``shards.write_shard(job.out, k, rows, layers=..., heads=...)``: ``rows`` the ``CorpusWorker`` answers
@@ -34,11 +35,12 @@ from typing import Any
 import pyarrow as pa
 import torch
 
+from mha import checkpoint
 from mha._memory import release_free_memory
 from mha._threads import in_order
 from mha.analysis.batched import STATS
 from mha.analysis.stats import LABELS
-from mha.checkpoint import DEFAULT_MODEL_NAME
+from mha.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint
 from mha.corpus.aggregate import aggregate
 from mha.corpus.job import ENGINES, Job, Progress
 from mha.corpus.shards import (
@@ -106,6 +108,8 @@ def run(
     _check_out(Path(out))
     loaded = model if isinstance(model, AttentionModel) else None
     given = None if isinstance(model, AttentionModel) or model is None else str(model)
+    if given is not None:  # milliseconds, before the input is read: a broken checkpoint's error at once
+        check_checkpoint(given)
     job = Job(
         source=source,
         out=Path(out),
@@ -313,14 +317,11 @@ def _flatten(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def model_info(job: Job) -> ModelInfo:
-    """The model's shape without its weights (the Ray engine loads them on its workers only)."""
-    from transformers import AutoConfig
-
-    from mha import checkpoint
-
+    """The model's shape without its weights (the Ray engine loads them on its workers only), from
+    check_files, as load_pretrained checks a checkpoint: weights that are cut short, of another family or
+    mis-shaped are refused here, with load_pretrained's error, not on a worker after the job began."""
     directory = checkpoint.local_directory(job.model) or checkpoint.fetch(str(job.model))
-    _, converter, _ = checkpoint.check_directory(directory)
-    config = converter.config_from_hf(AutoConfig.from_pretrained(str(directory), local_files_only=True))
+    converter, _, _, config = checkpoint.check_files(directory)
     cpu, dtype = torch.device("cpu"), torch.float32
     return ModelInfo.of(config, name=job.name, family=converter.family, device=cpu, dtype=dtype)
 

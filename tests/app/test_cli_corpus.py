@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
+from broken_checkpoints import BROKEN_WEIGHTS, break_checkpoint
 from corpus_files import texts, write_jsonl
 
 from app import corpus_cli
 from app.cli import main
 from app.settings import Settings
+from mha import check_checkpoint
+from mha.corpus.job import Job
+from mha.corpus.runner import model_info
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -265,3 +271,35 @@ def test_an_out_that_is_not_ours_or_an_empty_csv_is_one_line(
     assert Path("a-file").read_text() == "mine"
     assert Path("theirs/per_head.parquet").read_bytes() == b"not ours"
     assert not Path("o").exists()
+
+
+@pytest.mark.parametrize("engine", ["local", "ray"])
+@pytest.mark.parametrize("variant", sorted(BROKEN_WEIGHTS))
+def test_a_broken_checkpoint_is_one_line_before_the_input_is_read(
+    variant: str, engine: str, corpus: Path, tmp_path: Path, tiny_checkpoints, monkeypatch, capsys
+) -> None:
+    """The error load_pretrained (and the service's startup check) gives for each broken checkpoint, from
+    its files and weight headers, before the input is read (Job.survey) and before any folder is made;
+    the Ray engine refuses it in the driver (model_info reads the model's shape through the same check),
+    not on a worker."""
+    broken = break_checkpoint(tiny_checkpoints["bert"], tmp_path / "broken", variant)
+    _, error, pattern = BROKEN_WEIGHTS[variant]
+
+    def unread(source: Path) -> dict[str, Any]:
+        raise AssertionError(f"{source} was read before the checkpoint was checked")
+
+    monkeypatch.setattr(Job, "survey", staticmethod(unread))
+    out = tmp_path / "o"
+    code, err = run_cli([str(corpus), "--model", str(broken), "--out", str(out), "--engine", engine], capsys)
+    assert code == 2
+    with pytest.raises(error) as raised:
+        check_checkpoint(broken)
+    assert err == f"headscope corpus: error: {' '.join(str(raised.value).split())}\n"
+    assert re.search(pattern, err)
+    assert not out.exists()
+    if engine == "ray":
+        job = Job(
+            corpus, out, str(broken), "broken", records=0, input_bytes=0, input_sha256="", engine=engine
+        )
+        with pytest.raises(error, match=pattern):
+            model_info(job)
