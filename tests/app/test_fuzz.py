@@ -1,7 +1,8 @@
 """Property-based fuzz of the OpenAPI contract: every schemathesis check, every route, every family.
 
 The app serves the embedded default, "random", and a tiny checkpoint of each family in tests/checkpoints.py
-FAMILIES, and a tiny T5 (an encoder-decoder: tests/seq2seq_checkpoints.py); a family added there is fuzzed
+FAMILIES, a tiny T5 (an encoder-decoder: tests/seq2seq_checkpoints.py) and the tiny Llama as a Q8_0 GGUF
+file (tests/gguf_files.py, converted on first use); a family added there is fuzzed
 here with no other change. The corpus routes read a run folder written by tests/corpus_fixture.py. Each route
 is fuzzed once as
 schemathesis generates its requests (the schema's `model` is an enum of the registered names) and once per
@@ -27,6 +28,7 @@ import schemathesis
 from checkpoints import FAMILIES, build_tiny_checkpoints
 from corpus_fixture import STATS, random_values, sentences, write_run
 from fastapi.testclient import TestClient
+from gguf_files import write_gguf
 from hypothesis import HealthCheck, settings
 from schemathesis.config import SchemathesisConfig
 from seq2seq_checkpoints import build_seq2seq_checkpoint
@@ -35,6 +37,7 @@ from app import errors
 from app.main import create_app
 from app.schemas import MAX_TEXT_CHARS, NOT_BLANK
 from app.settings import Settings
+from mha import model_cache
 
 ROOT = Path(__file__).resolve().parents[2]
 # Built at import, as the app is: schemathesis reads the schema, and so starts the app, at collection.
@@ -45,7 +48,11 @@ build_tiny_checkpoints(CHECKPOINTS)
 SEQ2SEQ = ("t5",)
 for _family in SEQ2SEQ:
     build_seq2seq_checkpoint(_family, CHECKPOINTS / _family)
-MODELS = FAMILIES + SEQ2SEQ
+# A decoder read from a GGUF file (the tiny Llama in Q8_0), converted on its first request into a cache
+# folder of this module's own (see _lifespan).
+GGUF = "gguf-llama"
+write_gguf(CHECKPOINTS / "llama", CHECKPOINTS / f"{GGUF}.gguf", qtype="Q8_0")
+MODELS = FAMILIES + SEQ2SEQ + (GGUF,)
 FLOW_MAX_TOKENS = 6
 # A finished corpus run of 2 layers x 2 heads, named where the drawn name is a valid one (see _corpus).
 RUN = "fuzz-run"
@@ -61,7 +68,8 @@ app = create_app(
         device="cpu",
         threads=1,
         log_level="warning",
-        models={family: CHECKPOINTS / family for family in MODELS},
+        models={family: CHECKPOINTS / family for family in FAMILIES + SEQ2SEQ}
+        | {GGUF: CHECKPOINTS / f"{GGUF}.gguf"},
         max_tokens=32,
         flow_max_tokens=FLOW_MAX_TOKENS,
         allowed_hosts=["testserver"],
@@ -89,8 +97,10 @@ UNSTATED_RULES = ("send a target or generate: true, not both",)
 
 @pytest.fixture(scope="module", autouse=True)
 def _lifespan() -> Iterator[None]:
-    with TestClient(app):  # the default model is loaded before the first example, as in production
-        yield
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(model_cache.CACHE_ENV, str(CHECKPOINTS / "headscope-cache"))
+        with TestClient(app):  # the default model is loaded before the first example, as in production
+            yield
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -208,7 +218,9 @@ def test_every_route_answered_every_family() -> None:
         pytest.skip("runs after the fuzz tests above")
     routes = [f"POST {path}" for path, methods in app.openapi()["paths"].items() if "post" in methods]
     missing = {
-        route: sorted(set(FAMILIES if route.startswith("POST /api/trace") else MODELS) - answered[route])
+        route: sorted(
+            set((*FAMILIES, GGUF) if route.startswith("POST /api/trace") else MODELS) - answered[route]
+        )
         for route in routes
     }
     assert not any(missing.values()), f"routes that never answered a family: {missing}"
