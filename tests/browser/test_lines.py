@@ -173,6 +173,7 @@ def test_line_values_read_the_api_on_hover_and_keys(
     n = api["n"]
     page.click(f"#token-lines text.left[data-i='{n - 1}']")
     line = page.locator(f"#token-lines g[data-i='{n - 1}'] line").last
+    line.wait_for(state="visible")  # drawn after the click returns: no box yet on a busy CPU
     box = line.bounding_box()
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     layer, head, _, key, value = read(page)
