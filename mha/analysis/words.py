@@ -97,20 +97,9 @@ def word_labels(
     return labels
 
 
-def merge_to_words(attentions: Tensor, word_groups: Sequence[Sequence[int]]) -> Tensor:
-    """Word-level map [..., w, w] from a token map [..., n, n] (definition: module docstring).
-
-    ``word_groups`` must partition the tokens 0..n-1. The map is linear, so it also merges
-    difference maps; on row distributions the word rows still sum to 1.
-    """
-    if (
-        not isinstance(attentions, Tensor)
-        or attentions.ndim < 2
-        or attentions.shape[-1] != attentions.shape[-2]
-    ):
-        shape = tuple(attentions.shape) if isinstance(attentions, Tensor) else type(attentions).__name__
-        raise ValueError(f"attentions must be shaped [..., n, n], got {shape}")
-    n = attentions.shape[-1]
+def word_index(word_groups: Sequence[Sequence[int]], n: int) -> Tensor:
+    """[n] the word (group index) of each of n tokens, once ``word_groups`` is checked to partition tokens
+    0..n-1: merge_to_words' index, built once by a caller that merges many maps of one text (word_of=)."""
     seen = Counter(t for group in word_groups for t in group)
     duplicates = sorted(t for t, count in seen.items() if count > 1)
     outside = sorted(t for t in set(seen) if not 0 <= t < n)
@@ -121,10 +110,34 @@ def merge_to_words(attentions: Tensor, word_groups: Sequence[Sequence[int]]) -> 
             f"word_groups must partition tokens 0..{n - 1}: duplicated {duplicates}, outside {outside}, "
             f"missing {missing}, empty groups {empty}"
         )
-    words = len(word_groups)
     word_of = torch.empty(n, dtype=torch.long)  # [n] the word of each token
     for g, group in enumerate(word_groups):
         word_of[list(group)] = g
+    return word_of
+
+
+def merge_to_words(
+    attentions: Tensor, word_groups: Sequence[Sequence[int]], *, word_of: Tensor | None = None
+) -> Tensor:
+    """Word-level map [..., w, w] from a token map [..., n, n] (definition: module docstring).
+
+    ``word_groups`` must partition the tokens 0..n-1. The map is linear, so it also merges
+    difference maps; on row distributions the word rows still sum to 1. ``word_of``: word_index(
+    word_groups, n) where the caller built it already (the groups are then not checked again).
+    """
+    if (
+        not isinstance(attentions, Tensor)
+        or attentions.ndim < 2
+        or attentions.shape[-1] != attentions.shape[-2]
+    ):
+        shape = tuple(attentions.shape) if isinstance(attentions, Tensor) else type(attentions).__name__
+        raise ValueError(f"attentions must be shaped [..., n, n], got {shape}")
+    n = attentions.shape[-1]
+    if word_of is None:
+        word_of = word_index(word_groups, n)
+    elif tuple(word_of.shape) != (n,):
+        raise ValueError(f"word_of must be shaped [{n}], got {tuple(word_of.shape)}")
+    words = len(word_groups)
     # Segment sums (index_add) instead of products with the 0/1 membership matrix: O(n²) not O(n²·w),
     # about 5x faster for a 6x12 map at n = 512.
     to_words = torch.zeros(*attentions.shape[:-1], words, dtype=attentions.dtype)

@@ -21,7 +21,7 @@ import torch
 
 from mha.analysis.batched import STATS, batch_head_labels, batch_head_stats
 from mha.analysis.stats import token_masks
-from mha.analysis.words import merge_to_words, word_groups_from, word_labels
+from mha.analysis.words import merge_to_words, word_groups_from, word_index, word_labels
 from mha.corpus.source import surrogate_problem
 from mha.errors import InputError
 from mha.pretrained import AttentionModel, load_pretrained
@@ -164,8 +164,10 @@ class CorpusWorker:
         one map, so layer by layer gives the values the whole stack at once gives."""
         tokens = [self.model.tokenizer.convert_ids_to_tokens(e.ids) for e in encoded]
         groups: list[list[list[int]]] = []
+        indices: list[torch.Tensor] = []  # each text's word_index, built once for its L merges
         if self.words:
             groups = [word_groups_from(e.word_ids, e.segments, e.special).groups for e in encoded]
+            indices = [word_index(g, len(e.ids)) for e, g in zip(encoded, groups, strict=True)]
             tokens = [
                 word_labels(spelled, g, offsets=e.offsets, segments=e.segments, texts=e.texts)
                 for e, spelled, g in zip(encoded, tokens, groups, strict=True)
@@ -190,7 +192,7 @@ class CorpusWorker:
         def layer_stats(_: int, weights: torch.Tensor) -> None:
             maps = weights.unsqueeze(1)  # (B, 1, H, T, T): one layer of batch_head_stats' [B, L, H, T, T]
             if self.words:
-                maps = _merge_words(maps.cpu(), encoded, groups, width)
+                maps = _merge_words(maps.cpu(), groups, indices, width)
             per_layer.append(
                 batch_head_stats(
                     maps,
@@ -225,14 +227,17 @@ def padded_groups(lengths: Sequence[int], *, padding: float = PADDING) -> list[l
 
 
 def _merge_words(
-    maps: torch.Tensor, encoded: Sequence[Encoded], groups: Sequence[Sequence[Sequence[int]]], width: int
+    maps: torch.Tensor,
+    groups: Sequence[Sequence[Sequence[int]]],
+    indices: Sequence[torch.Tensor],
+    width: int,
 ) -> torch.Tensor:
-    """Each text's token maps [B, L, H, T, T] merged to its words (``groups``), padded to ``width``
-    words: [B, L, H, width, width]."""
+    """Each text's token maps [B, L, H, T, T] merged to its words (``groups``, ``indices`` their
+    word_index), padded to ``width`` words: [B, L, H, width, width]."""
     padded = maps.new_zeros(*maps.shape[:3], width, width)
-    for row, (e, text_groups) in enumerate(zip(encoded, groups, strict=True)):
-        n, w = len(e.ids), len(text_groups)
-        padded[row, :, :, :w, :w] = merge_to_words(maps[row, :, :, :n, :n], text_groups)
+    for row, (text_groups, word_of) in enumerate(zip(groups, indices, strict=True)):
+        n, w = len(word_of), len(text_groups)
+        padded[row, :, :, :w, :w] = merge_to_words(maps[row, :, :, :n, :n], text_groups, word_of=word_of)
     return padded
 
 

@@ -37,6 +37,7 @@ from mha.analysis import (
     word_groups_from,
     word_labels,
 )
+from mha.analysis.words import word_index
 
 LN2 = math.log(2)
 EXACT = {"atol": 0.0, "rtol": 0.0}  # computed exactly in floating point (0/1 weights, the same path)
@@ -499,6 +500,21 @@ def test_merge_to_words_rejects_groups_that_are_not_a_partition() -> None:
         merge_to_words(head, [[0, 1, 2, 5]])
     with pytest.raises(ValueError, match=r"shaped \[..., n, n\], got \(3, 2\)"):
         merge_to_words(torch.ones(3, 2), [[0], [1]])
+    with pytest.raises(ValueError, match=r"missing \[2\]"):
+        word_index([[0, 1]], 3)
+    with pytest.raises(ValueError, match=r"word_of must be shaped \[3\], got \(2,\)"):
+        merge_to_words(head, [[0, 1], [2]], word_of=word_index([[0, 1]], 2))
+
+
+def test_merge_to_words_with_its_index_built_once() -> None:
+    """word_of= (the corpus worker's, one index for a text's L maps) gives the very same map per layer."""
+    maps = random_attention(3, 2, 7)
+    groups = [[0], [1, 2, 3], [4], [5, 6]]
+    word_of = word_index(groups, 7)
+    assert word_of.tolist() == [0, 1, 1, 1, 2, 3, 3]
+    whole = merge_to_words(maps, groups)
+    for layer in range(3):
+        assert torch.equal(merge_to_words(maps[layer], groups, word_of=word_of), whole[layer])
 
 
 def test_word_groups_follow_word_ids_per_segment() -> None:
