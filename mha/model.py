@@ -108,21 +108,25 @@ class Transformer(nn.Module):
         need_weights: bool = True,
         need_hidden: bool = True,
         cancel: Callable[[], bool] | None = None,
-        each_layer: Callable[[int, torch.Tensor], None] | None = None,
+        on_layers: Callable[[int, torch.Tensor], None] | None = None,
+        layers_at_once: int = 1,
     ) -> TransformerOutput:
         """input_ids (B, T); attention_mask (B, T) 1 for real tokens, 0 for padding; segment_ids (B, T).
 
         need_hidden=False (with need_weights) returns every attention but no hidden state, and skips the
         work no attention depends on: the last layer's value path, out_proj and feed-forward.
         cancel, called before each layer, stops the forward with `Cancelled` when it returns True.
-        each_layer(i, weights (B, H, T, T)), if given, is called with each layer's weights as they come
-        out, and the output holds no attentions: one layer's maps alive at a time, not L. Without grad the
-        weights are one buffer every layer writes again, so they are valid only during the call.
+        on_layers(first, weights (k, B, H, T, T)), if given, is called with layers first..first + k - 1's
+        weights as soon as k = layers_at_once of them (fewer at the end) have come out, and the output holds
+        no attentions: layers_at_once layers' maps alive at a time, not L. Without grad the weights are one
+        buffer of layers_at_once layers that the next ones write again: valid only during the call.
         """
         if not (need_weights or need_hidden):
             raise ValueError("need_weights and need_hidden are both False: nothing to compute")
-        if each_layer is not None and not need_weights:
-            raise ValueError("each_layer needs need_weights: there are no weights to hand it")
+        if on_layers is not None and not need_weights:
+            raise ValueError("on_layers needs need_weights: there are no weights to hand it")
+        if layers_at_once < 1:
+            raise ValueError(f"layers_at_once ({layers_at_once}) must be at least 1")
         cfg = self.config
         if input_ids.ndim != 2:
             raise ValueError(f"input_ids must have shape (B, T), got {tuple(input_ids.shape)}")
@@ -141,19 +145,20 @@ class Transformer(nn.Module):
         rotary = self.rotary(position_ids, x.dtype)
         bias = self.position_bias(length)
 
+        group = min(layers_at_once, cfg.num_layers) if on_layers is not None else cfg.num_layers
         buffer = None
         if need_weights and not torch.is_grad_enabled():
-            # Every layer's softmax writes straight into its slice: no stack copy at the end (each_layer:
-            # one layer's slice, written again by every layer).
-            layers = 1 if each_layer is not None else cfg.num_layers
-            buffer = empty_buffer(layers, batch, cfg.num_heads, length, length, like=x)
+            # Every layer's softmax writes straight into its slice: no stack copy at the end (on_layers: a
+            # group's slices, written again by the next group).
+            buffer = empty_buffer(group, batch, cfg.num_heads, length, length, like=x)
         layer_weights: list[torch.Tensor] = []
         weights: torch.Tensor | None
+        first = 0  # the first layer of the group in hand (on_layers)
         last = len(self.layers) - 1
         for i, layer in enumerate(cast("list[Block]", self.layers)):  # a ModuleList types as Module
             if cancel is not None and cancel():
                 raise Cancelled(f"forward cancelled before layer {i} of {len(self.layers)}")
-            out = None if buffer is None else buffer[0 if each_layer is not None else i]
+            out = None if buffer is None else buffer[i - first]
             layer_keep = window_keep if i in windowed else keep
             if i == last and not need_hidden and bias is None:
                 weights = layer.attention_weights(x, layer_keep, rotary=rotary, weights_out=out)
@@ -161,12 +166,14 @@ class Transformer(nn.Module):
                 x, weights = layer(
                     x, layer_keep, rotary=rotary, need_weights=need_weights, weights_out=out, bias=bias
                 )
-            if weights is not None and each_layer is not None:
-                each_layer(i, weights)
-            elif weights is not None:
+            if weights is not None:
                 layer_weights.append(weights)
+            if on_layers is not None and layer_weights and (len(layer_weights) == group or i == last):
+                held = len(layer_weights)
+                on_layers(first, buffer[:held] if buffer is not None else torch.stack(layer_weights))
+                first, layer_weights = i + 1, []
         attentions = buffer if buffer is not None else torch.stack(layer_weights) if layer_weights else None
-        if each_layer is not None:  # each layer's weights went to it: nothing kept
+        if on_layers is not None:  # every layer's weights went to it: nothing kept
             attentions = None
         if not need_hidden:
             return TransformerOutput(hidden_state=None, attentions=attentions)

@@ -269,24 +269,32 @@ class AttentionModel:
     def forward_layers(
         self,
         encoded: Sequence[Encoded],
-        each_layer: Callable[[int, torch.Tensor], None],
+        on_layers: Callable[[int, torch.Tensor], None],
         *,
+        layers_at_once: int = 1,
         cancel: Callable[[], bool] | None = None,
         on_device: bool = False,
     ) -> None:
-        """forward_padded's forward, its weights handed over a layer at a time: each_layer(i, weights
-        [B, H, T, T]), float32 on the CPU (on_device: the model's device), the same values as
-        forward_padded's attentions[i]. Only one layer's maps are alive at once (1/L of forward_padded's
-        peak); the weights may be a buffer the next layer writes again, so use them within the call."""
+        """forward_padded's forward, its weights handed over a few layers at a time: on_layers(first,
+        weights [k, B, H, T, T]) with layers first..first + k - 1 (k = layers_at_once, fewer at the end),
+        float32 on the CPU (on_device: the model's device), the same values as forward_padded's
+        attentions[first : first + k]. Only layers_at_once layers' maps are alive at once, not L; the
+        weights may be a buffer the next layers write again, so use them within the call."""
         ids, attention_mask, type_ids = self._padded_inputs(encoded)
         target = self.device if on_device else torch.device("cpu")
 
-        def handed(i: int, weights: torch.Tensor) -> None:
-            each_layer(i, weights.to(device=target, dtype=torch.float32))
+        def handed(first: int, weights: torch.Tensor) -> None:
+            on_layers(first, weights.to(device=target, dtype=torch.float32))
 
         with torch.no_grad():
             if isinstance(self.network, EncoderDecoder):  # its encoder as forward_padded runs it (encode)
-                self.network.encoder(ids, attention_mask=attention_mask, cancel=cancel, each_layer=handed)
+                self.network.encoder(
+                    ids,
+                    attention_mask=attention_mask,
+                    cancel=cancel,
+                    on_layers=handed,
+                    layers_at_once=layers_at_once,
+                )
             else:
                 self.network(
                     ids,
@@ -294,7 +302,8 @@ class AttentionModel:
                     segment_ids=type_ids,
                     need_hidden=False,
                     cancel=cancel,
-                    each_layer=handed,
+                    on_layers=handed,
+                    layers_at_once=layers_at_once,
                 )
 
     def _padded_inputs(

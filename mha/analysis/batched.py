@@ -22,7 +22,7 @@ from torch import Tensor
 
 from mha.analysis import stats as definitions
 
-__all__ = ["STATS", "batch_head_labels", "batch_head_stats"]
+__all__ = ["STATS", "BatchStats", "batch_head_labels", "batch_head_stats"]
 
 # head_stats' keys, in its order: entropy (left out of similarity, as it grows with n), then the others.
 STATS = ("entropy", *definitions.SIMILARITY_STATS)
@@ -51,83 +51,143 @@ def batch_head_stats(
     """
     if attentions.ndim != 5 or attentions.shape[-1] != attentions.shape[-2]:
         raise ValueError(f"attentions must be shaped [B, L, H, T, T], got {tuple(attentions.shape)}")
-    batch, layers, heads, width, _ = attentions.shape
-    device, dtype = attentions.device, attentions.dtype
-    n = torch.as_tensor(lengths, device=device).to(torch.long)
-    if n.shape != (batch,) or bool((n < 1).any()) or bool((n > width).any()):
-        raise ValueError(f"lengths must be {batch} values in 1..{width}, got {n.tolist()}")
-    for name, mask in (("special", special), ("punctuation", punctuation)):
-        if tuple(mask.shape) != (batch, width):
-            raise ValueError(f"{name} must be shaped [{batch}, {width}], got {tuple(mask.shape)}")
+    stats = BatchStats(
+        lengths,
+        special=special,
+        punctuation=punctuation,
+        causal=causal,
+        batch=attentions.shape[0],
+        width=attentions.shape[-1],
+        device=attentions.device,
+        dtype=attentions.dtype,
+    )
+    return stats(attentions)
 
-    per_text = layers * heads
-    maps = attentions.reshape(batch * per_text, width, width)  # (M, T, T)
-    # Per map: its text's length and key masks; each column as a float for one batched matmul.
-    map_n = n.repeat_interleave(per_text)  # (M,)
-    columns = torch.stack([special, punctuation], dim=-1).to(dtype).repeat_interleave(per_text, dim=0)
 
-    positions = torch.arange(width, device=device)
-    offsets = positions[None, :] - positions[:, None]  # [T, T] j - i
-    # Row i's weights on |i - j|, on j > i and on |i - j| <= LOCAL_WINDOW: one pass over the maps
-    # (an einsum, a batched matmul per row) instead of three multiply-and-sum passes.
-    near = offsets.abs() <= definitions.LOCAL_WINDOW
-    kernels = torch.stack([offsets.abs(), offsets > 0, near], dim=-1).to(dtype)  # [T, T, 3]
+class BatchStats:
+    """``batch_head_stats`` of one batch's texts, prepared once for many calls: ``BatchStats(lengths, *,
+    special, punctuation, causal, batch, width, device, dtype)(attentions [B, L, H, T, T])``, any L (the
+    corpus worker's one layer at a time). The lengths are checked and copied to the device and the masks
+    and kernels built here, once, so a call is the maps' own work alone: on a GPU it never waits for the
+    device (a check or a copy from the host would, between every two layers of the forward)."""
 
-    rows = torch.empty(9, batch * per_text, width, dtype=dtype, device=device)
-    per_chunk = max(1, _CHUNK_ELEMENTS // (width * width))
-    for start in range(0, maps.shape[0], per_chunk):
-        chunk = maps[start : start + per_chunk]  # (C, T, T)
-        part = slice(start, start + chunk.shape[0])
-        work = torch.clamp(chunk, min=torch.finfo(dtype).tiny)  # 0·log(tiny) = 0, never 0·(-inf)
-        rows[0, part] = work.log2_().mul_(chunk).sum(-1).neg_()
-        rows[1:4, part] = torch.einsum("cij,ijk->kci", chunk, kernels)  # distance, forward, local
-        rows[4, part] = chunk.amax(-1)
-        rows[5:7, part] = torch.bmm(chunk, columns[part]).permute(2, 0, 1)  # special, punctuation
-        rows[7, part] = chunk.diagonal(0, -2, -1)
-        rows[8, part] = chunk[..., 0]
-    rows[0].mul_(math.log(2))
-    entropy_rows, distance_rows, forward_rows, local_rows, max_rows = rows[:5]
-    special_rows, punctuation_rows, self_rows, first_rows = rows[5:]
+    def __init__(
+        self,
+        lengths: Sequence[int] | Tensor,
+        *,
+        special: Tensor,
+        punctuation: Tensor,
+        causal: bool,
+        batch: int,
+        width: int,
+        device: torch.device,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        n = torch.as_tensor(lengths).to(torch.long)
+        if n.shape != (batch,) or bool((n < 1).any()) or bool((n > width).any()):
+            raise ValueError(f"lengths must be {batch} values in 1..{width}, got {n.tolist()}")
+        for name, mask in (("special", special), ("punctuation", punctuation)):
+            if tuple(mask.shape) != (batch, width):
+                raise ValueError(f"{name} must be shaped [{batch}, {width}], got {tuple(mask.shape)}")
+        self.batch, self.width, self.causal, self.dtype = batch, width, causal, dtype
+        self.n = n.to(device)  # (B,)
+        # Each text's key masks as float columns, for one batched matmul per chunk: (B, T, 2).
+        self.columns = torch.stack([special, punctuation], dim=-1).to(device, dtype)
+        self.positions = torch.arange(width, device=device)
+        offsets = self.positions[None, :] - self.positions[:, None]  # [T, T] j - i
+        # Row i's weights on |i - j|, on j > i and on |i - j| <= LOCAL_WINDOW: one pass over the maps
+        # (an einsum, a batched matmul per row) instead of three multiply-and-sum passes.
+        near = offsets.abs() <= definitions.LOCAL_WINDOW
+        self.kernels = torch.stack([offsets.abs(), offsets > 0, near], dim=-1).to(dtype)  # [T, T, 3]
 
-    real = positions[None, :] < map_n[:, None]  # (M, T) the text's own query rows
-    count = map_n.to(dtype)
+    def __call__(self, attentions: Tensor, *, layer_major: bool = False) -> dict[str, Tensor]:
+        """{stat: Tensor [B, L, H]} of attentions [B, L, H, T, T] (float32, on the prepared device);
+        ``layer_major``: attentions [L, B, H, T, T], as a forward writes them (no copy to reorder)."""
+        shape = (self.batch, self.width, self.width)
+        text_dim = 1 if layer_major else 0
+        if attentions.ndim != 5 or (attentions.shape[text_dim], *attentions.shape[-2:]) != shape:
+            order = "L, B" if layer_major else "B, L"
+            raise ValueError(
+                f"attentions must be shaped [{order}, H, T, T] with B {self.batch} and T {self.width}, "
+                f"got {tuple(attentions.shape)}"
+            )
+        if attentions.dtype != self.dtype or attentions.device != self.n.device:
+            raise ValueError(
+                f"attentions are {attentions.dtype} on {attentions.device}, prepared for {self.dtype} on "
+                f"{self.n.device}"
+            )
+        if layer_major:
+            layers, batch, heads, width, _ = attentions.shape
+        else:
+            batch, layers, heads, width, _ = attentions.shape
+        device, dtype = attentions.device, attentions.dtype
+        maps = attentions.reshape(-1, width, width)  # (M, T, T)
+        # Per map: its text's length and key masks (M = L·B·H layer-major, else B·L·H).
+        if layer_major:
+            map_n = self.n.repeat_interleave(heads).repeat(layers)  # (M,)
+            columns = self.columns.repeat_interleave(heads, dim=0).repeat(layers, 1, 1)  # (M, T, 2)
+        else:
+            map_n = self.n.repeat_interleave(layers * heads)
+            columns = self.columns.repeat_interleave(layers * heads, dim=0)
+        positions, kernels = self.positions, self.kernels
 
-    def mean(values: Tensor, keep: Tensor, counts: Tensor) -> Tensor:
-        """Mean of (M, T) row values over the rows in ``keep``; 0 where there are none."""
-        total = torch.where(keep, values, torch.zeros((), dtype=dtype, device=device)).sum(-1)
-        return torch.where(counts > 0, total / counts.clamp(min=1), torch.zeros_like(total))
+        rows = torch.empty(9, maps.shape[0], width, dtype=dtype, device=device)
+        per_chunk = max(1, _CHUNK_ELEMENTS // (width * width))
+        for start in range(0, maps.shape[0], per_chunk):
+            chunk = maps[start : start + per_chunk]  # (C, T, T)
+            part = slice(start, start + chunk.shape[0])
+            work = torch.clamp(chunk, min=torch.finfo(dtype).tiny)  # 0·log(tiny) = 0, never 0·(-inf)
+            rows[0, part] = work.log2_().mul_(chunk).sum(-1).neg_()
+            rows[1:4, part] = torch.einsum("cij,ijk->kci", chunk, kernels)  # distance, forward, local
+            rows[4, part] = chunk.amax(-1)
+            rows[5:7, part] = torch.bmm(chunk, columns[part]).permute(2, 0, 1)  # special, punctuation
+            rows[7, part] = chunk.diagonal(0, -2, -1)
+            rows[8, part] = chunk[..., 0]
+        rows[0].mul_(math.log(2))
+        entropy_rows, distance_rows, forward_rows, local_rows, max_rows = rows[:5]
+        special_rows, punctuation_rows, self_rows, first_rows = rows[5:]
 
-    # Pointers: row i's weight on key i - 1 (rows 1..n-1) and i + 1 (rows 0..n-2).
-    previous_rows = torch.zeros_like(self_rows)
-    previous_rows[:, 1:] = maps.diagonal(-1, -2, -1)
-    next_rows = torch.zeros_like(self_rows)
-    next_rows[:, :-1] = maps.diagonal(1, -2, -1)
-    shifted = real & (positions[None, :] >= 1)
-    ahead = real & (positions[None, :] + 1 < map_n[:, None])
+        real = positions[None, :] < map_n[:, None]  # (M, T) the text's own query rows
+        count = map_n.to(dtype)
 
-    if causal:  # row i sees i + 1 keys; row 0 cannot spread
-        seen = (positions + 1).to(dtype)
-        spread, spread_count = shifted, count - 1
-    else:
-        seen = map_n[:, None].to(dtype).expand(-1, width)
-        spread, spread_count = real & (map_n[:, None] > 1), torch.where(map_n > 1, count, 0 * count)
-    entropy_ratio = entropy_rows / seen.clamp(min=2).log()
+        def mean(values: Tensor, keep: Tensor, counts: Tensor) -> Tensor:
+            """Mean of (M, T) row values over the rows in ``keep``; 0 where there are none."""
+            total = torch.where(keep, values, torch.zeros((), dtype=dtype, device=device)).sum(-1)
+            return torch.where(counts > 0, total / counts.clamp(min=1), torch.zeros_like(total))
 
-    out = {
-        "entropy": mean(entropy_rows, real, count),
-        "entropy_norm": mean(entropy_ratio, spread, spread_count),
-        "distance": mean(distance_rows, real, count),
-        "self": mean(self_rows, real, count),
-        "previous": mean(previous_rows, shifted, count - 1),
-        "next": mean(next_rows, ahead, count - 1),
-        "local": mean(local_rows, real, count),
-        "forward": mean(forward_rows, real, count),
-        "special": mean(special_rows, real, count),
-        "punctuation": mean(punctuation_rows, real, count),
-        "first": mean(first_rows, real, count),
-        "max": mean(max_rows, real, count),
-    }
-    return {key: out[key].reshape(batch, layers, heads) for key in STATS}
+        # Pointers: row i's weight on key i - 1 (rows 1..n-1) and i + 1 (rows 0..n-2).
+        previous_rows = torch.zeros_like(self_rows)
+        previous_rows[:, 1:] = maps.diagonal(-1, -2, -1)
+        next_rows = torch.zeros_like(self_rows)
+        next_rows[:, :-1] = maps.diagonal(1, -2, -1)
+        shifted = real & (positions[None, :] >= 1)
+        ahead = real & (positions[None, :] + 1 < map_n[:, None])
+
+        if self.causal:  # row i sees i + 1 keys; row 0 cannot spread
+            seen = (positions + 1).to(dtype)
+            spread, spread_count = shifted, count - 1
+        else:
+            seen = map_n[:, None].to(dtype).expand(-1, width)
+            spread, spread_count = real & (map_n[:, None] > 1), torch.where(map_n > 1, count, 0 * count)
+        entropy_ratio = entropy_rows / seen.clamp(min=2).log()
+
+        out = {
+            "entropy": mean(entropy_rows, real, count),
+            "entropy_norm": mean(entropy_ratio, spread, spread_count),
+            "distance": mean(distance_rows, real, count),
+            "self": mean(self_rows, real, count),
+            "previous": mean(previous_rows, shifted, count - 1),
+            "next": mean(next_rows, ahead, count - 1),
+            "local": mean(local_rows, real, count),
+            "forward": mean(forward_rows, real, count),
+            "special": mean(special_rows, real, count),
+            "punctuation": mean(punctuation_rows, real, count),
+            "first": mean(first_rows, real, count),
+            "max": mean(max_rows, real, count),
+        }
+        if layer_major:
+            return {key: out[key].reshape(layers, batch, heads).transpose(0, 1) for key in STATS}
+        return {key: out[key].reshape(batch, layers, heads) for key in STATS}
 
 
 def batch_head_labels(stats: dict[str, Tensor]) -> Tensor:

@@ -3,9 +3,9 @@
 The same class runs in both engines: the local engine calls it on each batch in this process; the Ray
 engine gives it to ``Dataset.map_batches`` as its callable class (``__init__`` runs once per worker, so
 the model loads once per worker). A batch is a few padded forwards (``AttentionModel.forward_layers``;
-the texts sorted by length and grouped so that padding stays under PADDING), each layer's maps followed
-by one batched ``head_stats`` over all its texts' heads (``mha.analysis.batched``) on the model's device
-as they come out, so only one layer's maps are ever alive.
+the texts sorted by length and grouped so that padding stays under PADDING), its maps handed over a few
+layers at a time (MAPS_BYTES), each group followed by one batched ``head_stats`` over all its texts' heads
+(``mha.analysis.batched``) on the model's device, so the L layers' maps are never alive together.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from mha.analysis.batched import STATS, batch_head_labels, batch_head_stats
+from mha.analysis.batched import STATS, BatchStats, batch_head_labels
 from mha.analysis.stats import token_masks
 from mha.analysis.words import merge_to_words, word_groups_from, word_index, word_labels
 from mha.corpus.source import surrogate_problem
@@ -27,10 +27,25 @@ from mha.errors import InputError
 from mha.pretrained import AttentionModel, load_pretrained
 from mha.tokenize import Encoded
 
-__all__ = ["INPUT_COLUMNS", "PADDING", "CorpusWorker", "output_schema", "padded_groups"]
+__all__ = [
+    "DEVICE_MAPS_BYTES",
+    "INPUT_COLUMNS",
+    "MAPS_BYTES",
+    "PADDING",
+    "CorpusWorker",
+    "output_schema",
+    "padded_groups",
+]
 
 # and optionally "error", a reader's reason, and "truncated", the reader's cut at max_chars
 INPUT_COLUMNS = ("line", "id", "text", "text_pair")
+# The maps a forward hands over at once: as many layers as this holds (one at least, float32). Short
+# texts then take few statistics calls (each is tens of small operators), and of a 512-token MiniLM text
+# one layer (12 MiB) is alive at a time, not the L layers' 72 MiB. On an accelerator (statistics of
+# tokens, left there) each call's launches cost more than its memory: an H200 took 1.37x the whole
+# stack's time on 4 x 512 tokens a layer at a time.
+MAPS_BYTES = 16 << 20
+DEVICE_MAPS_BYTES = 256 << 20
 # A batch's texts are sorted by length and cut into forwards whose padding stays within this share of
 # their tokens: 32 texts of 20-60 tokens padded to the longest waste ~50 % of a forward (about 1.35x
 # slower on the CPU, benchmarks/corpus.py); texts of like length stay one forward (what a GPU wants).
@@ -158,10 +173,10 @@ class CorpusWorker:
 
     def _statistics(self, encoded: Sequence[Encoded]) -> tuple[np.ndarray, np.ndarray]:
         """(stats [S, B, L·H] float64, labels [B, L·H] int8) of the encoded texts, in one forward whose
-        maps are taken a layer at a time (forward_layers): each layer's statistics are computed as its
-        weights come out, so one layer's maps are alive at once, not L (a 512-token text's 72 MiB of
-        MiniLM maps was most of a corpus run's peak over short texts). Every statistic is a function of
-        one map, so layer by layer gives the values the whole stack at once gives."""
+        maps are taken a few layers at a time (forward_layers, MAPS_BYTES): each group's statistics are
+        computed as its weights come out, so not all L layers' maps are alive at once (a 512-token text's
+        72 MiB of MiniLM maps was most of a corpus run's peak over short texts). Every statistic is a
+        function of one map, so on the CPU the groups give the bits the whole stack at once gives."""
         tokens = [self.model.tokenizer.convert_ids_to_tokens(e.ids) for e in encoded]
         groups: list[list[list[int]]] = []
         indices: list[torch.Tensor] = []  # each text's word_index, built once for its L merges
@@ -185,26 +200,32 @@ class CorpusWorker:
             special_mask[row, : len(s)] = torch.tensor(s)
             punctuation_mask[row, : len(p)] = torch.tensor(p)
         # Words are merged on the CPU (merge_to_words builds its index there); tokens stay on the device.
-        device = torch.device("cpu") if self.words else self.model.device
-        special_mask, punctuation_mask = special_mask.to(device), punctuation_mask.to(device)
-        per_layer: list[dict[str, torch.Tensor]] = []
+        # Prepared once for the forward's L layers: no call waits on the device between two layers.
+        statistics = BatchStats(
+            lengths,
+            special=special_mask,
+            punctuation=punctuation_mask,
+            causal=self.model.info.causal,
+            batch=len(tokens),
+            width=width,
+            device=torch.device("cpu") if self.words else self.model.device,
+        )
+        per_group: list[dict[str, torch.Tensor]] = []
 
-        def layer_stats(_: int, weights: torch.Tensor) -> None:
-            maps = weights.unsqueeze(1)  # (B, 1, H, T, T): one layer of batch_head_stats' [B, L, H, T, T]
+        def group_stats(_: int, weights: torch.Tensor) -> None:
+            maps = weights  # (k, B, H, T, T): k layers, as the forward wrote them
             if self.words:
                 maps = _merge_words(maps.cpu(), groups, indices, width)
-            per_layer.append(
-                batch_head_stats(
-                    maps,
-                    lengths,
-                    special=special_mask,
-                    punctuation=punctuation_mask,
-                    causal=self.model.info.causal,
-                )
-            )
+            per_group.append(statistics(maps, layer_major=True))
 
-        self.model.forward_layers(encoded, layer_stats, on_device=True)
-        stats = {key: torch.cat([layer[key] for layer in per_layer], dim=1) for key in STATS}  # [B, L, H]
+        # As many layers at once as MAPS_BYTES of maps holds (DEVICE_MAPS_BYTES on an accelerator).
+        info = self.model.info
+        padded = max(len(e.ids) for e in encoded)
+        layer_bytes = len(encoded) * info.heads * padded * padded * 4  # float32
+        on_host = self.words or self.model.device.type == "cpu"  # words are merged on the CPU
+        at_once = max(1, min(info.layers, (MAPS_BYTES if on_host else DEVICE_MAPS_BYTES) // layer_bytes))
+        self.model.forward_layers(encoded, group_stats, layers_at_once=at_once, on_device=True)
+        stats = {key: torch.cat([group[key] for group in per_group], dim=1) for key in STATS}  # [B, L, H]
         labels = batch_head_labels(stats).reshape(len(tokens), -1)
         stacked = torch.stack([stats[key] for key in STATS]).reshape(len(STATS), len(tokens), -1)
         return stacked.to("cpu", torch.float64).numpy(), labels.to("cpu", torch.int8).numpy()
@@ -232,12 +253,12 @@ def _merge_words(
     indices: Sequence[torch.Tensor],
     width: int,
 ) -> torch.Tensor:
-    """Each text's token maps [B, L, H, T, T] merged to its words (``groups``, ``indices`` their
-    word_index), padded to ``width`` words: [B, L, H, width, width]."""
+    """Each text's token maps [L, B, H, T, T] merged to its words (``groups``, ``indices`` their
+    word_index), padded to ``width`` words: [L, B, H, width, width]."""
     padded = maps.new_zeros(*maps.shape[:3], width, width)
     for row, (text_groups, word_of) in enumerate(zip(groups, indices, strict=True)):
         n, w = len(word_of), len(text_groups)
-        padded[row, :, :, :w, :w] = merge_to_words(maps[row, :, :, :n, :n], text_groups, word_of=word_of)
+        padded[:, row, :, :w, :w] = merge_to_words(maps[:, row, :, :n, :n], text_groups, word_of=word_of)
     return padded
 
 

@@ -13,7 +13,7 @@ from tolerances import batched_stat
 
 from mha import load_pretrained
 from mha.analysis import LABELS, SPECIAL_TOKENS, head_labels, head_stats, merge_to_words, word_groups_from
-from mha.analysis.batched import STATS, batch_head_labels, batch_head_stats
+from mha.analysis.batched import STATS, BatchStats, batch_head_labels, batch_head_stats
 from mha.analysis.stats import token_masks
 from mha.analysis.words import word_labels
 from mha.corpus import CorpusWorker
@@ -73,7 +73,8 @@ def test_batched_stats_equal_head_stats_on_each_text(causal: bool) -> None:
 
 def test_batched_stats_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     """A chunk smaller than one text's maps gives the same numbers (the chunking is only about memory),
-    and so do the maps a layer at a time, as the corpus worker takes them from forward_layers."""
+    and so do the maps a layer at a time and layer-major, as the corpus worker takes them from
+    forward_layers."""
     from mha.analysis import batched as module
 
     lengths = [4, 7, 3]
@@ -84,8 +85,13 @@ def test_batched_stats_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     }
     whole = batch_head_stats(maps, lengths, **masks, causal=False)
     layers = [batch_head_stats(maps[:, [k]], lengths, **masks, causal=False) for k in range(2)]
+    prepared = BatchStats(lengths, **masks, causal=False, batch=3, width=7, device=maps.device)
+    layer_major = prepared(maps.transpose(0, 1).contiguous(), layer_major=True)  # as the forward writes
     for stat in STATS:
         assert torch.equal(torch.cat([layer[stat] for layer in layers], dim=1), whole[stat]), stat
+        assert torch.equal(layer_major[stat], whole[stat]), stat
+    with pytest.raises(ValueError, match=r"shaped \[L, B, H, T, T\] with B 3 and T 7, got \(3, 2, 2, 7, 7\)"):
+        prepared(maps, layer_major=True)
     monkeypatch.setattr(module, "_CHUNK_ELEMENTS", 49)  # one 7x7 map per chunk
     chunked = batch_head_stats(maps, lengths, **masks, causal=False)
     for stat in STATS:

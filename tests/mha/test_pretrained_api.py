@@ -128,21 +128,28 @@ def test_batch_results_own_their_storage() -> None:
     assert alone.untyped_storage().nbytes() == alone.numel() * alone.element_size()
 
 
+@pytest.mark.parametrize("at_once", [1, 2])
 @pytest.mark.parametrize("family", ["bert", "llama", "gemma2", "t5"])
-def test_forward_layers_hands_forward_padded_attentions_a_layer_at_a_time(
-    family: str, tiny_checkpoints: dict[str, Path], seq2seq_checkpoints: dict[str, Path]
+def test_forward_layers_hands_forward_padded_attentions_a_few_layers_at_a_time(
+    family: str, at_once: int, tiny_checkpoints: dict[str, Path], seq2seq_checkpoints: dict[str, Path]
 ) -> None:
-    """The corpus worker's forward: each layer's weights equal forward_padded's bit for bit (the same
-    kernels write them), and on the CPU every layer writes the one buffer, so one layer's maps are alive."""
+    """The corpus worker's forward: each group's weights equal forward_padded's bit for bit (the same
+    kernels write them), and on the CPU every group is written into the one buffer of at_once layers, so
+    no more maps than that are alive."""
     model = load_pretrained({**tiny_checkpoints, **seq2seq_checkpoints}[family], device="cpu")
     encoded = model.encoder.encode_batch([("The cat sat on the mat.", None), ("Hi, you.", "A pair")], 64)
     attentions, _ = model.forward_padded(encoded)
     handed: list[tuple[int, torch.Tensor, int]] = []
-    model.forward_layers(encoded, lambda i, w: handed.append((i, w.clone(), w.data_ptr())))
-    assert [i for i, _, _ in handed] == list(range(model.info.layers))
-    for i, weights, _ in handed:
-        assert torch.equal(weights, attentions[i]), i
+    model.forward_layers(
+        encoded, lambda i, w: handed.append((i, w.clone(), w.data_ptr())), layers_at_once=at_once
+    )
+    layers = model.info.layers  # 2 or 3: a last group of fewer layers at 2 at once where there are 3
+    assert [i for i, _, _ in handed] == list(range(0, layers, at_once))
+    for first, weights, _ in handed:
+        assert torch.equal(weights, attentions[first : first + at_once]), first
     assert len({pointer for _, _, pointer in handed}) == 1
+    with pytest.raises(ValueError, match=r"layers_at_once \(0\) must be at least 1"):
+        model.forward_layers(encoded, lambda i, w: None, layers_at_once=0)
 
 
 def test_gpt2_pairs_are_joined_and_truncated_longest_first(tiny_checkpoints: dict[str, Path]) -> None:
