@@ -99,3 +99,17 @@ def break_checkpoint(good: Path, directory: Path, variant: str) -> Path:
     shutil.copytree(good, directory)
     BROKEN_WEIGHTS[variant][0](directory)
     return directory
+
+
+def shard_checkpoint(directory: Path) -> list[str]:
+    """Split `directory`'s model.safetensors into two shards and their index, as a sharded save lays them out;
+    the shards' names, in order."""
+    weights = load_file(directory / WEIGHTS)
+    (directory / WEIGHTS).unlink()
+    keys = sorted(weights)
+    names = [f"model-0000{i}-of-00002.safetensors" for i in (1, 2)]
+    save_file({k: weights[k] for k in keys[:10]}, directory / names[0])
+    save_file({k: weights[k] for k in keys[10:]}, directory / names[1])
+    index = {"weight_map": {k: names[i >= 10] for i, k in enumerate(keys)}}
+    (directory / "model.safetensors.index.json").write_text(json.dumps(index))
+    return names

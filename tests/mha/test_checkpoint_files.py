@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from broken_checkpoints import shard_checkpoint
 from safetensors.torch import load_file, save_file
 
 import mha.checkpoint
@@ -216,14 +217,7 @@ def test_missing_directories_and_files_are_not_checkpoints(tmp_path: Path) -> No
 
 def test_sharded_weights_load_as_one_file(tmp_path: Path, tiny_checkpoints: dict[str, Path]) -> None:
     directory = _copy(tiny_checkpoints["bert"], tmp_path / "sharded")
-    weights = load_file(directory / "model.safetensors")
-    (directory / "model.safetensors").unlink()
-    keys = sorted(weights)
-    names = [f"model-0000{i}-of-00002.safetensors" for i in (1, 2)]
-    save_file({k: weights[k] for k in keys[:10]}, directory / names[0])
-    save_file({k: weights[k] for k in keys[10:]}, directory / names[1])
-    index = {"weight_map": {k: names[i >= 10] for i, k in enumerate(keys)}}
-    (directory / "model.safetensors.index.json").write_text(json.dumps(index))
+    shard_checkpoint(directory)
     check_checkpoint(directory)
     text = "The cat sat on the mat."
     sharded = load_pretrained(directory, device="cpu").attend(text).attentions

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from broken_checkpoints import BROKEN_WEIGHTS, QUERY, WEIGHTS, break_checkpoint
-from safetensors.torch import load_file, save_file
+from broken_checkpoints import BROKEN_WEIGHTS, QUERY, WEIGHTS, break_checkpoint, shard_checkpoint
+from safetensors.torch import load_file
 
 import mha.checkpoint
 from mha import (
@@ -98,14 +98,7 @@ def test_a_truncated_shard_is_named(
 ) -> None:
     directory = tmp_path / "sharded"
     shutil.copytree(tiny_checkpoints["bert"], directory)
-    weights = load_file(directory / WEIGHTS)
-    (directory / WEIGHTS).unlink()
-    keys = sorted(weights)
-    names = [f"model-0000{i}-of-00002.safetensors" for i in (1, 2)]
-    save_file({k: weights[k] for k in keys[:10]}, directory / names[0])
-    save_file({k: weights[k] for k in keys[10:]}, directory / names[1])
-    index = {"weight_map": {k: names[i >= 10] for i, k in enumerate(keys)}}
-    (directory / "model.safetensors.index.json").write_text(json.dumps(index))
+    names = shard_checkpoint(directory)
     # The shards together are the whole checkpoint: every name and shape, as one file gives them.
     whole = weight_shapes([tiny_checkpoints["bert"] / WEIGHTS])
     assert weight_shapes(mha.checkpoint.weight_files(directory)) == whole
