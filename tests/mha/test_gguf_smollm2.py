@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 import torch
 from gguf_files import bundled_gguf
-from tolerances import FORWARD
+from tolerances import FORWARD, float32_sum
 
 from mha import BUNDLED_LLM_NAME, AttentionModel, checkpoint_architecture, gguf_checkpoint, load_pretrained
 from mha import model_cache as cache
+from mha.analysis import POINTER_LABELS, POINTER_THRESHOLD, head_labels, head_stats
 
 FILE = bundled_gguf()
 pytestmark = pytest.mark.skipif(
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.skipif(
 )
 PROMPT = "The capital of France is"
 QUESTION = "What is the capital of France?"
+SINK_LABELS = ("first-token-sink", "special-sink")
 
 
 @pytest.fixture(scope="module")
@@ -89,3 +91,46 @@ def test_the_greedy_continuation_is_transformers_generate(models: tuple[Attentio
 def test_its_name_is_checked_from_the_header_like_its_file() -> None:
     assert gguf_checkpoint.find_gguf(BUNDLED_LLM_NAME) == FILE
     assert checkpoint_architecture(BUNDLED_LLM_NAME) == "decoder"
+
+
+@pytest.mark.parametrize(
+    ("chat", "sinks", "on_first"),
+    # Plain: no BOS, token 0 is "What" (a first-token sink). Chat: token 0 is <|im_start|>, a special token,
+    # so a head on it is a special-sink (the rule's tie order, as for a leading [CLS]).
+    [(False, 225, 225), (True, 206, 199)],
+)
+def test_the_statistics_label_its_attention_sinks(
+    chat: bool, sinks: int, on_first: int, models: tuple[AttentionModel, Any, Any]
+) -> None:
+    """225 of the 270 heads (30 layers x 9) sink on the plain question, 206 on the chat-templated one, 199
+    of them on token 0 itself: on the chat prompt 59 % of all its attention goes to token 0."""
+    ours, _, _ = models
+    result = ours.attend(QUESTION, chat=chat)
+    stats = head_stats(result.attentions, result.tokens, special=result.special)
+    labels = head_labels(stats)
+    sink = torch.tensor([[label in SINK_LABELS for label in row] for row in labels])  # [L, H]
+    named = {label for row in labels for label in row if label in SINK_LABELS}
+    assert named == {"special-sink" if chat else "first-token-sink"}
+
+    # The shares measured here, apart from head_stats: each head's weight on token 0 and on the sink
+    # targets (token 0 and the special tokens) over all its weight, in float64.
+    a = result.attentions.double()
+    total = a.sum((-2, -1))
+    targets = torch.tensor(result.special)
+    targets[0] = True
+    to_first = a[..., 0].sum(-1) / total
+    to_targets = a[..., targets].sum((-2, -1)) / total
+    assert torch.equal(sink, to_targets > POINTER_THRESHOLD)  # labelled a sink = most of its weight there
+    assert (int(sink.sum()), int((to_first > POINTER_THRESHOLD).sum())) == (sinks, on_first)
+    if chat:
+        assert a[..., 0].mean() > POINTER_THRESHOLD  # most of all the model's attention: a real sink
+
+    # Stable on any CPU: another one moves each weight by FORWARD, so a share of k targets by k·FORWARD,
+    # and head_stats' float32 sums round by float32_sum(n·k) more; no share and no other pointer
+    # statistic of a sink head lies that close to the threshold, so no label and no count can change.
+    k, n = int(targets.sum()), result.n
+    margin = k * FORWARD + float32_sum(n * k)
+    assert ((to_targets - POINTER_THRESHOLD).abs() > margin).all()
+    assert ((to_first - POINTER_THRESHOLD).abs() > margin).all()
+    others = torch.stack([stats[key] for label, key in POINTER_LABELS.items() if label not in SINK_LABELS])
+    assert (others.amax(0)[sink] < POINTER_THRESHOLD - margin).all()
