@@ -4,7 +4,9 @@ One framing for every answer: magic, header length, a JSON header that names the
 order and its `max_abs_error`), zero padding to 4, then the payload the scheme defines. Two kinds:
 
 Quantized (uint8 with a float32 scale per query row): value = q / 255 * scale, so the absolute error of any
-value is at most ``scale / 510 <= 1 / 510``. Payload: scales [L, H, n], then q [L, H, n, n].
+value is at most ``scale / 510 <= 1 / 510``. Payload: scales [L, H, n], then q [L, H, n, n]. With fewer
+``bits`` (header ``quantization.bits``, 8 when absent), q takes 2**bits - 1 levels in its byte: value =
+q / (2**bits - 1) * scale, within ``scale / (2 * (2**bits - 1))``.
 
 - ``row-max-uint8`` (the API's default): scale is the row's maximum, so that maximum is exact and a diffuse
   row keeps 255 levels of contrast.
@@ -43,6 +45,7 @@ MAGIC = b"HSA1"
 MEDIA_TYPE = "application/vnd.headscope.attention"
 # Rounding to the nearest of 255 steps errs by at most half a step of the row's scale (<= 1).
 MAX_ABS_ERROR = 1 / 510
+BITS = range(2, 9)  # q's levels are 2**bits - 1, stored one per byte
 ORDERS = ("query-major", "key-major")
 
 
@@ -51,9 +54,8 @@ class _Scheme:
     scale: str | None  # "row-max" or "one" for uint8 q with per-row scales; None: shuffled float32 values
     order: str  # "query-major" ([query][key], rows contiguous) or "key-major" ([key][query])
 
-    @property
-    def max_abs_error(self) -> float:
-        return 0.0 if self.scale is None else MAX_ABS_ERROR
+    def max_abs_error(self, bits: int) -> float:
+        return 0.0 if self.scale is None else 1 / (2 * levels(bits))
 
 
 _SCHEMES = {
@@ -81,6 +83,26 @@ RLE_LEVEL = 6
 GZIP_WBITS = 31  # 16 + 15: a gzip container, which browsers decode for Content-Encoding: gzip
 
 
+# The page's first view moves at most 0.3 bytes per attention value (docs/design.md). Below ~128 tokens its
+# 8-bit heads alone take 0.25-0.36 of that (MiniLM: a short row spreads its weight over fewer keys, so fewer
+# zero bytes), and each bit fewer saves ~30 % of them. So "auto" (what the page asks for) takes the most
+# bits that keep the whole view under 0.3 with a margin for prose: 8 from 128 tokens, 7 from 88, 6 from 64;
+# below 64, 8 again, where the whole view is ~100 KB and precision costs nothing that matters.
+AUTO_BITS = ((128, 8), (88, 7), (64, 6), (0, 8))
+
+
+def auto_bits(n: int) -> int:
+    """The bits `bits="auto"` gives an answer of `n` tokens (AUTO_BITS)."""
+    return next(bits for least, bits in AUTO_BITS if n >= least)
+
+
+def levels(bits: int) -> int:
+    """The largest q of `bits` bits: values quantize to q / levels * scale."""
+    if type(bits) is not int or bits not in BITS:  # 8.0 and True would pass `in`
+        raise ValueError(f"bits must be one of {BITS.start}..{BITS.stop - 1}, got {bits!r}")
+    return (1 << bits) - 1
+
+
 def _spec(scheme: str) -> _Scheme:
     try:
         return _SCHEMES[scheme]
@@ -96,53 +118,64 @@ def _as_array(attentions: torch.Tensor, *, square: bool = True) -> np.ndarray:
 
 
 def quantize(
-    attentions: torch.Tensor, *, scheme: str = "row-max-uint8", square: bool = True
+    attentions: torch.Tensor, *, scheme: str = "row-max-uint8", square: bool = True, bits: int = 8
 ) -> tuple[np.ndarray, np.ndarray]:
     """[L, H, rows, cols] float attention -> (scales float32 [L, H, rows], q uint8 [L, H, rows, cols]
-    query-major); rows = cols unless `square` is False."""
+    query-major, 0..2**bits - 1); rows = cols unless `square` is False."""
     spec = _spec(scheme)
+    top = levels(bits)
     if spec.scale is None:
         raise ValueError(f"scheme {scheme!r} is not quantized; one of {QUANTIZED_SCHEMES} is")
     a = _as_array(attentions, square=square)
     if spec.scale == "row-max":
         scales = a.max(axis=-1)  # [L, H, rows]
     else:
-        # Attention lies in [0, 1]: a scale of 1 keeps the same 1/510 bound with fewer distinct bytes.
+        # Attention lies in [0, 1]: a scale of 1 keeps the same bound with fewer distinct bytes.
         scales = np.ones(a.shape[:-1], dtype=np.float32)
     # A zero row (never from softmax, but possible from a caller) quantizes to zeros, not NaN.
     safe = np.where(scales > 0, scales, 1.0).astype(np.float32)
-    q = np.rint(a * (255.0 / safe)[..., None])
-    q = np.clip(q, 0, 255).astype(np.uint8)
+    q = np.rint(a * (top / safe)[..., None])
+    q = np.clip(q, 0, top).astype(np.uint8)
     return scales.astype("<f4", copy=False), q
 
 
-def _payload(attentions: torch.Tensor, spec: _Scheme, scheme: str, *, square: bool) -> list[bytes]:
+def _payload(attentions: torch.Tensor, spec: _Scheme, scheme: str, *, square: bool, bits: int) -> list[bytes]:
     """One tensor's payload in `scheme`."""
     if spec.scale is None:
         values = _as_array(attentions, square=square).astype("<f4", copy=False).reshape(-1)
         return [values.view(np.uint8).reshape(-1, 4).T.tobytes()]  # 4 planes: byte k of every value
-    scales, q = quantize(attentions, scheme=scheme, square=square)
+    scales, q = quantize(attentions, scheme=scheme, square=square, bits=bits)
     if spec.order == "key-major":
         q = np.ascontiguousarray(q.swapaxes(-1, -2))  # [L, H, key, query]
     return [scales.tobytes(), q.tobytes()]
 
 
-def _framed(header: dict[str, Any], spec: _Scheme, scheme: str, payload: list[bytes]) -> bytes:
-    quantization = {"scheme": scheme, "order": spec.order, "max_abs_error": spec.max_abs_error}
+def _framed(header: dict[str, Any], spec: _Scheme, scheme: str, payload: list[bytes], bits: int) -> bytes:
+    quantization: dict[str, Any] = {"scheme": scheme, "order": spec.order}
+    if spec.scale is not None:
+        quantization["bits"] = bits
+    quantization["max_abs_error"] = spec.max_abs_error(bits)
     head = json.dumps({**header, "quantization": quantization}, ensure_ascii=False).encode("utf-8")
     prefix_len = 8 + len(head)
     pad = -prefix_len % 4  # so the float32 payload starts 4-aligned and a Float32Array can view it
     return b"".join([MAGIC, struct.pack("<I", len(head)), head, b"\0" * pad, *payload])
 
 
-def encode(header: dict[str, Any], attentions: torch.Tensor, *, scheme: str = "row-max-uint8") -> bytes:
-    """The HSA1 buffer: magic, header length, JSON header, zero padding to 4, the scheme's payload."""
+def encode(
+    header: dict[str, Any], attentions: torch.Tensor, *, scheme: str = "row-max-uint8", bits: int = 8
+) -> bytes:
+    """The HSA1 buffer: magic, header length, JSON header, zero padding to 4, the scheme's payload (a
+    quantized scheme's q in `bits` bits)."""
     spec = _spec(scheme)
-    return _framed(header, spec, scheme, _payload(attentions, spec, scheme, square=True))
+    return _framed(header, spec, scheme, _payload(attentions, spec, scheme, square=True, bits=bits), bits)
 
 
 def encode_sections(
-    header: dict[str, Any], sections: Sequence[tuple[str, torch.Tensor]], *, scheme: str = "row-max-uint8"
+    header: dict[str, Any],
+    sections: Sequence[tuple[str, torch.Tensor]],
+    *,
+    scheme: str = "row-max-uint8",
+    bits: int = 8,
 ) -> bytes:
     """An HSA1 buffer of several tensors [L, H, rows, cols] (kind, tensor), in order, each 4-aligned; the
     header gains their `sections` list."""
@@ -154,8 +187,8 @@ def encode_sections(
         described.append({"kind": kind, "layers": layers, "heads": heads, "rows": rows, "cols": cols})
         # The payload starts 4-aligned, so padding its length to 4 aligns the next section.
         payload.append(b"\0" * (-sum(map(len, payload)) % 4))
-        payload.extend(_payload(attentions, spec, scheme, square=False))
-    return _framed({**header, "sections": described}, spec, scheme, payload)
+        payload.extend(_payload(attentions, spec, scheme, square=False, bits=bits))
+    return _framed({**header, "sections": described}, spec, scheme, payload, bits)
 
 
 def compress(data: bytes) -> bytes:
@@ -191,6 +224,7 @@ def decode_sections(buffer: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray
     header = json.loads(buffer[8 : 8 + h].decode("utf-8"))
     offset = 8 + h + (-(8 + h) % 4)
     spec = _spec(header["quantization"]["scheme"])
+    top = levels(header["quantization"].get("bits", 8))
     listed = header.get("sections")
     if listed is None:
         n = header["n"]
@@ -201,14 +235,14 @@ def decode_sections(buffer: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray
     for section in listed:
         offset += -offset % 4  # each section starts 4-aligned
         shape = (section["layers"], section["heads"], section["rows"], section["cols"])
-        values[section["kind"]], offset = _decoded(buffer, offset, shape, spec)
+        values[section["kind"]], offset = _decoded(buffer, offset, shape, spec, top)
     if offset != len(buffer):
         raise ValueError(f"HSA1 buffer has {len(buffer)} bytes, expected {offset}")
     return header, values
 
 
 def _decoded(
-    buffer: bytes, offset: int, shape: tuple[int, int, int, int], spec: _Scheme
+    buffer: bytes, offset: int, shape: tuple[int, int, int, int], spec: _Scheme, top: int
 ) -> tuple[np.ndarray, int]:
     """One section's float32 values at `offset`, and the offset after them (np.frombuffer raises
     ValueError for a buffer that ends before)."""
@@ -223,7 +257,7 @@ def _decoded(
         q = np.frombuffer(buffer, dtype=np.uint8, count=count, offset=offset + 4 * L * H * rows)
         if spec.order == "key-major":
             q = q.reshape(L, H, cols, rows).swapaxes(-1, -2)
-        values = q.reshape(L, H, rows, cols).astype(np.float32) / 255.0 * scales[..., None]
+        values = q.reshape(L, H, rows, cols).astype(np.float32) / float(top) * scales[..., None]
         end = offset + 4 * L * H * rows + count
     return values.reshape(shape).astype(np.float32, copy=False), end
 

@@ -1,12 +1,13 @@
 """What the page's first view costs on the wire, per attention value: the figure benchmarks/browser.py prints
 beside its goal, computed here from byte counts alone (no browser, no clock), so tests can check it.
 
-The first view is what a click on Run fetches (docs/design.md, "What the page fetches"): every head 8-bit
-(`/api/attention/compact` in the page's scheme), the head statistics (`/api/analysis`, gzipped) and, up to
-AUTO_EXACT_MAX_N tokens, the detail's exact head (`/api/attention/head/compact`). Its cost is the bytes of
-all of them on the wire over the L·H·n² attention values they show. benchmarks/browser.py counts what
-Chromium received (`transferSize`: response headers included, ~0.4 KB an answer); `first_view_answers`
-asks the same questions of a client (an httpx or Starlette TestClient) and counts the bodies as sent.
+The first view is what a click on Run fetches (docs/design.md, "What the page fetches"): every head
+quantized (`/api/attention/compact` in the page's scheme and bits), the head statistics (`/api/analysis`,
+gzipped) and, up to AUTO_EXACT_MAX_N tokens, the detail's exact head (`/api/attention/head/compact`).
+Its cost is the bytes of all of them on the wire over the L·H·n² attention values they show.
+benchmarks/browser.py counts what Chromium received (`transferSize`: response headers included, ~0.4 KB
+an answer); `first_view_answers` asks the same questions of a client (an httpx or Starlette TestClient) and
+counts the bodies as sent.
 
     from benchmarks.wire import Wire, first_view_answers   # tests (the repository root is on sys.path)
     from wire import Wire, text_of                        # a script in benchmarks/ (its own folder)
@@ -89,6 +90,7 @@ def first_view_answers(client: Any, body: dict[str, Any], *, layer: int = 0, hea
     (its default selection: layer 0, head 0) and count each answer's body as sent (gzip accepted)."""
     gzip = {"Accept-Encoding": "gzip"}
     scheme = page_constant("api.js", "COMPACT_SCHEME")
+    bits = page_constant("api.js", "COMPACT_BITS")
     answers: dict[str, int] = {}
 
     def ask(path: str, payload: dict[str, Any], query: str = "") -> Any:
@@ -97,7 +99,7 @@ def first_view_answers(client: Any, body: dict[str, Any], *, layer: int = 0, hea
         answers[path] = int(response.headers["content-length"])  # the body as sent, before decoding
         return response
 
-    compact = ask(COMPACT, body, f"?scheme={scheme}")
+    compact = ask(COMPACT, body, f"?scheme={scheme}&bits={bits}")
     header = _hsa1_header(compact.content)
     ask(ANALYSIS, body)
     n = int(header["n"])

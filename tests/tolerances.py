@@ -48,16 +48,22 @@ def rounded_row_sum(n: int) -> float:
 
 # -- the compact transport (app/compact.py, docs/design.md) -----------------------------------------------
 
-# Its 8-bit schemes round a / scale * 255 to the nearest integer, scale <= 1: half a step, 1/255 / 2. Every
-# header states it as max_abs_error.
+# Its quantized schemes round a / scale * levels (levels = 2**bits - 1, 255 at 8 bits) to the nearest
+# integer, scale <= 1: half a step, 1/levels / 2. Every header states it as max_abs_error.
 QUANT8 = 1 / 510
 
 
+def quant(bits: int, *, heads: int = 1) -> float:
+    """|decoded - model| for a `bits`-bit value as the page decodes it (or the mean of `heads` of them):
+    half a step; 2u from the encoder's float32 a·(levels/scale) (two roundings move the rounding point by
+    2u·levels steps, so 2u·scale <= 2u in value); and the decoder's float32 store, one rounding per head
+    summed (u each, <= 1)."""
+    return 1 / (2 * ((1 << bits) - 1)) + 2 * U32 + heads * U32
+
+
 def quant8(*, heads: int = 1) -> float:
-    """|decoded - model| for an 8-bit value as the page decodes it (or the mean of `heads` of them): QUANT8;
-    2u from the encoder's float32 a·(255/scale) (two roundings move the rounding point by 2u·255 steps, so
-    2u·scale <= 2u in value); and the decoder's float32 store, one rounding per head summed (u each, <= 1)."""
-    return QUANT8 + 2 * U32 + heads * U32
+    """quant(8): the 8-bit bound, QUANT8 plus the float32 roundings."""
+    return quant(8, heads=heads)
 
 
 def regemm_weight(dim: int, max_score: float) -> float:

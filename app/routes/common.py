@@ -56,6 +56,15 @@ Scheme = Annotated[
     ),
 ]
 
+Bits = Annotated[
+    Literal["auto", "2", "3", "4", "5", "6", "7", "8"],
+    Query(
+        description="The bits of each quantized value: q takes 2**bits - 1 levels, within "
+        "1/(2·(2**bits - 1)) of the model's (1/510 at 8). auto (the page's first view): 8 from 128 tokens, "
+        "7 from 88, 6 from 64, 8 below 64, so that every head fits the first view's 0.3 bytes a value."
+    ),
+]
+
 
 class ApiRouter(APIRouter):
     """A router under /api whose JSON operations document the errors every one can answer."""

@@ -52,13 +52,15 @@ def gzipped_json_of(make_body: Callable[[Computed], Any]) -> Encoder:
     )
 
 
-def _hsa1(header: dict[str, Any], attentions: torch.Tensor, scheme: str) -> bytes:
+def _hsa1(header: dict[str, Any], attentions: torch.Tensor, scheme: str, bits: int = 8) -> bytes:
     # numpy and zlib release the GIL for nearly all of this.
-    return compact.compress(compact.encode(header, attentions, scheme=scheme))
+    return compact.compress(compact.encode(header, attentions, scheme=scheme, bits=bits))
 
 
-def _hsa1_sections(header: dict[str, Any], sections: list[tuple[str, torch.Tensor]], scheme: str) -> bytes:
-    return compact.compress(compact.encode_sections(header, sections, scheme=scheme))
+def _hsa1_sections(
+    header: dict[str, Any], sections: list[tuple[str, torch.Tensor]], scheme: str, bits: int = 8
+) -> bytes:
+    return compact.compress(compact.encode_sections(header, sections, scheme=scheme, bits=bits))
 
 
 # -- attention -------------------------------------------------------------------------------------
@@ -88,10 +90,12 @@ def head_body(view: Computed, layer: int, head: int, *, kind: str = "encoder") -
     }
 
 
-def encode_compact(view: Computed, _abandoned: threading.Event, *, scheme: str) -> bytes:
+def encode_compact(view: Computed, _abandoned: threading.Event, *, scheme: str, bits: str = "8") -> bytes:
+    # "auto" goes by n (an encoder-decoder's source tokens), as the page's byte budget does.
+    chosen = compact.auto_bits(view.n) if bits == "auto" else int(bits)
     if view.seq2seq is not None:
-        return _hsa1_sections(view.header(), view.sections(), scheme)
-    return _hsa1(view.header(), view.attentions, scheme)
+        return _hsa1_sections(view.header(), view.sections(), scheme, chosen)
+    return _hsa1(view.header(), view.attentions, scheme, chosen)
 
 
 def encode_head_compact(

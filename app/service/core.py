@@ -266,9 +266,12 @@ class AttentionService:
         self._streams += 1
         return stream
 
-    async def attention_compact(self, request: AttentionRequest, *, gzipped: bool, scheme: str) -> bytes:
+    async def attention_compact(
+        self, request: AttentionRequest, *, gzipped: bool, scheme: str, bits: str = "8"
+    ) -> bytes:
+        """Every head in `scheme`, its q in `bits` bits ("auto": by the answer's n, compact.AUTO_BITS)."""
         body = await self._encoded(
-            f"hsa1.gz:{scheme}", request, partial(bodies.encode_compact, scheme=scheme)
+            f"hsa1.gz:{scheme}:{bits}", request, partial(bodies.encode_compact, scheme=scheme, bits=bits)
         )
         return await self._gunzipped_unless(gzipped, body)
 

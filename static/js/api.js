@@ -99,12 +99,17 @@ export async function fetchModels() {
 // bound, and its byte is exactly the thumbnails' colour index; stored key-major it gzips 7-18% smaller
 // again. The detail view fetches the exact head anyway.
 export const COMPACT_SCHEME = "abs-uint8-key-major";
+// The grid's precision: the server takes the most bits that keep the first view within 0.3 bytes a value
+// (8 from 128 tokens, 7 from 88, 6 from 64, 8 below; app/compact.py AUTO_BITS). Thumbnails cannot show a
+// difference, and the detail fetches the exact head.
+export const COMPACT_BITS = "auto";
 
 // Every fetch below takes the run's AbortSignal: a new run aborts what the old one still waits for.
 
-/** POST /api/attention/compact: every head, 8-bit (within the header's max_abs_error), decoded. */
+/** POST /api/attention/compact: every head, quantized (within the header's max_abs_error), decoded. */
 export async function fetchCompact(query, { signal } = {}) {
-  return postCompact(`/api/attention/compact?scheme=${COMPACT_SCHEME}`, body(query), signal);
+  const url = `/api/attention/compact?scheme=${COMPACT_SCHEME}&bits=${COMPACT_BITS}`;
+  return postCompact(url, body(query), signal);
 }
 
 /** POST /api/attention/head/compact: one head at full float32 precision, an exact Attention (1 x 1). */

@@ -2,7 +2,8 @@
 //   "HSA1" | uint32 LE header length h | UTF-8 JSON header | zero pad to 4 | payload
 // The header's quantization.scheme says what the payload is:
 //   row-max-uint8, abs-uint8, abs-uint8-key-major: float32 LE row scale [L, H, n] | uint8 q [L, H, n, n],
-//     value = q / 255 * scale, q stored [query][key] or (order "key-major") [key][query];
+//     value = q / levels * scale, levels = 2**bits - 1 (quantization.bits, 8 when absent: 255), q stored
+//     [query][key] or (order "key-major") [key][query];
 //   float32-shuffled: float32 LE values [L, H, n, n], exact (max_abs_error 0), their bytes grouped by
 //     significance: byte 0 of every value, then byte 1, 2, 3 (the shuffle filter of HDF5 and Blosc).
 // An encoder-decoder's buffer lists `sections` ({kind, layers, heads, rows, cols}: encoder n x n, decoder
@@ -75,6 +76,10 @@ export function decodeCompact(buffer) {
     throw new CompactDecodeError(`order ${JSON.stringify(stated)} does not match scheme ${JSON.stringify(scheme)}`);
   }
   const exact = scheme === "float32-shuffled";
+  const bits = header.quantization?.bits ?? 8;
+  if (!exact && !(Number.isInteger(bits) && bits >= 2 && bits <= 8)) {
+    throw new CompactDecodeError(`quantization bits ${JSON.stringify(bits)} is not 2..8`);
+  }
   const start = Math.ceil((8 + headerLength) / 4) * 4;
   if (header.sections === undefined) {
     const layout = { kind: "self", layers: L, heads: H, rows: n, cols: n };
@@ -220,7 +225,8 @@ export class Attention {
     this.architecture = header.architecture ?? null;
     this.sections = null; // an encoder-decoder's {encoder, decoder, cross}
     this.scheme = header.quantization?.scheme ?? "row-max-uint8";
-    this.maxAbsError = header.quantization?.max_abs_error ?? 1 / 510;
+    this.bits = header.quantization?.bits ?? 8; // q's levels: 2**bits - 1, one byte each
+    this.maxAbsError = header.quantization?.max_abs_error ?? 1 / (2 * (2 ** this.bits - 1));
     this.keyMajor = order === "key-major";
     this.scales = scales;
     this.q = q;
@@ -253,8 +259,9 @@ export class Attention {
       return out;
     }
     const q = this.q;
-    const s = new Float64Array(rows); // per query row: scale / 255 * weight
-    for (let i = 0; i < rows; i++) s[i] = (this.scales[row0 + i] / 255) * weight;
+    const levels = 2 ** this.bits - 1;
+    const s = new Float64Array(rows); // per query row: scale / levels * weight
+    for (let i = 0; i < rows; i++) s[i] = (this.scales[row0 + i] / levels) * weight;
     if (this.keyMajor) {
       for (let j = 0; j < cols; j++) {
         const src = base + j * rows; // key j's column, over the queries

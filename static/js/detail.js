@@ -1,4 +1,4 @@
-// Head detail: the selected head (or aggregate) of a run as a heatmap or token lines, first from the 8-bit
+// Head detail: the selected head (or aggregate) of a run as a heatmap or token lines, first from the quantized
 // grid data, then, for a head a person settles on, from its exact float32 values (fetched by itself up to
 // AUTO_EXACT_MAX_N tokens, on request above it).
 
@@ -47,7 +47,7 @@ export function bindTabs(onChoose) {
 
 /**
  * rows*cols values of (layer, head) in `run`'s attention on screen: the exact head when it arrived, else the
- * 8-bit grid data. The caller renormalises without the first token when the state asks for it.
+ * quantized grid data. The caller renormalises without the first token when the state asks for it.
  */
 function detailValues(run, layer, head) {
   const { attention } = run;
@@ -113,7 +113,7 @@ export class Detail {
     const notes = [
       exact
         ? "Exact float32 values."
-        : `8-bit values (within ±${attention.maxAbsError.toFixed(4)})${
+        : `${attention.bits}-bit values (within ±${attention.maxAbsError.toFixed(4)})${
             isAggregate(head) || rows * cols > AUTO_EXACT_MAX_N ** 2 ? "" : "; exact values on the way"
           }.`,
     ];
@@ -122,10 +122,10 @@ export class Detail {
     if (hideFirst) notes.push("First token hidden (grey): each row renormalised over the rest.");
     if (scale !== DEFAULT_SCALE && view === "heatmap") {
       notes.push(`Colour scale: ${SCALES[scale].label}; the hover shows the true weight.`);
-      // 8-bit values stop a decade or two above the log floor: say where, and what shows the rest.
+      // Quantized values stop a decade or two above the log floor: say where, and what shows the rest.
       if (scale === "log" && !exact) {
         const under = attention.maxAbsError.toFixed(4);
-        notes.push(`8-bit weights under ${under} read as 0, drawn at the floor; exact values show the lower decades.`);
+        notes.push(`${attention.bits}-bit weights under ${under} read as 0, drawn at the floor; exact values show the lower decades.`);
       }
     }
     if (written > 0) {
@@ -157,6 +157,7 @@ export class Detail {
       segments: attention.segments,
       special: axes.querySpecial,
       exact,
+      bits: attention.bits,
       title: `${modelName} · ${label}`,
       written,
       byteLevel: attention.byteLevel,

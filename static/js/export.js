@@ -31,7 +31,7 @@ export function matrixRows(values, n, cols = n) {
   return Array.from({ length: n }, (_, i) => row(i));
 }
 
-// An aggregate is computed in the page from the 8-bit grid data: the file says so and gives the error bound
+// An aggregate is computed in the page from the quantized grid data: the file says so and gives the error bound
 // (a mean of values each within ±e is within ±e).
 function aggregateBlob(attention, layer, head) {
   const { tokens } = attention;
@@ -45,7 +45,7 @@ function aggregateBlob(attention, layer, head) {
     ...seq2seq,
     layer,
     head,
-    description: `${AGGREGATES[head].title}, from the page's 8-bit values`,
+    description: `${AGGREGATES[head].title}, from the page's ${attention.bits}-bit values`,
     max_abs_error: attention.maxAbsError,
     attention: matrixRows(values, rows, cols),
   };

@@ -98,7 +98,7 @@ function writtenShapes(n, written, size) {
  * Returns {data, layout, labels, size, keyTokens (null when square), plotW, plotH}.
  */
 export function buildFigure(spec) {
-  const { values, causal, boundary, title, exact, widthPx = 900, scale, minPx } = spec;
+  const { values, causal, boundary, title, exact, widthPx = 900, scale, minPx, bits = 8 } = spec;
   const { written = 0, renormalised = false, colorScale } = spec;
   const tokens = spec.tokens.map((token) => displayToken(token, spec.byteLevel)); // axes, hover, image exports
   // Cross-attention's keys are another sentence (`keyTokens`, across); else queries and keys are one.
@@ -131,7 +131,7 @@ export function buildFigure(spec) {
     z[i] = row;
     customdata[i] = cd;
   }
-  const barTitle = withScale(scale?.title ?? colorbarTitle(exact, renormalised), painted.title);
+  const barTitle = withScale(scale?.title ?? colorbarTitle(exact, renormalised, bits), painted.title);
   // Each line of the colour bar's title past the first (renormalised, a colour scale) takes its own band.
   const colorbarPx = COLORBAR_PX + (barTitle.split("<br>").length - 1) * TITLE_LINE_PX;
   // The widest of all labels bounds the margin, so the plot can be sized to the room left beside it.
@@ -274,8 +274,8 @@ function withScale(title, scaleTitle) {
   return scaleTitle ? `${title}<br>${plotlyText(scaleTitle)}` : title;
 }
 
-function colorbarTitle(exact, renormalised) {
-  const base = exact ? "attention" : "attention (8-bit)";
+function colorbarTitle(exact, renormalised, bits) {
+  const base = exact ? "attention" : `attention (${bits}-bit)`;
   return renormalised ? `${base}<br>${RENORMALISED}` : base;
 }
 

@@ -91,7 +91,7 @@ export class LinesView {
     if (cut !== null) parts[0] = `The strongest ${drawn.toLocaleString("en")} lines (weight ≥ ${cut.toFixed(3)})`;
     if (all) {
       parts.push(`${shown} of ${attention.heads} heads shown`);
-      if (!attention.exact) parts.push(`8-bit values (within ±${attention.maxAbsError.toFixed(4)})`);
+      if (!attention.exact) parts.push(`${attention.bits}-bit values (within ±${attention.maxAbsError.toFixed(4)})`);
       if (attention.heads > DISTINCT_STYLES) parts.push(`heads past ${DISTINCT_STYLES} repeat a colour and dash`);
       else if (attention.heads > 16) parts.push("heads past 16 repeat a colour with a dashed line");
     }

@@ -78,7 +78,7 @@ export function collectLines(heads, { n, cols = n, causal = false, threshold = 0
 }
 
 /**
- * "L2 H3: 'it' → 'animal' 0.412" ("≈" for 8-bit values); `tokens` already spelled for display, `keyTokens`
+ * "L2 H3: 'it' → 'animal' 0.412" ("≈" for quantized values); `tokens` already spelled for display, `keyTokens`
  * too where the keys are another sentence (cross-attention).
  */
 export function lineText({ layer, h, i, j, w }, tokens, { exact = true, keyTokens = tokens } = {}) {

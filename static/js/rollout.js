@@ -129,7 +129,7 @@ export class RolloutView {
     caption.textContent =
       `Row i: how much output token i after layer ${layer} draws on input token j, through every head ` +
       `and the residual stream (heads averaged, ${rolloutMix(rollout.header.residual)}). ` +
-      `8-bit values (within ±${rollout.maxAbsError.toFixed(4)}).`;
+      `${rollout.bits}-bit values (within ±${rollout.maxAbsError.toFixed(4)}).`;
     await renderHeatmap(plot, {
       tokens: rollout.tokens,
       values: rollout.headInto(layer, 0),
@@ -143,7 +143,7 @@ export class RolloutView {
       filename: `headscope-rollout-L${layer}`,
       keepZoom: true,
       minPx: SIDE_MIN_PX,
-      scale: { title: "rollout (8-bit)" },
+      scale: { title: `rollout (${rollout.bits}-bit)` },
       colorScale: getState().scale, // the detail's colour scale: its colour bar says which
     });
     plot.dataset.layer = String(layer);

@@ -63,7 +63,7 @@ export class WrittenView {
   }
 
   /**
-   * Show `run`'s written tokens for the detail's `values` (n*n, as drawn: exact or 8-bit, maybe
+   * Show `run`'s written tokens for the detail's `values` (n*n, as drawn: exact or quantized, maybe
    * renormalised without the first token); `head` names the selection ("L0 H1 · kv 0").
    */
   show(run, values, { head, renormalised }) {

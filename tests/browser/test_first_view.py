@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app import compact
 from benchmarks.wire import ANALYSIS, COMPACT, EXACT_HEAD, first_view_answers, text_of
 
 pytestmark = pytest.mark.browser
@@ -46,3 +47,25 @@ def test_first_view_fetches_what_wire_counts_with_the_statistics_gzipped(session
     labels = page.evaluate(LABELS_JS)
     assert len(labels) == wire.layers * wire.heads and all(labels)
     assert page.locator("#similar button.chip").count() > 0
+
+
+def test_below_128_tokens_the_heads_come_in_fewer_bits_and_the_page_says_so(session: Any) -> None:
+    page = session.open()
+    page.evaluate("performance.clearResourceTimings()")
+    text = text_of(72, salt=8)  # 64..87 tokens: 6 bits (app/compact.py AUTO_BITS)
+    session.run(text)
+    page.wait_for_selector("#head-detail[data-exact=true]")
+    received = {answer["path"]: answer for answer in page.evaluate(ANSWERS_JS)}
+    with httpx.Client(base_url=session.base, timeout=60) as client:
+        wire = first_view_answers(client, {"text": text})
+        header = compact.decode(
+            client.post(f"{COMPACT}?scheme=abs-uint8-key-major&bits=auto", json={"text": text}).content
+        )[0]
+    assert header["quantization"]["bits"] == 6 and 64 <= wire.n < 88
+    assert wire.answers == {path: received[path]["encoded"] for path in wire.answers}
+    assert wire.ok, wire.per_value  # the budget the fewer bits are for
+    # A layer's mean is computed in the page from the quantized heads: its caption gives their bits and bound.
+    page.click('#grid .thumb[data-layer="1"][data-head="mean"]')
+    caption = page.locator("#detail-caption")
+    page.wait_for_function("() => document.querySelector('#detail-caption').textContent.includes('6-bit')")
+    assert "6-bit values (within ±0.0079)" in caption.text_content()  # 1/126

@@ -9,7 +9,7 @@ import { CompactDecodeError, decodeCompact, styledApart, unshuffleFloat32 } from
 
 const FIXTURES = new URL("./fixtures/", import.meta.url);
 const expected = JSON.parse(readFileSync(new URL("expected.json", FIXTURES), "utf8"));
-const { quant8, quant8_mean_of_3: quant8MeanOf3 } = expected.tolerances;
+const { quant8, quant8_mean_of_3: quant8MeanOf3, quant6 } = expected.tolerances;
 
 /** A fixture as the ArrayBuffer fetch() gives the page (its own buffer, offset 0). */
 function load(name) {
@@ -37,6 +37,34 @@ test("every 8-bit scheme decodes within the stated bound, whatever its order", (
         assert.ok(diff <= quant8, `${name} L${l} H${h}: ${diff} > ${quant8}`);
       }
     }
+  }
+});
+
+test("fewer bits: q counts 2**bits - 1 levels, within the header's wider bound", () => {
+  const name = "pair-abs-uint8-key-major-6bit.hsa1";
+  const a = decodeCompact(load(name));
+  const source = expected.sources.pair;
+  assert.equal(a.bits, 6);
+  assert.equal(a.maxAbsError, 1 / 126);
+  let worst = 0;
+  for (let l = 0; l < a.layers; l++) {
+    for (let h = 0; h < a.heads; h++) worst = Math.max(worst, maxDiff(a.headInto(l, h), flat(source[l][h])));
+  }
+  assert.ok(worst <= quant6, `${worst} > ${quant6}`);
+  // Read as 255 levels it would be off by a factor 4: the bound is only met through header.bits.
+  assert.ok(worst > quant8, `6-bit values within the 8-bit bound (${worst}): the fixture tests nothing`);
+});
+
+test("a header's bits outside 2..8 is refused", () => {
+  const bytes = new Uint8Array(load("pair-abs-uint8-key-major-6bit.hsa1"));
+  const length = new DataView(bytes.buffer).getUint32(4, true);
+  const text = new TextDecoder().decode(bytes.subarray(8, 8 + length));
+  for (const bad of ["9", "0", "1"]) {
+    const edited = new TextEncoder().encode(text.replace('"bits": 6', `"bits": ${bad}`));
+    assert.equal(edited.length, length, bad);
+    const copy = bytes.slice();
+    copy.set(edited, 8);
+    assert.throws(() => decodeCompact(copy.buffer), CompactDecodeError, bad);
   }
 });
 

@@ -20,7 +20,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from tolerances import U32, quant8  # noqa: E402
+from tolerances import U32, quant, quant8  # noqa: E402
 
 from app import compact  # noqa: E402
 
@@ -94,6 +94,10 @@ def build() -> tuple[dict[str, bytes], dict[str, Any]]:
         "pair-abs-uint8-key-major.hsa1": compact.encode(
             pair_header, torch.from_numpy(pair), scheme="abs-uint8-key-major"
         ),
+        # The page's first view below 128 tokens: fewer levels in the same byte (compact.AUTO_BITS).
+        "pair-abs-uint8-key-major-6bit.hsa1": compact.encode(
+            pair_header, torch.from_numpy(pair), scheme="abs-uint8-key-major", bits=6
+        ),
         "causal-abs-uint8-key-major.hsa1": compact.encode(
             causal_header, torch.from_numpy(causal), scheme="abs-uint8-key-major"
         ),
@@ -122,6 +126,7 @@ def build() -> tuple[dict[str, bytes], dict[str, Any]]:
             "pair-row-max-uint8.hsa1": "pair",
             "pair-abs-uint8.hsa1": "pair",
             "pair-abs-uint8-key-major.hsa1": "pair",
+            "pair-abs-uint8-key-major-6bit.hsa1": "pair",
             "causal-abs-uint8-key-major.hsa1": "causal",
             "head-float32-shuffled.hsa1": "head",
             **{f"seq2seq-{scheme}.hsa1": "seq2seq" for scheme in SEQ2SEQ_SCHEMES},
@@ -132,6 +137,7 @@ def build() -> tuple[dict[str, bytes], dict[str, Any]]:
             "quant8": quant8(),
             # The mean of H decoded heads against the mean of the sources, which the test sums in float64.
             "quant8_mean_of_3": quant8(heads=3),
+            "quant6": quant(6),
             "u32": U32,
         },
     }
