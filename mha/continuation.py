@@ -73,6 +73,8 @@ def attend_continued(
     hidden_state: bool,
     cancel: Callable[[], bool] | None,
     chat: bool = False,
+    *,
+    norms: bool = False,
 ) -> AttentionResult:
     """model.attend(text, max_new_tokens=k): the prompt encoded, continued, then attended in one forward."""
     if max_new_tokens < 0:
@@ -82,7 +84,12 @@ def attend_continued(
     encoded = prompt.extended(new, model.encoder)
     ids = encoded.ids
     with torch.no_grad():
-        out = model.network(torch.tensor([ids], device=model.device), need_hidden=hidden_state, cancel=cancel)
+        out = model.network(
+            torch.tensor([ids], device=model.device),
+            need_hidden=hidden_state,
+            cancel=cancel,
+            need_products=norms,
+        )
     assert out.attentions is not None  # need_weights defaults to True
     hidden = None if out.hidden_state is None else out.hidden_state[0].to("cpu", torch.float32)
     return AttentionResult.of(
@@ -91,4 +98,5 @@ def attend_continued(
         out.attentions[:, 0].to(device="cpu", dtype=torch.float32),
         hidden,
         generated=len(new),
+        value_products=None if out.products is None else out.products[:, 0].to("cpu", torch.float32),
     )

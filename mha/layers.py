@@ -161,16 +161,25 @@ class Block(nn.Module):
         weights_out: torch.Tensor | None,
         attention: Callable[[torch.Tensor], torch.Tensor] | None = None,
         bias: torch.Tensor | None = None,
+        products_out: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`attention`, if given, stands in for self.attn on the sub-layer's input and returns its output
         (B, T, E), no weights: how mha.trace runs a long input's attention in row blocks through the
-        same residual and norm wiring. `bias` is added to the logits (T5's relative positions)."""
+        same residual and norm wiring. `bias` is added to the logits (T5's relative positions).
+        products_out (B, T, H, H) receives the attention's value products (MultiHeadAttention.
+        value_products) of the sub-layer's input: the normed x in a pre-norm block, x in a post-norm one."""
 
         def attend(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
             if attention is not None:
                 return attention(h), None
             return self.attn(
-                h, keep=keep, rotary=rotary, need_weights=need_weights, weights_out=weights_out, bias=bias
+                h,
+                keep=keep,
+                rotary=rotary,
+                need_weights=need_weights,
+                weights_out=weights_out,
+                bias=bias,
+                products_out=products_out,
             )
 
         x, weights = self.residual(x, attend, self.attn_norm, self.attn_post_norm)

@@ -29,6 +29,8 @@ __all__ = ["ACTIVATIONS", "ARCHITECTURES", "Transformer", "TransformerConfig", "
 class TransformerOutput:
     hidden_state: torch.Tensor | None  # (B, T, E), the last layer's output; None when not asked for
     attentions: torch.Tensor | None  # (L, B, H, T, T), every layer's attention weights
+    # (L, B, T, H, H), every layer's value products (MultiHeadAttention.value_products); need_products only
+    products: torch.Tensor | None = None
 
 
 class Transformer(nn.Module):
@@ -110,6 +112,7 @@ class Transformer(nn.Module):
         cancel: Callable[[], bool] | None = None,
         on_layers: Callable[[int, torch.Tensor], None] | None = None,
         layers_at_once: int = 1,
+        need_products: bool = False,
     ) -> TransformerOutput:
         """input_ids (B, T); attention_mask (B, T) 1 for real tokens, 0 for padding; segment_ids (B, T).
 
@@ -120,11 +123,15 @@ class Transformer(nn.Module):
         weights as soon as k = layers_at_once of them (fewer at the end) have come out, and the output holds
         no attentions: layers_at_once layers' maps alive at a time, not L. Without grad the weights are one
         buffer of layers_at_once layers that the next ones write again: valid only during the call.
+        need_products adds every layer's value products (L, B, T, H, H) to the output: what moves along
+        each weight (mha.analysis.norms), from this forward's own values.
         """
         if not (need_weights or need_hidden):
             raise ValueError("need_weights and need_hidden are both False: nothing to compute")
         if on_layers is not None and not need_weights:
             raise ValueError("on_layers needs need_weights: there are no weights to hand it")
+        if need_products and on_layers is not None:
+            raise ValueError("need_products keeps every layer's products: it does not go with on_layers")
         if layers_at_once < 1:
             raise ValueError(f"layers_at_once ({layers_at_once}) must be at least 1")
         cfg = self.config
@@ -152,6 +159,9 @@ class Transformer(nn.Module):
             # group's slices, written again by the next group).
             buffer = empty_buffer(group, batch, cfg.num_heads, length, length, like=x)
         layer_weights: list[torch.Tensor] = []
+        products = None
+        if need_products:  # small: T·H² a layer, against the weights' H·T²
+            products = x.new_empty(cfg.num_layers, batch, length, cfg.num_heads, cfg.num_heads)
         weights: torch.Tensor | None
         first = 0  # the first layer of the group in hand (on_layers)
         last = len(self.layers) - 1
@@ -160,11 +170,17 @@ class Transformer(nn.Module):
                 raise Cancelled(f"forward cancelled before layer {i} of {len(self.layers)}")
             out = None if buffer is None else buffer[i - first]
             layer_keep = window_keep if i in windowed else keep
-            if i == last and not need_hidden and bias is None:
+            if i == last and not need_hidden and bias is None and products is None:
                 weights = layer.attention_weights(x, layer_keep, rotary=rotary, weights_out=out)
             else:
                 x, weights = layer(
-                    x, layer_keep, rotary=rotary, need_weights=need_weights, weights_out=out, bias=bias
+                    x,
+                    layer_keep,
+                    rotary=rotary,
+                    need_weights=need_weights,
+                    weights_out=out,
+                    bias=bias,
+                    products_out=None if products is None else products[i],
                 )
             if weights is not None:
                 layer_weights.append(weights)
@@ -176,7 +192,7 @@ class Transformer(nn.Module):
         if on_layers is not None:  # every layer's weights went to it: nothing kept
             attentions = None
         if not need_hidden:
-            return TransformerOutput(hidden_state=None, attentions=attentions)
+            return TransformerOutput(hidden_state=None, attentions=attentions, products=products)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return TransformerOutput(hidden_state=x, attentions=attentions)
+        return TransformerOutput(hidden_state=x, attentions=attentions, products=products)

@@ -136,6 +136,7 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = True,
         weights_out: torch.Tensor | None = None,
         bias: torch.Tensor | None = None,
+        products_out: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from `query` (B, T, E) to `key` (B, S, kdim), `value` (B, S, vdim); omitted: self-attention.
 
@@ -147,15 +148,18 @@ class MultiHeadAttention(nn.Module):
         builds it once for all its layers, and no layer normalises it again.
         rotary: (cos, sin), each (B|1, T, rotary dim), rotating q and k (mha.rope; self-attention only).
         bias: added to the logits, broadcastable to (B, H, T, S): T5's relative position bias.
+        products_out: (B, S, H, H), filled with `value_products` of this forward's values.
         """
         key, value = self._check_inputs(query, key, value)
         self_attention = key is query and value is query
         keep = self._keep_mask(query, key, mask=mask, valid_lens=valid_lens, causal=causal, keep=keep)
         plain = rotary is None and bias is None
         if need_weights and plain and self._single_sequence(query, self_attention):
-            return self._single_self_attention(query, keep, weights_out)
+            return self._single_self_attention(query, keep, weights_out, products_out)
 
         q, k, v = self.heads(query, key, value, self_attention, rotary)
+        if products_out is not None:
+            self.value_products(v, out=products_out)
         if bias is not None and self.num_kv_heads != self.num_heads:
             raise ValueError("a logit bias is not supported with grouped-query heads")
         if self.num_kv_heads != self.num_heads:
@@ -330,8 +334,33 @@ class MultiHeadAttention(nn.Module):
         """(B, L, heads·D) -> (B, heads, L, D), a view."""
         return x.view(x.shape[0], x.shape[1], heads, self.head_dim).transpose(1, 2)
 
+    def value_products(self, v: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, S, H, H): <f_h(x_j), f_g(x_j)> for every key j and pair of query heads h, g, where
+        f_h(x_j) = (x_j W_V^h + b_V^h) W_O^h is key j's value through head h's slice of the output
+        projection (Kobayashi et al. 2020). Its diagonal is ‖f_h(x_j)‖², and α_ij f_h(x_j) is what head h
+        moves from key j into query i. v (B, H_kv, S, D) is `heads`' (the value bias included); a
+        grouped-query head h reads value head h // G through its own W_O^h. out_proj's bias is added once
+        after the heads and belongs to none of them: it is not in any f_h."""
+        batch, kv_heads, src, head_dim = v.shape
+        heads, width = self.num_heads, self.embed_dim
+        group = heads // kv_heads
+        w = self.out_proj.weight.view(width, kv_heads, group, head_dim)  # W_O^h = [:, h // G, h % G, :]
+        if out is None:
+            out = v.new_empty(batch, src, heads, heads)
+        # f is (B, rows, H, E): in blocks of keys, so a long input never holds every key's H·E vectors.
+        rows = max(1, (1 << 22) // max(1, batch * heads * width))
+        for start in range(0, src, rows):
+            block = v[:, :, start : start + rows]  # (B, H_kv, r, D)
+            f = torch.einsum("bksd,ekgd->bskge", block, w).reshape(batch, block.shape[2], heads, width)
+            out[:, start : start + rows] = f @ f.transpose(-1, -2)
+        return out
+
     def _single_self_attention(
-        self, x: torch.Tensor, keep: torch.Tensor | None, weights_out: torch.Tensor | None
+        self,
+        x: torch.Tensor,
+        keep: torch.Tensor | None,
+        weights_out: torch.Tensor | None,
+        products_out: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Inference on one sequence with no copies: the path `attend` takes.
 
@@ -341,6 +370,8 @@ class MultiHeadAttention(nn.Module):
         """
         v_t, weights = self._single_weights(x, keep, weights_out, with_values=True)
         assert v_t is not None  # with_values=True projects v: an invariant, not user input
+        if products_out is not None:
+            self.value_products(v_t.transpose(1, 2).unsqueeze(0), out=products_out)  # v (1, H, T, D)
         length = x.shape[1]
         out_t = torch.bmm(v_t, weights.transpose(1, 2))  # (H, D, T) = v^T w^T
         out = self.out_proj(out_t.view(self.embed_dim, length).t())  # (T, E)

@@ -114,6 +114,7 @@ class AttentionModel:
         max_new_tokens: int | None = None,
         chat: bool = False,
         cancel: Callable[[], bool] | None = None,
+        norms: bool = False,
     ) -> AttentionResult:
         """Every layer's and head's attention for one text (or pair); attentions [L, H, n, n].
 
@@ -129,7 +130,11 @@ class AttentionModel:
         max_tokens), then returns the attention over prompt and continuation (`result.generated`).
         chat=True puts the text in the tokenizer's chat template as the user's turn, the assistant's turn
         opened (apply_chat_template(add_generation_prompt=True)); `result.texts[0]` is the rendered string.
+        norms=True adds `result.value_products` (and so `result.norms`) from the same forward: what each
+        head moves along its weights (mha.analysis.norms). Not yet for an encoder-decoder.
         """
+        if norms and self.info.seq2seq:
+            raise NotImplementedError("norms of an encoder-decoder are not computed yet: use norms=False")
         if self.info.seq2seq:
             return translate.attend_seq2seq(
                 self,
@@ -154,9 +159,15 @@ class AttentionModel:
                 hidden_state,
                 cancel,
                 chat,
+                norms=norms,
             )
         return self.attend_batch(
-            [(text, text_pair)], max_tokens=max_tokens, hidden_state=hidden_state, chat=chat, cancel=cancel
+            [(text, text_pair)],
+            max_tokens=max_tokens,
+            hidden_state=hidden_state,
+            chat=chat,
+            cancel=cancel,
+            norms=norms,
         )[0]
 
     def trace(
@@ -205,11 +216,14 @@ class AttentionModel:
         hidden_state: bool = True,
         chat: bool = False,
         cancel: Callable[[], bool] | None = None,
+        norms: bool = False,
     ) -> list[AttentionResult]:
         """Several texts (or (text, pair) tuples) in one padded forward; one AttentionResult each.
-        `cancel` is checked between layers (see `Transformer.forward`)."""
+        `cancel` is checked between layers (see `Transformer.forward`); norms as `attend` says."""
         if not items:
             return []
+        if norms and self.info.seq2seq:
+            raise NotImplementedError("norms of an encoder-decoder are not computed yet: use norms=False")
         if self.info.seq2seq:  # each source translated on its own (generation is one sequence at a time)
             pairs = [(i, None) if isinstance(i, str) else i for i in items]
             return [
@@ -220,13 +234,16 @@ class AttentionModel:
         pairs = [(i, None) if isinstance(i, str) else i for i in items]
         encoded = self.encoder.encode_batch(pairs, limit, chat=chat)
         lengths = [len(e.ids) for e in encoded]
-        attentions, hidden = self.forward_padded(encoded, hidden_state=hidden_state, cancel=cancel)
+        attentions, hidden, products = self._forward(
+            encoded, hidden_state=hidden_state, cancel=cancel, need_products=norms
+        )
         return [
             AttentionResult.of(
                 e,
                 self.tokenizer.convert_ids_to_tokens(e.ids),
                 attentions[:, row, :, :n, :n],  # (L, H, n, n)
                 None if hidden is None else hidden[row, :n],
+                value_products=None if products is None else products[:, row, :n],  # (L, n, H, H)
             )
             for row, (e, n) in enumerate(zip(encoded, lengths, strict=True))
         ]
@@ -243,7 +260,24 @@ class AttentionModel:
         [B, T, E] or None), float32 on the CPU (on_device: on the model's device), T the longest input.
         An encoder-decoder runs its encoder alone (its self-attention; no target). Padded keys carry
         weight 0; padded query rows are filler."""
+        attentions, hidden, _ = self._forward(
+            encoded, hidden_state=hidden_state, cancel=cancel, on_device=on_device
+        )
+        return attentions, hidden
+
+    def _forward(
+        self,
+        encoded: Sequence[Encoded],
+        *,
+        hidden_state: bool = False,
+        cancel: Callable[[], bool] | None = None,
+        on_device: bool = False,
+        need_products: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """forward_padded's forward, with the value products [L, B, T, H, H] when need_products (a
+        decoder or encoder; an encoder-decoder's encoder has none yet)."""
         ids, attention_mask, type_ids = self._padded_inputs(encoded)
+        products = None
         # no_grad rather than inference_mode: callers may modify the returned tensors in place.
         with torch.no_grad():
             if isinstance(self.network, EncoderDecoder):
@@ -256,15 +290,17 @@ class AttentionModel:
                     segment_ids=type_ids,
                     need_hidden=hidden_state,
                     cancel=cancel,
+                    need_products=need_products,
                 )
-                attentions, hidden = out.attentions, out.hidden_state
+                attentions, hidden, products = out.attentions, out.hidden_state, out.products
             if attentions is None:  # need_weights is on: the network always returns them
                 raise RuntimeError("the network returned no attention weights")
             # One transfer and one cast for the whole batch; a no-op for float32 on the CPU.
             target = attentions.device if on_device else torch.device("cpu")
             attentions = attentions.to(device=target, dtype=torch.float32)
             hidden = None if hidden is None else hidden.to(target, torch.float32)
-        return attentions, hidden
+            products = None if products is None else products.to(target, torch.float32)
+        return attentions, hidden, products
 
     def forward_layers(
         self,

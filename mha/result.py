@@ -111,10 +111,22 @@ class AttentionResult:
     generated: int = 0
     # The strings `offsets` index into: (text, text_pair) as given, or (the rendered chat template, None).
     texts: tuple[str, str | None] = ("", None)
+    # float32, CPU, owned, [L, n, H, H] (attend(..., norms=True); else None): for key j and query heads h,
+    # g, <f_h(x_j), f_g(x_j)>, f_h(x_j) key j's value through head h's slice of the output projection
+    # (mha.analysis.norms states every convention). From the forward that made `attentions`.
+    value_products: torch.Tensor | None = None
 
     @property
     def n(self) -> int:
         return len(self.tokens)
+
+    @property
+    def norms(self) -> torch.Tensor | None:
+        """[L, H, n]: ‖f_h(x_j)‖, the size of what head h moves from key j per unit of weight (Kobayashi
+        et al. 2020); None unless attend(..., norms=True)."""
+        if self.value_products is None:
+            return None
+        return self.value_products.diagonal(dim1=-2, dim2=-1).clamp(min=0).sqrt().transpose(1, 2).contiguous()
 
     @property
     def prompt_n(self) -> int:
@@ -130,9 +142,10 @@ class AttentionResult:
         hidden_state: torch.Tensor | None,
         *,
         generated: int = 0,
+        value_products: torch.Tensor | None = None,
     ) -> Self:
-        """The result of one encoded input: `attentions` (L, H, n, n) and `hidden_state` (n, E) on the CPU in
-        float32, made to own their storage."""
+        """The result of one encoded input: `attentions` (L, H, n, n), `hidden_state` (n, E) and
+        `value_products` (L, n, H, H) on the CPU in float32, made to own their storage."""
         return cls(
             tokens=tokens,
             token_ids=encoded.ids,
@@ -147,6 +160,7 @@ class AttentionResult:
             hidden_state=None if hidden_state is None else owned(hidden_state),
             generated=generated,
             texts=encoded.texts,
+            value_products=None if value_products is None else owned(value_products),
         )
 
 

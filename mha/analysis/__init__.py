@@ -11,6 +11,8 @@ Each module's docstring holds its definitions, written once:
 - ``rollout``: attention rollout and attention flow (Abnar & Zuidema 2020).
 - ``words``: token maps merged to word maps, and word labels.
 - ``compare``: two maps compared, per head, directly or on the aligned tokens of two inputs.
+- ``norms``: weight × value norm (Kobayashi et al. 2020): what each head moves along its weights
+  (``weight_norm_map``, ``layer_norm_map``, ``row_shares``), from ``AttentionResult.value_products``.
 - ``cross``: an encoder-decoder's cross attention [L, H, m, n] (target to source): its statistics
   (``cross_stats``) and labels (``cross_labels``, with "alignment").
 
@@ -36,6 +38,7 @@ from mha.analysis.cross import (
     cross_labels,
     cross_stats,
 )
+from mha.analysis.norms import LAYER_MAP_MAX_TOKENS, layer_norm_map, row_shares, weight_norm_map
 from mha.analysis.rollout import (
     FLOW_CAPACITY_SCALE,
     FLOW_MAX_TOKENS,
@@ -64,6 +67,10 @@ from mha.analysis.words import WordGroups, merge_to_words, word_groups_from, wor
 
 __all__ = [
     "ALIGNMENT_MIN_KEYS",
+    "LAYER_MAP_MAX_TOKENS",
+    "layer_norm_map",
+    "row_shares",
+    "weight_norm_map",
     "CROSS_LABELS",
     "CROSS_POINTER_LABELS",
     "CROSS_SIMILARITY_STATS",

@@ -1,0 +1,146 @@
+"""Weight × value norm (mha.analysis.norms, attend(..., norms=True)) against an independent computation from
+transformers' own weights and activations: each attention sub-layer's input x as transformers' eager model
+feeds it (a forward pre-hook), its value and output projections read from transformers' modules, and
+every norm and map worked out in float64 (Kobayashi et al. 2020's definitions, their code's einsum)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from tolerances import FORWARD, U32
+
+from mha import analysis, load_pretrained
+
+SENTENCE = "The cat sat on the mat. The dog sat on the log."
+# The families whose sub-layer inputs and weights are read below: a post-norm encoder (BERT, biases on the
+# value and output projections), a pre-norm decoder with Conv1D projections (GPT-2), a grouped-query rotary
+# decoder without biases (Llama) and one with value biases (Qwen2).
+FAMILIES = ("bert", "gpt2", "llama", "qwen2")
+
+
+def projections(family: str, layer: Any, hidden: int) -> tuple[Any, Any, Any, Any, int]:
+    """(W_V [kv·D, E], b_V or None, W_O [E, H·D], attention module, query heads) of one transformers layer,
+    as float64, y = x W_Vᵀ + b_V and out = W_O y (Linear's convention)."""
+    if family == "bert":
+        attn = layer.attention.self
+        dense = layer.attention.output.dense
+        return attn.value.weight, attn.value.bias, dense.weight, attn, attn.num_attention_heads
+    if family == "gpt2":
+        attn = layer.attn
+        # Conv1D: y = x W + b with W [E, 3E], q, k, v along the columns; c_proj W [E, E] likewise.
+        w_v = attn.c_attn.weight[:, 2 * hidden :].t()
+        b_v = attn.c_attn.bias[2 * hidden :]
+        return w_v, b_v, attn.c_proj.weight.t(), attn, attn.num_heads
+    attn = layer.self_attn
+    return attn.v_proj.weight, attn.v_proj.bias, attn.o_proj.weight, attn, attn.config.num_attention_heads
+
+
+def layers_of(family: str, model: Any) -> Any:
+    return {"bert": lambda: model.encoder.layer, "gpt2": lambda: model.h}.get(family, lambda: model.layers)()
+
+
+def reference(family: str, directory: Path) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(attentions [L, H, n, n], f [L, H, n, E] every head's f_h(x_j), in float64) from transformers."""
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    model = AutoModel.from_pretrained(str(directory), attn_implementation="eager").eval()
+    hidden = model.config.hidden_size
+    inputs: list[torch.Tensor] = []
+
+    def keep_input(_module: Any, args: tuple, kwargs: dict) -> None:
+        inputs.append(args[0] if args else kwargs["hidden_states"])
+
+    parts = [projections(family, layer, hidden) for layer in layers_of(family, model)]
+    hooks = [attn.register_forward_pre_hook(keep_input, with_kwargs=True) for *_, attn, _ in parts]
+    with torch.no_grad():
+        out = model(**tokenizer(SENTENCE, return_tensors="pt"), output_attentions=True)
+    for hook in hooks:
+        hook.remove()
+    values = []
+    for x, (w_v, b_v, w_o, _, heads) in zip(inputs, parts, strict=True):
+        x = x[0].double()  # (n, E)
+        v = x @ w_v.double().t() + (0 if b_v is None else b_v.double())  # (n, kv·D)
+        head_dim = w_o.shape[1] // heads
+        kv_heads = v.shape[1] // head_dim
+        v = v.view(-1, kv_heads, head_dim).repeat_interleave(heads // kv_heads, dim=1)  # (n, H, D)
+        w = w_o.double().view(w_o.shape[0], heads, head_dim)  # W_O^h = w[:, h, :]
+        values.append(torch.einsum("nhd,ehd->hne", v, w))  # f_h(x_j): (H, n, E)
+    return torch.stack(out.attentions)[:, 0].double(), torch.stack(values)
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def case(request: pytest.FixtureRequest, tiny_checkpoints: dict[str, Path]) -> tuple[Any, ...]:
+    directory = tiny_checkpoints[request.param]
+    result = load_pretrained(directory, device="cpu").attend(SENTENCE, norms=True)
+    return (request.param, result, *reference(request.param, directory))
+
+
+def bound(scale: torch.Tensor, width: int) -> torch.Tensor:
+    """|ours - float64| for a norm of a vector of size `scale`: transformers' float32 forward and ours feed
+    x within FORWARD (relative: the sub-layer input is O(1) after a norm) to two float32 projections of
+    `width` terms each (Higham: 2·width·u relative); the same relative error carries to the norm."""
+    return (FORWARD + 2 * width * U32) * scale.clamp(min=1.0)
+
+
+def test_norms_are_the_value_through_each_heads_slice_of_the_output(case: tuple[Any, ...]) -> None:
+    family, result, attentions, f = case
+    assert torch.allclose(result.attentions.double(), attentions, atol=FORWARD, rtol=0), family
+    expected = f.norm(dim=-1)  # [L, H, n]
+    assert result.norms.shape == expected.shape
+    width = f.shape[-1] + result.value_products.shape[-1]
+    assert ((result.norms.double() - expected).abs() <= bound(expected, width)).all(), family
+    # Not constant: the norm tells tokens apart, which the weight alone would not.
+    assert expected.std(dim=-1).min() > 1e-3
+
+
+def test_products_hold_every_pair_of_heads(case: tuple[Any, ...]) -> None:
+    family, result, _, f = case
+    expected = torch.einsum("lhne,lgne->lnhg", f, f)  # <f_h(x_j), f_g(x_j)>
+    scale = f.norm(dim=-1).amax(dim=1)[:, :, None, None] ** 2  # Cauchy-Schwarz: |<a, b>| <= max norm²
+    assert ((result.value_products.double() - expected).abs() <= 2 * bound(scale, f.shape[-1] * 2)).all()
+
+
+def test_weighted_and_layer_maps_equal_kobayashis_definitions(case: tuple[Any, ...]) -> None:
+    family, result, attentions, f = case
+    weighted = attentions * f.norm(dim=-1).unsqueeze(-2)  # α_ij ‖f_h(x_j)‖
+    ours = analysis.weight_norm_map(result.attentions, result.norms).double()
+    scale = f.norm(dim=-1).amax()
+    assert (ours - weighted).abs().max() <= bound(scale, f.shape[-1] * 2) + FORWARD * scale, family
+    summed = torch.einsum("lhij,lhje->lije", attentions, f).norm(dim=-1)  # ‖Σ_h α^h_ij f_h(x_j)‖
+    layer = analysis.layer_norm_map(result.attentions, result.value_products).double()
+    heads = f.shape[1]
+    # H heads' terms, each within the weighted bound; the square root halves a relative error at most.
+    assert (layer - summed).abs().max() <= heads * (bound(scale, f.shape[-1] * 2) + FORWARD * scale)
+    shares, totals = analysis.row_shares(ours)
+    assert torch.allclose(shares.sum(-1), torch.ones_like(totals), atol=shares.shape[-1] * 4 * U32)
+
+
+def test_norms_come_from_the_same_forward_and_change_nothing_else(tiny_checkpoints: dict[str, Path]) -> None:
+    model = load_pretrained(tiny_checkpoints["llama"], device="cpu")
+    plain = model.attend(SENTENCE)
+    both = model.attend(SENTENCE, norms=True)
+    assert plain.value_products is None and plain.norms is None
+    assert torch.equal(plain.attentions, both.attentions)  # the very same arithmetic, one forward
+    batch = model.attend_batch([SENTENCE, "Hi."], norms=True)
+    n = both.n
+    assert batch[0].value_products.shape == (3, n, 4, 4)
+    # A padded batch runs other GEMM shapes: within the products' float32 rounding, not bit for bit.
+    scale = both.value_products.abs().max()
+    assert (batch[0].value_products - both.value_products).abs().max() <= 64 * 2 * U32 * scale
+    written = model.attend(SENTENCE, max_new_tokens=3, norms=True)
+    assert written.norms.shape == (3, 4, written.n)
+
+
+def test_maps_refuse_mismatched_shapes() -> None:
+    a = torch.full((2, 3, 4, 4), 0.25)
+    with pytest.raises(ValueError, match=r"norms must be \[L, H, keys\]"):
+        analysis.weight_norm_map(a, torch.ones(2, 3, 5))
+    with pytest.raises(ValueError, match=r"value_products must be \[L, keys, H, H\]"):
+        analysis.layer_norm_map(a, torch.ones(2, 4, 2, 3))
+    big = torch.full((1, 1, 513, 513), 1 / 513)
+    with pytest.raises(ValueError, match="up to 512 tokens"):
+        analysis.layer_norm_map(big, torch.ones(1, 513, 1, 1))
