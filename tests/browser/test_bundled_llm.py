@@ -74,3 +74,5 @@ def test_the_chat_example_shows_smollm2s_answer(session: Any) -> None:
     ]
     assert sorted(cells) == sorted(expected)
     assert page.get_attribute("#head-detail", "data-n") == str(len(tokens))
+    # The chat template's long prompt, shaded under the written tokens, wraps within the page's width.
+    assert page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth")
