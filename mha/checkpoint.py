@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from mha import gguf_checkpoint
+from mha import config_snapshot, gguf_checkpoint
 from mha.convert import Converter, check_shapes, families_of, for_model_type
 from mha.convert.base import NetworkConfig
 from mha.errors import (
@@ -250,7 +250,11 @@ def _check_family(
 
 def read_config(directory: Path, converter: Converter) -> tuple[Any, NetworkConfig]:
     """config.json as transformers reads it, and our config from it; one that either refuses is a
-    CheckpointNotFoundError quoting why (a wrongly typed or missing field)."""
+    CheckpointNotFoundError quoting why (a wrongly typed or missing field). A GGUF's conversion is read
+    from its config's snapshot where it has a usable one (mha.config_snapshot: no model code imported)."""
+    kept = _kept_config(directory, converter) if gguf_checkpoint.is_conversion(directory) else None
+    if kept is not None:
+        return kept
     from transformers import AutoConfig
 
     try:
@@ -264,6 +268,16 @@ def read_config(directory: Path, converter: Converter) -> tuple[Any, NetworkConf
             f"config.json in {directory} is not a usable {converter.family} config: "
             f"{type(exc).__name__}: {why}"
         ) from exc
+
+
+def _kept_config(directory: Path, converter: Converter) -> tuple[Any, NetworkConfig] | None:
+    snapshot = config_snapshot.read(directory)
+    if snapshot is None:
+        return None
+    try:
+        return snapshot, converter.config_from_hf(snapshot)
+    except Exception:  # NotKept, or anything else: config.json, read as usual, decides
+        return None
 
 
 def check_checkpoint(path: str | Path) -> None:
@@ -315,12 +329,18 @@ def load_weights(files: list[Path]) -> dict[str, torch.Tensor]:
 def load_tokenizer(directory: Path, vocab_size: int, *, slow: bool = False) -> Any:
     """The checkpoint's own fast tokenizer (or, `slow`, the Python SentencePiece one of a family that has
     no other: Marian); refuses a stand-in far smaller than the model's vocabulary."""
-    from transformers import AutoTokenizer, TokenizersBackend
-
     # A GGUF's conversion is read back as transformers built it from the file: AutoTokenizer would pick the
     # family's class (Qwen2Tokenizer, GemmaTokenizer...), which puts its own normalizer and pre-tokenizer
     # around tokenizer.json's vocabulary, and a GGUF's vocabulary need not have been made with those.
-    auto = TokenizersBackend if gguf_checkpoint.is_conversion(directory) else AutoTokenizer
+    # (Imported only where used: AutoTokenizer's import takes half a second, TokenizersBackend's none.)
+    if gguf_checkpoint.is_conversion(directory):
+        from transformers import TokenizersBackend
+
+        auto: Any = TokenizersBackend
+    else:
+        from transformers import AutoTokenizer
+
+        auto = AutoTokenizer
     try:
         tokenizer = auto.from_pretrained(str(directory), local_files_only=True)
     except Exception as exc:  # transformers raises ValueError, OSError, KeyError... for broken files

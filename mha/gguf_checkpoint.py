@@ -20,13 +20,16 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
 from mha import model_cache
 from mha.convert import CONVERTERS
 from mha.errors import CheckpointError, CheckpointNotFoundError, UnsupportedCheckpointError
+
+if TYPE_CHECKING:
+    from mha.checkpoint import Checked
 
 __all__ = [
     "BUNDLED_LLM_NAME",
@@ -290,9 +293,34 @@ def _convert(file: Path, header: Header, digest: str) -> Callable[[Path], None]:
         save_file(tensors, str(folder / "model.safetensors"))
         tokenizer.save_pretrained(folder)
         (folder / PROVENANCE).write_text(json.dumps(_provenance(file, header, digest), indent=2) + "\n")
-        check_files(folder)  # the names and shapes our key map wants: a mis-shaped file fails here
+        checked = check_files(folder)  # the names and shapes our key map wants: a mis-shaped file fails here
+        _keep_config(folder, checked)
 
     return write
+
+
+def _keep_config(folder: Path, checked: Checked) -> None:
+    """The config AutoConfig read from `folder`, kept as a snapshot (mha.config_snapshot) where our config
+    and what loading reads besides (eos_token_id, tie_word_embeddings) come out of it the same: later
+    loads then read config.json without importing transformers' model code."""
+    from mha import config_snapshot
+
+    taken = config_snapshot.take(checked.hf_config)
+    if taken is None:
+        return
+    config_snapshot.write(folder, taken)
+    snapshot = config_snapshot.read(folder)  # read back as a later load will
+    try:
+        same = snapshot is not None and checked.converter.config_from_hf(snapshot) == checked.config
+        same = same and all(
+            getattr(snapshot, name, None) == getattr(checked.hf_config, name, None)
+            for name in ("eos_token_id", "tie_word_embeddings")
+        )
+    except Exception:  # any failure reading it: no snapshot, config.json is read instead
+        same = False
+    if not same:
+        logger.debug("%s: the config's snapshot differs from the config; config.json is read instead", folder)
+        (folder / config_snapshot.SNAPSHOT).unlink()
 
 
 @contextmanager

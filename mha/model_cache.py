@@ -6,8 +6,8 @@ SHA-256, so a renamed or copied file finds it and an edited one does not:
     $HEADSCOPE_CACHE_DIR/            (default ~/.cache/headscope)
       gguf-v1/<sha256>/              a published conversion: config.json, model.safetensors, tokenizer files
       gguf-v1/.tmp-<sha256>-<pid>-*  one being written (or left by a killed writer): never read
-      digests/<key>                  the SHA-256 of a file by its (path, size, mtime, inode), so a second
-                                     load hashes nothing
+      digests/<key>                  the SHA-256 of a file by its (path, size, mtime, ctime, inode), so a
+                                     second load hashes nothing
 
 A folder is written under a temporary name and renamed into place only once whole (a rename is atomic on
 one file system), so an interrupted write leaves nothing a later load trusts. Where the cache folder
@@ -23,6 +23,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,8 +41,13 @@ logger = logging.getLogger(__name__)
 
 CACHE_ENV = "HEADSCOPE_CACHE_DIR"
 _TEMPORARY = ".tmp-"
-# (path, size, mtime_ns, inode) -> SHA-256, and digest -> this process's fallback folder
-_digests: dict[tuple[str, int, int, int], str] = {}
+# A file's timestamps are the kernel's coarse clock, truncated to its file system's resolution (1 s on some,
+# 2 s on FAT): a digest is remembered only for a file last changed longer ago than that before hashing
+# began, so that a write after the hash cannot leave the stamp as it was (git's "racily clean" entries).
+_SETTLED_NS = 3_000_000_000
+# (path, size, mtime_ns, ctime_ns, inode) -> SHA-256, and digest -> this process's fallback folder
+_Stamp = tuple[str, int, int, int, int]
+_digests: dict[_Stamp, str] = {}
 _fallbacks: dict[str, Path] = {}
 
 
@@ -51,14 +57,18 @@ def cache_root() -> Path:
 
 
 def file_digest(file: Path) -> str:
-    """The SHA-256 of `file`'s bytes, hashed once per (path, size, mtime, inode) and remembered on disk:
-    a file changed in place gets a new mtime, so a stale digest is never used."""
+    """The SHA-256 of `file`'s bytes, hashed once per (path, size, mtime, ctime, inode) and remembered on
+    disk: a file changed in place gets a new ctime (which, unlike mtime, nothing can set back), so a stale
+    digest is never used. Not remembered for a file changed while it was hashed or just before."""
     digest = known_digest(file)
     if digest is not None:
         return digest
+    began = time.time_ns()
+    stamp = _stamp(file)
     with file.open("rb") as f:
         digest = hashlib.file_digest(f, "sha256").hexdigest()
-    stamp = _stamp(file)
+    if _stamp(file) != stamp or max(stamp[2], stamp[3]) > began - _SETTLED_NS:
+        return digest  # it may change again without its stamp changing: hashed anew next time
     memo = _memo(stamp)
     try:
         memo.parent.mkdir(parents=True, exist_ok=True)
@@ -84,12 +94,12 @@ def known_digest(file: Path) -> str | None:
     return digest
 
 
-def _stamp(file: Path) -> tuple[str, int, int, int]:
+def _stamp(file: Path) -> _Stamp:
     stat = file.stat()
-    return (str(file.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    return (str(file.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
 
 
-def _memo(stamp: tuple[str, int, int, int]) -> Path:
+def _memo(stamp: _Stamp) -> Path:
     return cache_root() / "digests" / hashlib.sha256(repr(stamp).encode()).hexdigest()
 
 

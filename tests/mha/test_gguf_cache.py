@@ -3,6 +3,7 @@ trusting a write that did not finish, and converting into a temporary folder whe
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -16,15 +17,18 @@ from mha import model_cache as cache
 from mha.gguf_checkpoint import CACHE_KIND
 
 TEXT = "The cat sat on the mat."
+SETTLED_NS = cache._SETTLED_NS
 
 
 @pytest.fixture
 def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty cache for the test, and no digest remembered in this process (as in a fresh one)."""
+    """An empty cache for the test, and no digest remembered in this process (as in a fresh one). The
+    test's files count as settled, as a file downloaded long ago does: their digests are remembered."""
     folder = tmp_path / "cache"
     monkeypatch.setenv(cache.CACHE_ENV, str(folder))
     monkeypatch.setattr(cache, "_digests", {})
     monkeypatch.setattr(cache, "_fallbacks", {})
+    monkeypatch.setattr(cache, "_SETTLED_NS", 0)
     return folder
 
 
@@ -88,6 +92,59 @@ def test_the_cache_is_keyed_by_content(
     load_pretrained(copy, device="cpu")
     assert len(conversions) == 2
     assert len(list((cache_dir / CACHE_KIND).iterdir())) == 2
+
+
+def test_a_file_changed_in_place_is_hashed_and_converted_again(
+    llama_gguf: Path, cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Even with its size and mtime as they were (cp -p, rsync -t, touch -d): its ctime has moved."""
+    conversions = _conversions(monkeypatch)
+    file = tmp_path / "edited.gguf"
+    shutil.copy(llama_gguf, file)
+    load_pretrained(file, device="cpu")
+    before = file.stat()
+    assert cache.known_digest(file) is not None  # remembered: the next load would not hash the file
+    with file.open("r+b") as f:
+        f.seek(-4, os.SEEK_END)
+        f.write(b"\x00\x01\x02\x03")  # the last tensor's last bytes
+    os.utime(file, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = file.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert after.st_ino == before.st_ino
+    monkeypatch.setattr(cache, "_digests", {})  # a fresh process
+    load_pretrained(file, device="cpu")
+    assert conversions == [file, file]
+    digest = hashlib.sha256(file.read_bytes()).hexdigest()
+    assert cache.known_digest(file) == digest
+    assert cache.cached_folder(CACHE_KIND, digest) is not None
+
+
+def test_a_digest_is_remembered_only_for_a_file_that_has_settled(
+    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write in the same tick of the file system's clock as the one before leaves the stamp as it was, so
+    a file changed just before it was hashed, or while it was, is hashed again next time."""
+    monkeypatch.setattr(cache, "_SETTLED_NS", SETTLED_NS)
+    file = tmp_path / "new.gguf"
+    file.write_bytes(b"GGUF" + bytes(4096))
+    stat = file.stat()
+    assert cache.file_digest(file) == hashlib.sha256(file.read_bytes()).hexdigest()
+    assert cache.known_digest(file) is None
+    file.write_bytes(b"GGUF" + bytes(range(256)) * 16)  # as long, its times set back as they were
+    os.utime(file, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert cache.file_digest(file) == hashlib.sha256(file.read_bytes()).hexdigest()
+
+    monkeypatch.setattr(cache, "_SETTLED_NS", 0)
+    read = cache.hashlib.file_digest
+
+    def written_meanwhile(f: object, name: str) -> object:
+        digest = read(f, name)  # type: ignore[arg-type]
+        file.write_bytes(b"GGUF" + bytes(5000))
+        return digest
+
+    monkeypatch.setattr(cache.hashlib, "file_digest", written_meanwhile)
+    cache.file_digest(file)
+    assert cache.known_digest(file) is None
 
 
 def test_an_interrupted_write_leaves_nothing_trusted(
