@@ -170,8 +170,20 @@ class InputText(BaseModel):
         return self
 
 
+Weighting = Literal["weight", "norm"]
+WEIGHTING_DESCRIPTION = (
+    '"weight": the attention weights α_ij. "norm": weight × value norm (Kobayashi et al. 2020), what a head '
+    "moves rather than where it looks: each head's α_ij ‖f_h(x_j)‖, f_h(x_j) = (x_j W_V^h + b_V^h) W_O^h "
+    "(key j's value through the head's slice of the output projection; the output bias is in no head), "
+    "each row divided by its total so that rows sum to 1 as weights do; every answer's maps, statistics and "
+    "rollout are then of those shares, and `row_norms` gives each row's total (token level). Not for "
+    "encoder-decoders yet (422)."
+)
+
+
 class AttentionRequest(InputText):
     words: StrictBool = Field(default=False, description=WORDS_DESCRIPTION)
+    weighting: Weighting = Field(default="weight", description=WEIGHTING_DESCRIPTION)
 
 
 Kind = Literal["encoder", "decoder", "cross"]
@@ -273,6 +285,10 @@ class AttentionHeader(BaseModel):
         description="How many of the last tokens the model wrote itself (max_new_tokens). Token i was "
         "chosen from position i - 1, so attention row i - 1 is what the model looked at while writing it.",
     )
+    weighting: Weighting = Field(
+        default="weight",
+        description='"norm" when the maps are weight × value norm shares (the request\'s `weighting`).',
+    )
     byte_level: bool = Field(
         default=False,
         description="True when `tokens` are a byte-level BPE's (GPT-2, RoBERTa, Llama 3, Qwen): "
@@ -304,6 +320,11 @@ class AttentionResponse(AttentionHeader):
     cross_attentions: list[list[list[list[float]]]] | None = Field(
         default=None, description="[layer][head][target query][source key], m x n; 6 decimals."
     )
+    row_norms: list[list[list[float]]] | None = Field(
+        default=None,
+        description='weighting "norm" (token level): [layer][head][query] the row\'s total '
+        "Σ_j α_ij ‖f_h(x_j)‖, what the head moves into that query; share × total is each cell's norm.",
+    )
 
 
 KEY_TOKENS = Field(
@@ -324,6 +345,10 @@ class HeadResponse(BaseModel):
     layer: int
     head: int
     attention: list[list[float]] = Field(description="[query][key] at full float32 precision.")
+    weighting: Weighting = Field(default="weight", description="The request's `weighting`.")
+    row_norms: list[float] | None = Field(
+        default=None, description='weighting "norm" (token level): each query row\'s total, float32.'
+    )
 
 
 class ErrorResponse(BaseModel):
@@ -405,6 +430,7 @@ class CompareRequest(BaseModel):
     a: InputText
     b: InputText
     words: StrictBool = Field(default=False, description=WORDS_DESCRIPTION)
+    weighting: Weighting = Field(default="weight", description=WEIGHTING_DESCRIPTION)
     kind: Kind = Field(default="encoder", description=KIND_DESCRIPTION + " Both sides compare that kind.")
 
 

@@ -68,6 +68,8 @@ def _hsa1_sections(
 
 def attention_body(view: Computed) -> dict[str, Any]:
     body = {**view.header(), "attention": Floats(view.attentions)}  # 6 decimals (float64 first)
+    if view.row_norms is not None:
+        body["row_norms"] = Floats(view.row_norms)
     if view.seq2seq is not None:
         body["decoder_attentions"] = Floats(view.seq2seq.decoder_attentions)
         body["cross_attentions"] = Floats(view.seq2seq.cross_attentions)
@@ -87,7 +89,18 @@ def head_body(view: Computed, layer: int, head: int, *, kind: str = "encoder") -
         "head": head,
         # float32 -> Python float is exact, so this is the model's full precision.
         "attention": Floats(one.attentions[layer, head], decimals=None),
+        **_norm_fields(one, layer, head),
     }
+
+
+def _norm_fields(view: Computed, layer: int, head: int) -> dict[str, Any]:
+    """A head's `weighting` and (norm, token level) its rows' totals, in full float32."""
+    if view.weighting == "weight":
+        return {}
+    fields: dict[str, Any] = {"weighting": view.weighting}
+    if view.row_norms is not None:
+        fields["row_norms"] = Floats(view.row_norms[layer, head], decimals=None)
+    return fields
 
 
 def encode_compact(view: Computed, _abandoned: threading.Event, *, scheme: str, bits: str = "8") -> bytes:
@@ -104,6 +117,8 @@ def encode_head_compact(
     one = view.of_kind(kind)
     one.check_head(layer, head)
     header = {**view.header(), "layers": 1, "heads": 1, "layer": layer, "head": head}
+    if one.row_norms is not None:  # n float32 totals: small beside the head's n² values
+        header["row_norms"] = one.row_norms[layer, head].tolist()
     values = one.attentions[layer : layer + 1, head : head + 1]  # [1, 1, rows, cols]
     if view.seq2seq is not None:  # one section, of the kind asked for
         return _hsa1_sections({**header, "kind": kind}, [(kind, values)], "float32-shuffled")

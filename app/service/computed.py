@@ -59,6 +59,13 @@ class Computed:
     kind: str = "encoder"  # which of KINDS `attentions` is (of_kind)
     key_tokens: list[str] | None = None  # cross attention's keys (the source); None: the keys are `tokens`
     key_special: list[bool] | None = None
+    # ‖f_h(x_j)‖ [L, H, n], float32 CPU (mha.analysis.norms): the size of what each head moves from each key
+    # per unit of weight; None for an encoder-decoder (not computed yet) and at word level.
+    norms: torch.Tensor | None = None
+    # "weight": `attentions` are the model's weights; "norm" (`weigh_by_norm`): each row of α_ij ‖f_h(x_j)‖
+    # divided by its total, which `row_norms` [L, H, n] keeps (None at word level).
+    weighting: str = "weight"
+    row_norms: torch.Tensor | None = None
 
     @property
     def layers(self) -> int:
@@ -80,6 +87,8 @@ class Computed:
     @property
     def nbytes(self) -> int:
         extra = self.seq2seq.nbytes if self.seq2seq is not None else 0
+        for small in (self.norms, self.row_norms):
+            extra += 0 if small is None else small.numel() * small.element_size()
         return self.attentions.numel() * self.attentions.element_size() + extra
 
     def header(self) -> dict[str, Any]:
@@ -100,6 +109,8 @@ class Computed:
             "generated": self.generated,
             "byte_level": self.byte_level,
         }
+        if self.weighting != "weight":  # absent: the weights, as every answer before the switch
+            header["weighting"] = self.weighting
         if self.seq2seq is not None:
             header.update(
                 architecture="encoder-decoder",
@@ -194,7 +205,22 @@ def from_result(name: str, model: mha.AttentionModel, result: mha.AttentionResul
         word_ids=tuple(result.word_ids),
         offsets=tuple((int(start), int(end)) for start, end in result.offsets),
         seq2seq=seq2seq,
+        norms=result.norms,  # mha's own: float32, CPU, owned (None unless attended with norms=True)
     )
+
+
+def weigh_by_norm(computed: Computed) -> Computed:
+    """The "norm" view: every head's α_ij ‖f_h(x_j)‖ (what it moves from key j into query i, Kobayashi
+    et al. 2020), each row divided by its total so that rows sum to 1 as weights do and every statistic,
+    map and page reads it as they read weights; the totals go to `row_norms`. InvalidInputError (422)
+    where the norms were not computed (an encoder-decoder)."""
+    if computed.norms is None:
+        raise InvalidInputError(
+            f'weighting "norm" is not available for {computed.model!r} ({article(computed.architecture)} '
+            'model): its value norms are not computed yet; send weighting "weight"'
+        )
+    shares, totals = analysis.row_shares(analysis.weight_norm_map(computed.attentions, computed.norms))
+    return replace(computed, attentions=shares.contiguous(), weighting="norm", row_norms=totals.contiguous())
 
 
 def merge_words(computed: Computed) -> Computed:
@@ -221,6 +247,8 @@ def merge_words(computed: Computed) -> Computed:
         byte_level=False,  # words are sliced from the text, not spelled by the tokenizer
         word_ids=(),
         offsets=(),
+        norms=None,  # per token: a word's would need its pieces' vectors summed, not their norms
+        row_norms=None,
     )
 
 

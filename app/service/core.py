@@ -40,7 +40,7 @@ from app.schemas import (
 )
 from app.service import bodies
 from app.service.batcher import Batcher, Job, QueueFull, background, drop_if_abandoned
-from app.service.computed import Computed, article, from_result, merge_words
+from app.service.computed import Computed, article, from_result, merge_words, weigh_by_norm
 from app.service.corpus import CorpusRuns
 from app.service.flights import STREAM_VALUES, Flights, Stream, settled
 from app.service.loaders import build_checks, build_loaders, default_model
@@ -233,12 +233,12 @@ class AttentionService:
         many clients ask. A long text takes its turn before its forward; a short one that still makes a
         large answer (512 tokens of CJK, say) lets go of its tensor while it waits."""
         source = self._input(request)
-        key = cache_key("json", source, extra=(request.words,))
+        key = cache_key("json", source, extra=(request.words, request.weighting))
         # Looked up before anything else: a cached answer never waits for a turn to stream.
         hit = self.cache.get(key)
         if hit is not None:
             return hit  # type: ignore[no-any-return]
-        view_of = partial(self._view, source, words=request.words)
+        view_of = partial(self._view, source, words=request.words, weighting=request.weighting)
         slot = None
         if _chars(request.text, request.text_pair, request.target) > BATCH_CHARS:
             slot = await self._stream_slot()
@@ -276,7 +276,7 @@ class AttentionService:
         return await self._gunzipped_unless(gzipped, body)
 
     async def head(self, request: HeadRequest) -> bytes:
-        view = await self._view(self._input(request), words=request.words)
+        view = await self._view(self._input(request), words=request.words, weighting=request.weighting)
         make_body = partial(bodies.head_body, view, request.layer, request.head, kind=request.kind)
         return await self._off_loop(bodies.encode_pieces, make_body)
 
@@ -328,17 +328,18 @@ class AttentionService:
         sources = (self._input(request.a), self._input(request.b))
 
         async def encode(abandoned: threading.Event) -> bytes:
-            view_a, view_b = await self._compare_views(sources, request.words, request.kind)
+            view_a, view_b = await self._compare_views(sources, request)
             make_body = partial(bodies.compare_body, view_a, view_b)
             return await self._off_loop(bodies.encode_pieces, make_body, abandoned)
 
-        return await self._cached(cache_key("compare", *sources, extra=(request.words, request.kind)), encode)
+        extra = (request.words, request.weighting, request.kind)
+        return await self._cached(cache_key("compare", *sources, extra=extra), encode)
 
     async def compare_head(self, request: CompareHeadRequest) -> bytes:
         sources = (self._input(request.a), self._input(request.b))
-        view_a, view_b = await self._compare_views(sources, request.words, request.kind)
+        view_a, view_b = await self._compare_views(sources, request)
         view_a.check_head(request.layer, request.head)
-        extra = (request.words, request.kind, request.layer, request.head)
+        extra = (request.words, request.weighting, request.kind, request.layer, request.head)
         key = cache_key("compare/head", *sources, extra=extra)
         make_body = partial(bodies.compare_head_body, view_a, view_b, request.layer, request.head)
         return await self._flights.join(
@@ -346,9 +347,12 @@ class AttentionService:
         )
 
     async def _compare_views(
-        self, sources: tuple[Input, Input], words: bool, kind: str
+        self, sources: tuple[Input, Input], request: CompareRequest
     ) -> tuple[Computed, Computed]:
-        views = await asyncio.gather(*(self._view(source, words=words) for source in sources))
+        kind = request.kind
+        views = await asyncio.gather(
+            *(self._view(source, words=request.words, weighting=request.weighting) for source in sources)
+        )
         view_a, view_b = (view.of_kind(kind) for view in views)
         what = "" if kind == "encoder" else f" ({kind} attention)"
         shape_a, shape_b = (view_a.layers, view_a.heads), (view_b.layers, view_b.heads)
@@ -403,18 +407,26 @@ class AttentionService:
         source = self._input(request)
 
         async def compute(abandoned: threading.Event) -> bytes:
-            view = await self._view(source, words=request.words)
+            view = await self._view(source, words=request.words, weighting=request.weighting)
             return await self._off_loop(encode, view, abandoned)
 
-        return await self._cached(cache_key(kind, source, extra=(request.words,)), compute)
+        return await self._cached(cache_key(kind, source, extra=(request.words, request.weighting)), compute)
 
-    async def _view(self, source: Input, *, words: bool) -> Computed:
-        """The token-level result, or (words) its word-level merge, cached apart in the same LRU."""
+    async def _view(self, source: Input, *, words: bool, weighting: str = "weight") -> Computed:
+        """The token-level result; weighted by norm (computed.weigh_by_norm) for weighting "norm"; then
+        (words) merged to words. Each view is cached apart in the same LRU."""
         computed = await self._computed(source)
+        if weighting == "norm":
+            token_level = computed
+            computed = await self._cached(
+                cache_key("norm", source), lambda _abandoned: self._off_loop(weigh_by_norm, token_level)
+            )
         if not words:
             return computed
+        weighted = computed
         return await self._cached(
-            cache_key("words", source), lambda _abandoned: self._off_loop(merge_words, computed)
+            cache_key("words", source, extra=(weighting,)),
+            lambda _abandoned: self._off_loop(merge_words, weighted),
         )
 
     def _submit(self, name: str, text: str, pair: str | None, **job: Any) -> Future[Any]:
@@ -465,6 +477,7 @@ class AttentionService:
             max_new_tokens=new_tokens,
             chat=job.chat,
             cancel=cancel,
+            norms=not info.seq2seq,  # what weighting "norm" reads: ~5-10 % of the forward, same pass
         )
 
     # -- off the loop ----------------------------------------------------------------------------
@@ -569,6 +582,7 @@ class AttentionService:
                         hidden_state=False,
                         chat=job.chat,  # a chat job runs alone (`_is_long`)
                         cancel=cancel,
+                        norms=True,  # weighting "norm" answers from the same cached forward
                     )
         except Cancelled as exc:
             logger.info("model %r: forward of %d stopped, their clients have gone: %s", name, len(live), exc)

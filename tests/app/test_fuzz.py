@@ -74,6 +74,10 @@ app = create_app(
         flow_max_tokens=FLOW_MAX_TOKENS,
         allowed_hosts=["testserver"],
         runs_dir=RUNS,
+        # Not the bundled SmolLM2: its first request converts 98 MB (~15 s, past the examples' 10 s read
+        # timeout), and its family and format are fuzzed here already as gguf-llama (a Q8_0 GGUF Llama);
+        # tests/app/test_bundled_llm.py covers its routes.
+        bundled_llm=False,
     )
 )
 schema = schemathesis.openapi.from_asgi(

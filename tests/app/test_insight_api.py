@@ -159,10 +159,14 @@ def test_words_are_cached_apart_from_tokens(client: TestClient) -> None:
     name = "all-MiniLM-L6-v2"
     # Keys: (kind, model, text, pair, tokens to write (None: the default), chat, target, ...)
     assert service.cache.get(("result", name, text, None, None, False, None)).n == tokens["n"]
-    assert service.cache.get(("words", name, text, None, None, False, None)).n == words["n"]
-    # Every answer kind is cached under its own (kind, ..., words) key of the same LRU.
-    assert service.cache.get(("json", name, text, None, None, False, None, True)) is not None
-    assert service.cache.get(("json", name, text, None, None, False, None, False)) is not None
+    assert service.cache.get(("words", name, text, None, None, False, None, "weight")).n == words["n"]
+    # Every answer kind is cached under its own (kind, ..., words, weighting) key of the same LRU.
+    assert service.cache.get(("json", name, text, None, None, False, None, True, "weight")) is not None
+    assert service.cache.get(("json", name, text, None, None, False, None, False, "weight")) is not None
+    normed = post(client, "/api/attention", {"text": text, "weighting": "norm"})
+    assert service.cache.get(("norm", name, text, None, None, False, None)).weighting == "norm"
+    assert service.cache.get(("json", name, text, None, None, False, None, False, "norm")) is not None
+    assert normed["attention"] != tokens["attention"]
 
 
 # -- /api/rollout -----------------------------------------------------------------------------------
