@@ -176,8 +176,8 @@ WEIGHTING_DESCRIPTION = (
     "moves rather than where it looks: each head's α_ij ‖f_h(x_j)‖, f_h(x_j) = (x_j W_V^h + b_V^h) W_O^h "
     "(key j's value through the head's slice of the output projection; the output bias is in no head), "
     "each row divided by its total so that rows sum to 1 as weights do; every answer's maps, statistics and "
-    "rollout are then of those shares, and `row_norms` gives each row's total (token level). Not for "
-    "encoder-decoders yet (422)."
+    "rollout are then of those shares, and `row_norms` gives each row's total (token level). An "
+    "encoder-decoder's three attentions each so (cross attention: the source's values)."
 )
 
 

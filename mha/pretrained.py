@@ -131,10 +131,9 @@ class AttentionModel:
         chat=True puts the text in the tokenizer's chat template as the user's turn, the assistant's turn
         opened (apply_chat_template(add_generation_prompt=True)); `result.texts[0]` is the rendered string.
         norms=True adds `result.value_products` (and so `result.norms`) from the same forward: what each
-        head moves along its weights (mha.analysis.norms). Not yet for an encoder-decoder.
+        head moves along its weights (mha.analysis.norms); an encoder-decoder's result adds its decoder's
+        and cross attention's (`decoder_value_products`, `cross_value_products`).
         """
-        if norms and self.info.seq2seq:
-            raise NotImplementedError("norms of an encoder-decoder are not computed yet: use norms=False")
         if self.info.seq2seq:
             return translate.attend_seq2seq(
                 self,
@@ -146,6 +145,7 @@ class AttentionModel:
                 hidden_state=hidden_state,
                 cancel=cancel,
                 chat=chat,
+                norms=norms,
             )
         if target is not None:
             raise TargetNotSupportedError(self.info.name, self.info.architecture)
@@ -222,12 +222,12 @@ class AttentionModel:
         `cancel` is checked between layers (see `Transformer.forward`); norms as `attend` says."""
         if not items:
             return []
-        if norms and self.info.seq2seq:
-            raise NotImplementedError("norms of an encoder-decoder are not computed yet: use norms=False")
         if self.info.seq2seq:  # each source translated on its own (generation is one sequence at a time)
             pairs = [(i, None) if isinstance(i, str) else i for i in items]
             return [
-                self.attend(text, pair, max_tokens=max_tokens, hidden_state=hidden_state, cancel=cancel)
+                self.attend(
+                    text, pair, max_tokens=max_tokens, hidden_state=hidden_state, cancel=cancel, norms=norms
+                )
                 for text, pair in pairs
             ]
         limit = self._max_tokens(max_tokens)
@@ -275,7 +275,7 @@ class AttentionModel:
         need_products: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """forward_padded's forward, with the value products [L, B, T, H, H] when need_products (a
-        decoder or encoder; an encoder-decoder's encoder has none yet)."""
+        decoder or encoder; attend_seq2seq keeps an encoder-decoder's)."""
         ids, attention_mask, type_ids = self._padded_inputs(encoded)
         products = None
         # no_grad rather than inference_mode: callers may modify the returned tensors in place.

@@ -124,9 +124,7 @@ class AttentionResult:
     def norms(self) -> torch.Tensor | None:
         """[L, H, n]: ‖f_h(x_j)‖, the size of what head h moves from key j per unit of weight (Kobayashi
         et al. 2020); None unless attend(..., norms=True)."""
-        if self.value_products is None:
-            return None
-        return self.value_products.diagonal(dim1=-2, dim2=-1).clamp(min=0).sqrt().transpose(1, 2).contiguous()
+        return norms_of(self.value_products)
 
     @property
     def prompt_n(self) -> int:
@@ -184,6 +182,10 @@ class Seq2SeqResult(AttentionResult):
     cross_attentions: torch.Tensor = field(default_factory=lambda: torch.empty(0))  # [L_dec, H, m, n]
 
     decoder_hidden_state: torch.Tensor | None = None  # [m, E], the decoder's last layer (None if not asked)
+    # attend(..., norms=True): the decoder's self-attention's value products [L_dec, m, H, H], and cross
+    # attention's [L_dec, n, H, H] (its keys and values are the encoder's output, one per source token).
+    decoder_value_products: torch.Tensor | None = None
+    cross_value_products: torch.Tensor | None = None
 
     @property
     def prompt_n(self) -> int:
@@ -199,6 +201,24 @@ class Seq2SeqResult(AttentionResult):
     def m(self) -> int:
         """Decoder tokens: the start token and the target's."""
         return len(self.target_tokens)
+
+    @property
+    def decoder_norms(self) -> torch.Tensor | None:
+        """[L_dec, H, m]: ‖f_h(x_j)‖ of the decoder's self-attention (None unless norms=True)."""
+        return norms_of(self.decoder_value_products)
+
+    @property
+    def cross_norms(self) -> torch.Tensor | None:
+        """[L_dec, H, n]: ‖f_h(x_j)‖ of cross attention, x_j source token j's encoder output."""
+        return norms_of(self.cross_value_products)
+
+
+def norms_of(value_products: torch.Tensor | None) -> torch.Tensor | None:
+    """[L, H, keys] from value products [L, keys, H, H]: the root of each diagonal (rounding may leave a
+    zero norm's square at -1e-12: clamped)."""
+    if value_products is None:
+        return None
+    return value_products.diagonal(dim1=-2, dim2=-1).clamp(min=0).sqrt().transpose(1, 2).contiguous()
 
 
 def owned(view: torch.Tensor) -> torch.Tensor:

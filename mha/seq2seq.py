@@ -101,17 +101,23 @@ class DecoderBlock(Block):
         *,
         bias: torch.Tensor | None,
         need_weights: bool,
+        products_out: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """x (B, T, E), memory (B, S, source dim) -> (x, self weights (B, H, T, T), cross (B, H, T, S))."""
+        """x (B, T, E), memory (B, S, source dim) -> (x, self weights (B, H, T, T), cross (B, H, T, S)).
+        products_out: (B, T, H, H) and (B, S, H, H) for the two attentions' value products (cross
+        attention's values are the encoder's output, its keys)."""
+        own_out, cross_out = products_out if products_out is not None else (None, None)
         x, own = self.residual(
             x,
-            lambda h: self.attn(h, keep=keep, need_weights=need_weights, bias=bias),
+            lambda h: self.attn(h, keep=keep, need_weights=need_weights, bias=bias, products_out=own_out),
             self.attn_norm,
             self.attn_post_norm,
         )
         x, cross = self.residual(
             x,
-            lambda h: self.cross_attn(h, memory, memory, keep=memory_keep, need_weights=need_weights),
+            lambda h: self.cross_attn(
+                h, memory, memory, keep=memory_keep, need_weights=need_weights, products_out=cross_out
+            ),
             self.cross_norm,
         )
         x, _ = self.residual(x, lambda h: (self.ffn(h), None), self.ffn_norm, self.ffn_post_norm)
@@ -133,10 +139,12 @@ class Seq2SeqDecoder(Transformer):
         memory_mask: torch.Tensor | None = None,
         need_weights: bool = True,
         cancel: Callable[[], bool] | None = None,
+        products_out: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """input_ids (B, T), memory (B, S, source dim), masks 1 for real tokens -> (hidden (B, T, E),
         self-attentions (L, B, H, T, T), cross-attentions (L, B, H, T, S)), weights None without
-        need_weights."""
+        need_weights. products_out, (L, B, T, H, H) and (L, B, S, H, H), receive every layer's value
+        products of its self- and cross-attention (MultiHeadAttention.value_products)."""
         length = input_ids.shape[1]
         if length > self.config.max_tokens:
             limit = self.config.max_tokens
@@ -152,8 +160,15 @@ class Seq2SeqDecoder(Transformer):
         for i, layer in enumerate(cast("list[DecoderBlock]", self.layers)):
             if cancel is not None and cancel():
                 raise Cancelled(f"decoder cancelled before layer {i} of {len(self.layers)}")
+            layer_products = None if products_out is None else (products_out[0][i], products_out[1][i])
             x, w_own, w_cross = layer.decode(
-                x, keep, memory, memory_keep, bias=bias, need_weights=need_weights
+                x,
+                keep,
+                memory,
+                memory_keep,
+                bias=bias,
+                need_weights=need_weights,
+                products_out=layer_products,
             )
             if w_own is not None and w_cross is not None:
                 own.append(w_own)

@@ -93,8 +93,10 @@ def attend_seq2seq(
     hidden_state: bool,
     cancel: Callable[[], bool] | None,
     chat: bool = False,
+    norms: bool = False,
 ) -> Seq2SeqResult:
-    """model.attend(text, target=...) for an encoder-decoder: see the module's docstring."""
+    """model.attend(text, target=...) for an encoder-decoder: see the module's docstring. norms: the
+    value products of all three attentions, from the same forwards (the encoder's, the decoder's)."""
     if max_new_tokens is not None and max_new_tokens < 0:
         raise ValueError(f"max_new_tokens ({max_new_tokens}) must be at least 0")
     network: EncoderDecoder = model.network
@@ -105,7 +107,9 @@ def attend_seq2seq(
         given = model.encoder.encode_target(target, network.decoder.config.max_tokens - 1)
     with torch.no_grad():
         source_ids = torch.tensor([source.ids], device=model.device)
-        memory, encoder_attentions = network.encode(source_ids, cancel=cancel)
+        encoded = network.encoder(source_ids, cancel=cancel, need_products=norms)
+        memory, encoder_attentions = encoded.hidden_state, encoded.attentions
+        assert memory is not None  # need_hidden defaults to True
         if target is None:
             budget = DEFAULT_NEW_TOKENS if max_new_tokens is None else max_new_tokens
             new = greedy_target(model, memory, budget, cancel)
@@ -115,13 +119,21 @@ def attend_seq2seq(
             decoder_input = given
         decoder_input = _started(decoder_input, start, model.encoder)
         decoder_ids = torch.tensor([decoder_input.ids], device=model.device)
-        hidden, own, cross = network.decoder.decode(decoder_ids, memory, cancel=cancel)
+        products = None
+        if norms:
+            layers, heads = network.decoder.config.num_layers, network.decoder.config.num_heads
+            products = (
+                memory.new_empty(layers, 1, decoder_ids.shape[1], heads, heads),
+                memory.new_empty(layers, 1, memory.shape[1], heads, heads),
+            )
+        hidden, own, cross = network.decoder.decode(decoder_ids, memory, cancel=cancel, products_out=products)
     assert encoder_attentions is not None and own is not None and cross is not None  # need_weights
     result = Seq2SeqResult.of(
         source,
         spell(model.tokenizer, source.ids),
         encoder_attentions[:, 0].to("cpu", torch.float32),
         memory[0].to("cpu", torch.float32) if hidden_state else None,
+        value_products=None if encoded.products is None else encoded.products[:, 0].to("cpu", torch.float32),
     )
     return replace(
         result,
@@ -137,7 +149,14 @@ def attend_seq2seq(
         decoder_attentions=owned(own[:, 0].to("cpu", torch.float32)),
         cross_attentions=owned(cross[:, 0].to("cpu", torch.float32)),
         decoder_hidden_state=owned(hidden[0].to("cpu", torch.float32)) if hidden_state else None,
+        decoder_value_products=None if products is None else _kept(products[0]),
+        cross_value_products=None if products is None else _kept(products[1]),
     )
+
+
+def _kept(batch_of_one: torch.Tensor) -> torch.Tensor:
+    """[L, 1, ...] on the model's device -> [L, ...] float32 on the CPU, owning its storage."""
+    return owned(batch_of_one[:, 0].to("cpu", torch.float32))
 
 
 def spell(tokenizer: Any, ids: list[int]) -> list[str]:

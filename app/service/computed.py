@@ -24,10 +24,17 @@ class Seq2Seq:
     target_truncated: bool
     decoder_attentions: torch.Tensor  # float32 CPU [L_dec, H_dec, m, m]
     cross_attentions: torch.Tensor  # float32 CPU [L_dec, H_dec, m, n]
+    # As Computed's norms and row_norms, for the decoder's self-attention (keys: m) and cross (keys: n)
+    decoder_norms: torch.Tensor | None = None
+    cross_norms: torch.Tensor | None = None
+    decoder_row_norms: torch.Tensor | None = None
+    cross_row_norms: torch.Tensor | None = None
 
     @property
     def nbytes(self) -> int:
-        return sum(a.numel() * a.element_size() for a in (self.decoder_attentions, self.cross_attentions))
+        held = (self.decoder_attentions, self.cross_attentions, self.decoder_norms, self.cross_norms)
+        totals = (self.decoder_row_norms, self.cross_row_norms)
+        return sum(a.numel() * a.element_size() for a in (*held, *totals) if a is not None)
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,8 +66,8 @@ class Computed:
     kind: str = "encoder"  # which of KINDS `attentions` is (of_kind)
     key_tokens: list[str] | None = None  # cross attention's keys (the source); None: the keys are `tokens`
     key_special: list[bool] | None = None
-    # ‖f_h(x_j)‖ [L, H, n], float32 CPU (mha.analysis.norms): the size of what each head moves from each key
-    # per unit of weight; None for an encoder-decoder (not computed yet) and at word level.
+    # ‖f_h(x_j)‖ [L, H, keys], float32 CPU (mha.analysis.norms): the size of what each head moves from each
+    # key per unit of weight; None at word level.
     norms: torch.Tensor | None = None
     # "weight": `attentions` are the model's weights; "norm" (`weigh_by_norm`): each row of α_ij ‖f_h(x_j)‖
     # divided by its total, which `row_norms` [L, H, n] keeps (None at word level).
@@ -141,6 +148,8 @@ class Computed:
             )
         s = self.seq2seq
         attentions = s.decoder_attentions if kind == "decoder" else s.cross_attentions
+        norms = s.decoder_norms if kind == "decoder" else s.cross_norms
+        row_norms = s.decoder_row_norms if kind == "decoder" else s.cross_row_norms
         return replace(
             self,
             tokens=s.target_tokens,
@@ -158,6 +167,8 @@ class Computed:
             kind=kind,
             key_tokens=self.tokens if kind == "cross" else None,
             key_special=self.special if kind == "cross" else None,
+            norms=norms,
+            row_norms=row_norms,
         )
 
     @property
@@ -188,6 +199,8 @@ def from_result(name: str, model: mha.AttentionModel, result: mha.AttentionResul
             target_truncated=bool(result.target_truncated),
             decoder_attentions=result.decoder_attentions,  # mha's own: float32, CPU, owned
             cross_attentions=result.cross_attentions,
+            decoder_norms=result.decoder_norms,
+            cross_norms=result.cross_norms,
         )
     return Computed(
         model=name,
@@ -212,15 +225,28 @@ def from_result(name: str, model: mha.AttentionModel, result: mha.AttentionResul
 def weigh_by_norm(computed: Computed) -> Computed:
     """The "norm" view: every head's α_ij ‖f_h(x_j)‖ (what it moves from key j into query i, Kobayashi
     et al. 2020), each row divided by its total so that rows sum to 1 as weights do and every statistic,
-    map and page reads it as they read weights; the totals go to `row_norms`. InvalidInputError (422)
-    where the norms were not computed (an encoder-decoder)."""
-    if computed.norms is None:
-        raise InvalidInputError(
-            f'weighting "norm" is not available for {computed.model!r} ({article(computed.architecture)} '
-            'model): its value norms are not computed yet; send weighting "weight"'
+    map and page reads it as they read weights; the totals go to `row_norms`. An encoder-decoder's three
+    attentions (encoder, decoder, cross: its keys are the source's) each so."""
+    shares, totals = _by_norm(computed.attentions, computed.norms)
+    seq2seq = computed.seq2seq
+    if seq2seq is not None:
+        decoder, decoder_totals = _by_norm(seq2seq.decoder_attentions, seq2seq.decoder_norms)
+        cross, cross_totals = _by_norm(seq2seq.cross_attentions, seq2seq.cross_norms)
+        seq2seq = replace(
+            seq2seq,
+            decoder_attentions=decoder,
+            cross_attentions=cross,
+            decoder_row_norms=decoder_totals,
+            cross_row_norms=cross_totals,
         )
-    shares, totals = analysis.row_shares(analysis.weight_norm_map(computed.attentions, computed.norms))
-    return replace(computed, attentions=shares.contiguous(), weighting="norm", row_norms=totals.contiguous())
+    return replace(computed, attentions=shares, weighting="norm", row_norms=totals, seq2seq=seq2seq)
+
+
+def _by_norm(attentions: torch.Tensor, norms: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    if norms is None:  # the service attends with norms=True: a view without them is a bug, not input
+        raise RuntimeError("this view has no value norms: was it attended with norms=True?")
+    shares, totals = analysis.row_shares(analysis.weight_norm_map(attentions, norms))
+    return shares.contiguous(), totals.contiguous()
 
 
 def merge_words(computed: Computed) -> Computed:

@@ -477,7 +477,7 @@ class AttentionService:
             max_new_tokens=new_tokens,
             chat=job.chat,
             cancel=cancel,
-            norms=not info.seq2seq,  # what weighting "norm" reads: ~5-10 % of the forward, same pass
+            norms=True,  # what weighting "norm" reads: ~5-10 % of the forward, same pass
         )
 
     # -- off the loop ----------------------------------------------------------------------------

@@ -103,19 +103,35 @@ def seq2seq_client(
         yield client
 
 
-@pytest.mark.parametrize("route", ["/api/attention", "/api/analysis", "/api/attention/head"])
-def test_an_encoder_decoder_gets_a_clear_422(seq2seq_client: TestClient, route: str) -> None:
-    body = {
-        "text": "The house.",
-        "target": "Das Haus.",
-        "model": "t5",
-        "weighting": "norm",
-        "layer": 0,
-        "head": 0,
+def test_an_encoder_decoder_weighs_all_three_attentions(
+    seq2seq_client: TestClient, seq2seq_checkpoints: dict[str, Path]
+) -> None:
+    source = {"text": "The house is wonderful.", "target": "Das Haus ist wunderbar.", "model": "t5"}
+    result = mha.load_pretrained(seq2seq_checkpoints["t5"], device="cpu").attend(
+        source["text"], target=source["target"], norms=True
+    )
+    body = seq2seq_client.post("/api/attention", json={**source, "weighting": "norm"}).json()
+    assert body["weighting"] == "norm"
+    pairs = {
+        "attention": (result.attentions, result.norms),
+        "decoder_attentions": (result.decoder_attentions, result.decoder_norms),
+        "cross_attentions": (result.cross_attentions, result.cross_norms),
     }
-    if route != "/api/attention/head":
-        body = {k: v for k, v in body.items() if k not in ("layer", "head")}
-    r = seq2seq_client.post(route, json=body)
-    assert r.status_code == 422, r.text[:300]
-    assert 'weighting "norm" is not available' in r.json()["detail"]
-    assert seq2seq_client.post(route, json={**body, "weighting": "weight"}).status_code == 200
+    for field, (weights, norms) in pairs.items():
+        moved = analysis.weight_norm_map(weights.double(), norms.double())
+        shares = moved / moved.sum(-1, keepdim=True)
+        got = np.asarray(body[field])
+        assert got.shape == shares.shape, field
+        assert np.abs(got - shares.numpy()).max() <= share_bound(got.shape[-1]) + ROUND6, field
+    # One cross head: its rows' totals are what the head moves from the source into each target token.
+    head = {**source, "weighting": "norm", "kind": "cross", "layer": 1, "head": 2}
+    answer = seq2seq_client.post("/api/attention/head", json=head).json()
+    moved = analysis.weight_norm_map(result.cross_attentions.double(), result.cross_norms.double())[1, 2]
+    totals = moved.sum(-1).numpy()
+    assert np.abs(np.asarray(answer["row_norms"]) - totals).max() <= share_bound(result.n) * totals.max()
+    header, sections = compact.decode_sections(
+        seq2seq_client.post("/api/attention/compact", json={**source, "weighting": "norm"}).content
+    )
+    assert header["weighting"] == "norm"
+    bound = header["quantization"]["max_abs_error"] + share_bound(result.n)
+    assert np.abs(sections["cross"] - np.asarray(body["cross_attentions"])).max() <= bound + ROUND6

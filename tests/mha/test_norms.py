@@ -144,3 +144,90 @@ def test_maps_refuse_mismatched_shapes() -> None:
     big = torch.full((1, 1, 513, 513), 1 / 513)
     with pytest.raises(ValueError, match="up to 512 tokens"):
         analysis.layer_norm_map(big, torch.ones(1, 513, 1, 1))
+
+
+# -- encoder-decoders: the encoder's, the decoder's and cross attention's norms ---------------------------
+
+SOURCE, TARGET = "The house is wonderful.", "Das Haus ist wunderbar."
+
+
+def seq2seq_modules(family: str, model: Any) -> dict[str, list[tuple[Any, Any, Any, Any, int]]]:
+    """{kind: per layer (module, W_V, b_V, W_O, heads)} of transformers' T5 or BART."""
+
+    def t5(attn: Any) -> tuple[Any, Any, Any, Any, int]:
+        return attn, attn.v.weight, None, attn.o.weight, attn.n_heads
+
+    def bart(attn: Any) -> tuple[Any, Any, Any, Any, int]:
+        return attn, attn.v_proj.weight, attn.v_proj.bias, attn.out_proj.weight, attn.num_heads
+
+    if family == "t5":
+        encoder, decoder = model.encoder.block, model.decoder.block
+        return {
+            "encoder": [t5(block.layer[0].SelfAttention) for block in encoder],
+            "decoder": [t5(block.layer[0].SelfAttention) for block in decoder],
+            "cross": [t5(block.layer[1].EncDecAttention) for block in decoder],
+        }
+    encoder, decoder = model.model.encoder.layers, model.model.decoder.layers
+    return {
+        "encoder": [bart(layer.self_attn) for layer in encoder],
+        "decoder": [bart(layer.self_attn) for layer in decoder],
+        "cross": [bart(layer.encoder_attn) for layer in decoder],
+    }
+
+
+def seq2seq_reference(family: str, directory: Path, result: Any) -> dict[str, torch.Tensor]:
+    """{kind: f [L, H, keys, E]} from transformers' eager model fed our ids: each attention's value input
+    as transformers passes it (key_value_states, the encoder's output, for cross attention)."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(str(directory), attn_implementation="eager").eval()
+    modules = seq2seq_modules(family, model)
+    seen: dict[str, list[torch.Tensor]] = {kind: [] for kind in modules}
+    hooks = []
+    for kind, layers in modules.items():
+        for attn, *_ in layers:
+
+            def keep(_m: Any, args: tuple, kwargs: dict, kind: str = kind) -> None:
+                own = args[0] if args else kwargs["hidden_states"]
+                values = kwargs.get("key_value_states") if kind == "cross" else own
+                seen[kind].append(values)
+
+            hooks.append(attn.register_forward_pre_hook(keep, with_kwargs=True))
+    with torch.no_grad():
+        model(
+            input_ids=torch.tensor([result.token_ids]),
+            decoder_input_ids=torch.tensor([result.target_ids]),
+        )
+    for hook in hooks:
+        hook.remove()
+    out = {}
+    for kind, layers in modules.items():
+        per_layer = []
+        for x, (_, w_v, b_v, w_o, heads) in zip(seen[kind], layers, strict=True):
+            v = x[0].double() @ w_v.double().t() + (0 if b_v is None else b_v.double())  # (keys, H·D)
+            head_dim = w_o.shape[1] // heads
+            w = w_o.double().view(w_o.shape[0], heads, head_dim)
+            per_layer.append(torch.einsum("nhd,ehd->hne", v.view(-1, heads, head_dim), w))
+        out[kind] = torch.stack(per_layer)
+    return out
+
+
+@pytest.mark.parametrize("family", ["t5", "bart"])
+def test_encoder_decoder_norms_cover_all_three_attentions(
+    family: str, seq2seq_checkpoints: dict[str, Path]
+) -> None:
+    directory = seq2seq_checkpoints[family]
+    result = load_pretrained(directory, device="cpu").attend(SOURCE, target=TARGET, norms=True)
+    f = seq2seq_reference(family, directory, result)
+    ours = {"encoder": result.norms, "decoder": result.decoder_norms, "cross": result.cross_norms}
+    keys = {"encoder": result.n, "decoder": result.m, "cross": result.n}
+    for kind, norms in ours.items():
+        expected = f[kind].norm(dim=-1)
+        assert norms.shape == expected.shape == (*expected.shape[:2], keys[kind]), kind
+        width = 2 * f[kind].shape[-1]
+        assert ((norms.double() - expected).abs() <= bound(expected, width)).all(), (family, kind)
+    # Cross attention moves the source's values into the target's rows: its map is [L, H, m, n].
+    moved = analysis.weight_norm_map(result.cross_attentions, result.cross_norms)
+    assert moved.shape == result.cross_attentions.shape
+    layer = analysis.layer_norm_map(result.cross_attentions, result.cross_value_products)
+    assert layer.shape == (result.cross_attentions.shape[0], result.m, result.n)
