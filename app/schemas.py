@@ -557,6 +557,11 @@ class TraceDone(BaseModel):
         description="n is within HEADSCOPE_MAX_TOKENS: /api/attention, /api/analysis and /api/rollout "
         "take this input too (they cut longer ones)."
     )
+    path: str = Field(
+        description="How the forward ran (mha Trace.path): a fused kernel's name (fused-flash-cpu, "
+        "fused-efficient-cuda, fused-flash-cuda) or blocked (soft-capped logits, a sliding window shorter "
+        "than the input); several joined by + where layers differ."
+    )
 
 
 class TraceTokens(BaseModel):

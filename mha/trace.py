@@ -1,11 +1,14 @@
 """Attention of long inputs without ever holding [L, H, n, n].
 
-One forward, in row blocks, keeps per layer only what any window of any head needs to be recomputed
-exactly: the post-rotary (post q/k-norm) q and k of every head, and each query row's log-sum-exp of its
-masked scores. Weight (i, j) is then exp(score(i, j) - lse(i)), the identity FlashAttention is built on,
-so a window, a row or a pooled overview costs only its own cells: memory per trace is O(L·(H + H_kv)·n·D),
-never O(L·H·n²). At 8,192 tokens on a SmolLM2-135M shape that is 0.75 GB, against the 72 GB of every
-head's full matrix.
+One forward keeps per layer only what any window of any head needs to be recomputed exactly: the
+post-rotary (post q/k-norm) q and k of every head, and each query row's log-sum-exp of its masked scores.
+Each layer runs a fused kernel that returns the log-sum-exp beside its output (mha.trace_fused: torch's
+flash kernel on the CPU, the memory-efficient or flash kernel on CUDA) where one computes it exactly as
+`attend` does, and otherwise (Gemma 2's soft-cap, a sliding window shorter than the input) in row blocks
+by hand, the blocked path; `Trace.path` says which ran. Weight (i, j) is then exp(score(i, j) - lse(i)),
+the identity FlashAttention is built on, so a window, a row or a pooled overview costs only its own cells:
+memory per trace is O(L·(H + H_kv)·n·D), never O(L·H·n²). At 8,192 tokens on a SmolLM2-135M shape that
+is 0.75 GB, against the 72 GB of every head's full matrix.
 
     trace = model.trace(text)                    # mha.pretrained.AttentionModel.trace
     trace.overview(size=128, reduce="max")       # Pooled: values [L, H, s, s], s = min(size, n)
@@ -39,9 +42,11 @@ from mha.model import Transformer
 from mha.multihead import MultiHeadAttention
 from mha.result import ModelInfo
 from mha.tokenize import Encoded
+from mha.trace_fused import Kernel, LseOverview, fused_attention, fused_kernel
 from mha.trace_memory import forward_scratch, objects_nbytes, python_nbytes
 
 __all__ = [
+    "BLOCKED",
     "OVERVIEW_SIZE",
     "REDUCTIONS",
     "ROW_BLOCK",
@@ -59,6 +64,8 @@ __all__ = [
 
 Reduce = Literal["max", "mean"]
 REDUCTIONS: tuple[Reduce, ...] = ("max", "mean")
+# LayerTrace.path of a layer computed in row blocks by hand (the others name their fused kernel).
+BLOCKED = "blocked"
 # Blocks per side of the overview pooled during the forward (Trace.first_overview).
 OVERVIEW_SIZE = 128
 # Query rows whose scores are alive at once in a window, a row or an overview recomputed from a trace: up
@@ -136,7 +143,7 @@ class _Pool:
 
     def add(self, weights: torch.Tensor, rows: tuple[int, int], cols: tuple[int, int]) -> None:
         """weights [h, r, c] of query rows rows[0]..rows[1]-1 against keys cols[0]..cols[1]-1."""
-        w = weights.to(device="cpu", dtype=torch.float32)
+        w = weights.to(device=self.acc.device, dtype=torch.float32)
         first_row, row_cuts = _cuts(self.row_cuts, *rows)
         first_col, col_cuts = _cuts(self.col_cuts, *cols)
         pooled = self._reduce(w, 1, row_cuts)  # [h, R', c]
@@ -158,7 +165,7 @@ class _Pool:
         if dim == 1:  # a row block spans few cells: one reduction each, along contiguous keys
             parts = [w[:, a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
             return torch.stack([p.amax(1) if self.reduce == "max" else p.sum(1) for p in parts], dim=1)
-        bins = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+        bins = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes)).to(w.device)
         how = "amax" if self.reduce == "max" else "sum"
         out = w.new_zeros(*w.shape[:2], len(sizes))
         return out.scatter_reduce_(2, bins.expand_as(w), w, how)
@@ -193,12 +200,14 @@ def _cuts(boundaries: list[int], lo: int, hi: int) -> tuple[int, list[int]]:
 @dataclass
 class LayerTrace:
     """What one layer keeps: q [H, n, D] and k [H_kv, n, D] as its scores read them (q/k-normed, rotated),
-    each query row's log-sum-exp [H, n] of its masked scores, and the sliding window it attends in."""
+    each query row's log-sum-exp [H, n] of its masked scores, and the sliding window it attends in; `path`
+    is how its forward ran: a fused kernel's name (mha.trace_fused.FUSED_KERNELS) or BLOCKED."""
 
     q: torch.Tensor
     k: torch.Tensor
     lse: torch.Tensor
     window: int | None
+    path: str = BLOCKED
 
     @property
     def nbytes(self) -> int:
@@ -243,6 +252,13 @@ class Trace:
     @property
     def n(self) -> int:
         return len(self.tokens)
+
+    @property
+    def path(self) -> str:
+        """How the forward ran: one LayerTrace.path when every layer took it ("fused-flash-cpu",
+        "fused-efficient-cuda", "fused-flash-cuda" or "blocked"), else each path in layer order joined by
+        "+" (a model with a sliding window on some layers only)."""
+        return "+".join(dict.fromkeys(layer.path for layer in self.layers))
 
     @cached_property
     def nbytes(self) -> int:
@@ -357,7 +373,10 @@ def peak_nbytes(
     """The most an n-token trace_forward holds at once, at most: the trace it builds (expected_nbytes) and
     its scratch (mha.trace_memory.forward_scratch) on `threads` CPU threads (torch.get_num_threads())."""
     cells = min(overview_size, n)
-    scratch = forward_scratch(config, n, itemsize, rows=forward_rows(n), threads=threads, cells=cells)
+    rows = forward_rows(n)
+    scratch = forward_scratch(
+        config, n, itemsize, rows=rows, threads=threads, cells=cells, scores=FORWARD_SCORES
+    )
     return expected_nbytes(config, n, itemsize) + scratch
 
 
@@ -423,6 +442,25 @@ def _mask_(
     return scores
 
 
+def _threads(blocks: int, device: torch.device) -> int:
+    """The CPU threads to deal `blocks` row blocks out to: torch's, where each gets at least two, else 1."""
+    threads = torch.get_num_threads()
+    return threads if threads > 1 and blocks >= 2 * threads and device.type == "cpu" else 1
+
+
+def _deal(work: Callable[[int], None], threads: int) -> None:
+    """work(i) for each i < threads on its own CPU thread, torch on one thread in each (mha._threads).
+
+    Each thread runs every threads-th block alone, as SDPA's kernel gives each thread its own tiles: a
+    block's dozen operations, each split across the threads, made as many barriers where a thread
+    descheduled by a busy machine stalls the other."""
+    with one_thread_each(threads) as workers:
+        done = [workers.submit(work, i) for i in range(threads)]
+        wait(done)  # all finished before an error is raised or the threads restored
+        for future in done:
+            future.result()
+
+
 @dataclass
 class _Rows:
     """One layer's forward in row blocks: its q [H, n, D], k and v [H_kv, n, D], and what the blocks write
@@ -438,7 +476,8 @@ class _Rows:
 
 
 class _Recorder:
-    """Runs one layer's self-attention in row blocks (Block's `attention` hook) and keeps its LayerTrace."""
+    """Runs one layer's self-attention (Block's `attention` hook), fused or in row blocks, and keeps its
+    LayerTrace."""
 
     def __init__(
         self,
@@ -449,9 +488,10 @@ class _Recorder:
         pool: _Pool | None,
         values: bool,
         into: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        kernel: Kernel | None = None,
     ) -> None:
         self.attn, self.rotary, self.causal, self.window = attn, rotary, causal, window
-        self.pool, self.values = pool, values
+        self.pool, self.values, self.kernel = pool, values, kernel
         self.into = into  # where this layer's q [H, n, D], k [H_kv, n, D] and lse [H, n] are kept
         self.kept: LayerTrace | None = None
 
@@ -467,28 +507,24 @@ class _Recorder:
         v = v_heads[0].contiguous()
         del q_heads, k_heads, v_heads
         heads, n, _ = q.shape
-        out = q.new_empty(heads, n, v.shape[-1]) if self.values else None
-        run = _Rows(q, k, v, lse, q.new_empty(heads, n), out, forward_rows(n))
-        starts = list(range(0, n, run.block))
-        threads = torch.get_num_threads()
         # Grad and inference mode are per thread: the blocks take the caller's (an inference tensor is
         # updated in place only in inference mode), on whichever thread they run.
         inference = torch.is_inference_mode_enabled()
-        if threads == 1 or len(starts) < 2 * threads or q.device.type != "cpu":
+        if self.kernel is not None:
+            causal, scale = self.causal, attn.scale
+            fused = fused_attention(self.kernel, q[None], k[None], v[None], causal=causal, scale=scale)
+            if fused is not None:
+                del v
+                return self._fused(x, *fused, self.kernel, inference)
+        out = q.new_empty(heads, n, v.shape[-1]) if self.values else None
+        run = _Rows(q, k, v, lse, q.new_empty(heads, n), out, forward_rows(n))
+        starts = list(range(0, n, run.block))
+        threads = _threads(len(starts), q.device)
+        if threads == 1:
             self._blocks(run, starts, self.pool, inference)
         else:
-            # Each CPU thread runs every threads-th block alone, as SDPA's kernel gives each thread its own
-            # tiles: a block's dozen operations, each split across the threads, made as many barriers
-            # where a thread descheduled by a busy machine stalls the other.
             pools = [self.pool] + [self.pool and self.pool.fork() for _ in range(threads - 1)]
-            with one_thread_each(threads) as workers:
-                done = [
-                    workers.submit(self._blocks, run, starts[i::threads], pools[i], inference)
-                    for i in range(threads)
-                ]
-                wait(done)  # all finished before an error is raised or the threads restored
-                for future in done:
-                    future.result()
+            _deal(lambda i: self._blocks(run, starts[i::threads], pools[i], inference), threads)
             # Each fork ([H, s, s] float32) freed once merged, before out_proj allocates.
             while self.pool is not None and len(pools) > 1:
                 self.pool.merge(cast("_Pool", pools.pop()))
@@ -498,6 +534,38 @@ class _Recorder:
         if out is None:
             return x  # the last layer: nothing reads its output
         return attn.out_proj(out.transpose(0, 1).reshape(1, n, heads * v.shape[-1]))
+
+    def _fused(
+        self, x: torch.Tensor, out: torch.Tensor, fused_lse: torch.Tensor, kernel: Kernel, inference: bool
+    ) -> torch.Tensor:
+        """Keep a fused kernel's lse (1, H, n), pool the overview from q, k and lse (mha.trace_fused), and
+        project the kernel's output (1, H, n, D)."""
+        q, k, lse = self.into
+        lse.copy_(fused_lse[0])
+        del fused_lse
+        heads, n, dim = q.shape
+        if self.pool is not None:
+            pool = self.pool
+            overview = LseOverview(
+                q, k, lse, pool.acc, pool.row_cuts, self.attn.scale, self.causal, scores=FORWARD_SCORES
+            )
+            blocks = overview.blocks(forward_rows(n))
+            threads = _threads(len(blocks), q.device)
+            if threads == 1:
+                self._pool_blocks(overview, blocks, inference)
+            else:
+                _deal(lambda i: self._pool_blocks(overview, blocks[i::threads], inference), threads)
+            overview.finish()
+        self.kept = LayerTrace(q=q, k=k, lse=lse, window=self.window, path=kernel)
+        if not self.values:
+            return x  # the last layer: nothing reads its output
+        # The CPU kernel's output is laid out (1, n, H, D) under its (1, H, n, D) strides: a view here.
+        return self.attn.out_proj(out.transpose(1, 2).reshape(1, n, heads * dim))
+
+    def _pool_blocks(self, overview: LseOverview, blocks: list[tuple[int, int]], inference: bool) -> None:
+        """The overview's row blocks `blocks`, on whichever thread, in the caller's inference mode."""
+        with torch.no_grad(), torch.inference_mode(inference):
+            overview.run(blocks)
 
     def _blocks(self, run: _Rows, starts: list[int], pool: _Pool | None, inference: bool) -> None:
         """The row blocks starting at `starts`, each written into its rows of run's top, peak and out."""
@@ -575,9 +643,12 @@ def trace_forward(
     segment_ids: torch.Tensor | None = None,
     overview_size: int | None = OVERVIEW_SIZE,
     cancel: Callable[[], bool] | None = None,
+    fused: bool = True,
 ) -> tuple[list[LayerTrace], Pooled | None]:
-    """One sequence's forward (input_ids (1, n)) in row blocks: every layer's LayerTrace, and the max-pooled
-    overview of every head at `overview_size` (None: none), pooled from the weights as they pass."""
+    """One sequence's forward (input_ids (1, n)): every layer's LayerTrace, and the max-pooled overview of
+    every head at `overview_size` (None: none). A layer a fused kernel computes exactly (mha.trace_fused)
+    runs it and its overview is pooled from q, k and lse afterwards; the others run in row blocks, pooled
+    from the weights as they pass. `fused=False`: every layer in row blocks (benchmarks/long.py)."""
     cfg = network.config
     if input_ids.ndim != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"a trace is of one sequence: input_ids (1, n), got {tuple(input_ids.shape)}")
@@ -600,14 +671,20 @@ def trace_forward(
             pool = None
             if overview is not None and cuts is not None:
                 pool = _Pool(cfg.num_heads, cuts, cuts, "max", acc=overview[i])
+            window = cfg.sliding_window if i in windowed else None
+            kernel = None
+            if fused:
+                kernel = fused_kernel(
+                    device=x.device,
+                    dtype=x.dtype,
+                    head_dim=layer.attn.head_dim,
+                    softcap=layer.attn.softcap,
+                    window=window,
+                    n=n,
+                    biased=network.relative_bias is not None,
+                )
             recorder = _Recorder(
-                layer.attn,
-                rotary,
-                cfg.causal,
-                cfg.sliding_window if i in windowed else None,
-                pool,
-                values=i < last,
-                into=into[i],
+                layer.attn, rotary, cfg.causal, window, pool, values=i < last, into=into[i], kernel=kernel
             )
             if i < last:
                 x = layer(x, None, rotary=rotary, need_weights=False, weights_out=None, attention=recorder)[0]
@@ -618,4 +695,5 @@ def trace_forward(
             layers.append(recorder.kept)
     if overview is None or cuts is None:
         return layers, None
-    return layers, Pooled(overview, cuts.tolist(), cuts.tolist(), "max")
+    # Pooled values live on the CPU (an accelerator pooled them where the scores were: one copy here).
+    return layers, Pooled(overview.cpu(), cuts.tolist(), cuts.tolist(), "max")

@@ -1,13 +1,15 @@
 """What a trace (mha.trace) holds, counted: the kept objects, and the scratch its forward allocates.
 
 A trace keeps q, k and the log-sum-exp of every layer and its pooled overview (`Trace.nbytes`), and while
-its forward runs it also holds one layer's activations and, on each CPU thread, one row block's scores.
+its forward runs it also holds one layer's activations and, on each CPU thread, one row block's scores (the
+blocked path) or one tile of the overview's scores (the fused path, mha.trace_fused).
 The service admits a trace by the sum (`mha.trace.peak_nbytes`), so these bounds are what make the
 README's memory row for traces hold; tests/mha/test_trace_memory.py measures every allocation a forward
 makes against them.
 
 Shape legend: L layers, H query heads, H_kv key/value heads, D head dim, E embed dim, F feed-forward width,
-n tokens, r a forward block's rows, s the overview's cells per side, T CPU threads.
+n tokens, r a forward block's rows, s the overview's cells per side, w its widest cell's tokens, T CPU
+threads.
 """
 
 from __future__ import annotations
@@ -18,7 +20,14 @@ from typing import Any
 
 from mha.config import TransformerConfig
 
-__all__ = ["PYTHON_BYTES", "PYTHON_BYTES_PER_TOKEN", "forward_scratch", "objects_nbytes", "python_nbytes"]
+__all__ = [
+    "PYTHON_BYTES",
+    "PYTHON_BYTES_PER_TOKEN",
+    "forward_scratch",
+    "fused_scratch",
+    "objects_nbytes",
+    "python_nbytes",
+]
 
 # A trace's Python objects, at most: its token strings, the encoding's per-token lists (ids, offsets,
 # sources, ...) and its text took 220-410 bytes a token with the test families' tokenizers (BERT's
@@ -30,6 +39,11 @@ PYTHON_BYTES = 2048
 SMALL = 4096
 # torch computes RMSNorm (mha.norm) and the overview's pooling in float32 whatever the model's dtype.
 FLOAT32 = 4
+# torch's CPU flash kernel (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp) splits queries into blocks of
+# at most 256 rows and keys into blocks of at most 512, and allocates on each thread a float32 buffer of
+# q_split·kv_split + 2·q_split + q_split·D values, and a q_split·kv_split one in a half-precision dtype. No
+# operator returns them, so tests/mha/test_trace_memory.py cannot see them: declared here.
+FLASH_Q_SPLIT, FLASH_KV_SPLIT = 256, 512
 
 
 def objects_nbytes(*roots: Any) -> int:
@@ -56,7 +70,7 @@ def python_nbytes(n: int) -> int:
 
 
 def forward_scratch(
-    config: TransformerConfig, n: int, itemsize: int, *, rows: int, threads: int, cells: int
+    config: TransformerConfig, n: int, itemsize: int, *, rows: int, threads: int, cells: int, scores: int
 ) -> int:
     """Bytes mha.trace.trace_forward holds at once beyond the trace it builds, at most, for an n-token
     input in blocks of `rows` query rows on `threads` CPU threads, pooling an s x s overview (s = cells).
@@ -75,7 +89,8 @@ def forward_scratch(
       float32 copy for the pool unless they are float32), its mixed values [H, r, D], its rows pooled
       into at most R' cells [H, R', n] float32 twice over (each cell's reduction, then their stack), and
       the band masks (a byte a cell); each thread past the first pools into its own float32 [H, s, s].
-    The largest of the four, plus what every layer reads: the rotary cos and sin (2 D a token) and the
+    - or, fused (fused_scratch), the fused kernel's or the overview's, whichever a layer runs.
+    The largest of these, plus what every layer reads: the rotary cos and sin (2 D a token) and the
     position ids (int64, and their angles' float32 row: 16 bytes a token), and SMALL for what does not
     grow with n (scalars, the rotary frequencies).
     """
@@ -99,4 +114,38 @@ def forward_scratch(
     block = heads * rows * n * (itemsize + (0 if itemsize == FLOAT32 else FLOAT32))
     block += heads * rows * dim * itemsize + 2 * heads * pooled_rows * n * FLOAT32 + rows * n
     blocks = n * value * beside_blocks + threads * block + (threads - 1) * heads * cells * cells * FLOAT32
-    return max(n * value * max(ffn, attention, out_proj), blocks) + n * (value * 2 * dim + 16) + SMALL
+    fused = fused_scratch(config, n, itemsize, rows=rows, threads=threads, cells=cells, scores=scores)
+    return max(n * value * max(ffn, attention, out_proj), blocks, fused) + n * (value * 2 * dim + 16) + SMALL
+
+
+def fused_scratch(
+    config: TransformerConfig, n: int, itemsize: int, *, rows: int, threads: int, cells: int, scores: int
+) -> int:
+    """Bytes a layer of the fused path (mha.trace_fused) holds at once beside the trace, at most, the layer's
+    projections and out_proj aside (forward_scratch counts those for both paths):
+    - the kernel: the stream entering the layer and its norm (2 E), v's contiguous copy H_kv·D, the output
+      H·D and the float32 lse (H) a token; on CUDA, where k and v are repeated to the query heads, 2 H·D
+      more; and on each CPU thread the kernel's own buffers (FLASH_Q_SPLIT);
+    - the overview: the same 2 E and the output, and on each thread one tile of r rows (whole cells of w
+      tokens: about `rows`, at least one cell) against c keys (whole cells, about `scores` / r): its q
+      gathered (H·r·D) and −lse (twice H·r), the scores H·r·c, the diagonal's mask (a byte a score), the
+      rows pooled H·(r / w)·c and the cells pooled, k gathered where cells are uneven (H_kv·c·D), and
+      int64 token indices (r + c per tile, s·w for the layer).
+    """
+    heads, kv_heads = config.num_heads, config.num_kv_heads or config.num_heads
+    dim = config.head_dim or config.embed_dim // heads
+    embed, value = config.embed_dim, max(itemsize, FLOAT32)
+    repeated = 2 * heads * dim if kv_heads < heads else 0
+    kernel = n * (value * (2 * embed + kv_heads * dim + heads * dim) + FLOAT32 * heads + itemsize * repeated)
+    q_split, kv_split = min(FLASH_Q_SPLIT, n), min(FLASH_KV_SPLIT, n)
+    workspace = FLOAT32 * (q_split * kv_split + 2 * q_split + q_split * dim) + itemsize * q_split * kv_split
+    cells = min(cells, n)
+    width = -(-n // cells)  # the widest cell's tokens
+    r = max(1, rows // width) * width
+    c = min(max(1, scores // (r * width)) * width, cells * width)
+    tile = value * (heads * r * dim + 2 * heads * r + heads * r * c + heads * (r // width) * c)
+    tile += r * c + value * (heads * (r // width) * (c // width) + kv_heads * c * dim) + 8 * (r + c)
+    if -(-cells // (r // width)) < 2 * threads:  # dealt out only where each thread gets two blocks
+        threads = 1
+    overview = n * value * (2 * embed + heads * dim) + threads * tile + 8 * cells * width
+    return max(kernel + threads * workspace, overview)

@@ -82,6 +82,28 @@ def recomputed_weight(dim: int, max_score: float) -> float:
     return FORWARD + 2 * dim * U32 * max_score
 
 
+# torch's CPU flash kernel exponentiates with Vectorized::exp_u20, "a faster version of exp with ULP=20"
+# (ATen/cpu/vec/vec256/vec256_float.h): within 20 float32 ulps of exp, 2u each.
+EXP_U20 = 40 * U32
+# The CPU flash kernel's key blocks (mha.trace_memory.FLASH_KV_SPLIT): a running sum is rescaled once a block.
+FLASH_KV_BLOCK = 512
+
+
+def fused_lse(n: int, dim: int, max_score: float) -> float:
+    """|lse - a float64 logsumexp of the same float32 q and k| for a fused kernel's lse of a row over n keys.
+    Each score is a dim-term float32 dot product, moved by up to dim·u·max_score (Higham's gamma_dim; |s| <=
+    max_score by Cauchy-Schwarz), which moves lse by as much, and its difference from the row's running
+    max rounds by u·2·max_score. The sum of n exps, each within EXP_U20 and rescaled once per later key
+    block (another EXP_U20 each), adds n float32 terms (float32_sum): relative error n·u + blocks·EXP_U20,
+    which the log turns into as much absolute. The log and the final max + log add round once each:
+    u·|lse| <= u·(max_score + ln n) each."""
+    import math
+
+    blocks = -(-n // FLASH_KV_BLOCK)
+    score = dim * U32 * max_score + 2 * U32 * max_score
+    return score + float32_sum(n) + blocks * EXP_U20 + 2 * U32 * (max_score + math.log(n))
+
+
 # -- corpus runs (mha.analysis.batched) --------------------------------------------------------------------
 
 

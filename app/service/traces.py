@@ -123,6 +123,7 @@ def done_event(name: str, trace: Trace, stats_max_tokens: int) -> bytes:
         **shape,
         overview_size=0 if overview is None else len(overview.row_edges) - 1,
         stats_available=trace.n <= stats_max_tokens,
+        path=trace.path,
     )
     return done.model_dump_json().encode() + b"\n"
 

@@ -97,6 +97,13 @@ def test_the_stream_reports_each_layer_then_the_tokens(traced: tuple[TestClient,
     assert again == [done] and counting.forwards == 1
 
 
+def test_the_done_event_says_which_path_the_forward_took(traced: tuple[TestClient, Counting], minilm) -> None:  # type: ignore[no-untyped-def]
+    """MiniLM (a BERT encoder) is traced by torch's fused CPU kernel (mha.trace_fused), as mha says."""
+    client, _ = traced
+    done = lines(client.post("/api/trace", json={"text": TEXT}))[-1]
+    assert done["path"] == minilm.trace(TEXT).path == "fused-flash-cpu"
+
+
 def test_windows_rows_and_the_overview_reuse_one_forward(traced: tuple[TestClient, Counting], minilm) -> None:  # type: ignore[no-untyped-def]
     client, counting = traced
     expected = minilm.trace(TEXT)

@@ -81,19 +81,23 @@ class LiveBytes(TorchDispatchMode):
 
 def measured_peak(model: AttentionModel, threads: int, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
     """(n, the peak bytes of tensors alive during trace_forward of TEXT on `threads` torch threads): the
-    row blocks that run on worker threads are measured there too (a dispatch mode is per thread)."""
+    row blocks that run on worker threads, the blocked path's and the fused path's overview, are measured
+    there too (a dispatch mode is per thread)."""
     ids = torch.tensor([model.encoder.encode_batch([(TEXT, None)], model.info.max_tokens)[0].ids])
     meter = LiveBytes()
-    blocks = trace_module._Recorder._blocks
 
-    def measured_blocks(self: Any, *args: Any) -> None:
-        if threading.current_thread() is threading.main_thread():
-            blocks(self, *args)  # the mode is already on in this thread
-            return
-        with meter:
-            blocks(self, *args)
+    def measured(work: Any) -> Any:
+        def run(self: Any, *args: Any) -> None:
+            if threading.current_thread() is threading.main_thread():
+                work(self, *args)  # the mode is already on in this thread
+                return
+            with meter:
+                work(self, *args)
 
-    monkeypatch.setattr(trace_module._Recorder, "_blocks", measured_blocks)
+        return run
+
+    for worker in ("_blocks", "_pool_blocks"):
+        monkeypatch.setattr(trace_module._Recorder, worker, measured(getattr(trace_module._Recorder, worker)))
     kept_buffers = trace_module.kept_buffers
 
     def measured_buffers(*args: Any) -> Any:  # the trace's buffer is a memory map: no operator makes it
