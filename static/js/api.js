@@ -50,13 +50,15 @@ export async function request(url, options) {
 // One input as the API names its fields. `words` (merge word pieces), `newTokens` (continue a causal
 // model's text first) and `chat` (the model's chat template) are sent only when set: false and 0 are the API's defaults, so plain bodies stay as
 // they were. `target` (an encoder-decoder model's forced target) is sent only when it has text: a blank
-// one means "the model writes it", which is the API's default.
-export function body({ text, pair, model, words, newTokens = 0, chat = false, target = null }) {
+// one means "the model writes it", which is the API's default. `weighting` likewise only when "norm"
+// (weight × value norm shares in every answer of the run; "weight" is the API's default).
+export function body({ text, pair, model, words, newTokens = 0, chat = false, target = null, weighting = "weight" }) {
   const input = { text, text_pair: pair || null, model: model || null };
   if (newTokens > 0) input.max_new_tokens = newTokens;
   if (chat) input.chat = true;
   if (target?.trim()) input.target = target;
-  return words ? { ...input, words: true } : input;
+  const options = words ? { ...input, words: true } : input;
+  return weighting === "norm" ? { ...options, weighting: "norm" } : options;
 }
 
 /** body() plus the attention `kind` a head or insight route reads (encoder-decoder runs only). */
@@ -148,10 +150,14 @@ export async function fetchFlow(query, { signal } = {}) {
   return { ...result, flow: flatRows(result.flow), flow_normalized: flatRows(result.flow_normalized) };
 }
 
-function compareBody(a, b, words) {
-  const pair = { a: body({ ...a, words: false }), b: body({ ...b, words: false }) };
+// words and weighting belong to the comparison, not to either input: A's say them for both.
+export function compareBody(a, b, words) {
+  const input = (query) => body({ ...query, words: false, weighting: "weight" });
+  const pair = { a: input(a), b: input(b) };
   if (a.kind) pair.kind = a.kind; // encoder-decoder inputs compare one kind of attention
-  return words ? { ...pair, words: true } : pair;
+  if (words) pair.words = true;
+  if (a.weighting === "norm") pair.weighting = "norm";
+  return pair;
 }
 
 /** POST /api/compare: per-head change scores of B against A on the aligned tokens. */

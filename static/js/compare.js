@@ -69,7 +69,8 @@ export class CompareView {
     const m = result.tokens.length;
     summary.textContent =
       `Comparing ${what}: ${m} aligned tokens of ${result.a.tokens.length} (A) and ${result.b.tokens.length} (B). ` +
-      "Change = mean Jensen–Shannon divergence of each head's rows on the aligned tokens (nats, 0 to ln 2 ≈ 0.693).";
+      "Change = mean Jensen–Shannon divergence of each head's rows on the aligned tokens (nats, 0 to ln 2 ≈ 0.693)." +
+      (a.weighting === "norm" ? " Both sides as weight × value norm shares." : "");
     const items = rankHeads(result.score)
       .slice(0, RANKED)
       .map(({ layer, head, score }) => {
@@ -128,6 +129,7 @@ export class CompareView {
       `A − B is red where A attends more, blue where B does (scale ±${peak.toFixed(3)}).`;
     const { byteLevel } = this;
     const common = { tokens: maps.tokens, causal, byteLevel, boundary: -1, exact: true, keepZoom: true, minPx: SIDE_MIN_PX };
+    common.weighting = this.a.weighting; // A and B as shares of α·‖f(x)‖ (their colour bars and hovers say so)
     if (maps.key_tokens) common.keyTokens = maps.key_tokens; // cross-attention: the keys are the source's
     const title = (which) => `${which} · layer ${layer}, head ${head}`;
     await Promise.all([

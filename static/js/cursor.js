@@ -9,7 +9,7 @@ export class CellCursor {
   constructor(gd, readout) {
     this.gd = gd;
     this.readout = readout;
-    this.info = null; // {tokens, causal, renormalised, onRow} of the figure drawn
+    this.info = null; // {tokens, keyTokens, values, causal, renormalised, norm, sizes, onRow} of the figure drawn
     this.at = { i: 0, j: 0 };
     this.shown = false;
     this.outline = document.createElement("div");
@@ -58,10 +58,15 @@ export class CellCursor {
     this.show();
   }
 
-  /** The value drawn at the cursor: the heatmap trace's z (null where nothing is drawn). */
+  /**
+   * The value at the cursor: the figure's own `values` (n*cols) where follow() was given them, which a colour
+   * scale leaves as they are, else the heatmap trace's z (null where nothing is drawn).
+   */
   value() {
     const trace = this.gd.data?.find((t) => t.type === "heatmap");
-    return trace?.z?.[this.at.i]?.[this.at.j] ?? null;
+    const drawn = trace?.z?.[this.at.i]?.[this.at.j] ?? null;
+    const { values, tokens, keyTokens = tokens } = this.info;
+    return values && drawn !== null ? values[this.at.i * keyTokens.length + this.at.j] : drawn;
   }
 
   /** Outline the cursor's cell and read it out (`announce` false: only move the outline). */
@@ -85,7 +90,9 @@ export class CellCursor {
     box.height = `${Math.max(0, y1 - y0)}px`;
     this.outline.hidden = x1 <= x0 || y1 <= y0; // zoomed away from the cell: the readout still reads it
     if (!this.outline.hidden) this.outline.scrollIntoView({ block: "nearest", inline: "nearest" });
-    const text = cellText({ ...this.info, i, j, value: this.value() });
+    const cols = (this.info.keyTokens ?? this.info.tokens).length;
+    const size = this.info.sizes?.[i * cols + j] ?? null; // weight × value norm: the exact head's ‖α f‖
+    const text = cellText({ ...this.info, i, j, value: this.value(), size });
     if (announce || this.readout.textContent) this.readout.textContent = text;
   }
 

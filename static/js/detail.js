@@ -15,6 +15,7 @@ import { LinesView } from "./lines-view.js";
 import { KIND_LABELS, axesOf, axisNames, fileModel, isRectangular, isSeq2seq, shapeOf } from "./seq2seq.js";
 import { showExportAvailability } from "./notices.js";
 import { getState } from "./state.js";
+import { NORM_NOTE, cellSizes, weightingOf } from "./weighting.js";
 
 const EXACT_DELAY_MS = 350; // wait for arrow-key bursts to settle before asking for exact values
 // The exact head is binary float32, ~3.3 bytes a value after gzip: fetched by itself up to this n (~220 KB),
@@ -46,15 +47,16 @@ export function bindTabs(onChoose) {
 }
 
 /**
- * rows*cols values of (layer, head) in `run`'s attention on screen: the exact head when it arrived, else the
- * quantized grid data. The caller renormalises without the first token when the state asks for it.
+ * rows*cols values of (layer, head) in `run`'s attention on screen: the exact head when it arrived (with its
+ * rows' norm totals under weight × value norm), else the quantized grid data. The caller renormalises without
+ * the first token when the state asks for it.
  */
 function detailValues(run, layer, head) {
   const { attention } = run;
-  if (isAggregate(head)) return { values: AGGREGATES[head].compute(attention, layer), exact: false };
+  if (isAggregate(head)) return { values: AGGREGATES[head].compute(attention, layer), exact: false, rowNorms: null };
   const exact = run.exact.get(`${layer}:${head}`);
-  if (exact) return { values: exact, exact: true };
-  return { values: attention.headInto(layer, head), exact: false };
+  if (exact) return { ...exact, exact: true };
+  return { values: attention.headInto(layer, head), exact: false, rowNorms: null };
 }
 
 export class Detail {
@@ -97,9 +99,14 @@ export class Detail {
     this.run = run;
     const { attention } = run;
     const { layer, head, view, hideFirst, lines, scale } = getState();
-    const { values: drawn, exact } = detailValues(run, layer, head);
+    const { values: drawn, exact, rowNorms } = detailValues(run, layer, head);
     const { rows, cols } = shapeOf(attention);
     const values = hideFirst ? withoutFirstToken(drawn, rows, cols) : drawn;
+    // Weight × value norm: the shares, and once the exact head came each cell's size (of the shares as the
+    // model gave them: hiding the first token renormalises the share, not what the head moves).
+    const weighting = weightingOf(attention);
+    const norm = weighting === "norm";
+    const sizes = norm ? cellSizes(drawn, rowNorms, rows, cols) : null;
     // An encoder-decoder run: which attention, and no "written" marks (its target is its own sentence).
     const seq2seq = isSeq2seq(run.full);
     const written = seq2seq ? 0 : attention.generated;
@@ -108,7 +115,7 @@ export class Detail {
     // Words mode changes what every row and column is: the titles say so.
     const label = `${seq2seq ? `${KIND_LABELS[attention.kind] ?? attention.kind}, ` : ""}${
       overlay ? `layer ${layer}, all heads` : selectionLabel(layer, head, attention)
-    }${run.query.words ? " · words" : ""}`;
+    }${run.query.words ? " · words" : ""}${norm ? " · weight × norm" : ""}`;
     $("detailTitle").textContent = `Head detail: ${label}`;
     const notes = [
       exact
@@ -118,10 +125,19 @@ export class Detail {
           }.`,
     ];
     if (overlay) notes.shift(); // the selected head's precision: the lines note says that of every head
+    if (norm) {
+      notes.push(NORM_NOTE);
+      if (view === "heatmap" && !isAggregate(head)) {
+        let size = "Each cell's size ‖α f‖ comes with the exact values.";
+        if (sizes) size = "The hover adds each cell's size ‖α f‖ (share × its row's total).";
+        else if (exact) size = "Sizes ‖α f‖ are given per token, not per word."; // words: no row_norms
+        notes.push(size);
+      }
+    }
     if (attention.causal) notes.push("Hatched cells are masked: a causal model cannot look ahead.");
     if (hideFirst) notes.push("First token hidden (grey): each row renormalised over the rest.");
     if (scale !== DEFAULT_SCALE && view === "heatmap") {
-      notes.push(`Colour scale: ${SCALES[scale].label}; the hover shows the true weight.`);
+      notes.push(`Colour scale: ${SCALES[scale].label}; the hover shows the true ${norm ? "share" : "weight"}.`);
       // Quantized values stop a decade or two above the log floor: say where, and what shows the rest.
       if (scale === "log" && !exact) {
         const under = attention.maxAbsError.toFixed(4);
@@ -163,15 +179,18 @@ export class Detail {
       byteLevel: attention.byteLevel,
       renormalised: hideFirst,
       colorScale: scale, // scale.js: the colours only; the hover reads `values`
+      weighting,
+      sizes,
       onRow: (i) => this.written.choose(i),
-      filename: exportName(fileModel(attention), layer, head),
+      filename: exportName(fileModel(attention), layer, head, { weighting }),
       keepZoom, // a new run starts unzoomed; another head of the same run keeps the zoomed region
     };
     if (heatmapVisible) {
       await this.renderFitting(spec, { newRun: !keepZoom });
       const spell = (list) => list?.map((token) => displayToken(token, attention.byteLevel));
       const [tokens, keyTokens] = [spell(spec.tokens), spell(spec.keyTokens) ?? undefined];
-      this.cursor.follow({ tokens, keyTokens, causal: attention.causal, renormalised: hideFirst, onRow: spec.onRow });
+      const read = { values, norm, sizes, causal: attention.causal, renormalised: hideFirst, onRow: spec.onRow };
+      this.cursor.follow({ tokens, keyTokens, ...read });
     } else {
       this.cursor.hide();
       this.lines.draw(run, spec);
@@ -203,7 +222,8 @@ export class Detail {
       try {
         const exact = await fetchHead(run.query, layer, head, { signal });
         if (run.signal.aborted) return; // arrived for a newer selection: kept, in case it comes back
-        run.exact.set(`${layer}:${head}`, exact.headInto(0, 0));
+        // Weight × value norm: the header's row_norms, each query row's total (a cell's size = share × it).
+        run.exact.set(`${layer}:${head}`, { values: exact.headInto(0, 0), rowNorms: exact.header.row_norms ?? null });
         const state = getState();
         if (state.layer === layer && state.head === head) await this.draw(run);
       } catch (error) {

@@ -12,6 +12,7 @@ import { exportImage } from "./heatmap.js";
 import { allHeadsName, exportName, headJsonName, tokenLinesName } from "./labels.js";
 import { fileModel, isSeq2seq, shapeOf } from "./seq2seq.js";
 import { getState } from "./state.js";
+import { weightingOf } from "./weighting.js";
 
 function download(blob, filename) {
   const url = URL.createObjectURL(blob);
@@ -32,40 +33,46 @@ export function matrixRows(values, n, cols = n) {
 }
 
 // An aggregate is computed in the page from the quantized grid data: the file says so and gives the error bound
-// (a mean of values each within ±e is within ±e).
+// (a mean of values each within ±e is within ±e), and which values they are (weights or norm shares).
 function aggregateBlob(attention, layer, head) {
   const { tokens } = attention;
   const { rows, cols } = shapeOf(attention);
   const values = AGGREGATES[head].compute(attention, layer);
   // An encoder-decoder's section says which one, and cross-attention's keys are the source's tokens.
   const seq2seq = isSeq2seq(attention) ? { kind: attention.kind, key_tokens: attention.keyTokens } : {};
+  const weighting = weightingOf(attention);
+  const norm = weighting === "norm";
   const doc = {
     model: attention.model,
     tokens,
     ...seq2seq,
     layer,
     head,
-    description: `${AGGREGATES[head].title}, from the page's ${attention.bits}-bit values`,
+    weighting, // as the API's answers say it
+    description: `${AGGREGATES[head].title}, from the page's ${attention.bits}-bit ${norm ? "weight × value norm shares" : "values"}`,
     max_abs_error: attention.maxAbsError,
     attention: matrixRows(values, rows, cols),
   };
   return new Blob([JSON.stringify(doc)], { type: "application/json" });
 }
 
+// The JSON of every head and of one head is the API's answer, which says `"weighting": "norm"` (and gives
+// `row_norms`) for norm shares; the file names say "-norm" too.
 async function exportJson(run, { layer, head, alone }) {
   const { attention, query } = run;
   const words = Boolean(query.words);
+  const weighting = weightingOf(attention);
   setBusy(alone ? "Preparing this head's JSON…" : "Preparing JSON of every head…");
   if (!alone) {
     const blob = await fetchFullBlob(query, { signal: run.signal });
     // Every head of every kind: its `tokens` are the source's, those of the answer's first Attention.
-    download(withDisplayTokens(blob, run.full ?? attention), allHeadsName(attention.model, { words }));
+    download(withDisplayTokens(blob, run.full ?? attention), allHeadsName(attention.model, { words, weighting }));
   } else if (isAggregate(head)) {
     const blob = withDisplayTokens(aggregateBlob(attention, layer, head), attention);
-    download(blob, headJsonName(fileModel(attention), layer, head, { words }));
+    download(blob, headJsonName(fileModel(attention), layer, head, { words, weighting }));
   } else {
     const blob = await fetchHeadBlob(query, layer, head, { signal: run.signal });
-    download(withDisplayTokens(blob, attention), headJsonName(fileModel(attention), layer, head, { words }));
+    download(withDisplayTokens(blob, attention), headJsonName(fileModel(attention), layer, head, { words, weighting }));
   }
   setBusy("");
 }
@@ -78,13 +85,14 @@ export async function exportAs(run, format) {
   }
   showError("");
   const { layer, head, view, lines } = getState();
-  const name = exportName(fileModel(run.attention), layer, head);
+  const weighting = run.long ? "weight" : weightingOf(run.attention); // the figure's colour bar says it too
+  const name = exportName(fileModel(run.attention), layer, head, { weighting });
   try {
     if (format === "json" || format === "json-head") {
       await exportJson(run, { layer, head, alone: format === "json-head" });
     } else if (view === "tokens" && format === "svg") {
       const source = new XMLSerializer().serializeToString($("tokenView").querySelector("svg.token-lines"));
-      const file = tokenLinesName(fileModel(run.attention), layer, head, { allHeads: lines === "layer" });
+      const file = tokenLinesName(fileModel(run.attention), layer, head, { allHeads: lines === "layer", weighting });
       download(new Blob([source], { type: "image/svg+xml" }), file);
     } else {
       await exportImage($("headDetail"), format, name);

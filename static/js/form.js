@@ -7,6 +7,7 @@ import { modelLabel } from "./labels.js";
 import { ENCODER_DECODER } from "./seq2seq.js";
 import { MAX_NEW_TOKENS, parseNewTokens } from "./state.js";
 import { servable } from "./truth.js";
+import { DEFAULT_WEIGHTING } from "./weighting.js";
 
 let models = new Map(); // name -> /api/models entry, as fillModels last made it
 
@@ -109,8 +110,21 @@ export function showNewTokens() {
 }
 
 /**
- * A's query as typed: {text, pair, model, words, newTokens, chat}, plus `target` (blank: the model writes
- * it) for an encoder-decoder model; 0 and false where a control is hidden.
+ * The weighting chosen in the switch ("weight" or "norm"), also while a long input has it off: the trace
+ * reads weights, and the run says that norm was asked for and why it is not shown (main.js runLong).
+ */
+export function chosenWeighting() {
+  return $("weightingSwitch").querySelector("input[name=weighting]:checked")?.value ?? DEFAULT_WEIGHTING;
+}
+
+/** Check the switch's radio of `weighting`. */
+export function showWeighting(weighting) {
+  for (const radio of $("weightingSwitch").querySelectorAll("input[name=weighting]")) radio.checked = radio.value === weighting;
+}
+
+/**
+ * A's query as typed: {text, pair, model, words, weighting, newTokens, chat}, plus `target` (blank: the model
+ * writes it) for an encoder-decoder model; 0 and false where a control is hidden.
  */
 export function currentQuery() {
   const newTokens = $("newTokensField").hidden ? 0 : parseNewTokens($("newTokens").value);
@@ -120,6 +134,7 @@ export function currentQuery() {
     pair: $("textPair").value,
     model: $("model").value,
     words: $("words").checked && !$("words").disabled,
+    weighting: chosenWeighting(),
     newTokens,
     chat,
   };
@@ -140,6 +155,7 @@ export function initForm(state, { defaultModel, limits = {} }, { onRun }) {
   $("textPair").value = state.pair;
   $("model").value = servable(models, state.model) ? state.model : defaultModel;
   $("words").checked = state.words;
+  showWeighting(state.weighting);
   $("compare").checked = state.compare;
   $("compareInputs").hidden = !state.compare;
   $("textB").value = state.btext;

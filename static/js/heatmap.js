@@ -15,6 +15,7 @@
 import { COLORSCALE, MASK_BG_CSS, MASK_FG_CSS } from "./colors.js";
 import { displayToken } from "./decoder.js";
 import { scaleValues } from "./scale.js";
+import { parseWeighting, valueName } from "./weighting.js";
 import { ALL_LABELS_N, LABEL_PX, MAX_FONT_PX, plotlyText, shorten, thinTicks, tickFont } from "./heatmap-ticks.js";
 
 export { ALL_LABELS_N, plotlyText, shorten, thinTicks, tickFont }; // their old home: callers import them here
@@ -32,6 +33,7 @@ const TITLE_LINE_PX = 18; // one more line of the colour bar's title (12 px text
 const COLORBAR_UNDER_PX = 64; // a horizontal colour bar under the plot: gap, bar, ticks and title
 const WRITTEN_CSS = "#e8710a"; // the tokens a model wrote: divider and bands beside the axes
 const RENORMALISED = "renormalised without the first token";
+const SIZE = "‖α f‖"; // a norm-weighted cell's own size: share × its row's total
 
 /**
  * Side of the square plot area in px. It fits `roomPx` (at most MAX_FIT_PX and MAX_CELL_PX a cell; at least
@@ -94,12 +96,16 @@ function writtenShapes(n, written, size) {
  * {colorscale, zmin, zmax, title, signed} (a diverging scale gets zmin = -zmax, so 0 is its centre).
  * `colorScale` names a scale.js scale (default 0–1): it changes the colours and the colour bar, never the
  * hover, which reads the true value.
+ * `weighting` "norm" (weighting.js): the values are weight × value norm shares; the colour bar and the hover
+ * say "share", and `sizes` (n*cols, weighting.js cellSizes; the exact head's) adds each cell's ‖α f‖.
  * `minPx` lets side-by-side figures be smaller.
  * Returns {data, layout, labels, size, keyTokens (null when square), plotW, plotH}.
  */
 export function buildFigure(spec) {
   const { values, causal, boundary, title, exact, widthPx = 900, scale, minPx, bits = 8 } = spec;
   const { written = 0, renormalised = false, colorScale } = spec;
+  const norm = parseWeighting(spec.weighting) === "norm";
+  const sizes = norm ? (spec.sizes ?? null) : null;
   const tokens = spec.tokens.map((token) => displayToken(token, spec.byteLevel)); // axes, hover, image exports
   // Cross-attention's keys are another sentence (`keyTokens`, across); else queries and keys are one.
   const rect = Array.isArray(spec.keyTokens);
@@ -113,7 +119,8 @@ export function buildFigure(spec) {
   const customdata = new Array(n);
   // A transformed z is a colour, not a weight: then the hover reads the weights from here, as numbers that
   // Plotly formats as it formats z (a formatted string a cell costs more to build), and the labels from text.
-  const weights = painted.transformed ? new Array(n) : null;
+  // Norm sizes ride along the same way: each cell's [share, size].
+  const weights = painted.transformed || sizes ? new Array(n) : null;
   // Two sentences: the hover names each side's token and position, as the cell cursor reads it.
   const where = rect
     ? (i, j) => `query '${labels[i]}' (${i}) → key '${keyLabels[j]}' (${j})`
@@ -122,7 +129,8 @@ export function buildFigure(spec) {
     const row = new Array(cols);
     const cd = new Array(cols);
     const o = i * cols;
-    if (weights) weights[i] = Array.from({ length: cols }, (_, j) => values[o + j]);
+    if (sizes) weights[i] = Array.from({ length: cols }, (_, j) => [values[o + j], sizes[o + j]]);
+    else if (weights) weights[i] = Array.from({ length: cols }, (_, j) => values[o + j]);
     for (let j = 0; j < cols; j++) {
       const v = values[o + j];
       row[j] = (causal && j > i) || Number.isNaN(v) ? null : painted.z[o + j];
@@ -131,7 +139,7 @@ export function buildFigure(spec) {
     z[i] = row;
     customdata[i] = cd;
   }
-  const barTitle = withScale(scale?.title ?? colorbarTitle(exact, renormalised, bits), painted.title);
+  const barTitle = withScale(scale?.title ?? colorbarTitle(exact, renormalised, bits, norm), painted.title);
   // Each line of the colour bar's title past the first (renormalised, a colour scale) takes its own band.
   const colorbarPx = COLORBAR_PX + (barTitle.split("<br>").length - 1) * TITLE_LINE_PX;
   // The widest of all labels bounds the margin, so the plot can be sized to the room left beside it.
@@ -154,7 +162,9 @@ export function buildFigure(spec) {
   const shown = ticks.map((i) => shorten(tokens[i]));
   const keyShown = keyTicks.map((j) => shorten(keyTokens[j]));
 
-  const hoverValue = weights ? "%{text}: %{customdata:.3f}" : `%{customdata}: %{z:${scale?.signed ? "+" : ""}.3f}`;
+  const share = norm ? "share " : ""; // weight × value norm: the value is a row's share, not a weight
+  let hoverValue = weights ? `%{text}: ${share}%{customdata:.3f}` : `%{customdata}: ${share}%{z:${scale?.signed ? "+" : ""}.3f}`;
+  if (sizes) hoverValue = `%{text}: ${share}%{customdata[0]:.3f} · ${SIZE} %{customdata[1]:.3g}`;
 
   const data = [];
   if (causal && n > 1) {
@@ -274,8 +284,8 @@ function withScale(title, scaleTitle) {
   return scaleTitle ? `${title}<br>${plotlyText(scaleTitle)}` : title;
 }
 
-function colorbarTitle(exact, renormalised, bits) {
-  const base = exact ? "attention" : `attention (${bits}-bit)`;
+function colorbarTitle(exact, renormalised, bits, norm = false) {
+  const base = valueName(norm ? "norm" : "weight", { exact, bits });
   return renormalised ? `${base}<br>${RENORMALISED}` : base;
 }
 

@@ -14,6 +14,7 @@ import { statName, standoutBadges } from "./names.js";
 import { RolloutView } from "./rollout.js";
 import { rolloutNote } from "./seq2seq.js";
 import { getState, subscribe, update } from "./state.js";
+import { weightingOf } from "./weighting.js";
 
 export class InsightPanel {
   /** `grid` gets the frame colours; `current()` is the run on screen; onOpen(layer, head) selects a head. */
@@ -59,6 +60,7 @@ export class InsightPanel {
     const { query, signal, attention } = run;
     document.body.dataset.insight = "loading";
     $("analysis").hidden = false;
+    $("statsWeighting").hidden = weightingOf(attention) !== "norm"; // the statistics read the run's maps
     const status = $("insightStatus");
     status.textContent = "Computing head statistics…";
     status.classList.add("busy");

@@ -54,12 +54,16 @@ export function tabKey(index, key, count) {
  * What the cell cursor announces, the hover's words spelled out: "query 'cat' (3) → key 'the' (1): 0.730".
  * `tokens` are display tokens (decoder.js displayToken), the queries'; `keyTokens` the keys' where they are
  * another sentence (cross-attention); `value` is the drawn value (null: not drawn). A causal model's cells
- * above the diagonal are masked; the hidden first key column (renormalised) is hidden.
+ * above the diagonal are masked; the hidden first key column (renormalised) is hidden. Weight × value norm
+ * (`norm`) reads "share 0.412", and with the cell's `size` (share × its row's total) "· ‖α f‖ 1.37".
  */
-export function cellText({ tokens, keyTokens = tokens, i, j, value, causal = false, renormalised = false }) {
+export function cellText(cell) {
+  const { tokens, keyTokens = tokens, i, j, value, causal = false, renormalised = false, norm = false, size = null } = cell;
   const where = `query '${tokens[i]}' (${i}) → key '${keyTokens[j]}' (${j})`;
   if (causal && j > i) return `${where}: masked (a causal model cannot look ahead)`;
   if (renormalised && j === 0) return `${where}: hidden (first token set aside, rows renormalised)`;
   if (value === null || value === undefined || Number.isNaN(value)) return `${where}: no value`;
-  return `${where}: ${value.toFixed(3)}${renormalised ? " (renormalised without the first token)" : ""}`;
+  const sized = norm && Number.isFinite(size) ? ` · ‖α f‖ ${size.toPrecision(3)}` : "";
+  const shown = `${norm ? "share " : ""}${value.toFixed(3)}${sized}`;
+  return `${where}: ${shown}${renormalised ? " (renormalised without the first token)" : ""}`;
 }

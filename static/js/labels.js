@@ -44,22 +44,29 @@ function safeModel(model) {
   return (model || "model").replace(/[^A-Za-z0-9._-]+/g, "_");
 }
 
-/** A file name stem for exports: the model name reduced to [A-Za-z0-9._-] (never a path), layer, head. */
-export function exportName(model, layer, head) {
-  return `headscope-${safeModel(model)}-L${layer}-${isAggregate(head) ? head : `H${head}`}`;
+// Weight × value norm shares (weighting.js) are another quantity than weights: their files say "-norm".
+const normSuffix = (weighting) => (weighting === "norm" ? "-norm" : "");
+
+/**
+ * A file name stem for exports: the model name reduced to [A-Za-z0-9._-] (never a path), layer, head, and
+ * "-norm" for weight × value norm shares.
+ */
+export function exportName(model, layer, head, { weighting = "weight" } = {}) {
+  return `headscope-${safeModel(model)}-L${layer}-${isAggregate(head) ? head : `H${head}`}${normSuffix(weighting)}`;
 }
 
 /** The token-lines SVG: of the selected head, or of every head of its layer overlaid ("-L2-all-heads"). */
-export function tokenLinesName(model, layer, head, { allHeads = false } = {}) {
-  return `${allHeads ? `headscope-${safeModel(model)}-L${layer}-all-heads` : exportName(model, layer, head)}-tokens.svg`;
+export function tokenLinesName(model, layer, head, { allHeads = false, weighting = "weight" } = {}) {
+  if (!allHeads) return `${exportName(model, layer, head, { weighting })}-tokens.svg`;
+  return `headscope-${safeModel(model)}-L${layer}-all-heads${normSuffix(weighting)}-tokens.svg`;
 }
 
-/** The JSON export of every head names what it holds: "headscope-<model>-all-heads.json" (words: "-words"). */
-export function allHeadsName(model, { words = false } = {}) {
-  return `headscope-${safeModel(model)}-all-heads${words ? "-words" : ""}.json`;
+/** The JSON export of every head names what it holds: "headscope-<model>-all-heads.json" ("-norm", "-words"). */
+export function allHeadsName(model, { words = false, weighting = "weight" } = {}) {
+  return `headscope-${safeModel(model)}-all-heads${normSuffix(weighting)}${words ? "-words" : ""}.json`;
 }
 
-/** The JSON export of the selected head alone: "headscope-<model>-L2-H7.json" (words: "-words"). */
-export function headJsonName(model, layer, head, { words = false } = {}) {
-  return `${exportName(model, layer, head)}${words ? "-words" : ""}.json`;
+/** The JSON export of the selected head alone: "headscope-<model>-L2-H7.json" ("-norm", "-words"). */
+export function headJsonName(model, layer, head, { words = false, weighting = "weight" } = {}) {
+  return `${exportName(model, layer, head, { weighting })}${words ? "-words" : ""}.json`;
 }

@@ -10,6 +10,7 @@ import { DISTINCT_STYLES, PAIR_FILTERS, headStyle, pairFilter, swatchGroups, tog
 import { isSeq2seq, shapeOf } from "./seq2seq.js";
 import { getState, update } from "./state.js";
 import { renderTokenView } from "./tokens.js";
+import { WEIGHTINGS, weightingOf } from "./weighting.js";
 
 // All heads of a layer draw at most this many lines (the strongest): 12 heads x 64 tokens can pass 10,000.
 export const LINE_BUDGET = 4000;
@@ -87,8 +88,11 @@ export class LinesView {
   }
 
   note(attention, { all, drawn, threshold, cut, shown }) {
-    const parts = [`${drawn.toLocaleString("en")} line(s) of weight ≥ ${threshold}`];
-    if (cut !== null) parts[0] = `The strongest ${drawn.toLocaleString("en")} lines (weight ≥ ${cut.toFixed(3)})`;
+    const weighting = weightingOf(attention);
+    const value = WEIGHTINGS[weighting].value; // "weight", or a norm-weighted "share"
+    const parts = [`${drawn.toLocaleString("en")} line(s) of ${value} ≥ ${threshold}`];
+    if (cut !== null) parts[0] = `The strongest ${drawn.toLocaleString("en")} lines (${value} ≥ ${cut.toFixed(3)})`;
+    if (weighting === "norm") parts.push("weight × value norm: each line is its row's share of α·‖f(x)‖");
     if (all) {
       parts.push(`${shown} of ${attention.heads} heads shown`);
       if (!attention.exact) parts.push(`${attention.bits}-bit values (within ±${attention.maxAbsError.toFixed(4)})`);

@@ -2,7 +2,7 @@
 // a trace. Its layers stream as a progress bar with a Cancel button; then the grid draws the overview (every
 // head pooled to 128 x 128 blocks, max), the detail shows the selected head (long-detail.js) and the text
 // view one token's exact row (long-text.js). What needs every head's full matrix (statistics, rollout, flow,
-// compare, words, token lines, exports, continuing) says so and is disabled, with the reason on it.
+// compare, words, weight × value norm, token lines, exports, continuing) says so and is disabled, with the reason on it.
 
 import { $, $all, el } from "./dom.js";
 import { isAggregate } from "./aggregates.js";
@@ -44,6 +44,7 @@ function reasons(limit) {
   const exports = unavailable("Exports", limit, "hold");
   return [
     ["words", unavailable("Words mode", limit, "needs")],
+    ["weightingSwitch", unavailable("Weight × value norm", limit, "needs")],
     ["compare", unavailable("Compare", limit, "needs")],
     ["newTokens", unavailable("Continuing the text", limit, "needs")],
     ["tabTokens", unavailable("Token lines", limit)],
@@ -62,7 +63,7 @@ function reasons(limit) {
 }
 
 // Form controls a person may want for the next, shorter input: typing one gives them back.
-const FORM_CONTROLS = new Set(["words", "compare", "newTokens"]);
+const FORM_CONTROLS = new Set(["words", "weightingSwitch", "compare", "newTokens"]);
 
 export class LongMode {
   /** `grid`: the page's Grid; `onCancel()`: the Cancel button was pressed. */

@@ -29,6 +29,7 @@ import { isSeq2seq, sectionOf, seq2seqSummary, seq2seqTruncation } from "./seq2s
 import { clampSelection, getState, ignoredParams, initState, moveSelection, readState, subscribe, update } from "./state.js";
 import { Notices, ignoredNotice, markStale, modelBNotice, modelNotice, refreshModelB, selectionNotice } from "./truth.js";
 import { bindScrollCue, reveal } from "./viewport.js";
+import { weightingOf } from "./weighting.js";
 import { WrittenView } from "./written.js";
 
 // A first visit (no text in the URL) starts from an example, run like any other: the URL then holds it.
@@ -145,6 +146,7 @@ function record(query, attention, shown, { compare, btext, bmodel }) {
     pair: query.pair,
     model: query.model,
     words: query.words,
+    weighting: query.weighting,
     newTokens: query.newTokens,
     chat: query.chat,
     target: query.target ?? "",
@@ -181,6 +183,7 @@ async function show(run, { newRun = false } = {}) {
   }
   setBusy("Drawing…");
   performance.mark("headscope-decoded");
+  $("gridWeighting").hidden = weightingOf(attention) !== "norm"; // the answer's, not the switch's
   // Marks for benchmarks/browser.py: where the time between click and "ready" goes.
   const gridDone = grid.render(attention, { signal }).then((done) => (performance.mark("headscope-grid"), done));
   const { layer, head } = getState();
@@ -204,8 +207,14 @@ async function runLong(query, count, signal) {
   await learn(attention);
   if (signal.aborted) return;
   current = run;
+  $("gridWeighting").hidden = true; // the trace reads the weights
   // What was asked for and cannot be done here is said, not silently dropped.
-  const asked = [query.words && "Words mode", currentB().compare && "Compare", query.newTokens > 0 && "Continuing"];
+  const asked = [
+    query.words && "Words mode",
+    query.weighting === "norm" && "Weight × value norm",
+    currentB().compare && "Compare",
+    query.newTokens > 0 && "Continuing",
+  ];
   const left = asked.filter(Boolean).map((name, i) => (i ? name.toLowerCase() : name));
   const what = left.length > 1 ? `${left.slice(0, -1).join(", ")} and ${left.at(-1)}` : left[0];
   const note = left.length ? ` ${unavailable(what, count.max_tokens, left.length > 1 ? "need" : "needs")}` : "";
@@ -317,6 +326,13 @@ async function boot() {
     update({ words: $("words").checked });
     if (current) run(); // every view switches: the same input again, merged to words
   });
+  for (const radio of $("weightingSwitch").querySelectorAll("input[name=weighting]")) {
+    radio.addEventListener("change", () => {
+      if (!radio.checked) return;
+      update({ weighting: radio.value });
+      if (current) run(); // every view switches: the same input again, its maps weighted by norm (or not)
+    });
+  }
   bindTabs((view) => (current?.long ? null : update({ view }))); // token lines need the full matrices
   bindKindSwitch((kind) => update({ kind }));
   const exports = [["exportPng", "png"], ["exportSvg", "svg"], ["exportJson", "json"], ["exportJsonHead", "json-head"]];

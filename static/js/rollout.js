@@ -11,6 +11,7 @@
 import { ApiError, fetchFlow, fetchRollout } from "./api.js";
 import { clearHeatmap, renderHeatmap } from "./heatmap.js";
 import { getState } from "./state.js";
+import { weightingOf } from "./weighting.js";
 import { flowButtonLabel, flowLimitNote } from "./truth.js";
 
 const SIDE_MIN_PX = 280; // side-by-side with the statistics table: smaller than the detail's minimum
@@ -129,7 +130,8 @@ export class RolloutView {
     caption.textContent =
       `Row i: how much output token i after layer ${layer} draws on input token j, through every head ` +
       `and the residual stream (heads averaged, ${rolloutMix(rollout.header.residual)}). ` +
-      `${rollout.bits}-bit values (within ±${rollout.maxAbsError.toFixed(4)}).`;
+      `${rollout.bits}-bit values (within ±${rollout.maxAbsError.toFixed(4)}).` +
+      (weightingOf(rollout) === "norm" ? " Chained from weight × value norm shares, not weights." : "");
     await renderHeatmap(plot, {
       tokens: rollout.tokens,
       values: rollout.headInto(layer, 0),
@@ -143,7 +145,7 @@ export class RolloutView {
       filename: `headscope-rollout-L${layer}`,
       keepZoom: true,
       minPx: SIDE_MIN_PX,
-      scale: { title: `rollout (${rollout.bits}-bit)` },
+      scale: { title: `rollout${weightingOf(rollout) === "norm" ? " of norm shares" : ""} (${rollout.bits}-bit)` },
       colorScale: getState().scale, // the detail's colour scale: its colour bar says which
     });
     plot.dataset.layer = String(layer);
@@ -172,6 +174,7 @@ export class RolloutView {
     flowMessage.textContent = normalized
       ? "Row i: the share of output token i's flow that reaches each input token (each row sums to 1, as published)."
       : "Entry [i, j]: the most attention that can flow from output token i to input token j (raw; rows need not sum to 1).";
+    if (this.query?.weighting === "norm") flowMessage.textContent += " Through weight × value norm shares, not weights.";
     flowMessage.dataset.state = "ready";
   }
 

@@ -6,6 +6,7 @@
 import { AGGREGATES, isAggregate } from "./aggregates.js";
 import { PAIR_FILTERS } from "./lines.js";
 import { DEFAULT_SCALE, parseScale } from "./scale.js";
+import { DEFAULT_WEIGHTING, WEIGHTINGS, parseWeighting } from "./weighting.js";
 
 const VIEWS = ["heatmap", "tokens"];
 const LINES = ["head", "layer"];
@@ -20,6 +21,7 @@ export const DEFAULT_STATE = Object.freeze({
   head: 0,
   view: "heatmap",
   words: false, // word-level attention (the API's `words: true`) in every view
+  weighting: DEFAULT_WEIGHTING, // "norm": weight × value norm shares in every view (the API's `weighting`)
   color: "", // statistic the grid's thumbnail frames are coloured by ("" = none)
   compare: false, // compare mode: a second input B next to A
   btext: "", // B's sentence; blank = A's sentence (to compare two models on one input)
@@ -64,6 +66,7 @@ export function readState(search = window.location.search) {
     head: isAggregate(head) ? head : parseIndex(head, DEFAULT_STATE.head),
     view: VIEWS.includes(view) ? view : DEFAULT_STATE.view,
     words: params.get("words") === "1",
+    weighting: parseWeighting(params.get("weighting")),
     color: COLOR_NAME.test(params.get("color") ?? "") ? params.get("color") : DEFAULT_STATE.color,
     compare: params.get("compare") === "1",
     btext: params.get("btext") ?? DEFAULT_STATE.btext,
@@ -92,6 +95,7 @@ export function ignoredParams(search = window.location.search) {
     color: (v) => COLOR_NAME.test(v),
     continue: (v) => parseIndex(v.trim(), null) !== null,
     kind: (v) => KINDS.includes(v),
+    weighting: (v) => Object.hasOwn(WEIGHTINGS, v),
     ...Object.fromEntries(["words", "compare", "nofirst", "chat"].map((flag) => [flag, (v) => v === "1" || v === "0"])),
   };
   const ignored = [];
@@ -111,6 +115,7 @@ export function encodeState(state) {
   params.set("head", String(state.head));
   params.set("view", state.view);
   if (state.words) params.set("words", "1");
+  if (state.weighting !== DEFAULT_WEIGHTING) params.set("weighting", state.weighting);
   if (state.color) params.set("color", state.color);
   if (state.compare) {
     params.set("compare", "1");

@@ -35,6 +35,7 @@ test("every field round-trips, odd characters included", () => {
     head: 11,
     view: "tokens",
     words: true,
+    weighting: "norm",
     color: "entropy_norm",
     compare: true,
     btext: "B: 100% #1",
@@ -87,6 +88,9 @@ test("malformed values fall back to the defaults", () => {
     "scale=row": { scale: "row" },
     "scale=Log": { scale: "unit" }, // only the offered names
     "scale=__proto__": { scale: "unit" },
+    "weighting=norm": { weighting: "norm" },
+    "weighting=Norm": { weighting: "weight" }, // only the API's names
+    "weighting=1": { weighting: "weight" },
   };
   for (const [search, want] of Object.entries(cases)) {
     assert.deepEqual(readState(`?${search}`), { ...DEFAULT_STATE, ...want }, search);
@@ -100,6 +104,17 @@ test("the colour scale: the default stays out of links, so links made before it 
   assert.equal(readState("?text=a&layer=1&head=2&view=heatmap").scale, "unit");
   assert.equal(new URLSearchParams(encodeState({ ...DEFAULT_STATE, scale: "unit" })).has("scale"), false);
   for (const scale of ["head", "row", "log"]) assert.equal(roundTrip({ ...DEFAULT_STATE, scale }).scale, scale);
+});
+
+test("weight × value norm travels as weighting=norm; weights, the default, stay out of links", () => {
+  assert.equal(DEFAULT_STATE.weighting, "weight");
+  const norm = { ...DEFAULT_STATE, text: "a", weighting: "norm" };
+  assert.equal(new URLSearchParams(encodeState(norm)).get("weighting"), "norm");
+  assert.deepEqual(roundTrip(norm), norm);
+  assert.equal(new URLSearchParams(encodeState({ ...norm, weighting: "weight" })).has("weighting"), false);
+  assert.equal(readState("?text=a&layer=1&head=2&view=heatmap").weighting, "weight"); // links made before it
+  assert.deepEqual(ignoredParams("?weighting=values&weighting=norm"), [{ name: "weighting", value: "values" }]);
+  assert.deepEqual(ignoredParams("?weighting=norm&weighting=weight"), []);
 });
 
 test("the values a link had that were ignored are named, in the link's order", () => {
