@@ -25,11 +25,14 @@ NAME_JS = """(e) => e.matches('#grid .thumb') ? `thumb ${e.dataset.layer} ${e.da
 ACTIVE_JS = f"() => ({NAME_JS})(document.activeElement)"
 
 # The tab stops DOM order implies between the text box and the heatmap, each named as ACTIVE_JS names it.
+# A group of radios is one stop, its checked radio (the weighting switch).
 TAB_STOPS_JS = f"""() => {{
   const all = [...document.querySelectorAll('a[href], button, input, select, textarea, [tabindex]')];
   const name = {NAME_JS};
   const visible = (e) => e.checkVisibility({{visibilityProperty: true}});
-  const stops = all.filter((e) => e.tabIndex >= 0 && !e.disabled && visible(e));
+  const checked = (e) => e.form?.querySelector(`input[name="${{e.name}}"]:checked`);
+  const grouped = (e) => e.type === 'radio' && !e.checked && checked(e);
+  const stops = all.filter((e) => e.tabIndex >= 0 && !e.matches(":disabled") && visible(e) && !grouped(e));
   const from = stops.indexOf(document.querySelector('#text'));
   const to = stops.indexOf(document.querySelector('#head-detail'));
   return stops.slice(from + 1, to + 1).map(name);

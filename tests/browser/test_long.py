@@ -243,15 +243,22 @@ def test_over_the_trace_limit_says_the_limit_and_a_short_input_is_the_normal_pag
     assert f"input has {n} tokens" in alert and "traces at most 8192 tokens" in alert, alert
 
     page.check("#words")  # asked for, and not possible for a long input: said, not silently dropped
+    page.check("#weighting-norm")  # no run on screen: it waits for the next
     session.run(SENTENCE * 30, model=long_model)  # ~600 tokens: long mode
     assert page.locator("#long-view").is_visible() and page.locator("#compare").is_disabled()
+    assert page.locator("#weighting-norm").is_disabled()  # the radios, through their disabled fieldset
+    assert "full matrices" in (page.locator("#weighting-switch").get_attribute("title") or "")
     # The trace routes read the input alone: the words asked for never reach the detail's windows.
     page.wait_for_selector("#long-detail[data-state=ready]")
     notice = page.locator("#notice").text_content()
-    assert "Words mode needs the full matrices: available up to 512 tokens." in notice, notice
+    need = "Words mode and weight × value norm need the full matrices: available up to 512 tokens."
+    assert need in notice, notice
+    assert page.locator("#grid-weighting").is_hidden()  # the overview is of the weights
     page.fill("#text", "The cat sat on the mat.")  # typing gives the form's controls back
     assert page.locator("#words").is_enabled() and page.locator("#compare").is_enabled()
+    assert page.locator("#weighting-norm").is_enabled()
     page.uncheck("#words")
+    page.evaluate("document.querySelector('#weighting-weight').checked = true")  # no run: the next one below
     session.run("The cat sat on the mat.", model=long_model)
     assert page.locator("#long-view").is_hidden() and page.locator("#detail-scroll").is_visible()
     assert page.evaluate("document.querySelector('#head-detail').data.length") >= 1
