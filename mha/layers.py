@@ -162,12 +162,14 @@ class Block(nn.Module):
         attention: Callable[[torch.Tensor], torch.Tensor] | None = None,
         bias: torch.Tensor | None = None,
         products_out: torch.Tensor | None = None,
+        head_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`attention`, if given, stands in for self.attn on the sub-layer's input and returns its output
         (B, T, E), no weights: how mha.trace runs a long input's attention in row blocks through the
         same residual and norm wiring. `bias` is added to the logits (T5's relative positions).
         products_out (B, T, H, H) receives the attention's value products (MultiHeadAttention.
-        value_products) of the sub-layer's input: the normed x in a pre-norm block, x in a post-norm one."""
+        value_products) of the sub-layer's input: the normed x in a pre-norm block, x in a post-norm one.
+        head_mask (B|1, H) scales each head's output before the output projection (MultiHeadAttention)."""
 
         def attend(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
             if attention is not None:
@@ -180,6 +182,7 @@ class Block(nn.Module):
                 weights_out=weights_out,
                 bias=bias,
                 products_out=products_out,
+                head_mask=head_mask,
             )
 
         x, weights = self.residual(x, attend, self.attn_norm, self.attn_post_norm)

@@ -33,6 +33,16 @@ class TransformerOutput:
     products: torch.Tensor | None = None
 
 
+@dataclass
+class Prepared:
+    """What every layer of one forward reads besides the residual stream (Transformer.prepare)."""
+
+    x: torch.Tensor  # (B, T, E): the embeddings, the first layer's input
+    keeps: list[torch.Tensor | None]  # each layer's keep-mask (the sliding window's on its layers)
+    rotary: tuple[torch.Tensor, torch.Tensor] | None
+    bias: torch.Tensor | None  # T5's relative position bias, every layer's
+
+
 class Transformer(nn.Module):
     """Embeddings, L blocks and (decoder only) a final norm -> hidden states and all attentions."""
 
@@ -100,6 +110,29 @@ class Transformer(nn.Module):
         rope = self.config.rope
         return None if rope is None else rope.cos_sin(position_ids[:1], dtype=dtype)
 
+    def prepare(
+        self,
+        input_ids: torch.Tensor,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        segment_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> Prepared:
+        """The embeddings and what every layer reads with them: how `forward` starts, and how a caller that
+        runs the layers itself (mha.ablation) starts the same way."""
+        cfg = self.config
+        if position_ids is None:
+            position_ids = self.position_ids(input_ids)
+        x = self.embeddings(input_ids, position_ids, segment_ids)  # (B, T, E)
+        keep = self._keep_mask(input_ids, attention_mask)
+        windowed = set(cfg.window_layers)
+        window_keep = (
+            self._keep_mask(input_ids, attention_mask, window=cfg.sliding_window) if windowed else None
+        )
+        keeps = [window_keep if i in windowed else keep for i in range(cfg.num_layers)]
+        rotary = self.rotary(position_ids, x.dtype)
+        return Prepared(x, keeps, rotary, self.position_bias(input_ids.shape[1]))
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -140,17 +173,10 @@ class Transformer(nn.Module):
         batch, length = input_ids.shape
         if length > cfg.max_tokens:
             raise ValueError(f"input length ({length}) exceeds the model's maximum ({cfg.max_tokens})")
-        if position_ids is None:
-            position_ids = self.position_ids(input_ids)
-        x = self.embeddings(input_ids, position_ids, segment_ids)  # (B, T, E)
-
-        keep = self._keep_mask(input_ids, attention_mask)
-        windowed = set(cfg.window_layers)
-        window_keep = (
-            self._keep_mask(input_ids, attention_mask, window=cfg.sliding_window) if windowed else None
+        prepared = self.prepare(
+            input_ids, attention_mask=attention_mask, segment_ids=segment_ids, position_ids=position_ids
         )
-        rotary = self.rotary(position_ids, x.dtype)
-        bias = self.position_bias(length)
+        x, rotary, bias = prepared.x, prepared.rotary, prepared.bias
 
         group = min(layers_at_once, cfg.num_layers) if on_layers is not None else cfg.num_layers
         buffer = None
@@ -169,7 +195,7 @@ class Transformer(nn.Module):
             if cancel is not None and cancel():
                 raise Cancelled(f"forward cancelled before layer {i} of {len(self.layers)}")
             out = None if buffer is None else buffer[i - first]
-            layer_keep = window_keep if i in windowed else keep
+            layer_keep = prepared.keeps[i]
             if i == last and not need_hidden and bias is None and products is None:
                 weights = layer.attention_weights(x, layer_keep, rotary=rotary, weights_out=out)
             else:

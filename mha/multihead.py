@@ -137,6 +137,7 @@ class MultiHeadAttention(nn.Module):
         weights_out: torch.Tensor | None = None,
         bias: torch.Tensor | None = None,
         products_out: torch.Tensor | None = None,
+        head_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from `query` (B, T, E) to `key` (B, S, kdim), `value` (B, S, vdim); omitted: self-attention.
 
@@ -149,11 +150,13 @@ class MultiHeadAttention(nn.Module):
         rotary: (cos, sin), each (B|1, T, rotary dim), rotating q and k (mha.rope; self-attention only).
         bias: added to the logits, broadcastable to (B, H, T, S): T5's relative position bias.
         products_out: (B, S, H, H), filled with `value_products` of this forward's values.
+        head_mask: (B|1, H), each head's output (its slice before out_proj) multiplied by it: 0 removes the
+        head from the sum, as zeroing the input slice of transformers' o_proj does (mha.ablation).
         """
         key, value = self._check_inputs(query, key, value)
         self_attention = key is query and value is query
         keep = self._keep_mask(query, key, mask=mask, valid_lens=valid_lens, causal=causal, keep=keep)
-        plain = rotary is None and bias is None
+        plain = rotary is None and bias is None and head_mask is None
         if need_weights and plain and self._single_sequence(query, self_attention):
             return self._single_self_attention(query, keep, weights_out, products_out)
 
@@ -178,6 +181,8 @@ class MultiHeadAttention(nn.Module):
                 weights_out=weights_out,
                 bias=bias,
             )
+        if head_mask is not None:
+            out = out * head_mask.to(out.dtype)[:, :, None, None]  # (B, H, T, D)
         out = out.transpose(1, 2).reshape(query.shape[0], query.shape[1], self.widths[0])  # (B, T, H·D)
         return self.out_proj(out), weights
 

@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import torch
 
-from mha import checkpoint, continuation, gguf_checkpoint, translate
+from mha import ablation, checkpoint, continuation, gguf_checkpoint, translate
 from mha.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint, default_model_path, resolve_device
 from mha.convert import Converter, convert_state_dict
 from mha.convert.base import NetworkConfig, forced_tokens
@@ -169,6 +169,26 @@ class AttentionModel:
             cancel=cancel,
             norms=norms,
         )[0]
+
+    def head_effects(
+        self,
+        text: str,
+        text_pair: str | None = None,
+        *,
+        max_tokens: int | None = None,
+        max_new_tokens: int | None = None,
+        chat: bool = False,
+        cancel: Callable[[], bool] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ablation.HeadEffects:
+        """What zeroing each head's output changes downstream (mha.ablation): a decoder's next-token KL (and,
+        with max_new_tokens, at each step that wrote one), an encoder's 1 − cosine of its final states.
+        cancel and progress(layers done, layers) as a trace's."""
+        limit = self._max_tokens(max_tokens)
+        encoded = self.encoder.encode_batch([(text, text_pair)], limit, chat=chat)[0]
+        return ablation.head_effects(
+            self, encoded, limit=limit, max_new_tokens=max_new_tokens, cancel=cancel, progress=progress
+        )
 
     def trace(
         self,

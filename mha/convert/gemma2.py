@@ -38,6 +38,7 @@ def config_from_hf(cfg: Any) -> TransformerConfig:
         attention_bias=bool(getattr(cfg, "attention_bias", False)),
         attention_scale=cfg.query_pre_attn_scalar**-0.5,
         attention_softcap=getattr(cfg, "attn_logit_softcapping", None),
+        final_softcap=getattr(cfg, "final_logit_softcapping", None),
         embed_scale=cfg.hidden_size**0.5,
         norm_offset=1.0,
         sandwich_norm=True,

@@ -1,0 +1,138 @@
+"""Head ablation (mha.ablation, AttentionModel.head_effects) against transformers' eager models with the same
+head zeroed by a forward pre-hook on their output projection (o_proj, GPT-2's c_proj, BERT's
+attention.output.dense): the input slice that head writes set to 0, one whole forward per head."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from tolerances import FORWARD
+
+from mha import load_pretrained
+from mha.errors import Cancelled
+
+PROMPT = "The cat sat on the mat because it was"
+
+
+def output_projections(family: str, model: Any) -> list[Any]:
+    """Each layer's output projection in transformers' `model`, whose input is the heads' outputs side by
+    side (head h: columns h·D to (h + 1)·D)."""
+    if family == "bert":
+        return [layer.attention.output.dense for layer in model.encoder.layer]
+    if family == "gpt2":
+        return [block.attn.c_proj for block in model.transformer.h]
+    return [layer.self_attn.o_proj for layer in model.model.layers]
+
+
+def ablated(model: Any, projection: Any, head: int, head_dim: int, run: Any) -> Any:
+    """run() with `head`'s slice of `projection`'s input zeroed."""
+
+    def zero(_module: Any, args: tuple) -> tuple:
+        x = args[0].clone()
+        x[..., head * head_dim : (head + 1) * head_dim] = 0
+        return (x,)
+
+    hook = projection.register_forward_pre_hook(zero)
+    try:
+        with torch.no_grad():
+            return run()
+    finally:
+        hook.remove()
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_decoder_effects_are_the_next_token_kl_of_transformers_with_that_head_zeroed(
+    family: str, tiny_checkpoints: dict[str, Path]
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    directory = tiny_checkpoints[family]
+    ours = load_pretrained(directory, device="cpu")
+    done: list[tuple[int, int]] = []
+    effects = ours.head_effects(PROMPT, max_new_tokens=3, progress=lambda i, n: done.append((i, n)))
+    theirs = AutoModelForCausalLM.from_pretrained(str(directory), attn_implementation="eager").eval()
+    ids = torch.tensor([ours.attend(PROMPT, max_new_tokens=3).token_ids])
+    positions = effects.positions
+    assert (
+        positions is not None
+        and effects.generated == 3
+        and positions == list(range(ids.shape[1] - 4, ids.shape[1]))
+    )
+
+    def log_probs() -> torch.Tensor:
+        return F.log_softmax(theirs(input_ids=ids).logits[0, positions].double(), dim=-1)
+
+    with torch.no_grad():
+        full = log_probs()
+    layers, heads = effects.layers, effects.heads
+    head_dim = theirs.config.hidden_size // heads
+    expected = torch.empty(layers, heads, len(positions), dtype=torch.float64)
+    for layer, projection in enumerate(output_projections(family, theirs)):
+        for head in range(heads):
+            q = ablated(theirs, projection, head, head_dim, log_probs)
+            expected[layer, head] = (full.exp() * (full - q)).sum(-1)
+    assert effects.measure == "kl" and effects.steps is not None
+    # KL = Σ p (log p − log q): each log-probability within FORWARD of transformers' (both float32
+    # forwards, read in float64), so the KL within 2·FORWARD plus p's own change times |log p − log q|.
+    assert (effects.steps.double() - expected).abs().max() <= 2 * FORWARD + FORWARD * expected.abs().max()
+    assert torch.equal(effects.effects, effects.steps[..., -1])
+    assert expected.max() > 1e-3  # some head matters: the comparison is not of zeros
+    assert done == [(i + 1, layers) for i in range(layers)]
+
+
+def test_encoder_effects_are_one_minus_cosine_of_transformers_with_that_head_zeroed(
+    tiny_checkpoints: dict[str, Path],
+) -> None:
+    from transformers import AutoModel, AutoTokenizer
+
+    directory = tiny_checkpoints["bert"]
+    ours = load_pretrained(directory, device="cpu")
+    effects = ours.head_effects(PROMPT, "It was warm.")
+    theirs = AutoModel.from_pretrained(str(directory), attn_implementation="eager").eval()
+    batch = AutoTokenizer.from_pretrained(str(directory))(PROMPT, "It was warm.", return_tensors="pt")
+
+    def states() -> torch.Tensor:
+        hidden = theirs(**batch).last_hidden_state[0].double()
+        return torch.stack([hidden[0], hidden.mean(0)])
+
+    with torch.no_grad():
+        full = states()
+    heads = effects.heads
+    head_dim = theirs.config.hidden_size // heads
+    expected = torch.empty(effects.layers, heads, 2, dtype=torch.float64)
+    for layer, projection in enumerate(output_projections("bert", theirs)):
+        for head in range(heads):
+            expected[layer, head] = 1 - F.cosine_similarity(
+                full, ablated(theirs, projection, head, head_dim, states)
+            )
+    assert effects.measure == "cosine" and effects.pooled is not None
+    # 1 − cos of two float32 forwards' states, each within FORWARD relative of transformers'.
+    assert (effects.effects.double() - expected[..., 0]).abs().max() <= 4 * FORWARD
+    assert (effects.pooled.double() - expected[..., 1]).abs().max() <= 4 * FORWARD
+    assert expected.max() > 1e-3
+
+
+def test_cancel_stops_between_layers(tiny_checkpoints: dict[str, Path]) -> None:
+    model = load_pretrained(tiny_checkpoints["llama"], device="cpu")
+    asked: list[int] = []
+
+    def cancel() -> bool:
+        asked.append(1)
+        return len(asked) > 2
+
+    with pytest.raises(Cancelled, match="before layer 2"):
+        model.head_effects(PROMPT, cancel=cancel)
+
+
+def test_an_ablation_changes_nothing_below_its_layer_nor_the_plain_forward(
+    tiny_checkpoints: dict[str, Path],
+) -> None:
+    model = load_pretrained(tiny_checkpoints["llama"], device="cpu")
+    before = model.attend(PROMPT).attentions
+    effects = model.head_effects(PROMPT)
+    assert torch.equal(model.attend(PROMPT).attentions, before)  # no state left behind
+    assert (effects.effects >= -1e-12).all()  # a KL is never negative (float64 sums)
