@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from mha import continuation
-from mha.errors import Cancelled
+from mha.errors import Cancelled, NotCausalError
 from mha.layers import Block
 from mha.model import Prepared, Transformer
 from mha.tokenize import Encoded
@@ -45,9 +45,12 @@ class HeadEffects:
 
     Decoder ("kl"): `effects` [L, H] is KL(p_full ‖ p_ablated) at the last position; `steps` [L, H, k + 1]
     the same at positions prompt_n − 1 .. n − 1 (the steps that chose each of the k written tokens, then
-    the next one); `positions` names them.
+    the next one); `positions` names them; `top_tokens` and `top_probs` the output each KL refers to:
+    p_full's most likely token at each of those positions (a written token, then the predicted next one)
+    and its probability.
     Encoder ("cosine"): `effects` [L, H] is 1 − cos of the first token's final hidden state; `pooled` [L, H]
-    of the mean over the tokens."""
+    of the mean over the tokens.
+    `truncated`: the input was cut to the token limit."""
 
     tokens: list[str]
     measure: str  # "kl" or "cosine"
@@ -56,6 +59,9 @@ class HeadEffects:
     positions: list[int] | None = None
     pooled: torch.Tensor | None = None
     generated: int = 0
+    top_tokens: list[str] | None = None
+    top_probs: list[float] | None = None
+    truncated: bool = False
 
     @property
     def layers(self) -> int:
@@ -80,6 +86,8 @@ def head_effects(
     True), `progress` told after each."""
     if model.info.seq2seq:
         raise NotImplementedError("head effects of an encoder-decoder are not computed yet")
+    if max_new_tokens and not model.info.causal:  # as attend: only a decoder continues a prompt
+        raise NotCausalError(model.info.name)
     generated = 0
     if max_new_tokens and model.info.causal:
         new = continuation.greedy_ids(model, encoded.ids, max_new_tokens, limit, cancel)
@@ -118,10 +126,23 @@ def head_effects(
                 progress(start + 1, len(layers))
     table = torch.stack(per_layer).float().cpu()  # [L, H, sides]
     tokens = model.tokenizer.convert_ids_to_tokens(encoded.ids)
+    cut = encoded.truncated
     if isinstance(reader, _NextToken):
         last = table[..., -1].contiguous()
-        return HeadEffects(tokens, "kl", last, table, reader.positions, generated=generated)
-    return HeadEffects(tokens, "cosine", table[..., 0].contiguous(), pooled=table[..., 1].contiguous())
+        top = full[0].max(dim=-1)  # p_full's most likely token at each position, as log-probabilities
+        return HeadEffects(
+            tokens,
+            "kl",
+            last,
+            table,
+            reader.positions,
+            generated=generated,
+            top_tokens=model.tokenizer.convert_ids_to_tokens(top.indices.tolist()),
+            top_probs=top.values.exp().tolist(),
+            truncated=cut,
+        )
+    first, pooled = table[..., 0].contiguous(), table[..., 1].contiguous()
+    return HeadEffects(tokens, "cosine", first, pooled=pooled, truncated=cut)
 
 
 def _layer(

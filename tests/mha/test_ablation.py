@@ -136,3 +136,40 @@ def test_an_ablation_changes_nothing_below_its_layer_nor_the_plain_forward(
     effects = model.head_effects(PROMPT)
     assert torch.equal(model.attend(PROMPT).attentions, before)  # no state left behind
     assert (effects.effects >= -1e-12).all()  # a KL is never negative (float64 sums)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_a_decoder_names_the_token_each_kl_refers_to_and_its_probability(
+    family: str, tiny_checkpoints: dict[str, Path]
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    directory = tiny_checkpoints[family]
+    ours = load_pretrained(directory, device="cpu")
+    effects = ours.head_effects(PROMPT, max_new_tokens=3)
+    theirs = AutoModelForCausalLM.from_pretrained(str(directory), attn_implementation="eager").eval()
+    ids = torch.tensor([ours.attend(PROMPT, max_new_tokens=3).token_ids])
+    positions = effects.positions
+    assert positions is not None and effects.top_tokens is not None and effects.top_probs is not None
+    with torch.no_grad():
+        p = F.softmax(theirs(input_ids=ids).logits[0, positions].double(), dim=-1)
+    best = p.topk(2, dim=-1)
+    # Each log-probability within FORWARD of transformers' (both float32 forwards): the argmax is theirs
+    # where the top two differ by more than twice that (each may move FORWARD), and each probability is
+    # within p·(e^FORWARD − 1) < 2·FORWARD of theirs (p ≤ 1).
+    assert (best.values[:, 0].log() - best.values[:, 1].log()).min() > 2 * FORWARD
+    assert effects.top_tokens == ours.tokenizer.convert_ids_to_tokens(best.indices[:, 0].tolist())
+    assert (torch.tensor(effects.top_probs) - best.values[:, 0]).abs().max() <= 2 * FORWARD
+    # Greedy decoding wrote what p_full ranks first: the steps before the last name the written tokens.
+    assert effects.top_tokens[:-1] == effects.tokens[positions[0] + 1 :]
+    assert not effects.truncated
+
+
+def test_an_encoder_names_no_token_and_refuses_a_continuation(tiny_checkpoints: dict[str, Path]) -> None:
+    from mha.errors import NotCausalError
+
+    model = load_pretrained(tiny_checkpoints["bert"], device="cpu")
+    effects = model.head_effects(PROMPT, max_tokens=5)
+    assert effects.top_tokens is None and effects.top_probs is None and effects.truncated
+    with pytest.raises(NotCausalError, match="needs a decoder model"):
+        model.head_effects(PROMPT, max_new_tokens=2)
