@@ -39,6 +39,16 @@ non-special token that, after stripping one leading subword marker (``##``, ``Ġ
 and made only of Unicode punctuation (categories P*). ``causal`` (for ``entropy_norm``) defaults to
 "every weight above the diagonal is exactly 0".
 
+Which map. Every statistic reads rows that sum to 1, so ``head_stats`` takes the attention weights or the
+weight × value norm shares alike: ``row_shares(weight_norm_map(attentions, norms))[0]`` (mha.analysis.norms;
+the service's ``"weighting": "norm"``, the corpus job's ``--weighting norm``), each row's α_ij ‖f_h(x_j)‖
+over its total (Kobayashi et al. 2020). They disagree most on sinks: a head that puts its weight on [CLS],
+[SEP] or the first token scores a high ``special`` or ``first`` by weight (a special-sink or
+first-token-sink), but those tokens' values are small, so it moves little from them and by norm the same
+head scores low and is labelled by what it does move (MiniLM's L2 H7 on "The cat sat on the mat because it
+was tired.": 0.91 of its weight on [CLS] and [SEP], 0.19 of its norm). A row of total 0 (a query that moves
+nothing) stays 0 in row_shares and is refused here like any row that does not sum to 1.
+
 Head labels, ``head_labels``, first rule that applies:
 
 1. Pointer heads: among previous-token (``previous``), next-token (``next``), self (``self``),
@@ -194,6 +204,8 @@ def head_stats(
     (``AttentionResult.special``: the control tokens, never [UNK]); without it tokens spelled as one of
     ``SPECIAL_TOKENS`` count as special, which gives the same mask on BERT, RoBERTa, DistilBERT and GPT-2
     texts. ``causal`` only changes ``entropy_norm``; None infers it (no weight above the diagonal).
+    ``attentions`` may be weight × value norm shares (``row_shares(weight_norm_map(...))[0]``): any rows
+    that sum to 1 (module docstring, "Which map").
     Vectorized over all heads: at L=6, H=12, n=512 it takes tens of milliseconds on one core.
     """
     layers, heads, n = check_attention(attentions)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from tolerances import FORWARD, U32
+from tolerances import FORWARD, U32, float32_sum
 
 from mha import analysis, load_pretrained
 
@@ -146,6 +146,46 @@ def test_maps_refuse_mismatched_shapes() -> None:
         analysis.layer_norm_map(big, torch.ones(1, 513, 1, 1))
 
 
+# The bundled MiniLM on a sentence: its heads put much weight on [CLS] and [SEP], whose values are small.
+SINK_SENTENCE = "The cat sat on the mat because it was tired."
+SINK_HEAD = (2, 7)  # mha.analysis.stats' docstring quotes this head's shares
+
+
+def test_head_stats_read_norm_shares_and_see_through_sinks() -> None:
+    """head_stats takes the weight × value norm shares as it takes weights (rows summing to 1), and they
+    tell another story on MiniLM's sinks: heads busy on [CLS] and [SEP] by weight move little from them."""
+    model = load_pretrained(device="cpu")
+    result = model.attend(SINK_SENTENCE, norms=True)
+    shares, _ = analysis.row_shares(analysis.weight_norm_map(result.attentions, result.norms))
+    by_weight = analysis.head_stats(result.attentions, result.tokens, special=result.special)
+    by_norm = analysis.head_stats(shares, result.tokens, special=result.special)
+    assert result.tokens[0] == "[CLS]" and result.tokens[-1] == "[SEP]"  # the premise
+
+    # `special` of the shares against the same float32 weights and norms worked out in float64: each share
+    # carries a product's and a division's rounding and its row total's float32_sum(n) (relative), and
+    # head_stats sums a row and averages the rows in float32 (float32_sum(n) each, values <= 1).
+    n = result.n
+    weighted = result.attentions.double() * result.norms.double().unsqueeze(-2)
+    exact = weighted / weighted.sum(-1, keepdim=True)
+    columns = [j for j, s in enumerate(result.special) if s]
+    special = exact[..., columns].sum(-1).mean(-1)
+    assert (by_norm["special"].double() - special).abs().max() <= (n + 2) * U32 + 2 * float32_sum(n)
+
+    # The two differ: by weight most heads are special-sinks here; by norm hardly any, and every head's
+    # share on the specials drops.
+    weight_sinks = sum(label == "special-sink" for row in analysis.head_labels(by_weight) for label in row)
+    norm_sinks = sum(label == "special-sink" for row in analysis.head_labels(by_norm) for label in row)
+    assert weight_sinks >= 20 and norm_sinks <= 2, (weight_sinks, norm_sinks)
+    assert bool((by_norm["special"] < by_weight["special"]).all())
+    # The docstring's head, to the 2 decimals it quotes: each value lies over 1e-3 from a rounding boundary,
+    # far beyond what another CPU's forward moves it (FORWARD).
+    layer, head = SINK_HEAD
+    assert round(by_weight["special"][layer, head].item(), 2) == 0.91
+    assert round(by_norm["special"][layer, head].item(), 2) == 0.19
+    assert analysis.head_labels(by_weight)[layer][head] == "special-sink"
+    assert analysis.head_labels(by_norm)[layer][head] != "special-sink"
+
+
 # -- encoder-decoders: the encoder's, the decoder's and cross attention's norms ---------------------------
 
 SOURCE, TARGET = "The house is wonderful.", "Das Haus ist wunderbar."
@@ -231,3 +271,30 @@ def test_encoder_decoder_norms_cover_all_three_attentions(
     assert moved.shape == result.cross_attentions.shape
     layer = analysis.layer_norm_map(result.cross_attentions, result.cross_value_products)
     assert layer.shape == (result.cross_attentions.shape[0], result.m, result.n)
+
+
+# -- a trace keeps the norms: a long input's window weighted by norm ------------------------------------
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "gemma2"])
+def test_a_trace_keeps_the_norms_and_its_windows_weigh_by_them(
+    family: str, tiny_checkpoints: dict[str, Path]
+) -> None:
+    model = load_pretrained(tiny_checkpoints[family], device="cpu")
+    result = model.attend(SENTENCE, norms=True)
+    trace = model.trace(SENTENCE)
+    expected = result.norms.double()
+    width = 2 * model.network.config.embed_dim
+    # Another path (a fused kernel, the norms from the vectors rather than their products): each norm
+    # within the bound of test_norms_are_the_value_through_each_heads_slice_of_the_output, on either side.
+    assert ((trace.norms.double() - expected).abs() <= 2 * bound(expected, width)).all()
+    moved = analysis.weight_norm_map(result.attentions, result.norms).double()
+    layer, head = 1, 2
+    window = trace.window(layer, head, (2, 9), (0, result.n), weighting="norm").values.double()
+    scale = expected.max()
+    assert (window - moved[layer, head, 2:9]).abs().max() <= 2 * (bound(scale, width) + FORWARD * scale)
+    # The weights' window is the plain one: weighting is a switch, not a second trace.
+    plain = trace.window(layer, head, (2, 9), (0, result.n)).values.double()
+    assert torch.allclose(window, plain * trace.norms[layer, head].double(), rtol=1e-6, atol=0)
+    with pytest.raises(ValueError, match="weighting must be"):
+        trace.window(layer, head, weighting="size")
