@@ -28,7 +28,10 @@ from mha.attention import attention_weights, build_keep_mask, scaled_dot_product
 from mha.norm import RMSNorm
 from mha.rope import apply_rotary
 
-__all__ = ["MultiHeadAttention"]
+__all__ = ["NORMS_BLOCK_VALUES", "MultiHeadAttention"]
+
+# value_norms forms R_h v_j (H·D values a key) for this many values' worth of keys at a time.
+NORMS_BLOCK_VALUES = 1 << 18
 
 
 class MultiHeadAttention(nn.Module):
@@ -358,6 +361,24 @@ class MultiHeadAttention(nn.Module):
             block = v[:, :, start : start + rows]  # (B, H_kv, r, D)
             f = torch.einsum("bksd,ekgd->bskge", block, w).reshape(batch, block.shape[2], heads, width)
             out[:, start : start + rows] = f @ f.transpose(-1, -2)
+        return out
+
+    def value_norms(self, v: torch.Tensor) -> torch.Tensor:
+        """(B, H, S): ‖f_h(x_j)‖, the diagonal of `value_products` without the pairs (what a trace keeps,
+        [H, n] a layer). W_O^h = Q_h R_h (E x D, Q_h orthonormal columns), so ‖W_O^h v‖ = ‖R_h v‖: D values a
+        key and head instead of E, a tenth of the work for SmolLM2's shapes, and a norm of a vector, with no
+        cancellation (as a Gram form vᵀ W_O^hᵀ W_O^h v would have); in blocks of keys, at most
+        NORMS_BLOCK_VALUES values of scratch whatever S."""
+        batch, kv_heads, src, head_dim = v.shape
+        heads, width = self.num_heads, self.embed_dim
+        w = self.out_proj.weight.view(width, kv_heads, heads // kv_heads, head_dim).permute(1, 2, 0, 3)
+        r = torch.linalg.qr(w.float(), mode="r").R.to(v.dtype)  # (H_kv, G, D, D), upper triangular
+        out = v.new_empty(batch, heads, src)
+        rows = max(1, NORMS_BLOCK_VALUES // max(1, batch * heads * head_dim))
+        for start in range(0, src, rows):
+            block = v[:, :, start : start + rows]  # (B, H_kv, r, D)
+            f = torch.einsum("bksd,kgfd->bkgsf", block, r)  # (B, H_kv, G, r, D): R_h v_j
+            out[:, :, start : start + rows] = torch.linalg.vector_norm(f, dim=-1).view(batch, heads, -1)
         return out
 
     def _single_self_attention(

@@ -200,7 +200,8 @@ def _cuts(boundaries: list[int], lo: int, hi: int) -> tuple[int, list[int]]:
 @dataclass
 class LayerTrace:
     """What one layer keeps: q [H, n, D] and k [H_kv, n, D] as its scores read them (q/k-normed, rotated),
-    each query row's log-sum-exp [H, n] of its masked scores, and the sliding window it attends in; `path`
+    each query row's log-sum-exp [H, n] of its masked scores, each key's value norm [H, n] (‖f_h(x_j)‖,
+    mha.analysis.norms: what a window weighted by norm reads), and the sliding window it attends in; `path`
     is how its forward ran: a fused kernel's name (mha.trace_fused.FUSED_KERNELS) or BLOCKED."""
 
     q: torch.Tensor
@@ -208,10 +209,12 @@ class LayerTrace:
     lse: torch.Tensor
     window: int | None
     path: str = BLOCKED
+    norms: torch.Tensor | None = None
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.q, self.k, self.lse))
+        kept = (self.q, self.k, self.lse) if self.norms is None else (self.q, self.k, self.lse, self.norms)
+        return sum(t.numel() * t.element_size() for t in kept)
 
 
 @dataclass
@@ -264,11 +267,21 @@ class Trace:
     def nbytes(self) -> int:
         """Bytes the trace holds, what a cache of traces budgets: every kept tensor's whole buffer (a view
         would count the buffer it keeps alive), the tokens, and the encoding's per-token lists and texts."""
-        tensors = [t for layer in self.layers for t in (layer.q, layer.k, layer.lse)]
+        tensors = [
+            t for layer in self.layers for t in (layer.q, layer.k, layer.lse, layer.norms) if t is not None
+        ]
         if self.first_overview is not None:
             tensors.append(self.first_overview.values)
         buffers = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
         return sum(buffers.values()) + objects_nbytes(self.tokens, self.encoded)
+
+    @property
+    def norms(self) -> torch.Tensor:
+        """[L, H, n] float32 on the CPU: each key's value norm ‖f_h(x_j)‖ per layer and head (attend's
+        result.norms, mha.analysis.norms), kept by the forward at [L, H, n]."""
+        return torch.stack([cast(torch.Tensor, layer.norms) for layer in self.layers]).to(
+            "cpu", torch.float32
+        )
 
     def _check(self, layer: int, head: int) -> LayerTrace:
         if not 0 <= layer < len(self.layers):
@@ -313,10 +326,14 @@ class Trace:
         *,
         max_cells: int = 512,
         reduce: Reduce = "max",
+        weighting: str = "weight",
     ) -> Pooled:
         """Weights of query rows rows[0]..rows[1]-1 against keys cols[0]..cols[1]-1 (default: all): exact
-        (one token per cell) on each side no longer than max_cells, else block-pooled to max_cells."""
-        self._check(layer, head)
+        (one token per cell) on each side no longer than max_cells, else block-pooled to max_cells.
+        weighting "norm": α_ij ‖f_h(x_j)‖ instead (mha.analysis.weight_norm_map), from the kept norms."""
+        kept = self._check(layer, head)
+        if weighting not in ("weight", "norm"):
+            raise ValueError(f'weighting must be "weight" or "norm", got {weighting!r}')
         _check_reduce(reduce)
         if max_cells < 1:
             raise ValueError(f"max_cells ({max_cells}) must be at least 1")
@@ -326,7 +343,10 @@ class Trace:
         pool = _Pool(1, row_edges, col_edges, reduce)
         for start in range(rows[0], rows[1], ROW_BLOCK):
             block = (start, min(start + ROW_BLOCK, rows[1]))
-            pool.add(self.weights(layer, head, block, cols), block, cols)
+            weights = self.weights(layer, head, block, cols)
+            if weighting == "norm":
+                weights = weights * cast(torch.Tensor, kept.norms)[head, cols[0] : cols[1]]
+            pool.add(weights, block, cols)
         pooled = pool.result()
         return Pooled(pooled.values[0], pooled.row_edges, pooled.col_edges, reduce)
 
@@ -353,10 +373,11 @@ class Trace:
 
 def bytes_per_token(config: TransformerConfig, itemsize: int) -> int:
     """What one more token adds to a trace (LayerTrace): q [H, D] and k [H_kv, D] per layer, and each query's
-    log-sum-exp per layer and head, all `itemsize` bytes a value (the model's dtype)."""
+    log-sum-exp and each key's value norm per layer and head, all `itemsize` bytes a value (the model's
+    dtype)."""
     dim = config.head_dim or config.embed_dim // config.num_heads
     layers, heads, kv_heads = config.num_layers, config.num_heads, config.num_kv_heads or config.num_heads
-    return layers * (heads + kv_heads) * dim * itemsize + layers * heads * itemsize
+    return layers * (heads + kv_heads) * dim * itemsize + 2 * layers * heads * itemsize  # lse, norms
 
 
 def expected_nbytes(config: TransformerConfig, n: int, itemsize: int) -> int:
@@ -487,12 +508,12 @@ class _Recorder:
         window: int | None,
         pool: _Pool | None,
         values: bool,
-        into: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        into: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
         kernel: Kernel | None = None,
     ) -> None:
         self.attn, self.rotary, self.causal, self.window = attn, rotary, causal, window
         self.pool, self.values, self.kernel = pool, values, kernel
-        self.into = into  # where this layer's q [H, n, D], k [H_kv, n, D] and lse [H, n] are kept
+        self.into = into  # where this layer's q [H, n, D], k [H_kv, n, D], lse and norms [H, n] are kept
         self.kept: LayerTrace | None = None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -501,11 +522,12 @@ class _Recorder:
         q_heads, k_heads, v_heads = attn.heads(x, x, x, True, self.rotary)
         # Copied into the trace's buffer (kept_buffers) and v made contiguous: the GEMMs below read whole
         # rows, and a kept view would hold the fused projection (v included) alive with it.
-        q, k, lse = self.into
+        q, k, lse, norms = self.into
         q.copy_(q_heads[0])
         k.copy_(k_heads[0])
         v = v_heads[0].contiguous()
         del q_heads, k_heads, v_heads
+        norms.copy_(attn.value_norms(v[None])[0])  # what a window weighted by norm reads
         heads, n, _ = q.shape
         # Grad and inference mode are per thread: the blocks take the caller's (an inference tensor is
         # updated in place only in inference mode), on whichever thread they run.
@@ -530,7 +552,8 @@ class _Recorder:
                 self.pool.merge(cast("_Pool", pools.pop()))
             del pools
         # lse = top + log(sum) = top - log(largest weight): that weight is the top score's, exp(0) / sum.
-        self.kept = LayerTrace(q=q, k=k, lse=run.top.sub_(run.peak.log_()), window=self.window)
+        # run.top is lse's buffer: the subtraction leaves the lse there.
+        self.kept = LayerTrace(q=q, k=k, lse=run.top.sub_(run.peak.log_()), window=self.window, norms=norms)
         if out is None:
             return x  # the last layer: nothing reads its output
         return attn.out_proj(out.transpose(0, 1).reshape(1, n, heads * v.shape[-1]))
@@ -540,7 +563,7 @@ class _Recorder:
     ) -> torch.Tensor:
         """Keep a fused kernel's lse (1, H, n), pool the overview from q, k and lse (mha.trace_fused), and
         project the kernel's output (1, H, n, D)."""
-        q, k, lse = self.into
+        q, k, lse, norms = self.into
         lse.copy_(fused_lse[0])
         del fused_lse
         heads, n, dim = q.shape
@@ -556,7 +579,7 @@ class _Recorder:
             else:
                 _deal(lambda i: self._pool_blocks(overview, blocks[i::threads], inference), threads)
             overview.finish()
-        self.kept = LayerTrace(q=q, k=k, lse=lse, window=self.window, path=kernel)
+        self.kept = LayerTrace(q=q, k=k, lse=lse, window=self.window, path=kernel, norms=norms)
         if not self.values:
             return x  # the last layer: nothing reads its output
         # The CPU kernel's output is laid out (1, n, H, D) under its (1, H, n, D) strides: a view here.
@@ -604,16 +627,17 @@ class _Recorder:
 
 def kept_buffers(
     config: TransformerConfig, n: int, dtype: torch.dtype, device: torch.device, cells: int | None
-) -> tuple[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], torch.Tensor | None]:
-    """Every layer's q [H, n, D], k [H_kv, n, D] and lse [H, n] in `dtype`, and the zeroed float32 overview
-    [L, H, s, s] (s = cells; None: none): views into one buffer, all that a trace keeps. On the CPU the
-    buffer is an anonymous memory map of its own, so a freed trace's pages go straight back to the system,
-    and the forward's short-lived scratch never lies between them in the C heap (where the holes it left
-    stayed resident: glibc serves allocations under 32 MiB from its arenas once large ones were freed)."""
+) -> tuple[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]], torch.Tensor | None]:
+    """Every layer's q [H, n, D], k [H_kv, n, D], lse [H, n] and value norms [H, n] in `dtype`, and the
+    zeroed float32 overview [L, H, s, s] (s = cells; None: none): views into one buffer, all that a trace
+    keeps. On the CPU the buffer is an anonymous memory map of its own, so a freed trace's pages go straight
+    back to the system, and the forward's short-lived scratch never lies between them in the C heap (where
+    the holes it left stayed resident: glibc serves allocations under 32 MiB from its arenas once large ones
+    were freed)."""
     heads, kv_heads = config.num_heads, config.num_kv_heads or config.num_heads
     dim = config.head_dim or config.embed_dim // heads
     itemsize = torch.empty((), dtype=dtype).element_size()
-    shapes = [(heads, n, dim), (kv_heads, n, dim), (heads, n)]
+    shapes = [(heads, n, dim), (kv_heads, n, dim), (heads, n), (heads, n)]  # q, k, lse, norms
     layer_bytes = sum(math.prod(shape) for shape in shapes) * itemsize
     # The overview first: float32 at offset 0, then values of <= 4 bytes at multiples of their size.
     overview_bytes = 0 if cells is None else config.num_layers * heads * cells * cells * 4
@@ -632,7 +656,7 @@ def kept_buffers(
             size = math.prod(shape) * itemsize
             views.append(buffer[offset : offset + size].view(dtype).view(shape))
             offset += size
-        layers.append((views[0], views[1], views[2]))
+        layers.append((views[0], views[1], views[2], views[3]))
     return layers, overview
 
 

@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 from mha.config import TransformerConfig
+from mha.multihead import NORMS_BLOCK_VALUES
 
 __all__ = [
     "PYTHON_BYTES",
@@ -115,7 +116,15 @@ def forward_scratch(
     block += heads * rows * dim * itemsize + 2 * heads * pooled_rows * n * FLOAT32 + rows * n
     blocks = n * value * beside_blocks + threads * block + (threads - 1) * heads * cells * cells * FLOAT32
     fused = fused_scratch(config, n, itemsize, rows=rows, threads=threads, cells=cells, scores=scores)
-    return max(n * value * max(ffn, attention, out_proj), blocks, fused) + n * (value * 2 * dim + 16) + SMALL
+    # The value norms a layer keeps are formed from a bounded block of vectors (MultiHeadAttention.
+    # value_norms): twice NORMS_BLOCK_VALUES float32 at most (the block, and the einsum's own copy).
+    norms = 2 * NORMS_BLOCK_VALUES * value
+    return (
+        max(n * value * max(ffn, attention, out_proj), blocks, fused)
+        + n * (value * 2 * dim + 16)
+        + SMALL
+        + norms
+    )
 
 
 def fused_scratch(

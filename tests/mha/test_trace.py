@@ -209,14 +209,14 @@ def test_no_square_matrix_is_ever_held(models: dict[str, AttentionModel], family
 def test_a_trace_keeps_one_buffer_holding_nothing_else(
     models: dict[str, AttentionModel], family: str
 ) -> None:
-    """Every layer's q, k and lse and the overview are views into one buffer (mha.trace.kept_buffers), and
-    the buffer is exactly their size: no view of the fused q/k/v projection keeps it alive, nothing is
-    kept twice (Trace.nbytes counts whole buffers: test_trace_memory.py)."""
+    """Every layer's q, k, lse and value norms and the overview are views into one buffer (mha.trace.
+    kept_buffers), and the buffer is exactly their size: no view of the fused q/k/v projection keeps it
+    alive, nothing is kept twice (Trace.nbytes counts whole buffers: test_trace_memory.py)."""
     trace = models[family].trace(TEXT)
     assert trace.first_overview is not None
-    kept = [t for layer in trace.layers for t in (layer.q, layer.k, layer.lse)] + [
-        trace.first_overview.values
-    ]
+    kept = [t for layer in trace.layers for t in (layer.q, layer.k, layer.lse, layer.norms) if t is not None]
+    assert len(kept) == 4 * len(trace.layers)
+    kept += [trace.first_overview.values]
     assert len({t.untyped_storage().data_ptr() for t in kept}) == 1
     assert kept[0].untyped_storage().nbytes() == sum(t.numel() * t.element_size() for t in kept)
 
