@@ -22,7 +22,7 @@ from app.middleware import (
     SecurityHeadersMiddleware,
     UnexpectedErrorMiddleware,
 )
-from app.routes import api, corpus, insight, pages, trace
+from app.routes import api, corpus, effects, insight, pages, trace
 from app.schemas import enumerate_model_names
 from app.service import AttentionService
 from app.settings import Settings, get_settings
@@ -58,6 +58,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.include_router(api.router)
     app.include_router(insight.router)
+    app.include_router(effects.router)
     app.include_router(trace.router)
     app.include_router(corpus.router)
     app.include_router(pages.router)

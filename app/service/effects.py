@@ -1,0 +1,205 @@
+"""Which heads matter: `HeadEffects` runs a model's head ablation (mha.ablation: model.head_effects, each
+head's output zeroed in turn, L·H/2 forwards' worth) on the model's workers and answers it as NDJSON: a
+progress line per layer for models of more than PROGRESS_HEADS heads, then the result (`HeadEffectsDone`).
+
+The result's line is cached in the service's LRU by (model, text, pair, new tokens, chat), and identical
+requests in flight share one computation (the service's `cached`: Flights); each client streaming it hears
+its progress from the next layer on. When every client has hung up, the ablations stop before the next
+layer. What the input cannot be (an unknown model, an encoder-decoder, an encoder asked to continue, a text
+without tokens) is refused before the stream begins, as a plain 4xx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from concurrent.futures import Future
+from functools import partial
+from typing import Any
+
+import torch
+
+import mha
+from app.effects_schemas import PROGRESS_HEADS, HeadEffectsDone, HeadEffectsRequest
+from app.errors import InvalidInputError, ServiceError
+from app.registry import Registry
+from app.service.flights import settled
+from app.settings import Settings
+from mha.ablation import HeadEffects as Effects
+from mha.errors import Cancelled, InputError, NotCausalError
+
+logger = logging.getLogger(__name__)
+
+# (registered model name, text, pair, tokens to write, chat): what an ablation depends on; with the
+# attention's Input's target (None) appended, so that the service's one key builder names it.
+Source = tuple[str, str, str | None, int, bool, None]
+Submit = Callable[[str, Callable[[Any], Any], threading.Event], "Future[Any]"]
+OffLoop = Callable[..., Awaitable[Any]]
+Cached = Callable[[Hashable, Callable[[threading.Event], Awaitable[bytes]]], Awaitable[bytes]]
+Progress = tuple[int, int]  # (layers done, layers)
+
+
+def _line(event: dict[str, Any]) -> bytes:
+    return json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+def _floats(values: torch.Tensor | None) -> Any:
+    # float32 -> the Python floats they equal; JSON writes each as the shortest decimal that reads back
+    return None if values is None else values.tolist()
+
+
+def done_line(name: str, model: mha.AttentionModel, effects: Effects) -> bytes:
+    """The result as the stream's last line (encoding thread)."""
+    info = model.info
+    done = HeadEffectsDone(
+        model=name,
+        tokens=effects.tokens,
+        n=len(effects.tokens),
+        truncated=effects.truncated,
+        byte_level=info.byte_level,
+        causal=info.causal,
+        layers=effects.layers,
+        heads=effects.heads,
+        measure=effects.measure,  # type: ignore[arg-type]
+        effects=_floats(effects.effects),
+        generated=effects.generated,
+        positions=effects.positions,
+        steps=_floats(effects.steps),
+        top_tokens=effects.top_tokens,
+        top_probs=effects.top_probs,
+        pooled=_floats(effects.pooled),
+    )
+    return done.model_dump_json().encode() + b"\n"
+
+
+class HeadEffects:
+    """The service's head ablations (module docstring). `submit(name, work, abandoned)` runs work(model) on
+    the model's workers; `off_loop` runs short CPU work in the encoding threads; `cached(key, compute)` is
+    the service's cache with its shared flights; `key(source)` its one key builder."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        registry: Registry[mha.AttentionModel],
+        *,
+        submit: Submit,
+        off_loop: OffLoop,
+        cached: Cached,
+        cache_get: Callable[[Hashable], Any],
+        key: Callable[[Source], Hashable],
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self._submit, self._off_loop, self._cached, self._cache_get = submit, off_loop, cached, cache_get
+        self._key = key
+        # key -> the queues of the clients streaming that computation's progress (loop-side only)
+        self._listeners: dict[Hashable, list[asyncio.Queue[Progress | None]]] = {}
+
+    async def stream(self, request: HeadEffectsRequest) -> AsyncIterator[bytes]:
+        """NDJSON lines: {"event": "progress", "done": d, "layers": L} after each layer's ablations (models
+        of more than PROGRESS_HEADS heads), then the result, or {"event": "error", "detail": ...}. Errors
+        found before the work (unknown model, encoder-decoder, the input's own) are raised here, for a 4xx."""
+        name = self.registry.resolve(request.model)
+        new_tokens = request.max_new_tokens or 0
+        if new_tokens > self.settings.max_new_tokens:
+            raise InvalidInputError(
+                f"max_new_tokens ({new_tokens}) is over this service's limit "
+                f"({self.settings.max_new_tokens}, HEADSCOPE_MAX_NEW_TOKENS)"
+            )
+        source: Source = (name, request.text, request.text_pair, new_tokens, request.chat, None)
+        key = self._key(source)
+        hit = self._cache_get(key)
+        if hit is None:
+            _, model = await self._off_loop(self.registry.get, name)
+            await self._off_loop(self._check, model, source)
+        return self._events(source, key, hit)
+
+    def _check(self, model: mha.AttentionModel, source: Source) -> None:
+        """Refuse what the ablation cannot take, before any work (encoding thread: the tokenizer alone)."""
+        name, text, pair, new_tokens, chat, _ = source
+        info = model.info
+        if info.seq2seq:
+            raise InvalidInputError(
+                f"{name!r} is an encoder-decoder model: head effects are measured for encoder and decoder "
+                "models only, not yet for an encoder-decoder's"
+            )
+        if new_tokens and not info.causal:
+            raise NotCausalError(name)
+        model.encoder.encode_batch([(text, pair)], self._limit(model), chat=chat)  # an InputError: 422
+
+    def _limit(self, model: mha.AttentionModel) -> int:
+        return self.settings.tokens_for(model.info.max_tokens)
+
+    async def _compute(self, source: Source, key: Hashable, abandoned: threading.Event) -> bytes:
+        name, text, pair, new_tokens, chat, _ = source
+        loop = asyncio.get_running_loop()
+
+        def report(done: int, layers: int) -> None:
+            try:
+                loop.call_soon_threadsafe(self._report, key, (done, layers))
+            except RuntimeError:  # the loop is closed: nobody listens any more
+                pass
+
+        def work(model: mha.AttentionModel) -> tuple[mha.AttentionModel, Effects]:
+            info = model.info
+            with torch.inference_mode():
+                effects = model.head_effects(
+                    text,
+                    pair,
+                    max_tokens=self._limit(model),
+                    max_new_tokens=new_tokens or None,
+                    chat=chat,
+                    cancel=abandoned.is_set,  # asked before each layer: stop once nobody waits
+                    progress=report if info.layers * info.heads > PROGRESS_HEADS else None,
+                )
+            return model, effects
+
+        model, effects = await settled(self._submit(name, work, abandoned))
+        body: bytes = await self._off_loop(done_line, name, model, effects)
+        return body
+
+    def _report(self, key: Hashable, progress: Progress) -> None:
+        for queue in self._listeners.get(key, ()):
+            queue.put_nowait(progress)
+
+    async def _events(self, source: Source, key: Hashable, hit: bytes | None) -> AsyncIterator[bytes]:
+        if hit is not None:
+            yield hit
+            return
+        queue: asyncio.Queue[Progress | None] = asyncio.Queue()
+        listeners = self._listeners.setdefault(key, [])
+        listeners.append(queue)
+        task = asyncio.ensure_future(self._cached(key, partial(self._compute, source, key)))
+        task.add_done_callback(lambda _task: queue.put_nowait(None))
+        try:
+            while (progress := await queue.get()) is not None:
+                yield _line({"event": "progress", "done": progress[0], "layers": progress[1]})
+            done = task.result()
+        except Exception as exc:  # the stream has started: the error is its last line
+            yield _line({"event": "error", "detail": _detail(exc)})
+            return
+        finally:
+            # Reached too when the client hangs up (the response closes this generator): leaving the
+            # flight stops the ablations before their next layer unless another client still waits.
+            listeners.remove(queue)
+            if not listeners:
+                self._listeners.pop(key, None)
+            task.cancel()
+        yield done
+
+
+def _detail(exc: Exception) -> str:
+    if isinstance(exc, ServiceError):
+        return exc.detail
+    if isinstance(exc, InputError):
+        return str(exc)
+    if isinstance(exc, Cancelled):
+        return f"the head effects stopped: {exc}"
+    detail = getattr(exc, "detail", None)  # ModelBusyError (503 with Retry-After)
+    if isinstance(detail, str):
+        return detail
+    logger.error("head effects failed", exc_info=exc)
+    return "measuring the head effects failed on the server (logged)"
