@@ -206,6 +206,12 @@ class Block(nn.Module):
             out = post_norm(out)
         return x + self.dropout(out), weights
 
+    def value_products(self, x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The attention's value products (MultiHeadAttention.value_products) of this layer's input alone:
+        its value projection, no weights, no feed-forward (a last layer only its attention is read of)."""
+        h = self.attn_norm(x) if self.pre_norm else x
+        return self.attn.value_products(self.attn.values(h), out=out)
+
     def attention_weights(
         self,
         x: torch.Tensor,

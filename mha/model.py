@@ -196,8 +196,10 @@ class Transformer(nn.Module):
                 raise Cancelled(f"forward cancelled before layer {i} of {len(self.layers)}")
             out = None if buffer is None else buffer[i - first]
             layer_keep = prepared.keeps[i]
-            if i == last and not need_hidden and bias is None and products is None:
+            if i == last and not need_hidden and bias is None:
                 weights = layer.attention_weights(x, layer_keep, rotary=rotary, weights_out=out)
+                if products is not None:  # the value projection alone: still no out_proj, no feed-forward
+                    layer.value_products(x, out=products[i])
             else:
                 x, weights = layer(
                     x,

@@ -342,6 +342,17 @@ class MultiHeadAttention(nn.Module):
         """(B, L, heads·D) -> (B, heads, L, D), a view."""
         return x.view(x.shape[0], x.shape[1], heads, self.head_dim).transpose(1, 2)
 
+    def values(self, value: torch.Tensor) -> torch.Tensor:
+        """v (B, H_kv, S, D) of `value` (B, S, vdim) alone: the value projection with its bias, for a layer
+        whose output nobody reads but whose value products are asked for (Transformer.forward)."""
+        if self.fused:
+            start = self.widths[0] + self.widths[1]
+            bias = None if self.in_proj.bias is None else self.in_proj.bias[start:]
+            v = F.linear(value, self.in_proj.weight[start:], bias)
+        else:
+            v = self.v_proj(value)
+        return self._split_heads(v, self.num_kv_heads)
+
     def value_products(self, v: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
         """(B, S, H, H): <f_h(x_j), f_g(x_j)> for every key j and pair of query heads h, g, where
         f_h(x_j) = (x_j W_V^h + b_V^h) W_O^h is key j's value through head h's slice of the output

@@ -425,7 +425,7 @@ class AttentionService:
     async def _view(self, source: Input, *, words: bool, weighting: str = "weight") -> Computed:
         """The token-level result; weighted by norm (computed.weigh_by_norm) for weighting "norm"; then
         (words) merged to words. Each view is cached apart in the same LRU."""
-        computed = await self._computed(source)
+        computed = await self._computed(source, norms=weighting == "norm")
         if weighting == "norm":
             token_level = computed
             computed = await self._cached(
@@ -452,17 +452,25 @@ class AttentionService:
         """work(model) on model `name`'s workers, queued with its long forwards (Traces)."""
         return self._submit(name, "", None, work=work, abandoned=abandoned)
 
-    async def _computed(self, source: Input) -> Computed:
+    async def _computed(self, source: Input, *, norms: bool = False) -> Computed:
+        """The forward's result, cached; `norms` asks for one that kept the value norms too (weighting
+        "norm": ~10-20 % more forward, so the first view, which shows weights, does not pay it). A result
+        with the norms answers for the weights as well."""
         name, text, pair, new_tokens, chat, target = source
+        with_norms = cache_key("result.norms", source)
+        if not norms:
+            hit = self.cache.get(with_norms)
+            if hit is not None:
+                return hit  # type: ignore[no-any-return]
 
         async def forward(abandoned: threading.Event) -> Computed:
             job = {"new_tokens": new_tokens, "chat": chat, "target": target, "abandoned": abandoned}
-            future = self._submit(name, text, pair, **job)
+            future = self._submit(name, text, pair, norms=norms, **job)
             computed: Computed = await settled(future)
             self._trimmer.answered(computed.nbytes)
             return computed
 
-        return await self._cached(cache_key("result", source), forward)
+        return await self._cached(with_norms if norms else cache_key("result", source), forward)
 
     def _attend_one(
         self, model: mha.AttentionModel, job: Job, limit: int, cancel: Callable[[], bool]
@@ -487,7 +495,7 @@ class AttentionService:
             max_new_tokens=new_tokens,
             chat=job.chat,
             cancel=cancel,
-            norms=True,  # what weighting "norm" reads: ~5-10 % of the forward, same pass
+            norms=job.norms,  # weighting "norm": the value norms from the same pass
         )
 
     # -- off the loop ----------------------------------------------------------------------------
@@ -592,7 +600,7 @@ class AttentionService:
                         hidden_state=False,
                         chat=job.chat,  # a chat job runs alone (`_is_long`)
                         cancel=cancel,
-                        norms=True,  # weighting "norm" answers from the same cached forward
+                        norms=any(j.norms for j in live),  # one batch, one forward: kept for all
                     )
         except Cancelled as exc:
             logger.info("model %r: forward of %d stopped, their clients have gone: %s", name, len(live), exc)
@@ -613,6 +621,7 @@ class AttentionService:
         for job, result in zip(live, results, strict=True):
             computed = from_result(name, model, result)
             # Cached here too: a batch-mate's result is kept even if its own clients have gone.
-            key = cache_key("result", (name, job.text, job.pair, job.new_tokens, job.chat, job.target))
+            kind = "result" if computed.norms is None else "result.norms"  # as _computed looks them up
+            key = cache_key(kind, (name, job.text, job.pair, job.new_tokens, job.chat, job.target))
             self.cache.put(key, computed, size=computed.nbytes)
             job.future.set_result(computed)
