@@ -39,6 +39,13 @@ def add_parser(sub: Any) -> None:
     corpus.add_argument("--engine", choices=mha.corpus.ENGINES, default="local", help="default local")
     corpus.add_argument("--batch", type=_positive, default=32, help="texts per forward (default 32)")
     corpus.add_argument("--words", action="store_true", help="word-level maps instead of tokens")
+    corpus.add_argument(
+        "--weighting",
+        choices=mha.corpus.WEIGHTINGS,
+        default="weight",
+        help="what the statistics read: the attention weights (default) or weight × value norm shares, "
+        "what each head moves (the page's Weight × value norm)",
+    )
     corpus.add_argument("--shard-size", type=_positive, default=1000, help="records per shard (default 1000)")
     corpus.add_argument("--max-tokens", type=_positive, default=512, help="tokens per text (default 512)")
     corpus.add_argument(
@@ -131,7 +138,7 @@ def run_corpus(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Non
         model, name = resolve_model(args.model, settings)
         options = {
             key: getattr(args, key)
-            for key in ("engine", "batch", "words", "shard_size", "max_tokens", "max_chars")
+            for key in ("engine", "batch", "words", "weighting", "shard_size", "max_tokens", "max_chars")
         }
         device = args.device or settings.device
         summary = mha.corpus.run(

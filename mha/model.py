@@ -143,7 +143,7 @@ class Transformer(nn.Module):
         need_weights: bool = True,
         need_hidden: bool = True,
         cancel: Callable[[], bool] | None = None,
-        on_layers: Callable[[int, torch.Tensor], None] | None = None,
+        on_layers: Callable[..., None] | None = None,
         layers_at_once: int = 1,
         need_products: bool = False,
     ) -> TransformerOutput:
@@ -157,14 +157,13 @@ class Transformer(nn.Module):
         no attentions: layers_at_once layers' maps alive at a time, not L. Without grad the weights are one
         buffer of layers_at_once layers that the next ones write again: valid only during the call.
         need_products adds every layer's value products (L, B, T, H, H) to the output: what moves along
-        each weight (mha.analysis.norms), from this forward's own values.
+        each weight (mha.analysis.norms), from this forward's own values. With on_layers, each call gets
+        its layers' products too: on_layers(first, weights, products[first : first + k]).
         """
         if not (need_weights or need_hidden):
             raise ValueError("need_weights and need_hidden are both False: nothing to compute")
         if on_layers is not None and not need_weights:
             raise ValueError("on_layers needs need_weights: there are no weights to hand it")
-        if need_products and on_layers is not None:
-            raise ValueError("need_products keeps every layer's products: it does not go with on_layers")
         if layers_at_once < 1:
             raise ValueError(f"layers_at_once ({layers_at_once}) must be at least 1")
         cfg = self.config
@@ -214,7 +213,11 @@ class Transformer(nn.Module):
                 layer_weights.append(weights)
             if on_layers is not None and layer_weights and (len(layer_weights) == group or i == last):
                 held = len(layer_weights)
-                on_layers(first, buffer[:held] if buffer is not None else torch.stack(layer_weights))
+                handed = buffer[:held] if buffer is not None else torch.stack(layer_weights)
+                if products is None:
+                    on_layers(first, handed)
+                else:  # this group's layers' products, written by the same layers
+                    on_layers(first, handed, products[first : first + held])
                 first, layer_weights = i + 1, []
         attentions = buffer if buffer is not None else torch.stack(layer_weights) if layer_weights else None
         if on_layers is not None:  # every layer's weights went to it: nothing kept

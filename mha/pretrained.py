@@ -325,22 +325,31 @@ class AttentionModel:
     def forward_layers(
         self,
         encoded: Sequence[Encoded],
-        on_layers: Callable[[int, torch.Tensor], None],
+        on_layers: Callable[..., None],
         *,
         layers_at_once: int = 1,
         cancel: Callable[[], bool] | None = None,
         on_device: bool = False,
+        norms: bool = False,
     ) -> None:
         """forward_padded's forward, its weights handed over a few layers at a time: on_layers(first,
         weights [k, B, H, T, T]) with layers first..first + k - 1 (k = layers_at_once, fewer at the end),
         float32 on the CPU (on_device: the model's device), the same values as forward_padded's
         attentions[first : first + k]. Only layers_at_once layers' maps are alive at once, not L; the
-        weights may be a buffer the next layers write again, so use them within the call."""
+        weights may be a buffer the next layers write again, so use them within the call.
+        norms=True adds the same layers' value norms ‖f_h(x_j)‖ from the same forward, as attend(...,
+        norms=True) gives them (AttentionResult.norms): on_layers(first, weights, norms [k, B, H, T])."""
         ids, attention_mask, type_ids = self._padded_inputs(encoded)
         target = self.device if on_device else torch.device("cpu")
 
-        def handed(first: int, weights: torch.Tensor) -> None:
-            on_layers(first, weights.to(device=target, dtype=torch.float32))
+        def handed(first: int, weights: torch.Tensor, products: torch.Tensor | None = None) -> None:
+            weights = weights.to(device=target, dtype=torch.float32)
+            if products is None:
+                on_layers(first, weights)
+                return
+            # (k, B, T, H, H) -> (k, B, H, T): the root of each diagonal, as mha.result.norms_of takes it
+            diagonal = products.to(device=target, dtype=torch.float32).diagonal(dim1=-2, dim2=-1)
+            on_layers(first, weights, diagonal.clamp(min=0).sqrt().transpose(-1, -2))
 
         with torch.no_grad():
             if isinstance(self.network, EncoderDecoder):  # its encoder as forward_padded runs it (encode)
@@ -350,6 +359,7 @@ class AttentionModel:
                     cancel=cancel,
                     on_layers=handed,
                     layers_at_once=layers_at_once,
+                    need_products=norms,
                 )
             else:
                 self.network(
@@ -360,6 +370,7 @@ class AttentionModel:
                     cancel=cancel,
                     on_layers=handed,
                     layers_at_once=layers_at_once,
+                    need_products=norms,
                 )
 
     def _padded_inputs(

@@ -5,7 +5,8 @@ post-rotary (post q/k-norm) q and k of every head, and each query row's log-sum-
 Each layer runs a fused kernel that returns the log-sum-exp beside its output (mha.trace_fused: torch's
 flash kernel on the CPU, the memory-efficient or flash kernel on CUDA) where one computes it exactly as
 `attend` does, and otherwise (Gemma 2's soft-cap, a sliding window shorter than the input) in row blocks
-by hand, the blocked path; `Trace.path` says which ran. Weight (i, j) is then exp(score(i, j) - lse(i)),
+by hand, the blocked path, which on the CPU also serves a trace that pools its overview (cheaper there:
+FUSED_CPU_OVERVIEW); `Trace.path` says which ran. Weight (i, j) is then exp(score(i, j) - lse(i)),
 the identity FlashAttention is built on, so a window, a row or a pooled overview costs only its own cells:
 memory per trace is O(L·(H + H_kv)·n·D), never O(L·H·n²). At 8,192 tokens on a SmolLM2-135M shape that
 is 0.75 GB, against the 72 GB of every head's full matrix.
@@ -66,6 +67,11 @@ Reduce = Literal["max", "mean"]
 REDUCTIONS: tuple[Reduce, ...] = ("max", "mean")
 # LayerTrace.path of a layer computed in row blocks by hand (the others name their fused kernel).
 BLOCKED = "blocked"
+# Whether a CPU trace that pools an overview runs the fused kernels (trace_forward(fused=None)). It does not:
+# the overview pooled afterwards computes every score a second time, a GEMM half the kernel's own work,
+# where the row blocks pool the scores they already hold. One SmolLM2-shaped layer at 8,192 tokens, one
+# thread (docs/design.md): the kernel 1.67 s, its overview 0.99 s more, the row blocks with theirs 1.80 s.
+FUSED_CPU_OVERVIEW = False
 # Blocks per side of the overview pooled during the forward (Trace.first_overview).
 OVERVIEW_SIZE = 128
 # Query rows whose scores are alive at once in a window, a row or an overview recomputed from a trace: up
@@ -240,14 +246,15 @@ class Trace:
         *,
         overview_size: int | None = OVERVIEW_SIZE,
         cancel: Callable[[], bool] | None = None,
+        fused: bool | None = None,
     ) -> Trace:
-        """Trace `encoded` (one text or pair, as the model is fed it) through `network`."""
+        """Trace `encoded` (one text or pair, as the model is fed it) through `network` (trace_forward)."""
         device = next(network.parameters()).device
         ids = torch.tensor([encoded.ids], device=device)
         typed = network.config.type_vocab_size > 0
         segment_ids = torch.tensor([encoded.type_ids], device=device) if typed else None
         layers, overview = trace_forward(
-            network, ids, segment_ids=segment_ids, overview_size=overview_size, cancel=cancel
+            network, ids, segment_ids=segment_ids, overview_size=overview_size, cancel=cancel, fused=fused
         )
         attn = cast("Block", network.layers[0]).attn
         return cls(encoded, tokens, info, layers, attn.scale, attn.softcap, network.config.causal, overview)
@@ -667,12 +674,15 @@ def trace_forward(
     segment_ids: torch.Tensor | None = None,
     overview_size: int | None = OVERVIEW_SIZE,
     cancel: Callable[[], bool] | None = None,
-    fused: bool = True,
+    fused: bool | None = None,
 ) -> tuple[list[LayerTrace], Pooled | None]:
     """One sequence's forward (input_ids (1, n)): every layer's LayerTrace, and the max-pooled overview of
-    every head at `overview_size` (None: none). A layer a fused kernel computes exactly (mha.trace_fused)
-    runs it and its overview is pooled from q, k and lse afterwards; the others run in row blocks, pooled
-    from the weights as they pass. `fused=False`: every layer in row blocks (benchmarks/long.py)."""
+    every head at `overview_size` (None: none).
+
+    With `fused`, a layer that a fused kernel computes exactly (mha.trace_fused) runs it, and its overview
+    is pooled afterwards from q, k and lse; the other layers, or all with fused=False, run in row blocks
+    and pool the overview from the weights as they pass. fused=None chooses by the device: fused, except
+    on the CPU when an overview is pooled, where the blocked path is the cheaper (FUSED_CPU_OVERVIEW)."""
     cfg = network.config
     if input_ids.ndim != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"a trace is of one sequence: input_ids (1, n), got {tuple(input_ids.shape)}")
@@ -685,6 +695,8 @@ def trace_forward(
     cuts = None if overview_size is None else edges(0, n, min(overview_size, n))
     with torch.no_grad():
         x = network.embeddings(input_ids, position_ids, segment_ids)
+        if fused is None:
+            fused = x.device.type != "cpu" or cuts is None or FUSED_CPU_OVERVIEW
         rotary = network.rotary(position_ids, x.dtype)
         # Every layer's pool writes its slice of the overview: never stacked from per-layer copies.
         into, overview = kept_buffers(cfg, n, x.dtype, x.device, None if cuts is None else len(cuts) - 1)

@@ -150,7 +150,7 @@ def fused_scratch(
     workspace = FLOAT32 * (q_split * kv_split + 2 * q_split + q_split * dim) + itemsize * q_split * kv_split
     cells = min(cells, n)
     width = -(-n // cells)  # the widest cell's tokens
-    r = max(1, rows // width) * width
+    r = min(max(1, rows // width), cells) * width  # a block is never more than every cell
     c = min(max(1, scores // (r * width)) * width, cells * width)
     tile = value * (heads * r * dim + 2 * heads * r + heads * r * c + heads * (r // width) * c)
     tile += r * c + value * (heads * (r // width) * (c // width) + kv_heads * c * dim) + 8 * (r + c)

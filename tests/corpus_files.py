@@ -97,16 +97,19 @@ def _insert(path: Path, lines: list[str], bad: dict[int, tuple[str, str]]) -> di
     return expected
 
 
-def attend_as_the_worker(model, items: list[tuple[str, str | None]], *, max_tokens: int = 512) -> list:
+def attend_as_the_worker(
+    model, items: list[tuple[str, str | None]], *, max_tokens: int = 512, norms: bool = False
+) -> list:
     """(result, padded width) per item, from the same padded forwards CorpusWorker makes of this batch
-    (mha.corpus.worker.padded_groups), so the statistics differ only in the order of their float sums."""
+    (mha.corpus.worker.padded_groups), so the statistics differ only in the order of their float sums;
+    norms: with attend's value norms (the worker's weighting "norm")."""
     from mha.corpus.worker import padded_groups
 
     limit = model.token_limit(min(max_tokens, model.info.max_tokens))
     lengths = [len(model.encoder.encode_batch([item], limit)[0].ids) for item in items]
     answers: list = [None] * len(items)
     for group in padded_groups(lengths):
-        results = model.attend_batch([items[k] for k in group], max_tokens=limit)
+        results = model.attend_batch([items[k] for k in group], max_tokens=limit, norms=norms)
         width = max(r.n for r in results)
         for k, result in zip(group, results, strict=True):
             answers[k] = (result, width)

@@ -119,3 +119,18 @@ def batched_stat(stat: str, width: int) -> float:
 
     largest = {"distance": width - 1.0, "entropy": math.log(width), "entropy_norm": math.log2(width)}
     return 6 * float32_sum(width, max(largest.get(stat, 1.0), 1.0)) + U32
+
+
+def norm_share_stat(stat: str, width: int) -> float:
+    """The same for a statistic of weight × value norm shares (the corpus's --weighting norm): batched_stat,
+    plus what the shares move. A share a·n / Σ a·n carries a product's and a division's rounding (2u) and
+    its row total's sum over ``width`` keys in another order (float32_sum(width), relative); each norm, the
+    root of a sum of squares of value coordinates from another GEMM shape, moves by FORWARD relative at
+    most (FORWARD's argument), twice in a share (its own and its row total's). A relative change δ of every
+    share moves a statistic whose row values lie within R by δ·R, and the entropy's -Σ s ln s by at most
+    δ·Σ s |ln s + 1| <= δ·(ln width + 1), over ln 2 for entropy_norm: δ·(R + 2) covers both."""
+    import math
+
+    largest = {"distance": width - 1.0, "entropy": math.log(width), "entropy_norm": math.log2(width)}
+    delta = 2 * FORWARD + float32_sum(width) + 2 * U32
+    return batched_stat(stat, width) + delta * (max(largest.get(stat, 1.0), 1.0) + 2)

@@ -7,7 +7,7 @@
 - ``runner``: ``run(source, model, out, ...)``: the local engine, or the Ray engine (``ray_engine``).
 """
 
-from mha.corpus.job import ENGINES, Job, Progress
+from mha.corpus.job import ENGINES, WEIGHTINGS, Job, Progress
 from mha.corpus.runner import CorpusOutError, CorpusSettingsError, run
 from mha.corpus.source import MAX_CHARS, CorpusInputError, Record, read_records
 from mha.corpus.worker import CorpusWorker
@@ -15,6 +15,7 @@ from mha.corpus.worker import CorpusWorker
 __all__ = [
     "ENGINES",
     "MAX_CHARS",
+    "WEIGHTINGS",
     "CorpusInputError",
     "CorpusOutError",
     "CorpusSettingsError",

@@ -9,9 +9,11 @@ from typing import Any
 
 from mha.corpus.source import MAX_CHARS, Tally, count_records, input_format
 
-__all__ = ["ENGINES", "Job", "Progress"]
+__all__ = ["ENGINES", "WEIGHTINGS", "Job", "Progress"]
 
 ENGINES = ("local", "ray")
+# What the statistics read: the attention weights, or weight × value norm shares (CorpusWorker).
+WEIGHTINGS = ("weight", "norm")
 
 # progress(records done, records in all): called after each batch (and once at the start of a resumed run).
 Progress = Callable[[int, int], None]
@@ -29,6 +31,7 @@ class Job:
     engine: str = "local"
     batch: int = 32  # records per padded forward; a shard's last batch may be shorter
     words: bool = False
+    weighting: str = "weight"  # one of WEIGHTINGS
     shard_size: int = 1000  # records per shard: the unit of resuming
     max_tokens: int = 512  # tokens per text at most (the model's own limit if lower)
     max_chars: int = MAX_CHARS  # characters per text (and pair) at most, cut as the input is read
@@ -37,12 +40,19 @@ class Job:
 
     def worker_kwargs(self) -> dict[str, Any]:
         """CorpusWorker's keyword arguments, bar the model (Ray's fn_constructor_kwargs)."""
-        return {"name": self.name, "words": self.words, "max_tokens": self.max_tokens, "device": self.device}
+        return {
+            "name": self.name,
+            "words": self.words,
+            "weighting": self.weighting,
+            "max_tokens": self.max_tokens,
+            "device": self.device,
+        }
 
     def settings(self) -> dict[str, Any]:
         return {
             "batch": self.batch,
             "words": self.words,
+            "weighting": self.weighting,
             "shard_size": self.shard_size,
             "max_tokens": self.max_tokens,
             "max_chars": self.max_chars,

@@ -42,7 +42,7 @@ from mha.analysis.batched import STATS
 from mha.analysis.stats import LABELS
 from mha.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint
 from mha.corpus.aggregate import aggregate
-from mha.corpus.job import ENGINES, Job, Progress
+from mha.corpus.job import ENGINES, WEIGHTINGS, Job, Progress
 from mha.corpus.shards import (
     done_shards,
     is_temporary,
@@ -83,6 +83,7 @@ def run(
     engine: str = "local",
     batch: int = 32,
     words: bool = False,
+    weighting: str = "weight",
     shard_size: int = 1000,
     max_tokens: int = 512,
     max_chars: int = MAX_CHARS,
@@ -96,7 +97,8 @@ def run(
     ``model``: the embedded default's name (or None), a checkpoint directory, a hub id, or (local engine)
     a loaded AttentionModel; ``name`` the model's name in run.json (default: its directory's name).
     ``max_chars``: characters kept of each text and pair (mha.corpus.source.read_records), a cut text
-    flagged ``truncated`` as one past ``max_tokens`` is.
+    flagged ``truncated`` as one past ``max_tokens`` is. ``weighting``: "weight" (the attention weights) or
+    "norm" (weight × value norm shares, CorpusWorker), recorded in run.json's settings like the others.
     A finished run in ``out`` with the same input and settings is returned as it is; an unfinished one is
     resumed (finished shards skipped; the temporary files a kill left, removed); one with another input,
     model or settings raises CorpusSettingsError naming what differs. An ``out`` that is not a folder (or
@@ -105,6 +107,8 @@ def run(
     """
     source = Path(source)
     _check_arguments(source, model, engine, batch, shard_size, max_tokens, max_chars, num_gpus)
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting ({weighting!r}) must be one of {', '.join(WEIGHTINGS)}")
     _check_out(Path(out))
     loaded = model if isinstance(model, AttentionModel) else None
     given = None if isinstance(model, AttentionModel) or model is None else str(model)
@@ -119,6 +123,7 @@ def run(
         engine=engine,
         batch=batch,
         words=words,
+        weighting=weighting,
         shard_size=shard_size,
         max_tokens=max_tokens,
         max_chars=max_chars,
@@ -293,6 +298,7 @@ def _previous_run(out: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
             "model": model.get("name") if isinstance(model, dict) else model,
         }
     )
+    theirs.setdefault("settings.weighting", "weight")  # a run from before --weighting read the weights
     differences = [
         f"{key} {theirs.get(key)!r} there, {value!r} now"
         for key, value in _flatten(identity).items()

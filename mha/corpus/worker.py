@@ -20,8 +20,10 @@ import pyarrow as pa
 import torch
 
 from mha.analysis.batched import STATS, BatchStats, batch_head_labels
+from mha.analysis.norms import row_shares, weight_norm_map
 from mha.analysis.stats import token_masks
 from mha.analysis.words import merge_to_words, word_groups_from, word_index, word_labels
+from mha.corpus.job import WEIGHTINGS
 from mha.corpus.source import surrogate_problem
 from mha.errors import InputError
 from mha.pretrained import AttentionModel, load_pretrained
@@ -83,6 +85,9 @@ class CorpusWorker:
     surrogate, or one the tokenizer raises on (each record is encoded in its own guard, ``_encode``).
     Words: the statistics of the word-level maps (``mha.analysis.words``), as the service's words view
     computes them.
+    ``weighting``: "weight", the statistics of the attention weights; "norm", of the weight × value norm
+    shares (each row's α_ij ‖f_h(x_j)‖ over its total, mha.analysis.norms), as the service's weighting
+    "norm" gives them, the norms from the same forward (words: merged from those token shares).
     """
 
     def __init__(
@@ -91,9 +96,12 @@ class CorpusWorker:
         *,
         name: str | None = None,
         words: bool = False,
+        weighting: str = "weight",
         max_tokens: int = 512,
         device: str = "auto",
     ) -> None:
+        if weighting not in WEIGHTINGS:
+            raise ValueError(f"weighting ({weighting!r}) must be one of {', '.join(WEIGHTINGS)}")
         if isinstance(model, AttentionModel):
             self.model = model
         else:
@@ -102,6 +110,7 @@ class CorpusWorker:
         if words and info.seq2seq:
             raise ValueError(f"words are not available for an encoder-decoder ({info.name!r}): use tokens")
         self.words = words
+        self.weighting = weighting
         self.limit = self.model.token_limit(min(max_tokens, info.max_tokens))
         self.heads = info.layers * info.heads
         self.schema = output_schema(self.heads)
@@ -212,8 +221,10 @@ class CorpusWorker:
         )
         per_group: list[dict[str, torch.Tensor]] = []
 
-        def group_stats(_: int, weights: torch.Tensor) -> None:
+        def group_stats(_: int, weights: torch.Tensor, norms: torch.Tensor | None = None) -> None:
             maps = weights  # (k, B, H, T, T): k layers, as the forward wrote them
+            if norms is not None:  # weighting "norm": the same layers' norms (k, B, H, T)
+                maps = _norm_shares(maps, norms)
             if self.words:
                 maps = _merge_words(maps.cpu(), groups, indices, width)
             per_group.append(statistics(maps, layer_major=True))
@@ -222,9 +233,12 @@ class CorpusWorker:
         info = self.model.info
         padded = max(len(e.ids) for e in encoded)
         layer_bytes = len(encoded) * info.heads * padded * padded * 4  # float32
+        if self.weighting == "norm":  # the weighted maps and their shares beside the weights
+            layer_bytes *= 3
         on_host = self.words or self.model.device.type == "cpu"  # words are merged on the CPU
         at_once = max(1, min(info.layers, (MAPS_BYTES if on_host else DEVICE_MAPS_BYTES) // layer_bytes))
-        self.model.forward_layers(encoded, group_stats, layers_at_once=at_once, on_device=True)
+        norms = self.weighting == "norm"
+        self.model.forward_layers(encoded, group_stats, layers_at_once=at_once, on_device=True, norms=norms)
         stats = {key: torch.cat([group[key] for group in per_group], dim=1) for key in STATS}  # [B, L, H]
         labels = batch_head_labels(stats).reshape(len(tokens), -1)
         stacked = torch.stack([stats[key] for key in STATS]).reshape(len(STATS), len(tokens), -1)
@@ -260,6 +274,14 @@ def _merge_words(
         n, w = len(word_of), len(text_groups)
         padded[:, row, :, :w, :w] = merge_to_words(maps[:, row, :, :n, :n], text_groups, word_of=word_of)
     return padded
+
+
+def _norm_shares(weights: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:
+    """Weight × value norm shares [k, B, H, T, T] of weights [k, B, H, T, T] and norms [k, B, H, T]: each
+    row's α_ij ‖f_h(x_j)‖ over its total (row_shares of weight_norm_map, as the service computes them).
+    Padded keys carry weight 0, so a text's rows share among its own keys."""
+    shares, _ = row_shares(weight_norm_map(weights.flatten(0, 1), norms.flatten(0, 1)))  # (k·B, H, T, T)
+    return shares.view(weights.shape)
 
 
 def _flag(value: Any) -> bool:

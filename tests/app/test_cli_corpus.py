@@ -63,7 +63,14 @@ def test_a_registered_name_runs_with_plain_progress_lines(
     assert code == 0, err
     record = json.loads((out / "run.json").read_text())
     assert record["model"]["name"] == "tiny-bert" and record["complete"] is True
-    settings = {"batch": 4, "words": False, "shard_size": 5, "max_tokens": 512, "max_chars": 20}
+    settings = {
+        "batch": 4,
+        "words": False,
+        "weighting": "weight",
+        "shard_size": 5,
+        "max_tokens": 512,
+        "max_chars": 20,
+    }
     assert record["settings"] == settings
     assert "corpus: 9/9 records (100%)" in err and "texts/s" in err
     # every record but "Short one. (5)" has a text or pair past 20 characters: cut and flagged truncated
@@ -79,6 +86,8 @@ def test_a_checkpoint_directory_runs_under_its_name(corpus: Path, tmp_path: Path
             "--out",
             str(tmp_path / "o"),
             "--words",
+            "--weighting",
+            "norm",
             "--device",
             "cpu",
         ],
@@ -87,6 +96,7 @@ def test_a_checkpoint_directory_runs_under_its_name(corpus: Path, tmp_path: Path
     assert code == 0, err
     record = json.loads((tmp_path / "o" / "run.json").read_text())
     assert record["model"]["name"] == "gpt2" and record["settings"]["words"] is True
+    assert record["settings"]["weighting"] == "norm"
 
 
 @pytest.mark.parametrize(
@@ -97,6 +107,7 @@ def test_a_checkpoint_directory_runs_under_its_name(corpus: Path, tmp_path: Path
         (["{corpus}", "--out", "o", "--shard-size", "x"], "argument --shard-size: 'x' is not an integer"),
         (["{corpus}", "--out", "o", "--max-chars", "0"], "argument --max-chars: '0' must be at least 1"),
         (["{corpus}", "--out", "o", "--engine", "spark"], "argument --engine: invalid choice: 'spark'"),
+        (["{corpus}", "--out", "o", "--weighting", "size"], "argument --weighting: invalid choice: 'size'"),
         (["{corpus}", "--out", "o", "--model", "nosuch"], "model 'nosuch' is neither a registered name"),
         (["{corpus}.txt", "--out", "o"], "is not a file"),
         (["{corpus}"], "the following arguments are required: --out"),
@@ -126,6 +137,10 @@ def test_another_runs_folder_is_refused(corpus: Path, tmp_path: Path, tiny_check
     assert run_cli(base, capsys)[0] == 0
     code, err = run_cli([*base, "--max-tokens", "16"], capsys)
     assert code == 2 and "settings.max_tokens 512 there, 16 now" in err
+    code, err = run_cli([*base, "--weighting", "norm"], capsys)
+    last = err.strip().splitlines()[-1]
+    assert code == 2 and last.startswith("headscope corpus: error:")
+    assert "settings.weighting 'weight' there, 'norm' now" in last
 
 
 def test_the_ray_engine_without_ray_names_the_extra(

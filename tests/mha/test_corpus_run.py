@@ -175,6 +175,7 @@ def test_errors_and_run_json(finished) -> None:
     assert record["settings"] == {
         "batch": BATCH,
         "words": False,
+        "weighting": "weight",
         "shard_size": SHARD,
         "max_tokens": 512,
         "max_chars": MAX_CHARS,
@@ -195,6 +196,18 @@ def test_a_finished_run_is_left_alone_and_another_is_refused(finished, minilm, t
         run(source, minilm, out, batch=8, shard_size=SHARD)
     with pytest.raises(CorpusSettingsError, match=r"settings\.words False there, True now"):
         run(source, minilm, out, batch=BATCH, shard_size=SHARD, words=True)
+    with pytest.raises(CorpusSettingsError, match=r"settings\.weighting 'weight' there, 'norm' now"):
+        run(source, minilm, out, batch=BATCH, shard_size=SHARD, weighting="norm")
+    with pytest.raises(ValueError, match=r"weighting \('size'\) must be one of weight, norm"):
+        run(source, minilm, out, batch=BATCH, shard_size=SHARD, weighting="size")
+    # A run written before --weighting has no weighting in its settings: it read the weights.
+    older = json.loads((out / "run.json").read_text())
+    del older["settings"]["weighting"]
+    (out / "run.json").write_text(json.dumps(older))
+    assert run(source, minilm, out, batch=BATCH, shard_size=SHARD) == older
+    with pytest.raises(CorpusSettingsError, match=r"settings\.weighting 'weight' there, 'norm' now"):
+        run(source, minilm, out, batch=BATCH, shard_size=SHARD, weighting="norm")
+    (out / "run.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     other = tmp_path / "corpus.jsonl"  # the same name, other content
     write_jsonl(other, texts(21))
     with pytest.raises(CorpusSettingsError, match=r"input\.bytes .* input\.sha256"):

@@ -9,11 +9,12 @@ import pytest
 import torch
 from checkpoints import build_checkpoint
 from corpus_files import attend_as_the_worker
-from tolerances import batched_stat
+from tolerances import batched_stat, norm_share_stat
 
 from mha import load_pretrained
 from mha.analysis import LABELS, SPECIAL_TOKENS, head_labels, head_stats, merge_to_words, word_groups_from
 from mha.analysis.batched import STATS, BatchStats, batch_head_labels, batch_head_stats
+from mha.analysis.norms import row_shares, weight_norm_map
 from mha.analysis.stats import token_masks
 from mha.analysis.words import word_labels
 from mha.corpus import CorpusWorker
@@ -128,6 +129,11 @@ def minilm() -> AttentionModel:
 
 
 @pytest.fixture(scope="module")
+def bart(seq2seq_checkpoints: dict[str, Path]) -> AttentionModel:
+    return load_pretrained(seq2seq_checkpoints["bart"], device="cpu")
+
+
+@pytest.fixture(scope="module")
 def llama(tmp_path_factory: pytest.TempPathFactory) -> AttentionModel:
     directory = build_checkpoint("llama", tmp_path_factory.mktemp("llama") / "llama")
     return load_pretrained(directory, device="cpu")
@@ -172,6 +178,47 @@ def test_worker_words_equal_head_stats_on_word_maps(minilm: AttentionModel) -> N
         batched = {stat: torch.tensor(rows[stat][row]).reshape(1, 6, 12) for stat in STATS}
         # A word map is padded to the batch's most words, at most its padded token width.
         check_against_alone(batched, [stats], width)
+
+
+@pytest.mark.parametrize(
+    ("which", "words"), [("minilm", False), ("llama", False), ("bart", False), ("minilm", True)]
+)
+def test_worker_by_norm_equals_head_stats_of_norm_shares_per_text(
+    which: str, words: bool, request: pytest.FixtureRequest
+) -> None:
+    """weighting "norm": each text's statistics are head_stats of its weight × value norm shares, from
+    attend(norms=True) on that text (row_shares of weight_norm_map, as the service's "norm" view; words
+    merged from those token shares, as the service merges them), and not the weights'."""
+    model = request.getfixturevalue(which)
+    rows = worker_rows(CorpusWorker(model, words=words, weighting="norm"), TEXTS)
+    by_weight = worker_rows(CorpusWorker(model, words=words), TEXTS)
+    layers, heads = model.info.layers, model.info.heads
+    moved = 0.0
+    for row, (result, width) in enumerate(attend_as_the_worker(model, TEXTS, norms=True)):
+        shares, _ = row_shares(weight_norm_map(result.attentions, result.norms))
+        tokens, special = result.tokens, result.special
+        if words:
+            groups = word_groups_from(result.word_ids, result.segments, result.special).groups
+            shares = merge_to_words(shares, groups)
+            tokens = word_labels(
+                tokens, groups, offsets=result.offsets, segments=result.segments, texts=result.texts
+            )
+            special = [result.special[g[0]] for g in groups]
+        stats = head_stats(shares, tokens, special=special, causal=model.info.causal)
+        for stat in STATS:
+            got = torch.tensor(rows[stat][row], dtype=torch.float64).reshape(layers, heads)
+            difference = (got - stats[stat].double()).abs().max().item()
+            assert difference <= norm_share_stat(stat, width), (row, stat, difference)
+            change = torch.tensor(by_weight[stat][row]) - torch.tensor(rows[stat][row])
+            moved = max(moved, change.abs().max().item())
+        check_labels(torch.tensor(rows["label"][row]).reshape(1, layers, -1), [stats])
+    # The shares are not the weights: some statistic moved far beyond any tolerance above (~1e-5).
+    assert moved > 1e-2
+
+
+def test_worker_refuses_an_unknown_weighting(minilm: AttentionModel) -> None:
+    with pytest.raises(ValueError, match=r"weighting \('size'\) must be one of weight, norm"):
+        CorpusWorker(minilm, weighting="size")
 
 
 def test_worker_bad_rows_and_truncation(minilm: AttentionModel) -> None:

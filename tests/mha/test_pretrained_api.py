@@ -152,6 +152,32 @@ def test_forward_layers_hands_forward_padded_attentions_a_few_layers_at_a_time(
         model.forward_layers(encoded, lambda i, w: None, layers_at_once=0)
 
 
+@pytest.mark.parametrize("family", ["bert", "llama", "t5"])
+def test_forward_layers_hands_each_groups_norms_beside_the_same_weights(
+    family: str, tiny_checkpoints: dict[str, Path], seq2seq_checkpoints: dict[str, Path]
+) -> None:
+    """norms=True (the corpus's --weighting norm): the weights are those without it, bit for bit (the value
+    products go to memory of their own), and each group's norms [k, B, H, T] are attend's for each text."""
+    model = load_pretrained({**tiny_checkpoints, **seq2seq_checkpoints}[family], device="cpu")
+    items = [("The cat sat on the mat.", None), ("Hi, you.", "A pair")]
+    encoded = model.encoder.encode_batch(items, 64)
+    plain: list[torch.Tensor] = []
+    model.forward_layers(encoded, lambda i, w: plain.append(w.clone()), layers_at_once=2)
+    handed: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+    model.forward_layers(
+        encoded, lambda i, w, n: handed.append((i, w.clone(), n.clone())), layers_at_once=2, norms=True
+    )
+    assert [i for i, _, _ in handed] == list(range(0, model.info.layers, 2))
+    norms = torch.cat([n for _, _, n in handed])  # [L, B, H, T]
+    for weights, (_, with_norms, _) in zip(plain, handed, strict=True):
+        assert torch.equal(weights, with_norms)
+    for row, result in enumerate(model.attend_batch(items, max_tokens=64, norms=True)):
+        alone = result.norms  # [L, H, n]
+        # Another GEMM shape (attend's own forward) moves a norm by FORWARD relative at most (tolerances).
+        difference = (norms[:, row, :, : result.n] - alone).abs().max().item()
+        assert difference <= FORWARD * alone.abs().max().item(), (row, difference)
+
+
 def test_gpt2_pairs_are_joined_and_truncated_longest_first(tiny_checkpoints: dict[str, Path]) -> None:
     gpt2 = load_pretrained(tiny_checkpoints["gpt2"], device="cpu")
     short, long = "The cat.", " ".join(["the dog sat on the log"] * 20)

@@ -1,13 +1,17 @@
 """A trace's fused path (mha.trace_fused): which layers take it, that its kernel really ran, its lse against
 float64, and its overview (pooled afterwards from q, k and lse) against pooling attend's matrices.
 
-Windows and rows of every family against attend are tests/mha/test_trace.py's, whichever path ran.
+On the CPU a trace takes the fused kernels when it pools no overview in its forward (mha.trace
+FUSED_CPU_OVERVIEW), so these tests trace with overview_size=None, or force fused=True to test the
+overview pooled from the kept q, k and lse. Windows and rows of every family against attend are
+tests/mha/test_trace.py's (where the default overview keeps the CPU on the blocked path).
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -59,6 +63,14 @@ class _Calls(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def trace_of(model: AttentionModel, text: str, **options: Any) -> Trace:
+    """model.trace(text) with Trace.of's options (fused=...), and max_tokens from `options`."""
+    limit = options.pop("max_tokens", model.info.max_tokens)
+    encoded = model.encoder.encode_batch([(text, None)], limit)[0]
+    tokens = model.tokenizer.convert_ids_to_tokens(encoded.ids)
+    return Trace.of(model.network, encoded, tokens, model.info, **options)
+
+
 def max_score(layer: LayerTrace, scale: float) -> float:
     """The largest |score| the layer's q and k can make: scale·|q|·|k| (Cauchy-Schwarz)."""
     return float(layer.q.norm(dim=-1).amax() * layer.k.norm(dim=-1).amax()) * scale
@@ -85,8 +97,11 @@ def test_the_fused_kernel_runs_where_it_computes_the_layer_exactly(
 ) -> None:
     model = models[family]
     with _Calls() as seen:
-        trace = model.trace(TEXT)
+        trace = model.trace(TEXT, overview_size=None)
     assert trace.path == PATHS[family]
+    # With an overview pooled in the forward, the CPU keeps the blocked path, unless fused is asked for.
+    assert model.trace(TEXT).path == BLOCKED
+    assert trace_of(model, TEXT, fused=True).path == PATHS[family]
     cfg = model.config
     hides = cfg.sliding_window is not None and cfg.sliding_window < trace.n  # a window shorter than TEXT
     fused = [
@@ -104,10 +119,10 @@ def test_the_fused_kernel_runs_where_it_computes_the_layer_exactly(
 def test_a_window_the_input_fits_in_takes_the_fused_kernel(models: dict[str, AttentionModel]) -> None:
     """Mistral's window (6) hides keys from TEXT's rows but from none of "Hi."'s: there it runs fused (and
     equals attend), while Gemma 2's soft-cap keeps it blocked at any length."""
-    assert models["mistral"].trace("Hi.").path == FLASH
-    assert models["gemma2"].trace("Hi.").path == BLOCKED
+    assert models["gemma2"].trace("Hi.", overview_size=None).path == BLOCKED
     want = models["mistral"].attend("Hi.", hidden_state=False)
-    trace = models["mistral"].trace("Hi.")
+    trace = models["mistral"].trace("Hi.", overview_size=None)
+    assert trace.path == FLASH
     assert trace.n <= models["mistral"].config.sliding_window  # type: ignore[operator]
     for layer in range(models["mistral"].info.layers):
         got = torch.stack([trace.window(layer, h).values for h in range(models["mistral"].info.heads)])
@@ -144,7 +159,7 @@ def test_the_fused_overview_equals_pooling_attend(models: dict[str, AttentionMod
     full = model.attend(TEXT, max_tokens=n, hidden_state=False).attentions
     assert full.shape[-1] == n
     for size in (7, 16, n // 4, n):
-        trace = model.trace(TEXT, max_tokens=n, overview_size=size)
+        trace = trace_of(model, TEXT, max_tokens=n, overview_size=size, fused=True)
         assert trace.first_overview is not None
         cuts = trace.first_overview.row_edges
         assert cuts == edges(0, n, size).tolist()
@@ -159,7 +174,7 @@ def test_the_fused_and_blocked_paths_keep_the_same_trace(models: dict[str, Atten
     bound of weights recomputed in another kernel."""
     model = models["llama"]
     ids = torch.tensor([model.encoder.encode_batch([(TEXT, None)], model.info.max_tokens)[0].ids])
-    fused, fused_overview = trace_forward(model.network, ids, overview_size=16)
+    fused, fused_overview = trace_forward(model.network, ids, overview_size=16, fused=True)
     blocked, blocked_overview = trace_forward(model.network, ids, overview_size=16, fused=False)
     assert {layer.path for layer in fused} == {FLASH} and {layer.path for layer in blocked} == {BLOCKED}
     assert fused_overview is not None and blocked_overview is not None
@@ -175,6 +190,36 @@ def test_the_fused_and_blocked_paths_keep_the_same_trace(models: dict[str, Atten
         # too), and the scores of later layers differ by the forward's bound, which moves lse as much.
         lse_bound = 2 * fused_lse(ids.shape[1], a.q.shape[-1], max_score(a, scale)) + (i > 0) * bound
         assert (a.lse - b.lse).abs().max().item() <= lse_bound
+
+
+@pytest.mark.parametrize("family", ["llama", "bert"])
+def test_the_fused_overview_split_across_threads_equals_one_thread(
+    models: dict[str, AttentionModel], family: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With two torch threads each pools every other row block of cells alone (one section a layer); each
+    block writes only its own cells, so the overview equals one thread's within the bound of scores another
+    thread count's projections round differently."""
+    model, threads = models[family], torch.get_num_threads()
+    sections = []
+    one_thread_each = trace_module.one_thread_each
+
+    def counted(count: int):  # type: ignore[no-untyped-def]
+        sections.append(count)
+        return one_thread_each(count)
+
+    monkeypatch.setattr(trace_module, "one_thread_each", counted)
+    try:
+        with torch.inference_mode():
+            torch.set_num_threads(1)
+            alone = trace_of(model, TEXT, overview_size=16, fused=True)
+            torch.set_num_threads(2)
+            split = trace_of(model, TEXT, overview_size=16, fused=True)
+    finally:
+        torch.set_num_threads(threads)
+    assert alone.path == split.path == FLASH and sections == [2] * model.info.layers
+    assert alone.first_overview is not None and split.first_overview is not None
+    error = (split.first_overview.values - alone.first_overview.values).abs().max().item()
+    assert error <= tolerance(alone, range(model.info.layers))
 
 
 @pytest.mark.parametrize(
@@ -230,7 +275,7 @@ def test_a_cuda_trace_runs_fused_and_equals_the_cpu_trace(
     and overview equal the CPU trace's within the bound of weights recomputed in another kernel."""
     cuda = load_pretrained(tiny_checkpoints[family], device="cuda")
     trace = cuda.trace(TEXT, overview_size=16)
-    cpu = models[family].trace(TEXT, overview_size=16)
+    cpu = trace_of(models[family], TEXT, overview_size=16, fused=True)
     assert trace.path == "fused-efficient-cuda"
     bound = tolerance(cpu, range(cuda.info.layers))
     assert trace.first_overview is not None and cpu.first_overview is not None

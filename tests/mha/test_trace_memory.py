@@ -79,7 +79,9 @@ class LiveBytes(TorchDispatchMode):
         return out
 
 
-def measured_peak(model: AttentionModel, threads: int, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
+def measured_peak(
+    model: AttentionModel, threads: int, monkeypatch: pytest.MonkeyPatch, fused: bool | None = None
+) -> tuple[int, int]:
     """(n, the peak bytes of tensors alive during trace_forward of TEXT on `threads` torch threads): the
     row blocks that run on worker threads, the blocked path's and the fused path's overview, are measured
     there too (a dispatch mode is per thread)."""
@@ -110,7 +112,7 @@ def measured_peak(model: AttentionModel, threads: int, monkeypatch: pytest.Monke
     torch.set_num_threads(threads)
     try:
         with torch.inference_mode(), meter:
-            trace_forward(model.network, ids)
+            trace_forward(model.network, ids, fused=fused)
     finally:
         torch.set_num_threads(before)
     return ids.shape[1], meter.peak
@@ -137,6 +139,23 @@ def test_a_forward_holds_at_most_its_declared_peak(
     n, peak = measured_peak(model, threads, monkeypatch)
     assert n > 2 * threads * ROW_BLOCK  # at least two blocks a thread: dealt out to the threads
     assert sections == ([threads] * model.info.layers if threads > 1 else [])
+    declared = peak_nbytes(model.config, n, 4, threads=threads) - python_nbytes(n)
+    kept = expected_nbytes(model.config, n, 4) - python_nbytes(n)
+    assert kept < peak <= declared
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "qwen3", "phi3"])
+def test_a_fused_forward_holds_at_most_its_declared_peak(
+    models: dict[str, AttentionModel], family: str, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same on the fused path with its overview (trace_forward(fused=True), which a CPU trace takes
+    only without one): the kernel's outputs and the overview's tiles on every thread stay within
+    peak_nbytes too (the kernel's own per-thread buffers, which no operator returns, are declared apart:
+    mha.trace_memory.FLASH_Q_SPLIT)."""
+    monkeypatch.setattr(trace_module, "ROW_BLOCK", ROW_BLOCK)
+    model = models[family]
+    n, peak = measured_peak(model, threads, monkeypatch, fused=True)
     declared = peak_nbytes(model.config, n, 4, threads=threads) - python_nbytes(n)
     kept = expected_nbytes(model.config, n, 4) - python_nbytes(n)
     assert kept < peak <= declared
