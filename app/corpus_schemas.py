@@ -5,7 +5,7 @@ RunMeta has checked the fields the answers read."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,6 +41,7 @@ class RunModel(_Strict):
 class RunSettings(_Strict):
     shard_size: int = Field(ge=1)
     words: bool = False
+    weighting: Literal["weight", "norm"] = "weight"  # a run from before --weighting read the weights
 
 
 class RunCounts(_Strict):
@@ -75,6 +76,10 @@ class RunSummary(BaseModel):
     heads: int | None
     kind: str | None = Field(description='"self", or "encoder" for an encoder-decoder\'s encoder.')
     words: bool = Field(description="Whether the statistics were taken on words (the page's Words mode).")
+    weighting: str = Field(
+        description='"weight": the statistics read the attention weights; "norm": weight × value norm '
+        "shares (`headscope corpus --weighting norm`, the page's Weight × value norm)."
+    )
     counts: dict[str, Any] = Field(description="records, texts, errors, truncated, shards (run.json).")
     finished: str | None
     stats: list[str] = Field(description="The statistics measured, as `head_stats` names them.")

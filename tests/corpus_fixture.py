@@ -50,9 +50,10 @@ def write_run(
     words: bool = False,
     complete: bool = True,
     format: int = 2,
+    weighting: str | None = None,
 ) -> Path:
     """Write run.json, per_text.parquet, per_head.parquet, examples.parquet and the shards' texts into
-    `out`."""
+    `out`; `weighting` None writes none, as runs before --weighting did."""
     out.mkdir(parents=True, exist_ok=True)
     count, layers, heads = values[STATS[0]].shape
     if len(texts) != count or set(values) != set(STATS):
@@ -183,7 +184,8 @@ def write_run(
         },
         "input": {"name": "texts.jsonl", "format": "jsonl", "bytes": 1234},
         "settings": {"batch": 32, "words": words, "shard_size": shard_size, "max_tokens": 512}
-        | ({"max_chars": MAX_CHARS} if format >= 2 else {}),
+        | ({"max_chars": MAX_CHARS} if format >= 2 else {})
+        | ({"weighting": weighting} if weighting is not None else {}),
         "counts": {"records": count, "texts": count, "errors": 0, "truncated": 0, "shards": 1},
         "stats": list(STATS),
         "labels": list(LABELS),

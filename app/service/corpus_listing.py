@@ -100,6 +100,7 @@ def summary(name: str, run: RunMeta, served: Collection[str]) -> dict[str, Any]:
         "heads": run.model.heads,
         "kind": run.kind,
         "words": run.settings.words,
+        "weighting": run.settings.weighting,
         "counts": run.counts.model_dump(),
         "finished": run.finished,
         "stats": run.stats,

@@ -192,7 +192,8 @@ export function exampleWords(example) {
 
 /**
  * The normal view of one example's text with (layer, head) open: the page's own URL state (state.js), with
- * words mode when the run took words and the encoder's attention for an encoder-decoder's run.
+ * words mode when the run took words, its weighting (weight × value norm for a --weighting norm run) and
+ * the encoder's attention for an encoder-decoder's run.
  */
 export function textLink(run, example, layer, head) {
   const state = {
@@ -203,6 +204,7 @@ export function textLink(run, example, layer, head) {
     layer,
     head,
     words: run.words,
+    weighting: run.weighting === "norm" ? "norm" : DEFAULT_STATE.weighting,
     kind: run.kind === "encoder" ? "encoder" : DEFAULT_STATE.kind,
   };
   return `./?${encodeState(state)}`; // the normal view lies beside /corpus

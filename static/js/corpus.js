@@ -116,6 +116,7 @@ async function openRun(name, notes = []) {
     counts.errors ? `${counts.errors} bad records skipped` : "",
     counts.truncated ? `${counts.truncated} truncated` : "",
     detail.words ? "words mode" : "",
+    detail.weighting === "norm" ? "weight × value norm" : "",
     detail.finished ? `finished ${detail.finished}` : "",
   ];
   $("corpusSummary").textContent = parts.filter(Boolean).join(" · ");

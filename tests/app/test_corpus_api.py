@@ -46,6 +46,7 @@ def test_the_list_names_finished_runs_only(client: TestClient) -> None:
     demo = answer["runs"][0]
     assert demo["model"] == "all-MiniLM-L6-v2" and demo["served"] is True
     assert (demo["layers"], demo["heads"], demo["kind"], demo["words"]) == (LAYERS, HEADS, "self", False)
+    assert demo["weighting"] == "weight"  # its run.json names none, as runs before --weighting
     assert demo["counts"]["texts"] == TEXTS and demo["stats"] == list(STATS)
     assert answer["runs"][1]["served"] is False  # "not-served-here" is no model of this server
 
@@ -197,6 +198,19 @@ def test_without_a_runs_dir_the_list_says_how_to_set_it(make_settings: Callable[
         assert response.status_code == 404 and "HEADSCOPE_RUNS_DIR" in response.json()["detail"]
 
 
+def test_a_norm_run_says_so_in_the_list_and_its_detail(
+    tmp_path: Path, make_settings: Callable[..., Settings]
+) -> None:
+    """A --weighting norm run: the list and the run's answer name its weighting, as the page shows it."""
+    write_run(tmp_path / "by-norm", sentences(3), random_values(3, 1, 2), weighting="norm")
+    write_run(tmp_path / "by-weight", sentences(3), random_values(3, 1, 2), weighting="weight")
+    with TestClient(create_app(make_settings(runs_dir=tmp_path))) as client:
+        listed = {run["name"]: run["weighting"] for run in client.get("/api/corpus/runs").json()["runs"]}
+        assert listed == {"by-norm": "norm", "by-weight": "weight"}
+        detail = client.get("/api/corpus/runs/by-norm").json()
+        assert detail["weighting"] == "norm" and detail["run"]["settings"]["weighting"] == "norm"
+
+
 def test_a_run_rewritten_in_place_is_read_afresh(
     tmp_path: Path, make_settings: Callable[..., Settings]
 ) -> None:
@@ -233,6 +247,7 @@ WRONG_FIELDS = {
     "records-a-boolean": (("counts", "records"), True, "counts.records: Input should be a valid integer"),
     "shard-size-zero": (("settings", "shard_size"), 0, "settings.shard_size: Input should be greater"),
     "words-a-string": (("settings", "words"), "yes", "settings.words: Input should be a valid boolean"),
+    "weighting-unknown": (("settings", "weighting"), "size", "settings.weighting: Input should be 'weight'"),
     "stat-a-number": (("stats",), ["entropy", 3], "stats.1: Input should be a valid string"),
     "model-null": (("model",), None, "model: Input should be"),
     "no-counts": (("counts",), ..., "counts: Field required"),

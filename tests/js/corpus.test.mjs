@@ -145,6 +145,10 @@ test("an example opens the normal view of its text and pair with the head open, 
   // A words run opens in words mode; an encoder-decoder's run on its encoder's attention.
   const words = readState(textLink({ ...RUN, words: true, kind: "encoder" }, { ...example, text_pair: null }, 0, 0).slice(2));
   assert.deepEqual([words.words, words.kind, words.pair], [true, "encoder", ""]);
+  // A --weighting norm run opens under weight × value norm; a run of weights (or from before) under weights.
+  assert.equal(readState(textLink({ ...RUN, weighting: "norm" }, example, 0, 0).slice(2)).weighting, "norm");
+  assert.equal(state.weighting, "weight");
+  assert.ok(!textLink(RUN, example, 2, 7).includes("weighting"));
 });
 
 test("an example shows its snippet and its pair's, with an ellipsis where the run cut them short", () => {
