@@ -7,6 +7,7 @@ import { $ } from "./dom.js";
 import { fetchAnalysis } from "./api.js";
 import { isAggregate } from "./aggregates.js";
 import { CompareView } from "./compare.js";
+import { EffectsView } from "./effects-view.js";
 import { CHANGE, StatsTable, colorScaleFor, fillColorBy, formatStat, renderLegend, renderSimilar, statTable } from "./insight.js";
 import { readInitialState, showError } from "./form.js";
 import { renderGlossary, watchOverflow } from "./glossary.js";
@@ -46,6 +47,22 @@ export class InsightPanel {
       },
       { onOpen },
     );
+    this.effects = new EffectsView(
+      {
+        panel: $("effectsPanel"),
+        button: $("effectsRun"),
+        progress: $("effectsProgress"),
+        message: $("effectsMessage"),
+        outputField: $("effectsOutputField"),
+        output: $("effectsOutput"),
+        caption: $("effectsCaption"),
+        map: $("effectsMap"),
+        legend: $("effectsLegend"),
+        top: $("effectsTop"),
+        ranking: $("effectsRanking"),
+      },
+      { onOpen, onColumn: (column) => this.effectColumn(column) },
+    );
     $("colorBy").addEventListener("change", () => update({ color: $("colorBy").value }));
     $("showBadges").addEventListener("change", () => this.colorGrid());
     this.checkOverflow = watchOverflow($("tableScroll"), $("tableScrollCue"));
@@ -65,6 +82,7 @@ export class InsightPanel {
     status.textContent = "Computing head statistics…";
     status.classList.add("busy");
     if (!run.queryB) this.compare.clear();
+    this.effects.watch(run); // measured on request only: it costs about L·H/2 forwards
     const problems = [];
     // B is the person's own input: a comparison that cannot be made (other shapes, blank) goes to the alert.
     const comparing = run.queryB
@@ -127,9 +145,17 @@ export class InsightPanel {
     renderLegend($("colorLegend"), analysis, comparison, key);
   }
 
-  /** The views that follow the selected head: table row, similar heads, compare maps. */
+  /** The head effects' column in the statistics table (null: none), the selected head's row kept. */
+  effectColumn(column) {
+    this.table.setExtra(column);
+    const { layer, head } = getState();
+    this.table.select(layer, head);
+  }
+
+  /** The views that follow the selected head: table row, head effects, similar heads, compare maps. */
   showSelection(run, { withCompare = true } = {}) {
     const { layer, head } = getState();
+    this.effects.select(layer, head);
     if (!run.analysis) return;
     this.table.select(layer, head);
     renderSimilar($("similar"), run.analysis, layer, isAggregate(head) ? -1 : head, this.onOpen, run.attention);

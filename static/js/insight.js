@@ -98,6 +98,10 @@ export class StatsTable {
     this.sorted = false; // true once a person picked a sort: later renders keep it
     this.rows = [];
     this.stats = {};
+    // A column from outside the analysis ({key, name, help, values: L x H, format}: the head effects), kept
+    // across renders until set to null; `drawn` holds render's arguments, so setting it draws again.
+    this.extra = null;
+    this.drawn = null;
     table.addEventListener("click", (event) => {
       const sortButton = event.target.closest("th button[data-key]");
       if (sortButton) return this.sortBy(sortButton.dataset.key);
@@ -117,7 +121,10 @@ export class StatsTable {
    * {heads, kvHeads} adds the kv group column when query heads share key/value heads.
    */
   render(analysis, compare, model = null) {
-    this.stats = statTable(analysis, compare);
+    this.drawn = [analysis, compare, model];
+    const extra = this.extra?.values.length === analysis.layers ? this.extra : null; // of this model's shape
+    // The outside column first among the statistics: in view without scrolling the table sideways.
+    this.stats = { ...(extra ? { [extra.key]: extra.values } : {}), ...statTable(analysis, compare) };
     const keys = Object.keys(this.stats);
     const grouped = Boolean(model) && isGrouped(model);
     const columns = [
@@ -125,14 +132,14 @@ export class StatsTable {
       ["head", "Head index within the layer."],
       ...(grouped ? [[KV_GROUP, "The key/value head this query head reads (grouped-query attention)."]] : []),
       ["label", ["What the head mostly does.", ...thresholdSentences(analysis.thresholds)].join(" ")],
-      ...keys.map((key) => [key, describeStat(analysis, key)]),
+      ...keys.map((key) => [key, key === extra?.key ? extra.help : describeStat(analysis, key)]),
     ];
     const header = el(
       "tr",
       {},
       columns.map(([key, help]) =>
         el("th", { attrs: { scope: "col", "aria-sort": "none" }, data: { key } }, [
-          el("button", { className: "sort", text: statName(key), attrs: { type: "button", title: help }, data: { key } }),
+          el("button", { className: "sort", text: key === extra?.key ? extra.name : statName(key), attrs: { type: "button", title: help }, data: { key } }),
         ]),
       ),
     );
@@ -145,7 +152,10 @@ export class StatsTable {
         const cells = [el("td", { text: String(l) }), el("td", { text: String(h) })];
         if (grouped) cells.push(el("td", { className: "num", text: String(group) }));
         cells.push(el("td", { text: label }));
-        for (const key of keys) cells.push(el("td", { className: "num", text: formatStat(key, this.stats[key][l][h]) }));
+        for (const key of keys) {
+          const format = key === extra?.key ? extra.format : (v) => formatStat(key, v);
+          cells.push(el("td", { className: "num", text: format(this.stats[key][l][h]) }));
+        }
         const row = el(
           "tr",
           { attrs: { tabindex: "0", title: `Open layer ${l}, head ${h}` }, data: { layer: l, head: h, label } },
@@ -157,6 +167,12 @@ export class StatsTable {
     const sortable = [...INDEX_COLUMNS.filter((key) => key !== KV_GROUP || grouped), ...keys];
     if (!sortable.includes(this.sort.key)) this.sort = { key: "layer", descending: false };
     this.apply();
+  }
+
+  /** Add (or with null remove) the outside column, and draw the table again with it. */
+  setExtra(extra) {
+    this.extra = extra;
+    if (this.drawn) this.render(...this.drawn);
   }
 
   value(entry, key) {
