@@ -5,6 +5,7 @@
 import { el } from "./dom.js";
 import { describeStat, statTable } from "./insight.js";
 import { ROLES, badgeRule, statName, thresholdSentences } from "./names.js";
+import { SINK_BY_WEIGHTING, parseWeighting, readsLine } from "./weighting.js";
 
 // The API's descriptions start in lower case ("mean row entropy in nats: ..."); a definition list reads as sentences.
 function entry(term, definition) {
@@ -12,8 +13,11 @@ function entry(term, definition) {
   return [el("dt", { text: term }), el("dd", { text })];
 }
 
-/** Fill `container` (the glossary's body) for `analysis` and its comparison (which adds the change column). */
-export function renderGlossary(container, analysis, compare = null) {
+/**
+ * Fill `container` (the glossary's body) for `analysis` and its comparison (which adds the change column);
+ * `weighting` ("weight" or "norm"), the map the statistics read: the sink paragraph of that one comes first.
+ */
+export function renderGlossary(container, analysis, compare = null, weighting = "weight") {
   const columns = el("dl", { className: "glossary-list" }, [
     ...entry(statName("layer"), "Layer index, 0 = nearest the input."),
     ...entry(statName("head"), "Head index within its layer."),
@@ -38,7 +42,15 @@ export function renderGlossary(container, analysis, compare = null) {
     ...thresholdSentences(analysis.thresholds).map((sentence) => el("p", { text: sentence })),
     el("p", { className: "badge-rule", text: badgeRule() }),
     roles,
+    el("h4", { text: "Weights and value norms: sink heads" }),
+    el("p", { text: readsLine(weighting) }),
+    ...sinkOrder(weighting).map((key) => el("p", { className: "sink-by", text: SINK_BY_WEIGHTING[key], data: { weighting: key } })),
   );
+}
+
+/** The weightings' sink paragraphs, the one the statistics read first. */
+function sinkOrder(weighting) {
+  return parseWeighting(weighting) === "norm" ? ["norm", "weight"] : ["weight", "norm"];
 }
 
 /**

@@ -121,7 +121,7 @@ export class InsightPanel {
     // Compare mode lists the heads that change most first, unless someone already picked a sort.
     if (comparison && !this.table.sorted) this.table.sort = { key: CHANGE, descending: true };
     this.table.render(analysis, comparison, run.attention);
-    renderGlossary($("glossaryBody"), analysis, comparison);
+    renderGlossary($("glossaryBody"), analysis, comparison, weightingOf(run.attention));
     this.checkOverflow();
     const offered = fillColorBy($("colorBy"), analysis, comparison, color);
     if (!update({ color: offered }).has("color")) this.colorGrid(); // a change is coloured by the subscriber

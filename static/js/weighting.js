@@ -32,6 +32,29 @@ export function valueName(weighting, { exact = true, bits = 8 } = {}) {
   return exact ? "attention" : `attention (${bits}-bit)`;
 }
 
+/**
+ * What a sink head looks like under each weighting, as the statistics glossary says it (mha.analysis.stats'
+ * docstring, "Which map"; its MiniLM figures are tests/mha/test_norms.py's): busy by weight, quiet by norm.
+ */
+export const SINK_BY_WEIGHTING = Object.freeze({
+  weight:
+    "By weight, a sink head looks busy: most of its attention sits on [CLS], [SEP] or the first token (BOS), " +
+    "so its attention to special tokens or to the first token is high and it is labelled special-sink or " +
+    "first-token-sink. The weights say where it looks, not what it moves.",
+  norm:
+    "By weight × value norm the same head is quiet: those tokens' values are small, so it moves little from " +
+    "them; its shares on the special and first tokens drop and its label follows what it does move. On " +
+    "MiniLM, L2 H7 puts 0.91 of its weight on [CLS] and [SEP] in “The cat sat on the mat because it was " +
+    "tired.”, but 0.19 of its norm.",
+});
+
+/** The glossary's line on which map the statistics read now. */
+export function readsLine(weighting) {
+  return parseWeighting(weighting) === "norm"
+    ? "The statistics above read weight × value norm shares (each row's α·‖f(x)‖ over its total)."
+    : "The statistics above read the attention weights; the Weight × value norm switch reads what each head moves.";
+}
+
 /** What a note says of norm shares, once: where the idea comes from and how to read a share. */
 export const NORM_NOTE =
   "Weight × value norm: each cell is its row's share of α·‖f(x)‖, what the head moves rather than where " +

@@ -153,6 +153,14 @@ def test_weight_norm_switch_reruns_every_view_and_flips_back(session: Any, seq2s
     check_table(norm_table, api(session.base, "/api/analysis", {"text": SENTENCE, "weighting": "norm"}))
     changed = [key for key in norm_table if norm_table[key]["first"] != weights_table[key]["first"]]
     assert len(changed) > len(norm_table) // 2, changed
+    # The glossary says which map the statistics read and what a sink head looks like by norm, first.
+    glossary = page.locator("#glossary-body")
+    assert "read weight × value norm shares" in (glossary.text_content() or "")
+    assert glossary.locator(".sink-by").evaluate_all("ps => ps.map(p => p.dataset.weighting)") == [
+        "norm",
+        "weight",
+    ]
+    assert "quiet" in (glossary.locator(".sink-by").first.text_content() or "")
 
     # The hover: the share and, from the exact head's row totals, the size ‖α f‖ = share × the row's total.
     i, j = 3, 1
@@ -189,6 +197,7 @@ def test_weight_norm_switch_reruns_every_view_and_flips_back(session: Any, seq2s
     assert detail["bar"] == "attention", detail["bar"]
     assert page.locator("#grid-weighting").is_hidden() and page.locator("#stats-weighting").is_hidden()
     assert table(page) == weights_table
+    assert "read the attention weights" in (page.locator("#glossary-body").text_content() or "")
 
     # An encoder-decoder takes it too (its encoder, decoder and cross attention are each weighted): the
     # cross-attention head drawn is the API's norm head, and its hover gives share and size.

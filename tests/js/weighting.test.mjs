@@ -8,7 +8,16 @@ import { test } from "node:test";
 import { body, compareBody, kindBody } from "../../static/js/api.js";
 import { cellText } from "../../static/js/keys.js";
 import { allHeadsName, exportName, headJsonName, tokenLinesName } from "../../static/js/labels.js";
-import { DEFAULT_WEIGHTING, WEIGHTINGS, cellSizes, parseWeighting, valueName, weightingOf } from "../../static/js/weighting.js";
+import {
+  DEFAULT_WEIGHTING,
+  SINK_BY_WEIGHTING,
+  WEIGHTINGS,
+  cellSizes,
+  parseWeighting,
+  readsLine,
+  valueName,
+  weightingOf,
+} from "../../static/js/weighting.js";
 
 const query = { text: "The cat sat.", pair: "", model: "m", words: false };
 
@@ -82,4 +91,16 @@ test("exported files of norm shares say -norm in their names", () => {
   assert.equal(allHeadsName("m", { weighting: "norm" }), "headscope-m-all-heads-norm.json");
   assert.equal(tokenLinesName("m", 1, 3, { weighting: "norm" }), "headscope-m-L1-H3-norm-tokens.svg");
   assert.equal(tokenLinesName("m", 1, 3, { allHeads: true, weighting: "norm" }), "headscope-m-L1-all-heads-norm-tokens.svg");
+});
+
+test("the glossary says what a sink head looks like under each weighting, and which one the table reads", () => {
+  assert.deepEqual(Object.keys(SINK_BY_WEIGHTING), Object.keys(WEIGHTINGS));
+  assert.match(SINK_BY_WEIGHTING.weight, /busy/);
+  assert.match(SINK_BY_WEIGHTING.weight, /\[CLS\], \[SEP\] or the first token/);
+  assert.match(SINK_BY_WEIGHTING.norm, /quiet: those tokens' values are small/);
+  // The example's figures are the ones tests/mha/test_norms.py measures.
+  assert.match(SINK_BY_WEIGHTING.norm, /L2 H7 puts 0\.91 of its weight on \[CLS\] and \[SEP\].*but 0\.19 of its norm/);
+  assert.match(readsLine("norm"), /read weight × value norm shares/);
+  assert.match(readsLine("weight"), /read the attention weights/);
+  assert.equal(readsLine("bogus"), readsLine("weight"));
 });
