@@ -125,8 +125,9 @@ class LseOverview:
     scores: int  # a tile's scores per head, about: what a forward block holds (mha.trace.FORWARD_SCORES)
 
     def __post_init__(self) -> None:
-        self.cells = len(self.cuts) - 1
-        self.slots = cell_tokens(self.cuts)
+        self.cells, self.device = len(self.cuts) - 1, self.q.device
+        slots = cell_tokens(self.cuts)
+        self.slots = None if slots is None else slots.to(self.device)  # indices where they gather
         self.width = self.cuts[1] - self.cuts[0] if self.slots is None else self.slots.shape[1]
         # Cells never computed (a decoder's above the diagonal) are exp(-inf) = 0 once finished.
         self.acc.fill_(-math.inf)
@@ -146,14 +147,14 @@ class LseOverview:
     def _tokens(self, c0: int, c1: int) -> torch.Tensor:
         """The token of every slot of cells c0 .. c1 - 1, (c1 - c0)·w."""
         if self.slots is None:
-            return torch.arange(c0 * self.width, c1 * self.width)
+            return torch.arange(c0 * self.width, c1 * self.width, device=self.device)
         return self.slots[c0:c1].flatten()
 
     def _take(self, t: torch.Tensor, c0: int, c1: int) -> torch.Tensor:
         """t [h, n, ...]'s slots of cells c0 .. c1 - 1: a slice, or the cells' tokens gathered."""
         if self.slots is None:
             return t[:, c0 * self.width : c1 * self.width]
-        return t[:, self._tokens(c0, c1).to(t.device)]
+        return t[:, self._tokens(c0, c1)]
 
     def _block(self, t0: int, t1: int) -> None:
         q, k, w = self.q, self.k, self.width
@@ -171,7 +172,7 @@ class LseOverview:
             if self.causal and u1 > t0:  # the tile reaches the diagonal: keys after a row are masked
                 d0 = max(u0, t0)
                 after = self._tokens(d0, u1).view(1, -1) > self._tokens(t0, t1).view(-1, 1)
-                scores[..., (d0 - u0) * w :].masked_fill_(after.to(scores.device), -math.inf)
+                scores[..., (d0 - u0) * w :].masked_fill_(after, -math.inf)
             # Rows first (an elementwise max of contiguous rows), then keys on data w times smaller.
             pooled = scores.view(heads, t1 - t0, w, -1).amax(2).view(heads, t1 - t0, u1 - u0, w).amax(-1)
             self.acc[:, t0:t1, u0:u1] = pooled
