@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import torch
 
-__all__ = ["in_order", "one_thread_each"]
+__all__ = ["in_order", "one_thread_each", "prefetched"]
 
 K = TypeVar("K")
 A = TypeVar("A")
@@ -65,3 +65,27 @@ def in_order(function: Callable[[A], R], items: Iterable[tuple[K, A]], threads: 
                 yield first, future.result()
         finally:
             wait([future for _, future in pending])  # none still running once torch's threads are restored
+
+
+def prefetched(function: Callable[[A], R], items: Iterable[tuple[K, A]], ahead: int) -> Iterator[tuple[K, R]]:
+    """(key, function(argument)) for each of `items`, in order, each computed in one background thread up
+    to `ahead` items before the caller takes it: the host's work on the next items overlaps what the
+    caller does with this one (an accelerator's loop queuing kernels). `items` is read in this thread;
+    torch's threads are left as they are. Python holds one lock at a time (the GIL), so what overlaps is
+    what releases it: a tokenizer's native code, numpy, Arrow, torch's operators."""
+    if ahead < 1:
+        raise ValueError(f"ahead ({ahead}) must be at least 1")
+    with ThreadPoolExecutor(1, thread_name_prefix="prefetch") as worker:
+        pending: deque[tuple[K, Future[R]]] = deque()
+        try:
+            for key, argument in items:
+                pending.append((key, worker.submit(function, argument)))
+                if len(pending) > ahead:
+                    first, future = pending.popleft()
+                    yield first, future.result()
+            while pending:
+                first, future = pending.popleft()
+                yield first, future.result()
+        finally:
+            for _, future in pending:  # a caller that stops early: nothing left running behind it
+                future.cancel()

@@ -136,10 +136,14 @@ def band_keep(
 
 
 def empty_rows(keep: torch.Tensor | None) -> torch.Tensor | None:
-    """(..., T, 1) True where a query row keeps no key at all; None when no row is empty (one check)."""
+    """(..., T, 1) True where a query row keeps no key at all; None when no row is empty (one check, on
+    the CPU: on an accelerator it would wait for the device every layer, so the mask is returned as is,
+    and zeroing its rows, all False or not, gives the same weights)."""
     if keep is None:
         return None
     empty = ~keep.any(dim=-1, keepdim=True)
+    if keep.device.type != "cpu":
+        return empty
     return empty if bool(empty.any()) else None
 
 

@@ -89,7 +89,11 @@ class Transformer(nn.Module):
         nothing is masked (the common single-text encoder case)."""
         batch, length = input_ids.shape
         padding = None
-        if attention_mask is not None and not bool(attention_mask.all()):
+        # On an accelerator a given mask is applied as is (all ones masks nothing): checking it would wait
+        # for the device once a forward.
+        if attention_mask is not None and (
+            attention_mask.device.type != "cpu" or not bool(attention_mask.all())
+        ):
             padding = attention_mask.bool().view(batch, 1, 1, length)  # any nonzero marks a real token
         return build_keep_mask(
             mask=padding,

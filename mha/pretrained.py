@@ -18,6 +18,7 @@ from typing import Any, cast
 import torch
 
 from mha import ablation, checkpoint, continuation, gguf_checkpoint, translate
+from mha._transfer import to_device
 from mha.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint, default_model_path, resolve_device
 from mha.convert import Converter, convert_state_dict
 from mha.convert.base import NetworkConfig, forced_tokens
@@ -387,9 +388,11 @@ class AttentionModel:
             ids[row, : len(e.ids)] = torch.tensor(e.ids)
             mask[row, : len(e.ids)] = 1
             type_ids[row, : len(e.ids)] = torch.tensor(e.type_ids)
-        attention_mask = mask.to(self.device) if min(lengths) < width else None
-        segments = type_ids.to(self.device) if self.config.type_vocab_size else None
-        return ids.to(self.device), attention_mask, segments
+        # Through pinned memory on CUDA (to_device): the copies queue behind the previous forward's
+        # kernels instead of waiting for them.
+        attention_mask = to_device(mask, self.device) if min(lengths) < width else None
+        segments = to_device(type_ids, self.device) if self.config.type_vocab_size else None
+        return to_device(ids, self.device), attention_mask, segments
 
 
 def checkpoint_architecture(path: str | Path) -> str | None:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from mha._transfer import to_device
 from mha.analysis import stats as definitions
 
 __all__ = ["STATS", "BatchStats", "batch_head_labels", "batch_head_stats"]
@@ -90,9 +91,10 @@ class BatchStats:
             if tuple(mask.shape) != (batch, width):
                 raise ValueError(f"{name} must be shaped [{batch}, {width}], got {tuple(mask.shape)}")
         self.batch, self.width, self.causal, self.dtype = batch, width, causal, dtype
-        self.n = n.to(device)  # (B,)
+        # Host -> device through pinned memory on CUDA: queued, so the host never waits for the forward.
+        self.n = to_device(n, device)  # (B,)
         # Each text's key masks as float columns, for one batched matmul per chunk: (B, T, 2).
-        self.columns = torch.stack([special, punctuation], dim=-1).to(device, dtype)
+        self.columns = to_device(torch.stack([special, punctuation], dim=-1).to(dtype), device)
         self.positions = torch.arange(width, device=device)
         offsets = self.positions[None, :] - self.positions[:, None]  # [T, T] j - i
         # Row i's weights on |i - j|, on j > i and on |i - j| <= LOCAL_WINDOW: one pass over the maps

@@ -154,20 +154,42 @@ def _examples(out: Path, shards: Sequence[int], files: Sequence[Path], layers: i
                     np.take_along_axis(both_lines, order, axis=0),
                 )
     wanted = {int(line) for side in kept.values() for _, lines in side.values() for line in lines.flat}
-    snippets = _snippets_of(out, shards, wanted)
-    rows: dict[str, list[object]] = {name: [] for name in EXAMPLES_SCHEMA.names}
-    for flat in range(layers * heads):
-        for stat in STATS:
-            for side in ("top", "bottom"):
-                values, lines = kept[side][stat]
-                for rank in range(values.shape[0]):
-                    line = int(lines[rank, flat])
-                    record_id, snippet, snippet_pair, cut = snippets[line]
-                    where = (flat // heads, flat % heads, stat, side, rank + 1, float(values[rank, flat]))
-                    entry = (*where, record_id, line, snippet, snippet_pair, cut)
-                    for name, item in zip(EXAMPLES_SCHEMA.names, entry, strict=True):
-                        rows[name].append(item)
-    return pa.table(rows, schema=EXAMPLES_SCHEMA)
+    return _example_rows(kept, _snippets_of(out, shards, wanted), heads)
+
+
+def _example_rows(
+    kept: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]],
+    found: dict[int, tuple[str, str, str | None, bool]],
+    heads: int,
+) -> pa.Table:
+    """examples.parquet's rows from the kept candidates (side -> stat -> (values, lines), each [k, L·H])
+    and their lines' snippets: by head (layer-major), then statistic, side (top first) and rank, built as
+    whole columns (a row at a time in Python was most of aggregate's time)."""
+    sides = ("top", "bottom")
+    # [L·H, S, 2, k]: the rows' order
+    values, lines = (
+        np.stack([[kept[side][stat][part] for side in sides] for stat in STATS]).transpose(3, 0, 1, 2)
+        for part in (0, 1)
+    )
+    per_text, _, _, k = values.shape
+    flat = np.repeat(np.arange(per_text), len(STATS) * 2 * k)
+    known = np.array(sorted(found), dtype=np.int64)
+    text = pa.array(np.searchsorted(known, lines.reshape(-1)))  # each row's line in `known`
+    record = [found[int(line)] for line in known]
+    columns = {
+        "layer": pa.array((flat // heads).astype(np.int16)),
+        "head": pa.array((flat % heads).astype(np.int16)),
+        "stat": pa.array(STATS).take(pa.array(np.tile(np.repeat(np.arange(len(STATS)), 2 * k), per_text))),
+        "side": pa.array(sides).take(pa.array(np.tile(np.repeat(np.arange(2), k), per_text * len(STATS)))),
+        "rank": pa.array(np.tile(np.arange(1, k + 1, dtype=np.int8), per_text * len(STATS) * 2)),
+        "value": pa.array(values.reshape(-1), pa.float64()),
+        "id": pa.array([r[0] for r in record], pa.string()).take(text),
+        "line": pa.array(lines.reshape(-1), pa.int64()),
+        "snippet": pa.array([r[1] for r in record], pa.string()).take(text),
+        "snippet_pair": pa.array([r[2] for r in record], pa.string()).take(text),
+        "cut": pa.array([r[3] for r in record], pa.bool_()).take(text),
+    }
+    return pa.table(columns, schema=EXAMPLES_SCHEMA)
 
 
 def snippets(text: pa.Array, pair: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +21,10 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from mha._transfer import HostCopy, to_host
 from mha.analysis.batched import STATS, BatchStats, batch_head_labels
 from mha.analysis.norms import row_shares, weight_norm_map
-from mha.analysis.stats import token_masks
+from mha.analysis.stats import is_punctuation_token
 from mha.analysis.words import merge_to_words, word_groups_from, word_index, word_labels
 from mha.corpus.job import WEIGHTINGS
 from mha.corpus.source import surrogate_problem
@@ -34,7 +37,10 @@ __all__ = [
     "INPUT_COLUMNS",
     "MAPS_BYTES",
     "PADDING",
+    "Computed",
     "CorpusWorker",
+    "Group",
+    "Prepared",
     "output_schema",
     "padded_groups",
 ]
@@ -70,6 +76,43 @@ def output_schema(heads: int) -> pa.Schema:
             ("label", pa.list_(pa.int8(), heads)),  # an index into mha.analysis.stats.LABELS
         ]
     )
+
+
+@dataclass(frozen=True)
+class Group:
+    """One padded forward of a batch (CorpusWorker.prepare): its texts and what their statistics need."""
+
+    rows: list[int]  # each text's row in the batch
+    encoded: list[Encoded]
+    lengths: list[int]  # tokens (words with --words) of each text
+    special: torch.Tensor  # [B, width] bool, on the host (BatchStats copies it)
+    punctuation: torch.Tensor  # [B, width] bool
+    words: list[list[list[int]]]  # --words: each text's word groups (else empty)
+    indices: list[torch.Tensor]  # --words: each text's word_index
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A batch on the host, ready for the device: the output's columns but the statistics, and the good
+    records' padded forwards."""
+
+    lines: list[int]
+    ids: list[str]
+    texts: list[str | None]
+    pairs: list[str | None]
+    errors: list[str | None]
+    n_tokens: np.ndarray  # int32, 0 for a bad record
+    truncated: np.ndarray  # bool
+    groups: list[Group]
+
+
+@dataclass(frozen=True)
+class Computed:
+    """A batch whose device work is queued: ``values`` [S + 1, good texts in group order, L·H] float32 on
+    its way to the host (the statistics, then the label index), None when no record was good."""
+
+    prepared: Prepared
+    values: HostCopy | None
 
 
 class CorpusWorker:
@@ -114,8 +157,18 @@ class CorpusWorker:
         self.limit = self.model.token_limit(min(max_tokens, info.max_tokens))
         self.heads = info.layers * info.heads
         self.schema = output_schema(self.heads)
+        # Whether a spelling is punctuation, judged once (a vocabulary's tokens recur in every batch).
+        self._punctuation = lru_cache(maxsize=1 << 16)(is_punctuation_token)
 
     def __call__(self, batch: Mapping[str, Any] | pa.Table) -> pa.Table:
+        return self.finish(self.compute(self.prepare(batch)))
+
+    # A batch in three steps, so that an engine can overlap them (mha.corpus.runner on an accelerator):
+    # prepare (the host: records, tokens, groups, masks), compute (the device: forwards and statistics,
+    # queued, then one copy to the host) and finish (waits for that copy; the Arrow table).
+    def prepare(self, batch: Mapping[str, Any] | pa.Table) -> Prepared:
+        """The host's part of a batch, before any device work: each record checked and encoded, the good
+        ones cut into padded forwards (padded_groups) with what their statistics need."""
         columns = batch.to_pydict() if isinstance(batch, pa.Table) else batch
         size = len(columns["line"])
         errors = list(columns.get("error", [None] * size))
@@ -137,27 +190,44 @@ class CorpusWorker:
             texts[row] = pairs[row] = None
             if surrogate_problem({"id": ids[row]}):
                 ids[row] = str(lines[row])
-
-        values = np.full((len(STATS), size, self.heads), np.nan)
-        labels = np.full((size, self.heads), -1, dtype=np.int8)
         n_tokens = np.zeros(size, dtype=np.int32)
         truncated = np.zeros(size, dtype=bool)
-        for group in padded_groups([len(e.ids) for e in encoded]):
-            stats, label = self._statistics([encoded[k] for k in group])
-            where = [rows[k] for k in group]
-            values[:, where] = stats
-            labels[where] = label
         n_tokens[rows] = [len(e.ids) for e in encoded]
         cut = [_flag(v) for v in columns.get("truncated", [False] * size)]
         truncated[rows] = [e.truncated or cut[row] for e, row in zip(encoded, rows, strict=True)]
+        groups = [
+            self._group([encoded[k] for k in group], [rows[k] for k in group])
+            for group in padded_groups([len(e.ids) for e in encoded])
+        ]
+        return Prepared(lines, ids, texts, pairs, errors, n_tokens, truncated, groups)
+
+    def compute(self, prepared: Prepared) -> Computed:
+        """The device's part: each group's forward and statistics, queued on the model's device with no
+        wait between them, then the batch's statistics and labels copied to the host at once (one queued
+        copy on CUDA, mha._transfer): nothing here waits for the device, but --words' merge on the CPU."""
+        parts = [self._statistics(group) for group in prepared.groups]  # [S + 1, B, L·H] each
+        values = to_host(torch.cat(parts, dim=1)) if parts else None
+        return Computed(prepared, values)
+
+    def finish(self, computed: Computed) -> pa.Table:
+        """The batch's table (output_schema): waits for compute's copy to the host."""
+        prepared = computed.prepared
+        size = len(prepared.lines)
+        values = np.full((len(STATS), size, self.heads), np.nan)
+        labels = np.full((size, self.heads), -1, dtype=np.int8)
+        if computed.values is not None:
+            where = [row for group in prepared.groups for row in group.rows]  # compute's order
+            copied = computed.values.ready().numpy()
+            values[:, where] = copied[: len(STATS)]  # float32 to float64: exact
+            labels[where] = copied[len(STATS)]  # small whole numbers: exact in float32
         arrays = [
-            pa.array(lines, pa.int64()),
-            pa.array(ids, pa.string()),
-            pa.array(texts, pa.string()),
-            pa.array(pairs, pa.string()),
-            pa.array(errors, pa.string()),
-            pa.array(n_tokens),
-            pa.array(truncated),
+            pa.array(prepared.lines, pa.int64()),
+            pa.array(prepared.ids, pa.string()),
+            pa.array(prepared.texts, pa.string()),
+            pa.array(prepared.pairs, pa.string()),
+            pa.array(prepared.errors, pa.string()),
+            pa.array(prepared.n_tokens),
+            pa.array(prepared.truncated),
             *[pa.FixedSizeListArray.from_arrays(pa.array(v.reshape(-1)), self.heads) for v in values],
             pa.FixedSizeListArray.from_arrays(pa.array(labels.reshape(-1)), self.heads),
         ]
@@ -180,42 +250,58 @@ class CorpusWorker:
         except (ValueError, TypeError) as error:
             return f"the tokenizer failed on it ({type(error).__name__}: {' '.join(str(error).split())})"
 
-    def _statistics(self, encoded: Sequence[Encoded]) -> tuple[np.ndarray, np.ndarray]:
-        """(stats [S, B, L·H] float64, labels [B, L·H] int8) of the encoded texts, in one forward whose
-        maps are taken a few layers at a time (forward_layers, MAPS_BYTES): each group's statistics are
-        computed as its weights come out, so not all L layers' maps are alive at once (a 512-token text's
-        72 MiB of MiniLM maps was most of a corpus run's peak over short texts). Every statistic is a
-        function of one map, so on the CPU the groups give the bits the whole stack at once gives."""
+    def _group(self, encoded: list[Encoded], rows: list[int]) -> Group:
+        """One padded forward's texts and, on the host, their lengths and key masks (tokens, or words:
+        each text's word groups and word_index, built once for its L merges)."""
         tokens = [self.model.tokenizer.convert_ids_to_tokens(e.ids) for e in encoded]
-        groups: list[list[list[int]]] = []
-        indices: list[torch.Tensor] = []  # each text's word_index, built once for its L merges
+        words: list[list[list[int]]] = []
+        indices: list[torch.Tensor] = []
         if self.words:
-            groups = [word_groups_from(e.word_ids, e.segments, e.special).groups for e in encoded]
-            indices = [word_index(g, len(e.ids)) for e, g in zip(encoded, groups, strict=True)]
+            words = [word_groups_from(e.word_ids, e.segments, e.special).groups for e in encoded]
+            indices = [word_index(g, len(e.ids)) for e, g in zip(encoded, words, strict=True)]
             tokens = [
                 word_labels(spelled, g, offsets=e.offsets, segments=e.segments, texts=e.texts)
-                for e, spelled, g in zip(encoded, tokens, groups, strict=True)
+                for e, spelled, g in zip(encoded, tokens, words, strict=True)
             ]
             # special tokens are groups of their own
-            special = [[e.special[group[0]] for group in g] for e, g in zip(encoded, groups, strict=True)]
+            special = [[e.special[group[0]] for group in g] for e, g in zip(encoded, words, strict=True)]
         else:
             special = [e.special for e in encoded]
         lengths = [len(t) for t in tokens]
-        width = max(lengths)
-        special_mask = torch.zeros(len(tokens), width, dtype=torch.bool)
-        punctuation_mask = torch.zeros(len(tokens), width, dtype=torch.bool)
+        special_mask = np.zeros((len(tokens), max(lengths)), dtype=bool)
+        punctuation_mask = np.zeros_like(special_mask)
         for row, (spelled, marks) in enumerate(zip(tokens, special, strict=True)):
-            s, p = token_masks(spelled, marks)
-            special_mask[row, : len(s)] = torch.tensor(s)
-            punctuation_mask[row, : len(p)] = torch.tensor(p)
+            # token_masks' rule (punctuation is never special), each spelling judged once a run
+            special_mask[row, : len(marks)] = [bool(s) for s in marks]
+            punctuation_mask[row, : len(marks)] = [
+                not s and self._punctuation(t) for t, s in zip(spelled, marks, strict=True)
+            ]
+        return Group(
+            rows,
+            encoded,
+            lengths,
+            torch.from_numpy(special_mask),
+            torch.from_numpy(punctuation_mask),
+            words,
+            indices,
+        )
+
+    def _statistics(self, group: Group) -> torch.Tensor:
+        """[S + 1, B, L·H] float32 of the group's texts, on the statistics' device: the S statistics (STATS
+        order), then the label index (batch_head_labels), in one forward whose maps are taken a few
+        layers at a time (forward_layers, MAPS_BYTES): each group's statistics are computed as its weights
+        come out, so not all L layers' maps are alive at once (a 512-token text's 72 MiB of MiniLM maps
+        was most of a corpus run's peak over short texts). Every statistic is a function of one map, so
+        on the CPU the groups give the bits the whole stack at once gives."""
+        encoded, width = group.encoded, max(group.lengths)
         # Words are merged on the CPU (merge_to_words builds its index there); tokens stay on the device.
         # Prepared once for the forward's L layers: no call waits on the device between two layers.
         statistics = BatchStats(
-            lengths,
-            special=special_mask,
-            punctuation=punctuation_mask,
+            group.lengths,
+            special=group.special,
+            punctuation=group.punctuation,
             causal=self.model.info.causal,
-            batch=len(tokens),
+            batch=len(encoded),
             width=width,
             device=torch.device("cpu") if self.words else self.model.device,
         )
@@ -226,7 +312,7 @@ class CorpusWorker:
             if norms is not None:  # weighting "norm": the same layers' norms (k, B, H, T)
                 maps = _norm_shares(maps, norms)
             if self.words:
-                maps = _merge_words(maps.cpu(), groups, indices, width)
+                maps = _merge_words(maps.cpu(), group.words, group.indices, width)
             per_group.append(statistics(maps, layer_major=True))
 
         # As many layers at once as MAPS_BYTES of maps holds (DEVICE_MAPS_BYTES on an accelerator).
@@ -239,10 +325,9 @@ class CorpusWorker:
         at_once = max(1, min(info.layers, (MAPS_BYTES if on_host else DEVICE_MAPS_BYTES) // layer_bytes))
         norms = self.weighting == "norm"
         self.model.forward_layers(encoded, group_stats, layers_at_once=at_once, on_device=True, norms=norms)
-        stats = {key: torch.cat([group[key] for group in per_group], dim=1) for key in STATS}  # [B, L, H]
-        labels = batch_head_labels(stats).reshape(len(tokens), -1)
-        stacked = torch.stack([stats[key] for key in STATS]).reshape(len(STATS), len(tokens), -1)
-        return stacked.to("cpu", torch.float64).numpy(), labels.to("cpu", torch.int8).numpy()
+        stats = {key: torch.cat([part[key] for part in per_group], dim=1) for key in STATS}  # [B, L, H]
+        labels = batch_head_labels(stats).to(torch.float32)  # indices into LABELS: exact in float32
+        return torch.stack([*(stats[key] for key in STATS), labels]).reshape(len(STATS) + 1, len(encoded), -1)
 
 
 def padded_groups(lengths: Sequence[int], *, padding: float = PADDING) -> list[list[int]]:
