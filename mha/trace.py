@@ -26,11 +26,12 @@ from __future__ import annotations
 import bisect
 import math
 import mmap
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import wait
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal, cast
+from typing import Literal, TypeVar, cast
 
 import torch
 
@@ -476,14 +477,29 @@ def _threads(blocks: int, device: torch.device) -> int:
     return threads if threads > 1 and blocks >= 2 * threads and device.type == "cpu" else 1
 
 
-def _deal(work: Callable[[int], None], threads: int) -> None:
-    """work(i) for each i < threads on its own CPU thread, torch on one thread in each (mha._threads).
+T = TypeVar("T")
 
-    Each thread runs every threads-th block alone, as SDPA's kernel gives each thread its own tiles: a
-    block's dozen operations, each split across the threads, made as many barriers where a thread
-    descheduled by a busy machine stalls the other."""
+
+def _deal(work: Callable[[int, Iterator[T]], None], blocks: Sequence[T], threads: int) -> None:
+    """work(i, its blocks) for each i < threads on its own CPU thread, torch on one thread in each
+    (mha._threads); each thread's iterator hands it the next block when it asks, the last first.
+
+    Each thread runs its blocks alone, as SDPA's kernel gives each thread its own tiles: a block's dozen
+    operations, each split across the threads, made as many barriers where a thread descheduled by a busy
+    machine stalls the other. Handed out one at a time, a descheduled thread holds back only the block it
+    is in, not a fixed share; the last blocks first, as a decoder's see the most keys."""
+    lock, left = threading.Lock(), list(blocks)
+
+    def take() -> Iterator[T]:
+        while True:
+            with lock:
+                if not left:
+                    return
+                block = left.pop()
+            yield block
+
     with one_thread_each(threads) as workers:
-        done = [workers.submit(work, i) for i in range(threads)]
+        done = [workers.submit(work, i, take()) for i in range(threads)]
         wait(done)  # all finished before an error is raised or the threads restored
         for future in done:
             future.result()
@@ -553,7 +569,7 @@ class _Recorder:
             self._blocks(run, starts, self.pool, inference)
         else:
             pools = [self.pool] + [self.pool and self.pool.fork() for _ in range(threads - 1)]
-            _deal(lambda i: self._blocks(run, starts[i::threads], pools[i], inference), threads)
+            _deal(lambda i, mine: self._blocks(run, mine, pools[i], inference), starts, threads)
             # Each fork ([H, s, s] float32) freed once merged, before out_proj allocates.
             while self.pool is not None and len(pools) > 1:
                 self.pool.merge(cast("_Pool", pools.pop()))
@@ -584,7 +600,7 @@ class _Recorder:
             if threads == 1:
                 self._pool_blocks(overview, blocks, inference)
             else:
-                _deal(lambda i: self._pool_blocks(overview, blocks[i::threads], inference), threads)
+                _deal(lambda _, mine: self._pool_blocks(overview, mine, inference), blocks, threads)
             overview.finish()
         self.kept = LayerTrace(q=q, k=k, lse=lse, window=self.window, path=kernel, norms=norms)
         if not self.values:
@@ -592,12 +608,12 @@ class _Recorder:
         # The CPU kernel's output is laid out (1, n, H, D) under its (1, H, n, D) strides: a view here.
         return self.attn.out_proj(out.transpose(1, 2).reshape(1, n, heads * dim))
 
-    def _pool_blocks(self, overview: LseOverview, blocks: list[tuple[int, int]], inference: bool) -> None:
+    def _pool_blocks(self, overview: LseOverview, blocks: Iterable[tuple[int, int]], inference: bool) -> None:
         """The overview's row blocks `blocks`, on whichever thread, in the caller's inference mode."""
         with torch.no_grad(), torch.inference_mode(inference):
             overview.run(blocks)
 
-    def _blocks(self, run: _Rows, starts: list[int], pool: _Pool | None, inference: bool) -> None:
+    def _blocks(self, run: _Rows, starts: Iterable[int], pool: _Pool | None, inference: bool) -> None:
         """The row blocks starting at `starts`, each written into its rows of run's top, peak and out."""
         attn, q, k, v = self.attn, run.q, run.k, run.v
         heads, n, dim = q.shape

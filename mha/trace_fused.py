@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -137,7 +138,7 @@ class LseOverview:
         step = max(1, rows // self.width)
         return [(t, min(t + step, self.cells)) for t in range(0, self.cells, step)]
 
-    def run(self, blocks: list[tuple[int, int]]) -> None:
+    def run(self, blocks: Iterable[tuple[int, int]]) -> None:
         for t0, t1 in blocks:
             self._block(t0, t1)
 
