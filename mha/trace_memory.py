@@ -19,7 +19,6 @@ import sys
 from typing import Any
 
 from mha.config import TransformerConfig
-from mha.multihead import NORMS_BLOCK_VALUES
 
 __all__ = [
     "PYTHON_BYTES",
@@ -116,15 +115,11 @@ def forward_scratch(
     block += heads * rows * dim * itemsize + 2 * heads * pooled_rows * n * FLOAT32 + rows * n
     blocks = n * value * beside_blocks + threads * block + (threads - 1) * heads * cells * cells * FLOAT32
     fused = fused_scratch(config, n, itemsize, rows=rows, threads=threads, cells=cells, scores=scores)
-    # The value norms a layer keeps are formed from a bounded block of vectors (MultiHeadAttention.
-    # value_norms): twice NORMS_BLOCK_VALUES float32 at most (the block, and the einsum's own copy).
-    norms = 2 * NORMS_BLOCK_VALUES * value
-    return (
-        max(n * value * max(ffn, attention, out_proj), blocks, fused)
-        + n * (value * 2 * dim + 16)
-        + SMALL
-        + norms
-    )
+    # The value norms a layer keeps (MultiHeadAttention.value_norms) are formed once q, k and v are in
+    # place, the projection and its rotation freed: a block of at most min(n, NORMS_BLOCK_VALUES / H·D)
+    # keys' R_h v (no more values than q), its einsum's copy and the [H, n] norms: within `attention`'s
+    # 3 H·D + (H + 2 H_kv)·D a token, which were freed for them.
+    return max(n * value * max(ffn, attention, out_proj), blocks, fused) + n * (value * 2 * dim + 16) + SMALL
 
 
 def fused_scratch(
