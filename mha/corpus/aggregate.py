@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -62,12 +63,16 @@ def aggregate(out: Path, shards: Sequence[int], *, layers: int, heads: int) -> N
     finished ``shards`` (indices, in order)."""
     out = Path(out)
     files = [shard_path(out, k, ".parquet") for k in shards]
-    write_atomic(out / "per_text.parquet", lambda p: _concatenate(files, p))
-    pa.default_memory_pool().release_unused()  # each step's buffers back before the next step reads
-    write_atomic(out / "per_head.parquet", lambda p: pq.write_table(per_head(files, layers, heads), p))
+    # per_text is the shards' rows copied, Arrow's work outside Python's lock: it runs in a thread beside
+    # per_head and examples (the job's one step on one core otherwise), a record batch at a time.
+    with ThreadPoolExecutor(1, thread_name_prefix="per-text") as copier:
+        copied = copier.submit(write_atomic, out / "per_text.parquet", lambda p: _concatenate(files, p))
+        write_atomic(out / "per_head.parquet", lambda p: pq.write_table(per_head(files, layers, heads), p))
+        pa.default_memory_pool().release_unused()  # each step's buffers back before the next step reads
+        examples = _examples(out, shards, files, layers, heads)
+        write_atomic(out / "examples.parquet", lambda p: pq.write_table(examples, p))
+        copied.result()
     pa.default_memory_pool().release_unused()
-    examples = _examples(out, shards, files, layers, heads)
-    write_atomic(out / "examples.parquet", lambda p: pq.write_table(examples, p))
     errors = [shard_path(out, k, ".errors.jsonl") for k in shards]
     write_atomic(out / "errors.jsonl", lambda p: _concatenate_text(errors, p))
 
@@ -146,15 +151,37 @@ def _examples(out: Path, shards: Sequence[int], files: Sequence[Path], layers: i
                 old_values, old_lines = kept[side][stat]
                 both_values = np.concatenate([old_values, values])
                 both_lines = np.concatenate([old_lines, lines])
-                # Sort each head's column by (sign·value, line): highest (or lowest) first, ties to the
+                # Each head's column by (sign·value, line): highest (or lowest) first, ties to the
                 # earlier line.
-                order = np.lexsort((both_lines, sign * both_values), axis=0)[:EXAMPLES]
+                order = _smallest(sign * both_values, both_lines, EXAMPLES)
                 kept[side][stat] = (
                     np.take_along_axis(both_values, order, axis=0),
                     np.take_along_axis(both_lines, order, axis=0),
                 )
     wanted = {int(line) for side in kept.values() for _, lines in side.values() for line in lines.flat}
     return _example_rows(kept, _snippets_of(out, shards, wanted), heads)
+
+
+def _smallest(keys: np.ndarray, lines: np.ndarray, k: int) -> np.ndarray:
+    """The row indices [min(k, N), C] of each column's k smallest (key, line) pairs in that order, keys
+    and lines [N, C]: np.lexsort((lines, keys), axis=0)[:k], exactly (NaN keys last, ties to the lower
+    line). A column's k smallest keys are found by partition (linear), and only they are sorted; a column
+    whose k-th key is tied beyond the k (or NaN) is sorted whole."""
+    rows, columns = keys.shape
+    if rows <= k:
+        return np.lexsort((lines, keys), axis=0)
+    picked = np.argpartition(keys, k - 1, axis=0)[:k]  # [k, C] some k smallest, ties at the k-th in any order
+    kth = np.take_along_axis(keys, picked, axis=0).max(axis=0)  # NaN when one of them is
+    exact = ~np.isnan(kth) & ((keys <= kth).sum(axis=0) == k)  # no tie reaches past the k picked
+    order = np.empty((k, columns), dtype=np.intp)
+    if exact.any():
+        within = np.lexsort(
+            (np.take_along_axis(lines, picked, axis=0), np.take_along_axis(keys, picked, axis=0)), axis=0
+        )
+        order[:, exact] = np.take_along_axis(picked, within, axis=0)[:, exact]
+    if not exact.all():
+        order[:, ~exact] = np.lexsort((lines[:, ~exact], keys[:, ~exact]), axis=0)[:k]
+    return order
 
 
 def _example_rows(

@@ -1,7 +1,8 @@
-"""The local engine's overlap: the worker's prepare / compute / finish, the accelerator's loop (pipelined,
-prefetched), the queued copies (mha._transfer) and the heap's release after a batch only once it grew
-(HeapReleaser). The loop is tested on the CPU (it must give the worker's own tables, bit for bit); what
-only a GPU can show (no step waits for the device) runs where CUDA exists."""
+"""The local engine's overlap and what it spends beside its forwards: the worker's prepare / compute /
+finish, the accelerator's loop (pipelined, prefetched), the queued copies (mha._transfer), the heap's
+release after a batch only once it grew (HeapReleaser), and aggregate's examples by partition. The loop
+is tested on the CPU (it must give the worker's own tables, bit for bit); what only a GPU can show (no
+step waits for the device) runs where CUDA exists."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -20,6 +22,7 @@ from mha._threads import prefetched
 from mha._transfer import to_device, to_host
 from mha.corpus import CorpusWorker, run
 from mha.corpus import runner as runner_module
+from mha.corpus.aggregate import _smallest
 from mha.corpus.runner import pipelined
 from mha.corpus.shards import shard_directory
 from mha.pretrained import AttentionModel
@@ -213,3 +216,16 @@ def test_the_worker_queues_a_batch_without_waiting_for_the_device() -> None:
     assert all(isinstance(table, pa.Table) for _, table in overlapped)
     for (_, got), (_, batch) in zip(overlapped, items, strict=True):
         assert same(got, worker(batch))
+
+
+def test_examples_candidates_equal_a_full_sort() -> None:
+    """aggregate's per-column k smallest (partition, then a sort of those alone) against np.lexsort on
+    whole columns: ties to the lower line, NaN last, -0.0 equal to 0.0, ties past the k-th key."""
+    generator = np.random.default_rng(0)
+    for trial in range(400):
+        rows, columns, k = (int(generator.integers(1, n)) for n in (40, 6, 8))
+        choices = [[0.0, -0.0, 1.0, -1.0, np.nan], [0.25, 0.5, 0.75], list(generator.random(50))][trial % 3]
+        keys = generator.choice(choices, (rows, columns))
+        lines = np.broadcast_to(generator.permutation(rows)[:, None], (rows, columns))
+        want = np.lexsort((lines, keys), axis=0)[:k]
+        assert np.array_equal(_smallest(keys, lines, k), want), trial
