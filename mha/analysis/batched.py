@@ -105,6 +105,10 @@ class BatchStats:
     def __call__(self, attentions: Tensor, *, layer_major: bool = False) -> dict[str, Tensor]:
         """{stat: Tensor [B, L, H]} of attentions [B, L, H, T, T] (float32, on the prepared device);
         ``layer_major``: attentions [L, B, H, T, T], as a forward writes them (no copy to reorder)."""
+        return dict(zip(STATS, self.stacked(attentions, layer_major=layer_major), strict=True))
+
+    def stacked(self, attentions: Tensor, *, layer_major: bool = False) -> Tensor:
+        """The same statistics as one tensor [S, B, L, H], S in STATS order (one copy to move, not S)."""
         shape = (self.batch, self.width, self.width)
         text_dim = 1 if layer_major else 0
         if attentions.ndim != 5 or (attentions.shape[text_dim], *attentions.shape[-2:]) != shape:
@@ -146,15 +150,16 @@ class BatchStats:
             rows[7, part] = chunk.diagonal(0, -2, -1)
             rows[8, part] = chunk[..., 0]
         rows[0].mul_(math.log(2))
-        entropy_rows, distance_rows, forward_rows, local_rows, max_rows = rows[:5]
-        special_rows, punctuation_rows, self_rows, first_rows = rows[5:]
+        entropy_rows, self_rows = rows[0], rows[7]
 
         real = positions[None, :] < map_n[:, None]  # (M, T) the text's own query rows
         count = map_n.to(dtype)
+        zero = torch.zeros((), dtype=dtype, device=device)
 
-        def mean(values: Tensor, keep: Tensor, counts: Tensor) -> Tensor:
-            """Mean of (M, T) row values over the rows in ``keep``; 0 where there are none."""
-            total = torch.where(keep, values, torch.zeros((), dtype=dtype, device=device)).sum(-1)
+        def means(values: Tensor, keep: Tensor, counts: Tensor) -> Tensor:
+            """Means of (K, M, T) row values over the rows in ``keep`` ((K|1, M, T)), ``counts`` of them
+            ((K|1, M)); 0 where there are none. Each row's sum is its own: K at once adds the same terms."""
+            total = torch.where(keep, values, zero).sum(-1)
             return torch.where(counts > 0, total / counts.clamp(min=1), torch.zeros_like(total))
 
         # Pointers: row i's weight on key i - 1 (rows 1..n-1) and i + 1 (rows 0..n-2).
@@ -173,23 +178,21 @@ class BatchStats:
             spread, spread_count = real & (map_n[:, None] > 1), torch.where(map_n > 1, count, 0 * count)
         entropy_ratio = entropy_rows / seen.clamp(min=2).log()
 
-        out = {
-            "entropy": mean(entropy_rows, real, count),
-            "entropy_norm": mean(entropy_ratio, spread, spread_count),
-            "distance": mean(distance_rows, real, count),
-            "self": mean(self_rows, real, count),
-            "previous": mean(previous_rows, shifted, count - 1),
-            "next": mean(next_rows, ahead, count - 1),
-            "local": mean(local_rows, real, count),
-            "forward": mean(forward_rows, real, count),
-            "special": mean(special_rows, real, count),
-            "punctuation": mean(punctuation_rows, real, count),
-            "first": mean(first_rows, real, count),
-            "max": mean(max_rows, real, count),
-        }
+        # Two masked means, not twelve (a few launches on a GPU, not tens): the nine statistics of every
+        # real row, in rows' order, and the three of their own rows.
+        every = means(rows, real, count)
+        own = means(
+            torch.stack([entropy_ratio, previous_rows, next_rows]),
+            torch.stack([spread, shifted, ahead]),
+            torch.stack([spread_count, count - 1, count - 1]),
+        )
+        names = ("entropy", "distance", "forward", "local", "max", "special", "punctuation", "self", "first")
+        by_name = dict(zip(names, every, strict=True))
+        by_name |= dict(zip(("entropy_norm", "previous", "next"), own, strict=True))
+        out = torch.stack([by_name[key] for key in STATS])  # (S, M)
         if layer_major:
-            return {key: out[key].reshape(layers, batch, heads).transpose(0, 1) for key in STATS}
-        return {key: out[key].reshape(batch, layers, heads) for key in STATS}
+            return out.view(len(STATS), layers, batch, heads).transpose(1, 2)
+        return out.view(len(STATS), batch, layers, heads)
 
 
 def batch_head_labels(stats: dict[str, Tensor]) -> Tensor:

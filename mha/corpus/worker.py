@@ -305,7 +305,7 @@ class CorpusWorker:
             width=width,
             device=torch.device("cpu") if self.words else self.model.device,
         )
-        per_group: list[dict[str, torch.Tensor]] = []
+        per_group: list[torch.Tensor] = []  # [S, B, k, H] each
 
         def group_stats(_: int, weights: torch.Tensor, norms: torch.Tensor | None = None) -> None:
             maps = weights  # (k, B, H, T, T): k layers, as the forward wrote them
@@ -313,7 +313,7 @@ class CorpusWorker:
                 maps = _norm_shares(maps, norms)
             if self.words:
                 maps = _merge_words(maps.cpu(), group.words, group.indices, width)
-            per_group.append(statistics(maps, layer_major=True))
+            per_group.append(statistics.stacked(maps, layer_major=True))
 
         # As many layers at once as MAPS_BYTES of maps holds (DEVICE_MAPS_BYTES on an accelerator).
         info = self.model.info
@@ -325,9 +325,10 @@ class CorpusWorker:
         at_once = max(1, min(info.layers, (MAPS_BYTES if on_host else DEVICE_MAPS_BYTES) // layer_bytes))
         norms = self.weighting == "norm"
         self.model.forward_layers(encoded, group_stats, layers_at_once=at_once, on_device=True, norms=norms)
-        stats = {key: torch.cat([part[key] for part in per_group], dim=1) for key in STATS}  # [B, L, H]
-        labels = batch_head_labels(stats).to(torch.float32)  # indices into LABELS: exact in float32
-        return torch.stack([*(stats[key] for key in STATS), labels]).reshape(len(STATS) + 1, len(encoded), -1)
+        stats = torch.cat(per_group, dim=2)  # [S, B, L, H]
+        labels = batch_head_labels(dict(zip(STATS, stats, strict=True)))  # [B, L, H] indices into LABELS
+        # One tensor to copy: the statistics, then the labels (small whole numbers, exact in float32).
+        return torch.cat([stats, labels.to(torch.float32)[None]]).reshape(len(STATS) + 1, len(encoded), -1)
 
 
 def padded_groups(lengths: Sequence[int], *, padding: float = PADDING) -> list[list[int]]:
