@@ -21,6 +21,10 @@ n = 128, 512 and 2048 random token ids (tokenization is the same for both and le
   theirs = LlamaForCausalLM's base model, attn_implementation="eager", output_attentions=True
 
     .venv/bin/python benchmarks/extract.py --family llama [--repeats 5]
+
+--family smollm2: the real SmolLM2-135M-Instruct from the bundled GGUF against transformers reading the
+same file: load times (first and cached), attend and resident memory (benchmarks/smollm2.py, which takes
+the same options after --family smollm2).
 """
 
 from __future__ import annotations
@@ -184,13 +188,19 @@ def child_peak_mib(argv: list[str]) -> float:
 
 
 def main() -> None:
+    if sys.argv[1:3] == ["--family", "smollm2"]:
+        import smollm2
+
+        smollm2.main(sys.argv[3:])
+        return
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--no-memory", action="store_true")
-    parser.add_argument("--family", choices=("minilm", "llama"), default="minilm")
+    # smollm2 (given first) is handed to benchmarks/smollm2.py above
+    parser.add_argument("--family", choices=("minilm", "llama", "smollm2"), default="minilm")
     parser.add_argument("--child", nargs=2, metavar=("WHICH", "N"), help=argparse.SUPPRESS)
     parser.add_argument("--llama-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
