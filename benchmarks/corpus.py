@@ -5,7 +5,9 @@
    MiniLM and TEXTS texts of 20-60 tokens generated deterministically (goal: >= 3x), beside the
    engine's forwards alone (its padded groups, no statistics, no files) and the ceiling this CPU puts on
    any engine: the forward's matrix products alone (the texts' own tokens, no padding, nothing else
-   counted) at this CPU's measured matmul peak;
+   counted) at this CPU's measured matmul peak; then the engine's share of that ceiling (goal on a CPU:
+   >= 60 %) and of its forwards alone (goal on a GPU: >= 50 %, and >= 5x the loop). --repeat R
+   measures the engine and its forwards alone R times in turn and keeps the best of each;
 2. with `--engines local ray`, the Ray engine on this machine against the local engine (goal: >= 0.8x):
    cold (the engine starts a local cluster for the job and stops it) and warm (a Ray already started in
    this process, as a standing cluster joined through RAY_ADDRESS would be, that has run one job before;
@@ -14,7 +16,7 @@
    subprocess (goal: within 10 %: the job streams, so memory does not grow with the corpus).
 
 Run: PYTHONPATH=. .venv/bin/python benchmarks/corpus.py [--texts 2000] [--engines local ray] [--ray-large]
-[--no-memory]
+[--no-memory] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -202,6 +204,9 @@ def main() -> None:
         "--ray-large", action="store_true", help="also the local and (cold) Ray engines on 10·TEXTS texts"
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="the local engine and its forwards alone, in turn: the best of"
+    )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, ... (the loop, both engines, the peak)")
     args = parser.parse_args()
     if args.threads:
@@ -215,10 +220,16 @@ def main() -> None:
         write_corpus(small, args.texts)
         print(f"\nMiniLM, {args.texts} texts of 20-60 tokens, batch {args.batch}")
         loop = plain_loop(model, small)
-        local, local_start, local_after = engine_rate(model, small, "local", args.batch, args.device)
         encoded = encode(model, small)
+        # Engine and forwards alone measured in turn, the best of --repeat each: on a shared machine the
+        # load moves between two measurements, and the ratio of the two is the figure that matters.
+        local, local_start, local_after, alone = 0.0, 0.0, 0.0, 0.0
+        for _ in range(args.repeat):
+            rate = engine_rate(model, small, "local", args.batch, args.device)
+            if rate[0] > local:
+                local, local_start, local_after = rate
+            alone = max(alone, forward_alone(model, encoded, args.batch))
         peak, floor, most = ceiling(model, encoded, loop)
-        alone = forward_alone(model, encoded, args.batch)
         print(f"{'':28}{'texts/s':>10}{'ratio':>8}  goal{'first batch':>22}{'texts/s after':>15}")
         print(f"{'attend + head_stats loop':28}{loop:>10.1f}{1.0:>8.2f}")
         print(
@@ -230,6 +241,10 @@ def main() -> None:
             f"{'ceiling on this ' + model.device.type:28}{1e3 / floor:>10.1f}{most:>8.2f}"
             "  the forward's matmuls alone, "
             f"{floor:.2f} ms a text at the measured peak {peak:.0f} GFLOP/s"
+        )
+        print(
+            f"local engine: {100 * local * floor / 1e3:.0f} % of the ceiling (goal >= 60 % on a CPU), "
+            f"{100 * local / alone:.0f} % of its forwards alone (goal >= 50 % on a GPU)"
         )
         if "ray" in args.engines:
             try:

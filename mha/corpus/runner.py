@@ -366,7 +366,8 @@ def _process_local(job: Job, todo: Sequence[int], worker: CorpusWorker, progress
             write_shard(job.out, index, pa.concat_tables(tables), layers=info.layers, heads=info.heads)
             written.add(index)
             tables = []
-            release_memory()  # a shard's tables freed, pyarrow's pool too
+            # A shard's tables freed: pyarrow's pool gives them back (the C heap is release()'s)
+            pa.default_memory_pool().release_unused()
     for index in sorted(wanted - written):  # a shard with no records left (the input ended sooner)
         write_shard(
             job.out, index, output_schema(worker.heads).empty_table(), layers=info.layers, heads=info.heads
