@@ -96,11 +96,9 @@ def write(folder: Path, taken: dict[str, Any]) -> None:
 
 def read(directory: Path) -> Snapshot | None:
     """The snapshot in `directory`, if there is one that the transformers installed now wrote."""
-    import transformers
-
     try:
         taken = _decode(json.loads((directory / SNAPSHOT).read_text(encoding="utf-8")))
-        if taken["transformers"] != transformers.__version__:
+        if taken["transformers"] != _installed_transformers():
             return None  # another version may read config.json otherwise
         values, as_dict = dict(taken["values"]), dict(taken["to_dict"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):  # none, or not ours: config.json
@@ -110,6 +108,13 @@ def read(directory: Path) -> Snapshot | None:
         if key in fields:
             fields[key] = str(directory)
     return Snapshot(values, list(taken["not_kept"]), as_dict)
+
+
+def _installed_transformers() -> str:
+    """transformers' version from its installed metadata: importing it to ask costs about a second."""
+    from importlib.metadata import version
+
+    return version("transformers")
 
 
 # JSON keeps str, int, float, bool, None and lists. Every dict is written as a one-key wrapper, so the
