@@ -4,7 +4,11 @@ before the output projection W_O) is set to zero, one head at a time, and the ch
 - a decoder: KL(p_full ‖ p_ablated) of the next-token distribution, natural log, at the last position;
   with a continuation (max_new_tokens), also at each step that chose a written token;
 - an encoder: 1 − cosine similarity of the final hidden state, at the first token ([CLS]) and mean-pooled
-  over the tokens (as sentence-transformers pool).
+  over the tokens (as sentence-transformers pool);
+- an encoder-decoder: the decoder's next-token KL at its last position, and at each position of the target
+  (given, or written greedily first as attend writes it), for the heads of all three attentions: the
+  encoder's self-attention (every decoder position reads the ablated encoder's output), the decoder's
+  self-attention and its cross-attention (zeroed in the cross-attention sub-layer of its layer only).
 
 Zeroing head h of layer l changes nothing below l, so the residual stream entering each layer is kept from
 one plain forward, and layer l's H ablations run as one batch of H copies (copy b without head b) from
@@ -12,7 +16,9 @@ there to the top: Σ_l H·(L − l) layer passes, about half of L·H whole forwa
 
 The output projection's bias stays: it belongs to no head (mha.analysis.norms). A pre-norm model's final
 norm and its LM head (Gemma 2's final soft-cap included) read the ablated stream as they read the plain one.
-An encoder-decoder is not taken yet.
+An encoder-decoder's distribution is the one greedy generation reads (mha.translate): BART's and Marian's
+logits bias added, its banned tokens at probability 0 (they add nothing to a KL); an encoder layer's H
+ablations run the encoder from that layer and then the whole decoder, as a batch of H.
 """
 
 from __future__ import annotations
@@ -24,19 +30,32 @@ from typing import TYPE_CHECKING, Protocol, cast
 import torch
 import torch.nn.functional as F
 
-from mha import continuation
+from mha import continuation, translate
 from mha.errors import Cancelled, NotCausalError
 from mha.layers import Block
 from mha.model import Prepared, Transformer
+from mha.seq2seq import DecoderBlock, EncoderDecoder
 from mha.tokenize import Encoded
 
 if TYPE_CHECKING:
     from mha.pretrained import AttentionModel
 
-__all__ = ["HeadEffects", "head_effects"]
+__all__ = ["HeadEffects", "Section", "head_effects"]
 
-# progress(layers done, layers): called after each layer's H ablations, as a trace reports its layers.
+# progress(layers done, layers): called after each layer's H ablations, as a trace reports its layers (an
+# encoder-decoder counts its L_enc + 2·L_dec attention layers: encoder, decoder, cross).
 Progress = Callable[[int, int], None]
+
+SECTIONS = ("encoder", "decoder", "cross")  # an encoder-decoder's attentions, as its attend names them
+
+
+@dataclass(frozen=True)
+class Section:
+    """One attention of an encoder-decoder: `effects` [L, H] at the last decoder position, `steps` [L, H,
+    positions] at each of HeadEffects.positions."""
+
+    effects: torch.Tensor
+    steps: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -50,6 +69,10 @@ class HeadEffects:
     and its probability.
     Encoder ("cosine"): `effects` [L, H] is 1 − cos of the first token's final hidden state; `pooled` [L, H]
     of the mean over the tokens.
+    Encoder-decoder ("kl"): `sections` {"encoder", "decoder", "cross"}, each attention's heads; `effects`
+    and `steps` are the encoder's (as an encoder-decoder's attend answers its encoder first); `tokens` the
+    decoder's input (the start token and the target), `positions` every one of them (position i predicts
+    target token i, the last one the next token), `source_tokens` the source's.
     `truncated`: the input was cut to the token limit."""
 
     tokens: list[str]
@@ -62,6 +85,8 @@ class HeadEffects:
     top_tokens: list[str] | None = None
     top_probs: list[float] | None = None
     truncated: bool = False
+    sections: dict[str, Section] | None = None
+    source_tokens: list[str] | None = None
 
     @property
     def layers(self) -> int:
@@ -78,14 +103,20 @@ def head_effects(
     *,
     limit: int,
     max_new_tokens: int | None = None,
+    target: str | None = None,
     cancel: Callable[[], bool] | None = None,
     progress: Progress | None = None,
 ) -> HeadEffects:
     """Every head's effect on the output (module docstring) for one encoded input (AttentionModel.
     head_effects encodes it); `cancel` is asked before each layer's ablations (Cancelled when it answers
-    True), `progress` told after each."""
+    True), `progress` told after each. An encoder-decoder reads `target` (its tokens forced, as attend's
+    target), or writes up to max_new_tokens first (attend's default without either)."""
     if model.info.seq2seq:
-        raise NotImplementedError("head effects of an encoder-decoder are not computed yet")
+        return _seq2seq_effects(
+            model, encoded, target=target, max_new_tokens=max_new_tokens, cancel=cancel, progress=progress
+        )
+    if target is not None:
+        raise ValueError("a target is an encoder-decoder's: a decoder continues its prompt (max_new_tokens)")
     if max_new_tokens and not model.info.causal:  # as attend: only a decoder continues a prompt
         raise NotCausalError(model.info.name)
     generated = 0
@@ -202,3 +233,161 @@ class _FinalStates:
 
     def compare(self, full: torch.Tensor, ablated: torch.Tensor) -> torch.Tensor:
         return 1 - F.cosine_similarity(full, ablated, dim=-1)
+
+
+def _seq2seq_effects(
+    model: AttentionModel,
+    source: Encoded,
+    *,
+    target: str | None,
+    max_new_tokens: int | None,
+    cancel: Callable[[], bool] | None,
+    progress: Progress | None,
+) -> HeadEffects:
+    """head_effects of an encoder-decoder (module docstring): each attention's layers ablated in turn,
+    the encoder's, then the decoder's self- and cross-attention's."""
+    if max_new_tokens is not None and max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens ({max_new_tokens}) must be at least 0")
+    network = cast(EncoderDecoder, model.network)
+    encoder, decoder = network.encoder, network.decoder
+    device = model.device
+    with torch.no_grad():
+        source_ids = torch.tensor([source.ids], device=device)
+        below = encoder.prepare(source_ids)
+        encoder_layers = cast("list[Block]", list(encoder.layers))
+        encoder_states = []  # the stream entering each encoder layer, from the plain forward
+        x = below.x
+        for i, layer in enumerate(encoder_layers):
+            encoder_states.append(x)
+            x = _layer(layer, x, below, i, None)
+        memory = x if encoder.final_norm is None else encoder.final_norm(x)  # (1, S, E)
+        generated = 0
+        if target is None:
+            budget = translate.DEFAULT_NEW_TOKENS if max_new_tokens is None else max_new_tokens
+            written = translate.greedy_target(model, memory, budget, cancel)
+            ids, generated = written, len(written)
+        else:
+            ids = model.encoder.encode_target(target, decoder.config.max_tokens - 1).ids
+        ids = [network.config.decoder_start_token_id, *ids]
+        decoder_ids = torch.tensor([ids], device=device)
+        above = decoder.prepare(decoder_ids)
+        decoder_layers = cast("list[DecoderBlock]", list(decoder.layers))
+        reader = _Seq2SeqNext(model, network, list(range(len(ids))))
+
+        def decode_layer(
+            x: torch.Tensor, memory: torch.Tensor, i: int, masks: dict[str, torch.Tensor]
+        ) -> torch.Tensor:
+            x, _, _ = decoder_layers[i].decode(
+                x,
+                above.keeps[i],
+                memory,
+                None,
+                bias=above.bias,
+                need_weights=False,
+                head_mask=masks.get("decoder"),
+                cross_head_mask=masks.get("cross"),
+            )
+            return x
+
+        def decode(
+            x: torch.Tensor, memory: torch.Tensor, start: int, masks: dict[str, torch.Tensor]
+        ) -> torch.Tensor:
+            """Decoder layers start.. on x (B, T, E) reading memory (B, S, E), `masks` in layer `start`."""
+            for i in range(start, len(decoder_layers)):
+                x = decode_layer(x, memory, i, masks if i == start else {})
+            return x
+
+        decoder_states = []  # the stream entering each decoder layer, from the plain forward
+        x = above.x
+        for i in range(len(decoder_layers)):
+            decoder_states.append(x)
+            x = decode_layer(x, memory, i, {})
+        full = reader.read(x)
+        # Copy b of a batch zeroes head b; the two stacks may have different numbers of heads.
+        masks = {
+            kind: 1 - torch.eye(stack.config.num_heads, device=device, dtype=x.dtype)
+            for kind, stack in (("encoder", encoder), ("decoder", decoder), ("cross", decoder))
+        }
+        total = len(encoder_layers) + 2 * len(decoder_layers)
+        done = 0
+        tables: dict[str, list[torch.Tensor]] = {kind: [] for kind in SECTIONS}
+
+        def step(kind: str, start: int) -> None:
+            nonlocal done
+            if cancel is not None and cancel():
+                raise Cancelled(
+                    f"head effects cancelled before {kind} layer {start} ({done} of {total} done)"
+                )
+            mask = masks[kind]
+            heads = mask.shape[0]
+            if kind == "encoder":
+                h = encoder_states[start].expand(heads, -1, -1)
+                for i in range(start, len(encoder_layers)):
+                    h = _layer(encoder_layers[i], h, below, i, mask if i == start else None)
+                ablated = h if encoder.final_norm is None else encoder.final_norm(h)
+                out = decode(above.x.expand(heads, -1, -1), ablated, 0, {})
+            else:
+                state = decoder_states[start].expand(heads, -1, -1)
+                out = decode(state, memory.expand(heads, -1, -1), start, {kind: mask})
+            tables[kind].append(reader.compare(full, reader.read(out)))  # [H, positions]
+            done += 1
+            if progress is not None:
+                progress(done, total)
+
+        for kind, count in (
+            ("encoder", len(encoder_layers)),
+            ("decoder", len(decoder_layers)),
+            ("cross", len(decoder_layers)),
+        ):
+            for start in range(count):
+                step(kind, start)
+    sections = {}
+    for kind in SECTIONS:
+        steps = torch.stack(tables[kind]).float().cpu()  # [L, H, positions]
+        sections[kind] = Section(steps[..., -1].contiguous(), steps)
+    top = full[0].max(dim=-1)
+    return HeadEffects(
+        translate.spell(model.tokenizer, ids),
+        "kl",
+        sections["encoder"].effects,
+        sections["encoder"].steps,
+        reader.positions,
+        generated=generated,
+        top_tokens=translate.spell(model.tokenizer, top.indices.tolist()),
+        top_probs=top.values.exp().tolist(),
+        truncated=source.truncated,
+        sections=sections,
+        source_tokens=translate.spell(model.tokenizer, source.ids),
+    )
+
+
+class _Seq2SeqNext:
+    """An encoder-decoder's decoder stream x (B, T, E) -> log-probabilities (B, positions, V) of the next
+    token, float64, as transformers' model gives them and greedy generation reads them (the final norm,
+    T5's logits scale, the LM head, the logits bias, the banned tokens at -inf); compared as
+    KL(p_full ‖ p_ablated), (B, positions), where a banned token, at probability 0 on both sides, adds 0."""
+
+    def __init__(self, model: AttentionModel, network: EncoderDecoder, positions: list[int]) -> None:
+        self.positions = positions
+        self.norm = network.decoder.final_norm
+        self.weight = model.lm_head()
+        self.bias = model.logits_bias()
+        self.banned = list(network.config.banned_token_ids)
+        self.scale = network.config.logits_scale
+
+    def read(self, x: torch.Tensor) -> torch.Tensor:
+        h = x[:, self.positions]
+        if self.norm is not None:
+            h = self.norm(h)
+        if self.scale != 1.0:
+            h = h * self.scale
+        logits = (h @ self.weight.T).double()
+        if self.bias is not None:
+            logits = logits + self.bias
+        if self.banned:
+            logits[..., self.banned] = -torch.inf
+        return F.log_softmax(logits, dim=-1)
+
+    def compare(self, full: torch.Tensor, ablated: torch.Tensor) -> torch.Tensor:
+        terms = full.exp() * (full - ablated)
+        return torch.where(torch.isneginf(full), 0.0, terms).sum(-1)

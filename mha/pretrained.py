@@ -178,17 +178,25 @@ class AttentionModel:
         *,
         max_tokens: int | None = None,
         max_new_tokens: int | None = None,
+        target: str | None = None,
         chat: bool = False,
         cancel: Callable[[], bool] | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> ablation.HeadEffects:
         """What zeroing each head's output changes downstream (mha.ablation): a decoder's next-token KL (and,
-        with max_new_tokens, at each step that wrote one), an encoder's 1 − cosine of its final states.
-        cancel and progress(layers done, layers) as a trace's."""
+        with max_new_tokens, at each step that wrote one), an encoder's 1 − cosine of its final states, an
+        encoder-decoder's next-token KL along its target (`target`, or the one it writes, as attend) for
+        the heads of its three attentions. cancel and progress(layers done, layers) as a trace's."""
         limit = self._max_tokens(max_tokens)
         encoded = self.encoder.encode_batch([(text, text_pair)], limit, chat=chat)[0]
         return ablation.head_effects(
-            self, encoded, limit=limit, max_new_tokens=max_new_tokens, cancel=cancel, progress=progress
+            self,
+            encoded,
+            limit=limit,
+            max_new_tokens=max_new_tokens,
+            target=target,
+            cancel=cancel,
+            progress=progress,
         )
 
     def trace(

@@ -43,6 +43,10 @@ class Seq2SeqConfig:
     shared_embeddings: bool = True  # one token embedding for both stacks in the checkpoint (its key map)
     # generate's one-token bad_words_ids (Marian's opus-mt bans its pad token): never written
     banned_token_ids: tuple[int, ...] = ()
+    # What the decoder's last state is multiplied by before the LM head: T5's d_model ** -0.5 (its
+    # scale_decoder_outputs: the tied embedding read back at the embedding's scale). An argmax ignores it;
+    # a distribution (mha.ablation's KL) does not.
+    logits_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if self.encoder.causal or not self.decoder.causal:
@@ -102,21 +106,33 @@ class DecoderBlock(Block):
         bias: torch.Tensor | None,
         need_weights: bool,
         products_out: tuple[torch.Tensor, torch.Tensor] | None = None,
+        head_mask: torch.Tensor | None = None,
+        cross_head_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """x (B, T, E), memory (B, S, source dim) -> (x, self weights (B, H, T, T), cross (B, H, T, S)).
         products_out: (B, T, H, H) and (B, S, H, H) for the two attentions' value products (cross
-        attention's values are the encoder's output, its keys)."""
+        attention's values are the encoder's output, its keys). head_mask and cross_head_mask (B|1, H)
+        scale each head's output of the self- and the cross-attention before its output projection
+        (mha.ablation)."""
         own_out, cross_out = products_out if products_out is not None else (None, None)
         x, own = self.residual(
             x,
-            lambda h: self.attn(h, keep=keep, need_weights=need_weights, bias=bias, products_out=own_out),
+            lambda h: self.attn(
+                h, keep=keep, need_weights=need_weights, bias=bias, products_out=own_out, head_mask=head_mask
+            ),
             self.attn_norm,
             self.attn_post_norm,
         )
         x, cross = self.residual(
             x,
             lambda h: self.cross_attn(
-                h, memory, memory, keep=memory_keep, need_weights=need_weights, products_out=cross_out
+                h,
+                memory,
+                memory,
+                keep=memory_keep,
+                need_weights=need_weights,
+                products_out=cross_out,
+                head_mask=cross_head_mask,
             ),
             self.cross_norm,
         )

@@ -2,11 +2,11 @@
 head's output zeroed in turn, L·H/2 forwards' worth) on the model's workers and answers it as NDJSON: a
 progress line per layer for models of more than PROGRESS_HEADS heads, then the result (`HeadEffectsDone`).
 
-The result's line is cached in the service's LRU by (model, text, pair, new tokens, chat), and identical
-requests in flight share one computation (the service's `cached`: Flights); each client streaming it hears
-its progress from the next layer on. When every client has hung up, the ablations stop before the next
-layer. What the input cannot be (an unknown model, an encoder-decoder, an encoder asked to continue, a text
-without tokens) is refused before the stream begins, as a plain 4xx.
+The result's line is cached in the service's LRU by (model, text, pair, new tokens, chat, target), and
+identical requests in flight share one computation (the service's `cached`: Flights); each client streaming
+it hears its progress from the next layer on. When every client has hung up, the ablations stop before the
+next layer. What the input cannot be (an unknown model, an encoder asked to continue, a target for a model
+that is not an encoder-decoder, a text without tokens) is refused before the stream begins, as a plain 4xx.
 """
 
 from __future__ import annotations
@@ -23,19 +23,22 @@ from typing import Any
 import torch
 
 import mha
-from app.effects_schemas import PROGRESS_HEADS, HeadEffectsDone, HeadEffectsRequest
+from app.effects_schemas import PROGRESS_HEADS, EffectsSection, HeadEffectsDone, HeadEffectsRequest
 from app.errors import InvalidInputError, ServiceError
 from app.registry import Registry
+from app.service.computed import article
 from app.service.flights import settled
 from app.settings import Settings
+from mha import translate
 from mha.ablation import HeadEffects as Effects
 from mha.errors import Cancelled, InputError, NotCausalError
 
 logger = logging.getLogger(__name__)
 
-# (registered model name, text, pair, tokens to write, chat): what an ablation depends on; with the
-# attention's Input's target (None) appended, so that the service's one key builder names it.
-Source = tuple[str, str, str | None, int, bool, None]
+# (registered model name, text, pair, tokens to write (None: none; an encoder-decoder's resolved to what it
+# writes), chat, an encoder-decoder's target): what an ablation depends on, as the attention's Input, for
+# the service's one key builder.
+Source = tuple[str, str, str | None, int | None, bool, str | None]
 Submit = Callable[[str, Callable[[Any], Any], threading.Event], "Future[Any]"]
 OffLoop = Callable[..., Awaitable[Any]]
 Cached = Callable[[Hashable, Callable[[threading.Event], Awaitable[bytes]]], Awaitable[bytes]]
@@ -54,6 +57,17 @@ def _floats(values: torch.Tensor | None) -> Any:
 def done_line(name: str, model: mha.AttentionModel, effects: Effects) -> bytes:
     """The result as the stream's last line (encoding thread)."""
     info = model.info
+    sections = None
+    if effects.sections is not None:
+        sections = {
+            kind: EffectsSection(
+                layers=int(part.effects.shape[0]),
+                heads=int(part.effects.shape[1]),
+                effects=_floats(part.effects),
+                steps=_floats(part.steps),
+            )
+            for kind, part in effects.sections.items()
+        }
     done = HeadEffectsDone(
         model=name,
         tokens=effects.tokens,
@@ -71,6 +85,8 @@ def done_line(name: str, model: mha.AttentionModel, effects: Effects) -> bytes:
         top_tokens=effects.top_tokens,
         top_probs=effects.top_probs,
         pooled=_floats(effects.pooled),
+        sections=sections,  # type: ignore[arg-type]
+        source_tokens=effects.source_tokens,
     )
     return done.model_dump_json().encode() + b"\n"
 
@@ -101,40 +117,50 @@ class HeadEffects:
     async def stream(self, request: HeadEffectsRequest) -> AsyncIterator[bytes]:
         """NDJSON lines: {"event": "progress", "done": d, "layers": L} after each layer's ablations (models
         of more than PROGRESS_HEADS heads), then the result, or {"event": "error", "detail": ...}. Errors
-        found before the work (unknown model, encoder-decoder, the input's own) are raised here, for a 4xx."""
+        found before the work (unknown model, a target it cannot take, the input's own) are raised here,
+        for a 4xx."""
         name = self.registry.resolve(request.model)
-        new_tokens = request.max_new_tokens or 0
-        if new_tokens > self.settings.max_new_tokens:
+        new_tokens = request.max_new_tokens
+        if new_tokens is not None and new_tokens > self.settings.max_new_tokens:
             raise InvalidInputError(
                 f"max_new_tokens ({new_tokens}) is over this service's limit "
                 f"({self.settings.max_new_tokens}, HEADSCOPE_MAX_NEW_TOKENS)"
             )
-        source: Source = (name, request.text, request.text_pair, new_tokens, request.chat, None)
+        _, model = await self._off_loop(self.registry.get, name)  # a loaded model: at once
+        info = model.info
+        if request.target is not None and info.seq2seq:
+            new_tokens = None  # the target is read, nothing written
+        elif info.seq2seq and new_tokens is None:  # it writes its target first, as /api/attention
+            new_tokens = min(translate.DEFAULT_NEW_TOKENS, self.settings.max_new_tokens)
+        elif not info.seq2seq:
+            new_tokens = new_tokens or None  # 0 and null: the text alone
+        source: Source = (name, request.text, request.text_pair, new_tokens, request.chat, request.target)
         key = self._key(source)
         hit = self._cache_get(key)
         if hit is None:
-            _, model = await self._off_loop(self.registry.get, name)
             await self._off_loop(self._check, model, source)
         return self._events(source, key, hit)
 
     def _check(self, model: mha.AttentionModel, source: Source) -> None:
         """Refuse what the ablation cannot take, before any work (encoding thread: the tokenizer alone)."""
-        name, text, pair, new_tokens, chat, _ = source
+        name, text, pair, new_tokens, chat, target = source
         info = model.info
-        if info.seq2seq:
+        if target is not None and not info.seq2seq:
             raise InvalidInputError(
-                f"{name!r} is an encoder-decoder model: head effects are measured for encoder and decoder "
-                "models only, not yet for an encoder-decoder's"
+                f"{name!r} is {article(info.architecture)} model: only encoder-decoder models take a target "
+                "(T5, BART, Marian); send no target"
             )
-        if new_tokens and not info.causal:
+        if new_tokens and not (info.causal or info.seq2seq):
             raise NotCausalError(name)
         model.encoder.encode_batch([(text, pair)], self._limit(model), chat=chat)  # an InputError: 422
+        if target is not None:
+            model.encoder.encode_target(target, self._limit(model))
 
     def _limit(self, model: mha.AttentionModel) -> int:
         return self.settings.tokens_for(model.info.max_tokens)
 
     async def _compute(self, source: Source, key: Hashable, abandoned: threading.Event) -> bytes:
-        name, text, pair, new_tokens, chat, _ = source
+        name, text, pair, new_tokens, chat, target = source
         loop = asyncio.get_running_loop()
 
         def report(done: int, layers: int) -> None:
@@ -145,15 +171,19 @@ class HeadEffects:
 
         def work(model: mha.AttentionModel) -> tuple[mha.AttentionModel, Effects]:
             info = model.info
+            heads = info.layers * info.heads
+            if info.seq2seq:  # its three attentions' heads
+                heads += 2 * (info.decoder_layers or 0) * (info.decoder_heads or 0)
             with torch.inference_mode():
                 effects = model.head_effects(
                     text,
                     pair,
                     max_tokens=self._limit(model),
-                    max_new_tokens=new_tokens or None,
+                    max_new_tokens=new_tokens,
+                    target=target,
                     chat=chat,
                     cancel=abandoned.is_set,  # asked before each layer: stop once nobody waits
-                    progress=report if info.layers * info.heads > PROGRESS_HEADS else None,
+                    progress=report if heads > PROGRESS_HEADS else None,
                 )
             return model, effects
 

@@ -61,6 +61,8 @@ def config_from_hf(cfg: Any) -> Seq2SeqConfig:
         decoder=decoder,
         decoder_start_token_id=cfg.pad_token_id if start is None else start,
         **forced_tokens(cfg),
+        # transformers' T5 scales where scale_decoder_outputs (its tied head); mT5's never does
+        logits_scale=cfg.d_model**-0.5 if getattr(cfg, "scale_decoder_outputs", False) else 1.0,
     )
 
 

@@ -2,15 +2,16 @@
 // output zeroed in turn and the change in the model's output measured (POST /api/head-effects). Drawn as
 // an L x H map coloured on a log scale, the heads of largest effect as chips, and an "effect" column in the
 // statistics table (onColumn), all naming the output they refer to. Clicking a head opens it.
-// #effects-panel's data-state: idle, off (an encoder-decoder), loading, ready or error. A measurement
-// carries the run's AbortSignal: a new run aborts it (closing the stream stops the server's work).
+// #effects-panel's data-state: idle, loading, ready or error. A measurement carries the run's AbortSignal: a
+// new run aborts it (closing the stream stops the server's work). An encoder-decoder's answer holds the
+// heads of its three attentions: the panel shows those of the kind on screen.
 
 import { ApiError } from "./api.js";
 import { STAT_GRADIENT, statColor } from "./colors.js";
 import { el } from "./dom.js";
 import { effectOutputs, effectsBody, formatEffect, logScale, measureText, streamEffects, topHeads } from "./effects.js";
 import { shortHeadLabel } from "./labels.js";
-import { isSeq2seq } from "./seq2seq.js";
+import { KIND_LABELS } from "./seq2seq.js";
 
 export const EFFECT = "effect"; // the statistics table's column
 const TOP = 5; // heads listed as chips
@@ -25,6 +26,7 @@ export class EffectsView {
     this.onOpen = onOpen;
     this.onColumn = onColumn;
     this.query = null; // the watched run's
+    this.kind = "encoder"; // an encoder-decoder's kind on screen (its heads are shown)
     this.signal = null;
     this.body = ""; // effectsBody of the watched input, as JSON: a result of the same input is kept
     this.controller = null; // aborts the measurement in flight
@@ -52,21 +54,27 @@ export class EffectsView {
     const body = JSON.stringify(effectsBody(run.query));
     const { button, message, panel, progress } = this.els;
     progress.hidden = true;
-    const off = isSeq2seq(run.full)
-      ? "Head effects of encoder-decoder models are not measured yet: zeroing a head of the encoder, the " +
-        "decoder or cross attention needs its own reading of the output."
-      : "";
-    if (!off && this.result && body === this.body) {
+    const kind = run.query.kind ?? "encoder";
+    if (this.result && body === this.body) {
       button.disabled = false;
       panel.dataset.state = "ready";
+      if (kind !== this.kind) {
+        // Another kind of the same answer: its heads, the same output chosen where the list is the same.
+        this.kind = kind;
+        this.outputs = effectOutputs(this.result, kind);
+        const chosen = this.els.output.value;
+        this.fillOutputs();
+        if (Number(chosen) < this.outputs.length) this.els.output.value = chosen;
+        this.draw();
+      }
       return;
     }
     this.clear();
     this.body = body;
-    button.disabled = Boolean(off);
-    button.title = off || "Zero each head's output in turn and measure what the output loses (about L·H/2 forwards)";
-    message.textContent = off;
-    panel.dataset.state = off ? "off" : "idle";
+    this.kind = kind;
+    button.disabled = false;
+    button.title = "Zero each head's output in turn and measure what the output loses (about L·H/2 forwards)";
+    panel.dataset.state = "idle";
   }
 
   clear() {
@@ -110,7 +118,7 @@ export class EffectsView {
       });
       if (signal.aborted) return;
       this.result = result;
-      this.outputs = effectOutputs(result);
+      this.outputs = effectOutputs(result, this.kind);
       this.fillOutputs();
       message.textContent = "";
       this.draw();
@@ -152,12 +160,14 @@ export class EffectsView {
     const { map, legend, top, ranking, caption } = this.els;
     const { label, values } = this.outputs[Number(this.els.output.value) || 0];
     const scale = logScale(values);
+    const heads = values[0]?.length ?? 0;
+    const whose = result.sections ? ` Heads of the ${KIND_LABELS[this.kind].toLowerCase()}.` : "";
     caption.textContent =
       `Effect on the ${label}: each head's output zeroed in turn, ${measureText(result.measure)}` +
-      `${result.truncated ? " (the input was cut to the service's limit)" : ""}. Colour on a log scale; click a head to open it.`;
-    map.style.gridTemplateColumns = `max-content repeat(${result.heads}, minmax(12px, 40px))`;
+      `${result.truncated ? " (the input was cut to the service's limit)" : ""}.${whose} Colour on a log scale; click a head to open it.`;
+    map.style.gridTemplateColumns = `max-content repeat(${heads}, minmax(12px, 40px))`;
     const cells = [el("span", { className: "effects-corner" })];
-    for (let h = 0; h < result.heads; h++) cells.push(el("span", { className: "effects-axis", text: `H${h}` }));
+    for (let h = 0; h < heads; h++) cells.push(el("span", { className: "effects-axis", text: `H${h}` }));
     values.forEach((row, layer) => {
       cells.push(el("span", { className: "effects-axis", text: `L${layer}` }));
       row.forEach((value, head) => {

@@ -12,10 +12,14 @@ import { quoted } from "./written.js";
 // millionth of the largest one is as good as none, and one float32 rounding (~1e-7 relative) lies below.
 export const DECADES = 6;
 
-/** The route's body: the input alone (no words, weighting or kind: the effect is on the model's output). */
-export function effectsBody({ text, pair, model, newTokens = 0, chat = false }) {
+/**
+ * The route's body: the input alone (no words, weighting or kind: the effect is on the model's output, and
+ * an encoder-decoder's answer holds the heads of all three kinds).
+ */
+export function effectsBody({ text, pair, model, newTokens = 0, chat = false, target = "" }) {
   const input = { text, text_pair: pair || null, model: model || null };
   if (newTokens > 0) input.max_new_tokens = newTokens;
+  if (target?.trim()) input.target = target;
   return chat ? { ...input, chat: true } : input;
 }
 
@@ -47,9 +51,12 @@ export async function streamEffects(query, { signal, onProgress = () => {} } = {
 
 /**
  * The outputs an answer's effects can refer to, as [{label, values: L x H}], the default one first: a
- * decoder's next token (then each step that wrote a token), an encoder's first token and mean-pooled state.
+ * decoder's next token (then each step that wrote a token), an encoder's first token and mean-pooled state;
+ * an encoder-decoder's for the heads of `kind` (its encoder's, decoder's or cross-attention's), at the
+ * decoder's next token and each target token.
  */
-export function effectOutputs(result) {
+export function effectOutputs(result, kind = "encoder") {
+  if (result.sections) result = { ...result, ...result.sections[kind] };
   if (result.measure !== "kl") {
     const first = displayToken(result.tokens[0], result.byte_level);
     return [
@@ -66,10 +73,14 @@ export function effectOutputs(result) {
   return [outputs[last], ...outputs.slice(0, last)];
 }
 
-/** "next token after “is”: “␣Paris” 0.62" (the last step), "written token after ...: ..." (the others). */
+/**
+ * "next token after “is”: “␣Paris” 0.62" (the last step), "written token after ...: ..." (the others; an
+ * encoder-decoder's given target: "target token after ...", the model's own most likely one named).
+ */
 export function stepLabel(result, step) {
   const spell = (token) => quoted(displayToken(token, result.byte_level));
-  const what = step === result.positions.length - 1 ? "next token" : "written token";
+  const forced = result.sections && !result.generated;
+  const what = step === result.positions.length - 1 ? "next token" : forced ? "target token" : "written token";
   const after = spell(result.tokens[result.positions[step]]);
   return `${what} after ${after}: ${spell(result.top_tokens[step])} ${result.top_probs[step].toFixed(2)}`;
 }

@@ -9,6 +9,7 @@
 import { el } from "./dom.js";
 import { LUT } from "./colors.js";
 import { displayToken, topK } from "./decoder.js";
+import { weightingOf } from "./weighting.js";
 
 export const TOP_K = 5;
 
@@ -113,13 +114,16 @@ export class WrittenView {
     for (let j = prompt; j < i; j++) before += values[row * n + j];
 
     const { panel, caption, prompt: text, top: list } = this.els;
+    // Under weight × value norm each value is the row's share of what the head moves, not a weight.
+    const norm = weightingOf(run.attention) === "norm";
+    const what = norm ? "share" : "weight";
     const parts = [
       `${quoted(tokens[i])} (token ${i}, the ${ordinal(i - prompt + 1)} written) was chosen at ${quoted(tokens[row])}` +
-        ` (token ${row}): that step's attention in ${head} over the ${prompt} prompt tokens` +
-        `${renormalised ? ", renormalised without the first token" : ""}.`,
-      `Shade: weight ÷ the largest (${peak.toFixed(3)}).`,
+        ` (token ${row}): that step's ${norm ? "weight × value norm (each token's share of α·‖f(x)‖)" : "attention"}` +
+        ` in ${head} over the ${prompt} prompt tokens${renormalised ? ", renormalised without the first token" : ""}.`,
+      `Shade: ${what} ÷ the largest (${peak.toFixed(3)}).`,
     ];
-    if (i > prompt) parts.push(`Weight on the ${i - prompt} token(s) it wrote before: ${before.toFixed(3)}.`);
+    if (i > prompt) parts.push(`${norm ? "Share" : "Weight"} on the ${i - prompt} token(s) it wrote before: ${before.toFixed(3)}.`);
     caption.textContent = parts.join(" ");
 
     const spans = [];

@@ -15,6 +15,7 @@ import pytest
 import torch
 from checkpoints import build_long_llama
 from fastapi.testclient import TestClient
+from tolerances import FORWARD
 
 import mha
 from app.effects_schemas import PROGRESS_HEADS, HeadEffectsDone
@@ -128,6 +129,37 @@ def test_the_answer_is_mhas_head_effects_exactly(
         assert done["pooled"] is not None and done["top_tokens"] is None
 
 
+def test_an_encoder_decoder_answers_the_heads_of_its_three_attentions(
+    client: TestClient, models: dict[str, Path]
+) -> None:
+    model = mha.load_pretrained(models["t5"], device="cpu")
+    limit = client.app.state.service.settings.tokens_for(model.info.max_tokens)  # type: ignore[attr-defined]
+    for body, new_tokens in (({"target": "Das Haus."}, None), ({}, 4), ({"max_new_tokens": 2}, 2)):
+        response = client.post("/api/head-effects", json={"text": TEXT, "model": "t5", **body})
+        assert response.status_code == 200, response.text
+        [done] = lines(response)  # a few heads: no progress lines
+        HeadEffectsDone.model_validate(done)
+        # No target and no max_new_tokens: the model writes min(its default, the service's limit of 4).
+        expected = model.head_effects(
+            TEXT, max_tokens=limit, max_new_tokens=new_tokens, target=body.get("target")
+        )
+        assert expected.sections is not None and done["sections"] is not None
+        assert done["measure"] == "kl" and done["tokens"] == expected.tokens
+        assert done["source_tokens"] == expected.source_tokens and done["generated"] == expected.generated
+        for kind, section in expected.sections.items():
+            answer = done["sections"][kind]
+            # The service's worker thread may split T5's products over another number of threads than this
+            # one (its sums in another order): each log-probability within FORWARD, so each KL within
+            # 2·FORWARD plus FORWARD times its size, as tests/mha/test_ablation.py bounds it.
+            steps = torch.tensor(answer["steps"], dtype=torch.float64)
+            bound = 2 * FORWARD + FORWARD * float(steps.abs().max())
+            assert (steps - section.steps.double()).abs().max() <= bound, kind
+            assert answer["effects"] == [[cell[-1] for cell in row] for row in answer["steps"]]
+            assert (answer["layers"], answer["heads"]) == tuple(section.effects.shape)
+        assert done["effects"] == done["sections"]["encoder"]["effects"]
+        assert done["positions"] == list(range(len(expected.tokens)))
+
+
 def test_a_model_over_100_heads_streams_its_progress_and_a_second_ask_is_the_cached_line(
     client: TestClient,
 ) -> None:
@@ -151,7 +183,8 @@ def test_a_model_over_100_heads_streams_its_progress_and_a_second_ask_is_the_cac
 @pytest.mark.parametrize(
     ("body", "status", "detail"),
     [
-        ({"model": "t5"}, 422, "is an encoder-decoder model: head effects are measured"),
+        ({"model": "llama", "target": "Paris"}, 422, "only encoder-decoder models take a target"),
+        ({"target": "Paris"}, 422, "is an encoder model: only encoder-decoder models take a target"),
         ({"max_new_tokens": 2}, 422, "is an encoder: it reads the whole text at once"),
         ({"model": "llama", "max_new_tokens": 5}, 422, "over this service's limit (4"),
         ({"chat": True}, 422, "chat template"),

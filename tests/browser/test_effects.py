@@ -4,8 +4,8 @@ heads: a measurement in milliseconds).
 One page session: nothing is measured until the button is clicked; then the L x H map holds the API's
 effects exactly, the panel names the output they refer to (the next token and its probability), the
 statistics table gains a sortable effect column, clicking a head in the map or a chip opens it, and a new
-run of another input clears the panel; an encoder-decoder's button is off with the reason. Every expected
-number comes from the API itself. Fixtures are in conftest.py.
+run of another input clears the panel; an encoder-decoder's panel shows the heads of the kind on screen and
+follows the kind switch. Every expected number comes from the API itself. Fixtures are in conftest.py.
 """
 
 from __future__ import annotations
@@ -119,12 +119,29 @@ def test_the_panel_measures_on_request_names_its_output_sorts_and_opens_heads(
     page.wait_for_function(f"() => new URL(location.href).searchParams.get('head') === '{top[1]}'")
     assert selected(page) == top
 
-    # Another input clears the panel and its column; an encoder-decoder's button is off, with the reason.
+    # Another input clears the panel and its column.
     session.run(SENTENCE + " Paris", model=grouped_model)
     settle(session)
     assert panel.get_attribute("data-state") == "idle" and page.locator("#effects-map").is_hidden()
     assert "effect" not in page.evaluate(TABLE_JS)["keys"]
+
+    # An encoder-decoder: one measurement holds its three attentions' heads; the map shows the kind on
+    # screen and follows the kind switch without measuring again.
     session.run("The house is wonderful.", model=seq2seq_model)
     settle(session)
-    assert panel.get_attribute("data-state") == "off" and page.locator("#effects-run").is_disabled()
-    assert "encoder-decoder" in str(page.locator("#effects-message").text_content())
+    assert panel.get_attribute("data-state") == "idle" and page.locator("#effects-run").is_enabled()
+    with page.expect_request("**/api/head-effects") as asked:
+        page.click("#effects-run")
+    page.wait_for_function("() => document.querySelector('#effects-panel').dataset.state === 'ready'")
+    expected = effects(server, json.loads(asked.value.post_data or "{}"))
+    shown = page.eval_on_selector("#kind-switch input:checked", "radio => radio.value")  # cross, the default
+    for kind in (shown, *sorted({"encoder", "decoder", "cross"} - {shown})):
+        if kind != shown:
+            page.evaluate("document.body.dataset.insight = 'idle'")
+            page.check(f"#kind-switch input[value={kind}]")
+            settle(session)
+        table = expected["sections"][kind]["effects"]
+        assert [value for _, _, value in page.evaluate(MAP_JS)] == [v for row in table for v in row], kind
+        caption = str(page.locator("#effects-caption").text_content())
+        assert f"Heads of the {kind}" in caption, caption
+    assert len([url for url in session.requests if "/api/head-effects" in url]) == 2  # measured once each

@@ -41,6 +41,9 @@ test("the body is the input alone, with a continuation and the chat template whe
   const query = { text: "t", pair: "", model: "m", words: true, weighting: "norm", kind: "encoder" };
   assert.deepEqual(effectsBody(query), { text: "t", text_pair: null, model: "m" });
   assert.deepEqual(effectsBody({ ...query, newTokens: 3, chat: true }), { text: "t", text_pair: null, model: "m", max_new_tokens: 3, chat: true });
+  // An encoder-decoder's target goes with it (a blank one: the model writes its own); the kind does not.
+  assert.deepEqual(effectsBody({ ...query, kind: "cross", target: "Das Haus." }), { text: "t", text_pair: null, model: "m", target: "Das Haus." });
+  assert.deepEqual(effectsBody({ ...query, target: "  " }), { text: "t", text_pair: null, model: "m" });
 });
 
 test("streamEffects reports each layer however the chunks cut the lines, and returns the result", async () => {
@@ -72,6 +75,31 @@ test("a decoder's effects name the next token first, then each written one, as t
   assert.deepEqual(outputs.map((o) => o.label), [stepLabel(decoder, 1), stepLabel(decoder, 0)]);
   assert.equal(outputs[0].values, decoder.effects); // the answer's own table for the last step
   assert.deepEqual(outputs[1].values, [[0.25, 0.003], [1e-8, 0]]); // steps[l][h][0]
+});
+
+test("an encoder-decoder's effects are those of the kind on screen, at the next token, then each target token", () => {
+  const section = (base) => ({ layers: 1, heads: 2, effects: [[base, base / 10]], steps: [[[base * 2, base], [base / 5, base / 10]]] });
+  const seq2seq = {
+    measure: "kl",
+    tokens: ["<pad>", "▁Das"],
+    byte_level: false,
+    positions: [0, 1],
+    generated: 0,
+    top_tokens: ["▁Das", "▁Haus"],
+    top_probs: [0.5, 0.25],
+    effects: [[0.3, 0.03]],
+    sections: { encoder: section(0.3), decoder: section(0.7), cross: section(0.9) },
+  };
+  for (const kind of ["encoder", "decoder", "cross"]) {
+    const outputs = effectOutputs(seq2seq, kind);
+    assert.equal(outputs[0].values, seq2seq.sections[kind].effects);
+    assert.deepEqual(outputs[1].values, seq2seq.sections[kind].steps.map((row) => row.map((cell) => cell[0])));
+  }
+  assert.deepEqual(effectOutputs(seq2seq).map((o) => o.label), [
+    "next token after “␣Das”: “␣Haus” 0.25",
+    "target token after “<pad>”: “␣Das” 0.50", // a given target: the model's own most likely token named
+  ]);
+  assert.equal(effectOutputs({ ...seq2seq, generated: 1 }, "cross")[1].label, "written token after “<pad>”: “␣Das” 0.50");
 });
 
 test("an encoder's effects are on the first token's state, then the mean-pooled one", () => {

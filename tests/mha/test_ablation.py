@@ -173,3 +173,89 @@ def test_an_encoder_names_no_token_and_refuses_a_continuation(tiny_checkpoints: 
     assert effects.top_tokens is None and effects.top_probs is None and effects.truncated
     with pytest.raises(NotCausalError, match="needs a decoder model"):
         model.head_effects(PROMPT, max_new_tokens=2)
+
+
+# -- encoder-decoders: the heads of all three attentions, read at the decoder's next-token distribution ---
+
+
+def seq2seq_projections(family: str, model: Any) -> dict[str, list[Any]]:
+    """transformers' output projections of each attention kind (their input: the heads side by side)."""
+    if family == "t5":
+        encoder, decoder = model.encoder.block, model.decoder.block
+        return {
+            "encoder": [block.layer[0].SelfAttention.o for block in encoder],
+            "decoder": [block.layer[0].SelfAttention.o for block in decoder],
+            "cross": [block.layer[1].EncDecAttention.o for block in decoder],
+        }
+    inner = model.model  # BART and Marian
+    return {
+        "encoder": [layer.self_attn.out_proj for layer in inner.encoder.layers],
+        "decoder": [layer.self_attn.out_proj for layer in inner.decoder.layers],
+        "cross": [layer.encoder_attn.out_proj for layer in inner.decoder.layers],
+    }
+
+
+@pytest.mark.parametrize("family", ["t5", "bart", "marian"])
+def test_encoder_decoder_effects_are_the_decoders_kl_with_each_head_of_each_attention_zeroed(
+    family: str, seq2seq_checkpoints: dict[str, Path]
+) -> None:
+    from transformers import AutoModelForSeq2SeqLM
+
+    source, target = "The house is wonderful.", "Das Haus ist wunderbar."
+    directory = seq2seq_checkpoints[family]
+    ours = load_pretrained(directory, device="cpu")
+    done: list[tuple[int, int]] = []
+    effects = ours.head_effects(source, target=target, progress=lambda i, n: done.append((i, n)))
+    attended = ours.attend(source, target=target)
+    theirs = AutoModelForSeq2SeqLM.from_pretrained(str(directory), attn_implementation="eager").eval()
+    source_ids = torch.tensor([attended.token_ids])
+    decoder_ids = torch.tensor([attended.target_ids])
+    banned = list(ours.network.config.banned_token_ids)  # generate's bad_words_ids: probability 0
+
+    def log_probs() -> torch.Tensor:
+        logits = theirs(input_ids=source_ids, decoder_input_ids=decoder_ids).logits[0].double()
+        logits[:, banned] = -torch.inf
+        return F.log_softmax(logits, dim=-1)
+
+    def kl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        return torch.where(torch.isneginf(p), 0.0, p.exp() * (p - q)).sum(-1)
+
+    with torch.no_grad():
+        full = log_probs()
+    n = decoder_ids.shape[1]
+    assert effects.positions == list(range(n)) and effects.generated == 0
+    assert effects.tokens == attended.target_tokens and effects.source_tokens == attended.tokens
+    assert effects.sections is not None and set(effects.sections) == {"encoder", "decoder", "cross"}
+    head_dim = theirs.config.d_kv if family == "t5" else theirs.config.d_model // effects.heads
+    largest = 0.0
+    for kind, projections in seq2seq_projections(family, theirs).items():
+        section = effects.sections[kind]
+        heads = section.steps.shape[1]
+        expected = torch.empty(len(projections), heads, n, dtype=torch.float64)
+        for layer, projection in enumerate(projections):
+            for head in range(heads):
+                expected[layer, head] = kl(full, ablated(theirs, projection, head, head_dim, log_probs))
+        # As the decoder's test: each log-probability within FORWARD of transformers' (float32 forwards).
+        bound = 2 * FORWARD + FORWARD * expected.abs().max()
+        assert (section.steps.double() - expected).abs().max() <= bound, kind
+        assert torch.equal(section.effects, section.steps[..., -1])
+        largest = max(largest, float(expected.max()))
+    assert largest > 1e-3  # some head matters: the comparison is not of zeros
+    assert torch.equal(effects.effects, effects.sections["encoder"].effects)
+    layers = len(effects.sections["encoder"].effects) + 2 * len(effects.sections["decoder"].effects)
+    assert done == [(i + 1, layers) for i in range(layers)]
+
+
+def test_an_encoder_decoder_without_a_target_measures_the_one_it_writes(
+    seq2seq_checkpoints: dict[str, Path], tiny_checkpoints: dict[str, Path]
+) -> None:
+    model = load_pretrained(seq2seq_checkpoints["marian"], device="cpu")
+    attended = model.attend("The house is wonderful.", max_new_tokens=4)
+    effects = model.head_effects("The house is wonderful.", max_new_tokens=4)
+    assert effects.tokens == attended.target_tokens and effects.generated == attended.generated > 0
+    assert effects.top_tokens is not None and effects.top_probs is not None
+    # Greedy decoding wrote what p_full ranks first, but for the last token (a forced EOS may take it).
+    written = effects.tokens[1:]
+    assert effects.top_tokens[: len(written) - 1] == written[:-1]
+    with pytest.raises(ValueError, match="encoder-decoder"):
+        load_pretrained(tiny_checkpoints["llama"], device="cpu").head_effects(PROMPT, target="a target")
