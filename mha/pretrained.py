@@ -18,12 +18,13 @@ from typing import Any, cast
 import torch
 
 from mha import ablation, checkpoint, continuation, gguf_checkpoint, translate
-from mha._transfer import to_device
+from mha._transfer import to_device, to_host_packed
 from mha.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint, default_model_path, resolve_device
 from mha.convert import Converter, convert_state_dict
 from mha.convert.base import NetworkConfig, forced_tokens
 from mha.convert.base import build_network as make_network
 from mha.errors import MaxTokensError, NotCausalError, TargetNotSupportedError
+from mha.layers import cast_network
 from mha.model import Transformer, TransformerConfig
 from mha.result import AttentionResult, ModelInfo, Seq2SeqResult
 from mha.seq2seq import EncoderDecoder, Seq2SeqConfig
@@ -246,9 +247,16 @@ class AttentionModel:
         chat: bool = False,
         cancel: Callable[[], bool] | None = None,
         norms: bool = False,
+        on_device: bool = False,
     ) -> list[AttentionResult]:
         """Several texts (or (text, pair) tuples) in one padded forward; one AttentionResult each.
-        `cancel` is checked between layers (see `Transformer.forward`); norms as `attend` says."""
+        `cancel` is checked between layers (see `Transformer.forward`); norms as `attend` says.
+
+        From a CUDA model the results come to the host in one copy (mha._transfer.to_host_packed: each
+        text's maps packed on the device, one transfer into pinned memory, one wait, no per-text copy on
+        the host), so their tensors are disjoint views of one buffer. on_device=True leaves every result's
+        tensors on the model's device instead, each its own (the service quantizes its first view there);
+        an encoder-decoder's results are on the host either way."""
         if not items:
             return []
         if self.info.seq2seq:  # each source translated on its own (generation is one sequence at a time)
@@ -263,18 +271,34 @@ class AttentionModel:
         pairs = [(i, None) if isinstance(i, str) else i for i in items]
         encoded = self.encoder.encode_batch(pairs, limit, chat=chat)
         lengths = [len(e.ids) for e in encoded]
+        packed = self.device.type == "cuda" and not on_device
         attentions, hidden, products = self._forward(
-            encoded, hidden_state=hidden_state, cancel=cancel, need_products=norms
+            encoded,
+            hidden_state=hidden_state,
+            cancel=cancel,
+            need_products=norms,
+            on_device=on_device or packed,
         )
+        parts = [
+            (
+                attentions[:, row, :, :n, :n],  # (L, H, n, n)
+                None if hidden is None else hidden[row, :n],  # (n, E)
+                None if products is None else products[:, row, :n],  # (L, n, H, H)
+            )
+            for row, n in enumerate(lengths)
+        ]
+        if packed:
+            parts = _packed_to_host(parts)
         return [
             AttentionResult.of(
                 e,
                 self.tokenizer.convert_ids_to_tokens(e.ids),
-                attentions[:, row, :, :n, :n],  # (L, H, n, n)
-                None if hidden is None else hidden[row, :n],
-                value_products=None if products is None else products[:, row, :n],  # (L, n, H, H)
+                maps,
+                state,
+                value_products=values,
+                shared=packed,
             )
-            for row, (e, n) in enumerate(zip(encoded, lengths, strict=True))
+            for e, (maps, state, values) in zip(encoded, parts, strict=True)
         ]
 
     def forward_padded(
@@ -403,6 +427,20 @@ class AttentionModel:
         return to_device(ids, self.device), attention_mask, segments
 
 
+Parts = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]
+
+
+def _packed_to_host(parts: list[Parts]) -> list[Parts]:
+    """Every text's (maps, hidden state, value products) on the host through one packed copy, float32."""
+    present = [tensor for text in parts for tensor in text if tensor is not None]
+    host = iter(to_host_packed(present).ready())
+
+    def moved(tensor: torch.Tensor | None) -> torch.Tensor | None:
+        return None if tensor is None else next(host)
+
+    return [(next(host), moved(state), moved(values)) for _, state, values in parts]  # in `present`'s order
+
+
 def checkpoint_architecture(path: str | Path) -> str | None:
     """ "encoder", "decoder" or "encoder-decoder": what a local checkpoint is, from its config (no tensor
     read, no tokenizer: milliseconds), so a service can say it before loading; None for a hub id not on
@@ -447,7 +485,10 @@ def load_pretrained(
         config = _with_generation_config(config, directory)
     # Before the weights: fails cheaply.
     tokenizer = checkpoint.load_tokenizer(directory, config.vocab_size, slow=converter.slow_tokenizer)
-    network = build_network(config, converter, weight_files).to(device=torch_device, dtype=torch_dtype)
+    # As transformers places it: T5 in float16 keeps its feed-forward output projections in float32.
+    network = cast_network(
+        build_network(config, converter, weight_files), device=torch_device, dtype=torch_dtype
+    )
     info = ModelInfo.of(config, name=name, family=converter.family, device=torch_device, dtype=torch_dtype)
     chat_template = bool(getattr(tokenizer, "chat_template", None))
     info = replace(info, chat_template=chat_template, byte_level=is_byte_level(tokenizer))

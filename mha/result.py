@@ -88,7 +88,10 @@ class AttentionResult:
     tokens: list[str]  # as the tokenizer spells them, special tokens included
     token_ids: list[int]
     # float32, CPU, contiguous, [L, H, n, n]; rows sum to 1. Owns its storage: never a view into the
-    # batch's buffer, so keeping, changing or freeing it leaves every other result alone.
+    # batch's buffer, so keeping, changing or freeing it leaves every other result alone. Two exceptions
+    # (attend_batch): from a CUDA model a batch's results are disjoint views of the one buffer they were
+    # copied into (changing one still leaves the others alone), and on_device=True leaves them on the
+    # model's device.
     attentions: torch.Tensor
     segments: list[int]  # for display: 0 for the first text and its specials, 1 for the pair
     # What the model was fed as token type ids: the tokenizer's own (as transformers feeds them), zeros when
@@ -141,13 +144,17 @@ class AttentionResult:
         *,
         generated: int = 0,
         value_products: torch.Tensor | None = None,
+        shared: bool = False,
     ) -> Self:
         """The result of one encoded input: `attentions` (L, H, n, n), `hidden_state` (n, E) and
-        `value_products` (L, n, H, H) on the CPU in float32, made to own their storage."""
+        `value_products` (L, n, H, H) on the CPU in float32, made to own their storage; shared=True takes
+        them as they are: contiguous, disjoint parts of one buffer that a batch's results share (the one
+        copy of attend_batch from a CUDA model)."""
+        keep = _as_is if shared else owned
         return cls(
             tokens=tokens,
             token_ids=encoded.ids,
-            attentions=owned(attentions),
+            attentions=keep(attentions),
             segments=encoded.segments,
             type_ids=encoded.type_ids,
             special=encoded.special,
@@ -155,10 +162,10 @@ class AttentionResult:
             offsets=encoded.offsets,
             word_ids=encoded.word_ids,
             truncated=encoded.truncated,
-            hidden_state=None if hidden_state is None else owned(hidden_state),
+            hidden_state=None if hidden_state is None else keep(hidden_state),
             generated=generated,
             texts=encoded.texts,
-            value_products=None if value_products is None else owned(value_products),
+            value_products=None if value_products is None else keep(value_products),
         )
 
 
@@ -219,6 +226,10 @@ def norms_of(value_products: torch.Tensor | None) -> torch.Tensor | None:
     if value_products is None:
         return None
     return value_products.diagonal(dim1=-2, dim2=-1).clamp(min=0).sqrt().transpose(1, 2).contiguous()
+
+
+def _as_is(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
 
 
 def owned(view: torch.Tensor) -> torch.Tensor:
