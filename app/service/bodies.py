@@ -88,7 +88,7 @@ def head_body(view: Computed, layer: int, head: int, *, kind: str = "encoder") -
         "layer": layer,
         "head": head,
         # float32 -> Python float is exact, so this is the model's full precision.
-        "attention": Floats(one.attentions[layer, head], decimals=None),
+        "attention": Floats(one.head(layer, head), decimals=None),
         **_norm_fields(one, layer, head),
     }
 
@@ -108,7 +108,8 @@ def encode_compact(view: Computed, _abandoned: threading.Event, *, scheme: str, 
     chosen = compact.auto_bits(view.n) if bits == "auto" else int(bits)
     if view.seq2seq is not None:
         return _hsa1_sections(view.header(), view.sections(), scheme, chosen)
-    return _hsa1(view.header(), view.attentions, scheme, chosen)
+    # The maps where the model left them: a device's are quantized there, and only the bytes come over.
+    return _hsa1(view.header(), view.maps, scheme, chosen)
 
 
 def encode_head_compact(
@@ -119,7 +120,7 @@ def encode_head_compact(
     header = {**view.header(), "layers": 1, "heads": 1, "layer": layer, "head": head}
     if one.row_norms is not None:  # n float32 totals: small beside the head's n² values
         header["row_norms"] = one.row_norms[layer, head].tolist()
-    values = one.attentions[layer : layer + 1, head : head + 1]  # [1, 1, rows, cols]
+    values = one.head(layer, head)[None, None]  # [1, 1, rows, cols]
     if view.seq2seq is not None:  # one section, of the kind asked for
         return _hsa1_sections({**header, "kind": kind}, [(kind, values)], "float32-shuffled")
     return _hsa1(header, values, "float32-shuffled")

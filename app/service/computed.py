@@ -39,8 +39,9 @@ class Seq2Seq:
 
 @dataclass(frozen=True, eq=False)
 class Computed:
-    """The header fields of every answer and the attention, float32 CPU [L, H, n, n] (cross attention's
-    view: [L, H, m, n], its keys `key_tokens`).
+    """The header fields of every answer and the attention, float32 [L, H, n, n] (cross attention's view:
+    [L, H, m, n], its keys `key_tokens`): `maps` where the model computed it (a CUDA model's stays on its
+    device, where the compact answers are quantized), `attentions` the same on the CPU, copied on first use.
 
     `word_ids` and `offsets` are the tokenizer's, kept to merge pieces into words; empty for a view that is
     already word-level."""
@@ -53,7 +54,7 @@ class Computed:
     truncated: bool
     causal: bool
     kv_heads: int
-    attentions: torch.Tensor
+    maps: torch.Tensor
     generated: int = 0  # the last `generated` tokens were written by the model (a continuation)
     byte_level: bool = False  # `tokens` are a byte-level BPE's ("Ġ" = a space byte); False for words
     # the strings `offsets` index into: (text, pair), or the rendered chat template
@@ -75,28 +76,47 @@ class Computed:
     row_norms: torch.Tensor | None = None
 
     @property
+    def attentions(self) -> torch.Tensor:
+        """`maps` on the CPU: the same tensor for a CPU model; a device's copied once, when an answer
+        needs the float32 values on the host (the first view's compact answer does not). Two threads
+        asking at once may both copy; either copy is the same values."""
+        host: torch.Tensor | None = self.__dict__.get("_host")
+        if host is None:
+            host = self.maps.to("cpu")
+            object.__setattr__(self, "_host", host)  # a cache, not a field: frozen stays true of the fields
+        return host
+
+    def head(self, layer: int, head: int) -> torch.Tensor:
+        """One head's [rows, cols] on the CPU, without copying the others from a device."""
+        if "_host" in self.__dict__ or self.maps.device.type == "cpu":
+            return self.attentions[layer, head]
+        return self.maps[layer, head].to("cpu")
+
+    @property
     def layers(self) -> int:
-        return int(self.attentions.shape[0])
+        return int(self.maps.shape[0])
 
     @property
     def heads(self) -> int:
-        return int(self.attentions.shape[1])
+        return int(self.maps.shape[1])
 
     @property
     def n(self) -> int:
-        return int(self.attentions.shape[2])
+        return int(self.maps.shape[2])
 
     @property
     def cols(self) -> int:
         """Keys per query row: n, or the source's length for cross attention."""
-        return int(self.attentions.shape[3])
+        return int(self.maps.shape[3])
 
     @property
     def nbytes(self) -> int:
+        """What the cache counts: the maps once, whether on the CPU or on a device with their host copy
+        made (the cache's byte budget bounds each memory), and the small tensors beside them."""
         extra = self.seq2seq.nbytes if self.seq2seq is not None else 0
         for small in (self.norms, self.row_norms):
             extra += 0 if small is None else small.numel() * small.element_size()
-        return self.attentions.numel() * self.attentions.element_size() + extra
+        return self.maps.numel() * self.maps.element_size() + extra
 
     def header(self) -> dict[str, Any]:
         """The fields every attention answer starts with, in the documented order (AttentionHeader); an
@@ -133,7 +153,7 @@ class Computed:
         if self.seq2seq is None:
             raise ValueError(f"{self.model!r} is not an encoder-decoder: it has one attention")
         s = self.seq2seq
-        return list(zip(KINDS, (self.attentions, s.decoder_attentions, s.cross_attentions), strict=True))
+        return list(zip(KINDS, (self.maps, s.decoder_attentions, s.cross_attentions), strict=True))
 
     def of_kind(self, kind: str) -> Computed:
         """The view whose `attentions` are `kind`'s ("encoder": this one). The decoder's queries and keys
@@ -159,7 +179,7 @@ class Computed:
             truncated=s.target_truncated,
             causal=kind == "decoder",
             kv_heads=int(attentions.shape[1]),
-            attentions=attentions,
+            maps=attentions,
             texts=("", None),
             word_ids=(),
             offsets=(),
@@ -186,7 +206,9 @@ class Computed:
 
 
 def from_result(name: str, model: mha.AttentionModel, result: mha.AttentionResult) -> Computed:
-    attentions = result.attentions.to(device="cpu", dtype=torch.float32)
+    """The result as the service keeps it: its maps where they are (a CUDA model's on its device,
+    attend_batch(on_device=True)), every smaller tensor on the CPU."""
+    attentions = result.attentions.to(dtype=torch.float32)
     if not attentions.is_contiguous() or attentions.untyped_storage().nbytes() > 4 * attentions.numel():
         # A row of a padded batch: copy it, so the cache never keeps a whole batch's buffer alive.
         attentions = attentions.clone(memory_format=torch.contiguous_format)
@@ -214,11 +236,12 @@ def from_result(name: str, model: mha.AttentionModel, result: mha.AttentionResul
         generated=int(result.generated),
         byte_level=bool(model.info.byte_level),
         texts=result.texts,
-        attentions=attentions,
+        maps=attentions,
         word_ids=tuple(result.word_ids),
         offsets=tuple((int(start), int(end)) for start, end in result.offsets),
         seq2seq=seq2seq,
-        norms=result.norms,  # mha's own: float32, CPU, owned (None unless attended with norms=True)
+        # mha's own: float32, owned; [L, H, n], small beside the maps (None unless attended with norms=True)
+        norms=None if result.norms is None else result.norms.to("cpu"),
     )
 
 
@@ -239,7 +262,7 @@ def weigh_by_norm(computed: Computed) -> Computed:
             decoder_row_norms=decoder_totals,
             cross_row_norms=cross_totals,
         )
-    return replace(computed, attentions=shares, weighting="norm", row_norms=totals, seq2seq=seq2seq)
+    return replace(computed, maps=shares, weighting="norm", row_norms=totals, seq2seq=seq2seq)
 
 
 def _by_norm(attentions: torch.Tensor, norms: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -269,7 +292,7 @@ def merge_words(computed: Computed) -> Computed:
         segments=[computed.segments[group[0]] for group in groups],
         special=[computed.special[group[0]] for group in groups],
         unknown=[any(computed.unknown[i] for i in group) for group in groups],  # a word spelled [UNK]
-        attentions=analysis.merge_to_words(computed.attentions, groups).contiguous(),
+        maps=analysis.merge_to_words(computed.attentions, groups).contiguous(),
         byte_level=False,  # words are sliced from the text, not spelled by the tokenizer
         word_ids=(),
         offsets=(),

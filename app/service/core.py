@@ -255,7 +255,7 @@ class AttentionService:
         streaming = False
         try:
             view = await view_of()
-            if view.nbytes // view.attentions.element_size() <= STREAM_VALUES:
+            if view.nbytes // view.maps.element_size() <= STREAM_VALUES:
                 make_body = partial(bodies.attention_body, view)
                 return await self._once(
                     key, lambda abandoned: self._off_loop(bodies.encode_pieces, make_body, abandoned)
@@ -601,6 +601,8 @@ class AttentionService:
                         chat=job.chat,  # a chat job runs alone (`_is_long`)
                         cancel=cancel,
                         norms=any(j.norms for j in live),  # one batch, one forward: kept for all
+                        # A CUDA model's maps stay on its device: the compact first view is quantized there.
+                        on_device=model.device.type == "cuda",
                     )
         except Cancelled as exc:
             logger.info("model %r: forward of %d stopped, their clients have gone: %s", name, len(live), exc)
