@@ -25,6 +25,19 @@ n = 128, 512 and 2048 random token ids (tokenization is the same for both and le
 --family smollm2: the real SmolLM2-135M-Instruct from the bundled GGUF against transformers reading the
 same file: load times (first and cached), attend and resident memory (benchmarks/smollm2.py, which takes
 the same options after --family smollm2).
+
+--device cpu|cuda: issue 27 item 4's figures on that device (`device_figures`; benchmarks/gpu.py reads
+them through `gpu_rows`), the default model (MiniLM, or the stand-in gpu.py installs in its place):
+  attend_batch  32 different texts of 128 tokens: model.attend_batch(texts) (every result's maps and
+                hidden state on the host) against tokenizer(texts, padding) + BertModel eager with
+                output_attentions + torch.stack(attentions).cpu(): transformers' forward and its copy to
+                the host; ours without the hidden state beside it.
+  compact       the service's /api/attention/compact latency as the page asks it (abs-uint8-key-major,
+                bits=auto, gzip) at 128 and 512 tokens, in process (TestClient, the cache off so every
+                request runs its forward), against transformers eager + copy to host of the same text.
+Median and min of interleaved repeats, each beside its reference as a ratio.
+
+    .venv/bin/python benchmarks/extract.py --device cuda [--repeats 20]
 """
 
 from __future__ import annotations
@@ -39,6 +52,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -60,9 +74,11 @@ SMOLLM2 = {
 WORDS = "the quick brown fox jumps over the lazy dog while attention heads watch every token".split()
 
 
-def text_of(n: int, tokenizer) -> str:
-    """A text the tokenizer turns into exactly n tokens, specials included."""
-    words = (WORDS * (n // len(WORDS) + 2))[: n - 2]
+def text_of(n: int, tokenizer, *, salt: int = 0) -> str:
+    """A text the tokenizer turns into exactly n tokens, specials included (`salt` rotates the words: another
+    text of the same length)."""
+    shift = salt % len(WORDS)
+    words = ((WORDS[shift:] + WORDS[:shift]) * (n // len(WORDS) + 2))[: n - 2]
     text = " ".join(words)
     got = len(tokenizer(text)["input_ids"])
     if got != n:
@@ -187,6 +203,177 @@ def child_peak_mib(argv: list[str]) -> float:
     return (figures["peak_kib"] - figures["base_kib"]) / 1024
 
 
+# --- issue 27 item 4: attend_batch and the service's first view on a device ------------------------------
+
+BATCH_TEXTS, BATCH_TOKENS = 32, 128
+COMPACT_SIZES = (128, 512)
+FIRST_VIEW = "/api/attention/compact?scheme=abs-uint8-key-major&bits=auto"  # what the page asks first
+
+
+def interleaved(
+    runs: dict[str, Callable[[], object]], repeats: int, device: torch.device, warm: int = 2
+) -> dict[str, tuple[float, float]]:
+    """{name: (median ms, min ms)} of `repeats` interleaved calls each, after `warm` of each; the device is
+    drained before every call, so none pays for the one before it."""
+    for _ in range(warm):
+        for run in runs.values():
+            run()
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            run()  # every run ends with its values on the host, so its time includes the device's
+            times[name].append(time.perf_counter() - start)
+    return {name: (statistics.median(t) * 1000, min(t) * 1000) for name, t in times.items()}
+
+
+def transformers_eager(device: torch.device) -> Callable[[list[str]], torch.Tensor]:
+    """The reference: tokenize (padded), BertModel eager with output_attentions, every layer's maps stacked
+    and copied to the host."""
+    from transformers import AutoTokenizer, BertModel
+
+    from mha.pretrained import default_model_path
+
+    path = str(default_model_path())
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    theirs = BertModel.from_pretrained(path, attn_implementation="eager").to(device).eval()
+
+    def run(texts: list[str]) -> torch.Tensor:
+        batch = tokenizer(texts, padding=True, return_tensors="pt").to(device)
+        with torch.no_grad():
+            return torch.stack(theirs(**batch, output_attentions=True).attentions).cpu()
+
+    return run
+
+
+def batch_figures(
+    ours: Any, theirs: Callable[[list[str]], torch.Tensor], device: torch.device, repeats: int
+) -> dict[str, Any]:
+    """attend_batch of BATCH_TEXTS different texts of BATCH_TOKENS tokens against `theirs` of the same."""
+    texts = [text_of(BATCH_TOKENS, ours.tokenizer, salt=i) for i in range(BATCH_TEXTS)]
+    batch = interleaved(
+        {
+            "ours": lambda: ours.attend_batch(texts),
+            "ours_no_hidden": lambda: ours.attend_batch(texts, hidden_state=False),
+            "theirs": lambda: theirs(texts),
+        },
+        repeats,
+        device,
+    )
+    return {
+        "texts": BATCH_TEXTS,
+        "tokens": BATCH_TOKENS,
+        **{f"{name}_ms": median for name, (median, _) in batch.items()},
+        **{f"{name}_min_ms": least for name, (_, least) in batch.items()},
+        "ratio": batch["ours"][0] / batch["theirs"][0],
+        "ratio_no_hidden": batch["ours_no_hidden"][0] / batch["theirs"][0],
+    }
+
+
+def device_figures(device: str = "cpu", *, repeats: int = 10) -> dict[str, Any]:
+    """attend_batch 32 x 128 and the compact first view's latency at COMPACT_SIZES on `device`, each beside
+    transformers eager + copy to host: {"device", "attend_batch": {...}, "compact": {n: {...}}}, times in ms
+    (median and min), ratios ours / reference of the medians."""
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+    from app.settings import Settings
+    from mha import load_pretrained
+
+    torch_device = torch.device(device)
+    theirs = transformers_eager(torch_device)
+    figures: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(torch_device) if torch_device.type == "cuda" else "cpu",
+        # its own model, freed before the service loads one
+        "attend_batch": batch_figures(load_pretrained(device=torch_device), theirs, torch_device, repeats),
+        "compact": {},
+    }
+    settings = Settings(
+        device=device,
+        log_level="warning",
+        models={},
+        allowed_hosts=["testserver"],
+        bundled_llm=False,
+        random_model=False,
+        cache_size=0,  # every request runs its forward and its encoding, as a new text does
+    )
+    with TestClient(create_app(settings)) as client:
+        tokenizer = client.app.state.service.registry.get(None)[1].tokenizer  # type: ignore[attr-defined]
+        for n in COMPACT_SIZES:
+            text = text_of(n, tokenizer)
+
+            def ask(text: str = text) -> None:
+                answer = client.post(FIRST_VIEW, json={"text": text})
+                if answer.status_code != 200:
+                    raise RuntimeError(f"{FIRST_VIEW} answered {answer.status_code}: {answer.text[:200]}")
+
+            timed = interleaved(
+                {"service": ask, "theirs": lambda text=text: theirs([text])}, repeats, torch_device
+            )
+            figures["compact"][n] = {
+                "service_ms": timed["service"][0],
+                "service_min_ms": timed["service"][1],
+                "theirs_ms": timed["theirs"][0],
+                "theirs_min_ms": timed["theirs"][1],
+                "ratio": timed["service"][0] / timed["theirs"][0],
+            }
+    return figures
+
+
+def gpu_rows(device: str = "cuda", quick: bool = False) -> list[dict[str, Any]]:
+    """device_figures as benchmarks/gpu.py's rows (its Row's fields)."""
+    figures = device_figures(device, repeats=3 if quick else 10)
+    batch = figures["attend_batch"]
+    rows = [
+        {
+            "check": f"attend_batch {batch['texts']} x {batch['tokens']}",
+            "ours": f"{batch['ours_ms']:.1f} ms (no hidden state {batch['ours_no_hidden_ms']:.1f})",
+            "reference": f"transformers eager + copy to host {batch['theirs_ms']:.1f} ms",
+            "ratio": batch["ratio"],
+            "note": "goal <= 1",
+            "values": {k: v for k, v in batch.items() if isinstance(v, float)},
+        }
+    ]
+    for n, one in figures["compact"].items():
+        rows.append(
+            {
+                "check": f"/api/attention/compact {n} tokens",
+                "ours": f"{one['service_ms']:.1f} ms",
+                "reference": f"transformers eager + copy to host {one['theirs_ms']:.1f} ms",
+                "ratio": one["ratio"],
+                "note": "the whole request: forward, quantize, gzip",
+                "values": one,
+            }
+        )
+    return rows
+
+
+def print_device_figures(figures: dict[str, Any]) -> None:
+    batch = figures["attend_batch"]
+    print(
+        f"{figures['device']}, torch {torch.__version__}, {torch.get_num_threads()} threads, load average "
+        f"{os.getloadavg()[0]:.2f}; median (min) of interleaved repeats, ms"
+    )
+    print(f"{'check':<34} {'ours':>17} {'reference':>17} {'ratio':>7}")
+    print(
+        f"{'attend_batch 32 x 128':<34} {batch['ours_ms']:>8.1f} ({batch['ours_min_ms']:>6.1f})"
+        f" {batch['theirs_ms']:>8.1f} ({batch['theirs_min_ms']:>6.1f}) {batch['ratio']:>7.3f}"
+    )
+    print(
+        f"{'  without the hidden state':<34} {batch['ours_no_hidden_ms']:>8.1f}"
+        f" ({batch['ours_no_hidden_min_ms']:>6.1f}) {'':>17} {batch['ratio_no_hidden']:>7.3f}"
+    )
+    for n, one in figures["compact"].items():
+        check = f"/api/attention/compact {n} tokens"
+        print(
+            f"{check:<34} {one['service_ms']:>8.1f} ({one['service_min_ms']:>6.1f})"
+            f" {one['theirs_ms']:>8.1f} ({one['theirs_min_ms']:>6.1f}) {one['ratio']:>7.3f}"
+        )
+    print("reference: transformers' BertModel eager (output_attentions) + torch.stack(...).cpu(), same texts")
+
+
 def main() -> None:
     if sys.argv[1:3] == ["--family", "smollm2"]:
         import smollm2
@@ -203,8 +390,14 @@ def main() -> None:
     parser.add_argument("--family", choices=("minilm", "llama", "smollm2"), default="minilm")
     parser.add_argument("--child", nargs=2, metavar=("WHICH", "N"), help=argparse.SUPPRESS)
     parser.add_argument("--llama-dir", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--device", help="cpu or cuda: attend_batch 32 x 128 and the compact first view there"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.device:
+        print_device_figures(device_figures(args.device, repeats=args.repeats))
+        return
     if args.child:
         memory_child(args.child[0], int(args.child[1]), args.llama_dir)
         return
