@@ -59,6 +59,12 @@ class TransformerConfig:
     # BART set it against that. A pre-norm stack ends in a final norm.
     relative_buckets: int = 32  # T5's relative_attention_num_buckets
     relative_max_distance: int = 128  # T5's relative_attention_max_distance
+    # T5: a float16 residual stream is clamped short of ±inf after each sub-layer's residual add where any
+    # value overflowed (transformers' T5Block), so one overflow does not make the rest of the stack NaN
+    clamp_float16: bool = False
+    # T5: in a float16 model the feed-forward's output projection stays float32 (transformers keeps its
+    # `wo` so, _keep_in_fp32_modules), its input cast up to it: the residual stream is float32 after it
+    float32_ffn_out: bool = False
 
     def __post_init__(self) -> None:
         for field in ("vocab_size", "max_positions", "embed_dim", "num_heads", "num_layers", "ffn_dim"):

@@ -7,7 +7,8 @@
   Gemma's GeGLU), gate and up in one fused matmul as Phi-3 stores them.
 - Block: post-norm (BERT, BART), pre-norm (GPT-2, Llama, T5) or Gemma 2's sandwich (pre- and post-norm
   around both the attention and the feed-forward); LayerNorm or RMSNorm. `Block.residual` is the wiring
-  alone, which mha.seq2seq's decoder block reuses for its cross-attention.
+  alone, which mha.seq2seq's decoder block reuses for its cross-attention; T5's float16 clamp
+  (`clamp_overflow`) is applied there.
 
 Shape legend: B batch, T tokens, E embed dim, F feed-forward width.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +33,8 @@ __all__ = [
     "Embedding",
     "Embeddings",
     "FeedForward",
+    "cast_network",
+    "clamp_overflow",
     "make_norm",
     "sinusoidal_positions",
 ]
@@ -45,6 +49,7 @@ _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 assert tuple(_ACTIVATIONS) == ACTIVATIONS  # one list of names, checked where the functions are
 
 Rotary = tuple[torch.Tensor, torch.Tensor]
+M = TypeVar("M", bound=nn.Module)
 
 
 def make_norm(config: TransformerConfig) -> nn.Module:
@@ -60,6 +65,15 @@ def sinusoidal_positions(position_ids: torch.Tensor, dim: int) -> torch.Tensor:
     # (..., ceil(dim / 2)): position / 10000^(2i / dim), divided as transformers' numpy table does
     angles = position_ids.to(torch.float64).unsqueeze(-1) / torch.pow(10000.0, exponents)
     return torch.cat([angles.sin(), angles[..., : dim // 2].cos()], dim=-1).float()
+
+
+def clamp_overflow(x: torch.Tensor) -> torch.Tensor:
+    """transformers' T5Block guard, op for op: where any value of x is ±inf, every value is clamped to
+    ±(the dtype's largest - 1000), else to ±the largest, which leaves finite values as they are. The
+    choice is made on the device (torch.where), without a wait for it."""
+    finfo = torch.finfo(x.dtype)
+    limit = torch.where(torch.isinf(x).any(), finfo.max - 1000, finfo.max)
+    return torch.clamp(x, min=-limit, max=limit)
 
 
 class Embedding(nn.Embedding):
@@ -114,6 +128,8 @@ class FeedForward(nn.Module):
         self.fc_in = nn.Linear(config.embed_dim, width, bias=config.mlp_bias)
         self.fc_out = nn.Linear(config.ffn_dim, config.embed_dim, bias=config.mlp_bias)
         self.activation = _ACTIVATIONS[config.activation]
+        # T5: cast_network keeps fc_out float32 in a float16 network; its input is cast up to it.
+        self.float32_out = config.float32_ffn_out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gated:
@@ -121,8 +137,25 @@ class FeedForward(nn.Module):
             hidden = self.activation(gate)
             # In place where no gradient needs the activation's output (saves a [T, F] allocation).
             hidden = hidden * up if torch.is_grad_enabled() else hidden.mul_(up)
-            return self.fc_out(hidden)
-        return self.fc_out(self.activation(self.fc_in(x)))
+        else:
+            hidden = self.activation(self.fc_in(x))
+        if self.float32_out:
+            hidden = hidden.to(self.fc_out.weight.dtype)
+        return self.fc_out(hidden)
+
+
+def cast_network(network: M, *, device: torch.device, dtype: torch.dtype) -> M:
+    """network.to(device, dtype), as transformers' from_pretrained(dtype=) places a model: in float16, a
+    feed-forward whose config says float32_ffn_out (T5) keeps its output projection in float32, moved to
+    the device at the precision it has (the checkpoint's), never through float16."""
+    kept = [m for m in network.modules() if isinstance(m, FeedForward) and m.float32_out]
+    held = [(m, m.fc_out) for m in kept] if dtype == torch.float16 else []
+    for ffn, _ in held:
+        delattr(ffn, "fc_out")  # out of the way of the cast; put back below
+    network.to(device=device, dtype=dtype)
+    for ffn, fc_out in held:
+        ffn.fc_out = fc_out.to(device=device, dtype=torch.float32)
+    return network
 
 
 class Block(nn.Module):
@@ -150,6 +183,7 @@ class Block(nn.Module):
         self.attn_post_norm = make_norm(config) if config.sandwich_norm else None
         self.ffn_post_norm = make_norm(config) if config.sandwich_norm else None
         self.dropout = nn.Dropout(config.dropout)
+        self.clamp_float16 = config.clamp_float16
 
     def forward(
         self,
@@ -197,14 +231,18 @@ class Block(nn.Module):
         post_norm: nn.Module | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One sub-layer with its residual: post-norm norm(x + f(x)), or pre-norm x + f(norm(x)) (Gemma 2:
-        x + post_norm(f(norm(x)))); f's weights (or None) pass through."""
+        x + post_norm(f(norm(x)))); f's weights (or None) pass through. With clamp_float16 (T5), a float16
+        pre-norm sum is clamp_overflow'ed, where transformers' T5Block clamps it: after each sub-layer."""
         if not self.pre_norm:
             out, weights = sublayer(x)
             return norm(x + self.dropout(out)), weights
         out, weights = sublayer(norm(x))
         if post_norm is not None:
             out = post_norm(out)
-        return x + self.dropout(out), weights
+        x = x + self.dropout(out)
+        if self.clamp_float16 and x.dtype == torch.float16:
+            x = clamp_overflow(x)
+        return x, weights
 
     def value_products(self, x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
         """The attention's value products (MultiHeadAttention.value_products) of this layer's input alone:

@@ -27,7 +27,9 @@ class RMSNorm(nn.Module):
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         if self.offset:
             return (h * (self.offset + self.weight.to(h.dtype))).type_as(x)
-        return self.weight * h.type_as(x)
+        # Cast to the weight's dtype, as T5's norm does: the same as x's but where a float16 T5 carries its
+        # residual stream in float32 (mha.layers.cast_network), whose norms feed float16 layers.
+        return self.weight * h.to(self.weight.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}, offset={self.offset}"

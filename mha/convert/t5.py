@@ -53,6 +53,8 @@ def config_from_hf(cfg: Any) -> Seq2SeqConfig:
         mlp_bias=False,
         attention_bias=False,
         attention_scale=1.0,  # T5 folds 1/sqrt(d) into its initialisation instead
+        clamp_float16=True,  # as transformers' T5Block, after each sub-layer
+        float32_ffn_out=True,  # as transformers keeps its `wo` in a float16 model
     )
     decoder = replace(encoder, architecture="decoder", num_layers=cfg.num_decoder_layers)
     start = cfg.decoder_start_token_id
