@@ -3,12 +3,12 @@
 #
 #   docker build -t headscope .
 #   docker run --rm -p 8000:8000 headscope            # http://127.0.0.1:8000
-#   CUDA: docker build --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 -t headscope:cuda .
+#   CUDA: docker build --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu130 -t headscope:cuda .
 #   Offline wheels: docker build -v /opt/wheels:/wheels:ro --build-arg PIP_FIND_LINKS=/wheels ...  (podman)
 FROM python:3.11-slim
 
 # PyPI's Linux torch is the multi-GB CUDA build, so torch comes from PyTorch's own index;
-# a CUDA image passes that index's cu12x variant instead.
+# a CUDA image passes that index's cu130 variant (or PyPI's, the same CUDA 13.0 build) instead.
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 # A local wheel directory pip also searches (pip reads PIP_FIND_LINKS from the environment).

@@ -414,7 +414,12 @@ def test_gpu_profile_reserves_an_nvidia_device_and_builds_cuda_torch(
     assert set(args) <= set(build_args(dockerfile)), (
         "compose passes a build arg the Dockerfile does not declare"
     )
-    assert re.fullmatch(r"https://download\.pytorch\.org/whl/cu\d+", args["TORCH_INDEX_URL"])
+    variant = re.fullmatch(r"https://download\.pytorch\.org/whl/cu(\d+)", args["TORCH_INDEX_URL"])
+    assert variant is not None
+    # torch 2.12 and later publish no cu128 (nor cu129): the default must be a variant the pinned torch has.
+    major, minor = (int(part) for part in build_args(dockerfile)["TORCH_VERSION"].split(".")[:2])
+    if (major, minor) >= (2, 12):
+        assert int(variant.group(1)) >= 130, f"torch {major}.{minor} has no {args['TORCH_INDEX_URL']} build"
     devices = gpu["deploy"]["resources"]["reservations"]["devices"]
     assert any(d["driver"] == "nvidia" and "gpu" in d["capabilities"] for d in devices)
     # Both can run at once (`--profile gpu up`), so they must not share a host port.
