@@ -197,13 +197,17 @@ class Block(nn.Module):
         bias: torch.Tensor | None = None,
         products_out: torch.Tensor | None = None,
         head_mask: torch.Tensor | None = None,
+        rows: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`attention`, if given, stands in for self.attn on the sub-layer's input and returns its output
         (B, T, E), no weights: how mha.trace runs a long input's attention in row blocks through the
         same residual and norm wiring. `bias` is added to the logits (T5's relative positions).
         products_out (B, T, H, H) receives the attention's value products (MultiHeadAttention.
         value_products) of the sub-layer's input: the normed x in a pre-norm block, x in a post-norm one.
-        head_mask (B|1, H) scales each head's output before the output projection (MultiHeadAttention)."""
+        head_mask (B|1, H) scales each head's output before the output projection (MultiHeadAttention).
+        rows, the indices of a padded batch's real tokens in its B·T rows: the feed-forward runs on those
+        alone (a padding row's output is read by nothing: it is no key, and its own row is dropped), and
+        a padding row gets 0 from it."""
 
         def attend(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
             if attention is not None:
@@ -219,8 +223,16 @@ class Block(nn.Module):
                 head_mask=head_mask,
             )
 
+        def feed_forward(h: torch.Tensor) -> tuple[torch.Tensor, None]:
+            if rows is None:
+                return self.ffn(h), None
+            flat = h.reshape(-1, h.shape[-1])
+            real = self.ffn(flat.index_select(0, rows))
+            out = real.new_zeros(flat.shape[0], real.shape[-1])
+            return out.index_copy_(0, rows, real).view(*h.shape[:-1], -1), None
+
         x, weights = self.residual(x, attend, self.attn_norm, self.attn_post_norm)
-        x, _ = self.residual(x, lambda h: (self.ffn(h), None), self.ffn_norm, self.ffn_post_norm)
+        x, _ = self.residual(x, feed_forward, self.ffn_norm, self.ffn_post_norm)
         return x, weights
 
     def residual(

@@ -180,6 +180,7 @@ class Transformer(nn.Module):
             input_ids, attention_mask=attention_mask, segment_ids=segment_ids, position_ids=position_ids
         )
         x, rotary, bias = prepared.x, prepared.rotary, prepared.bias
+        rows = _real_rows(attention_mask, prepared.keeps[0] is not None)
 
         group = min(layers_at_once, cfg.num_layers) if on_layers is not None else cfg.num_layers
         buffer = None
@@ -212,6 +213,7 @@ class Transformer(nn.Module):
                     weights_out=out,
                     bias=bias,
                     products_out=None if products is None else products[i],
+                    rows=rows,
                 )
             if weights is not None:
                 layer_weights.append(weights)
@@ -231,3 +233,14 @@ class Transformer(nn.Module):
         if self.final_norm is not None:
             x = self.final_norm(x)
         return TransformerOutput(hidden_state=x, attentions=attentions, products=products)
+
+
+def _real_rows(attention_mask: torch.Tensor | None, masked: bool) -> torch.Tensor | None:
+    """The indices of a padded CPU batch's real tokens among its B·T rows, for the feed-forward to skip
+    the padding (a corpus batch's groups pad ~10 % of their tokens); None without padding, and on an
+    accelerator, where finding them would wait for the device."""
+    if attention_mask is None or not masked or attention_mask.device.type != "cpu":
+        return None
+    if bool(attention_mask.all()):
+        return None
+    return attention_mask.reshape(-1).nonzero().squeeze(1)
