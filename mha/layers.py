@@ -205,9 +205,9 @@ class Block(nn.Module):
         products_out (B, T, H, H) receives the attention's value products (MultiHeadAttention.
         value_products) of the sub-layer's input: the normed x in a pre-norm block, x in a post-norm one.
         head_mask (B|1, H) scales each head's output before the output projection (MultiHeadAttention).
-        rows, the indices of a padded batch's real tokens in its B·T rows: the feed-forward runs on those
-        alone (a padding row's output is read by nothing: it is no key, and its own row is dropped), and
-        a padding row gets 0 from it."""
+        rows, the indices of a padded batch's real tokens in its B·T rows: the projections and the
+        feed-forward run on those alone (a padding row's output is read by nothing: it is no key, and its
+        own row is dropped), and a padding row gets 0 from them."""
 
         def attend(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
             if attention is not None:
@@ -221,6 +221,7 @@ class Block(nn.Module):
                 bias=bias,
                 products_out=products_out,
                 head_mask=head_mask,
+                rows=rows,
             )
 
         def feed_forward(h: torch.Tensor) -> tuple[torch.Tensor, None]:

@@ -113,10 +113,16 @@ class MultiHeadAttention(nn.Module):
                 nn.init.zeros_(lin.bias)
 
     def _project(
-        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, self_attention: bool
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        self_attention: bool,
+        rows: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.fused and self_attention:
-            qkv = self.in_proj(query)  # (B, T, q + k + v widths): one matmul for all three
+            # (B, T, q + k + v widths): one matmul for all three; `rows`, on the real tokens alone
+            qkv = self.in_proj(query) if rows is None else _on_rows(self.in_proj, query, rows)
             return qkv.split(self.widths, dim=-1)  # type: ignore[return-value]
         if self.fused:
             w_q, w_k, w_v = self.in_proj.weight.split(self.widths, dim=0)
@@ -141,6 +147,7 @@ class MultiHeadAttention(nn.Module):
         bias: torch.Tensor | None = None,
         products_out: torch.Tensor | None = None,
         head_mask: torch.Tensor | None = None,
+        rows: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from `query` (B, T, E) to `key` (B, S, kdim), `value` (B, S, vdim); omitted: self-attention.
 
@@ -155,6 +162,9 @@ class MultiHeadAttention(nn.Module):
         products_out: (B, S, H, H), filled with `value_products` of this forward's values.
         head_mask: (B|1, H), each head's output (its slice before out_proj) multiplied by it: 0 removes the
         head from the sum, as zeroing the input slice of transformers' o_proj does (mha.ablation).
+        rows: a padded self-attention batch's real tokens among its B·T rows (mha.model): the projections
+        run on them alone, a padding row's q, k, v and output are 0 (a padded key is masked, a padded
+        query's row is dropped), and so are a padded key's value products.
         """
         key, value = self._check_inputs(query, key, value)
         self_attention = key is query and value is query
@@ -163,7 +173,7 @@ class MultiHeadAttention(nn.Module):
         if need_weights and plain and self._single_sequence(query, self_attention):
             return self._single_self_attention(query, keep, weights_out, products_out)
 
-        q, k, v = self.heads(query, key, value, self_attention, rotary)
+        q, k, v = self.heads(query, key, value, self_attention, rotary, rows=rows if self_attention else None)
         if products_out is not None:
             self.value_products(v, out=products_out)
         if bias is not None and self.num_kv_heads != self.num_heads:
@@ -187,6 +197,8 @@ class MultiHeadAttention(nn.Module):
         if head_mask is not None:
             out = out * head_mask.to(out.dtype)[:, :, None, None]  # (B, H, T, D)
         out = out.transpose(1, 2).reshape(query.shape[0], query.shape[1], self.widths[0])  # (B, T, H·D)
+        if rows is not None and self_attention:
+            return _on_rows(self.out_proj, out, rows), weights
         return self.out_proj(out), weights
 
     def heads(
@@ -196,9 +208,11 @@ class MultiHeadAttention(nn.Module):
         value: torch.Tensor,
         self_attention: bool,
         rotary: tuple[torch.Tensor, torch.Tensor] | None,
+        *,
+        rows: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q (B, H, T, D), k and v (B, H_kv, S, D): projected, split into heads, q/k-normed, rotated."""
-        q, k, v = self._project(query, key, value, self_attention)  # (B, T|S, widths)
+        q, k, v = self._project(query, key, value, self_attention, rows)  # (B, T|S, widths)
         q = self._split_heads(q, self.num_heads)
         k = self._split_heads(k, self.num_kv_heads)
         v = self._split_heads(v, self.num_kv_heads)
@@ -439,3 +453,10 @@ class MultiHeadAttention(nn.Module):
             out=None if weights_out is None else weights_out[0],
         )  # (H, T, T)
         return (v_t[0] if v_t else None), weights
+
+
+def _on_rows(linear: nn.Module, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """linear(x) for x (B, T, in) on the B·T rows `rows` alone, 0 on the others: (B, T, out)."""
+    real = linear(x.reshape(-1, x.shape[-1]).index_select(0, rows))
+    out = real.new_zeros(x.shape[0] * x.shape[1], real.shape[-1])
+    return out.index_copy_(0, rows, real).view(x.shape[0], x.shape[1], -1)
