@@ -136,11 +136,7 @@ def head_effects(
     with torch.no_grad():
         prepared = network.prepare(ids, segment_ids=segments)
         layers = cast("list[Block]", list(network.layers))
-        states = []  # the residual stream entering each layer, from the plain forward
-        x = prepared.x
-        for i, layer in enumerate(layers):
-            states.append(x)
-            x = _layer(layer, x, prepared, i, None)
+        states, x = _plain(layers, prepared)
         full = reader.read(x)
         heads = network.config.num_heads
         # Copy b of the batch zeroes head b: a (H, H) mask, ones but the diagonal.
@@ -174,6 +170,16 @@ def head_effects(
         )
     first, pooled = table[..., 0].contiguous(), table[..., 1].contiguous()
     return HeadEffects(tokens, "cosine", first, pooled=pooled, truncated=cut)
+
+
+def _plain(layers: list[Block], prepared: Prepared) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """The plain forward through `layers`: the residual stream entering each, and the last one's output."""
+    states = []
+    x = prepared.x
+    for i, layer in enumerate(layers):
+        states.append(x)
+        x = _layer(layer, x, prepared, i, None)
+    return states, x
 
 
 def _layer(
@@ -255,11 +261,7 @@ def _seq2seq_effects(
         source_ids = torch.tensor([source.ids], device=device)
         below = encoder.prepare(source_ids)
         encoder_layers = cast("list[Block]", list(encoder.layers))
-        encoder_states = []  # the stream entering each encoder layer, from the plain forward
-        x = below.x
-        for i, layer in enumerate(encoder_layers):
-            encoder_states.append(x)
-            x = _layer(layer, x, below, i, None)
+        encoder_states, x = _plain(encoder_layers, below)
         memory = x if encoder.final_norm is None else encoder.final_norm(x)  # (1, S, E)
         generated = 0
         if target is None:
