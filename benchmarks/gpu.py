@@ -66,8 +66,6 @@ for _path in (ROOT, ROOT / "tests"):
         sys.path.append(str(_path))
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-PARITY_TEXT = "The cat sat on the mat because it was tired."
-SOURCE, TARGET = "The house is wonderful.", "Das Haus ist wunderbar."
 # The real all-MiniLM-L6-v2 files a stand-in keeps (700 KB); its weights are drawn at the start of a call.
 STANDIN_FILES = (
     "config.json",
@@ -243,36 +241,6 @@ def our_network(directory: Path, device: torch.device, dtype: torch.dtype) -> tu
     return network, note
 
 
-def parity_inputs(directory: Path, seq2seq: bool, device: torch.device) -> dict[str, torch.Tensor]:
-    """What transformers' tokenizer gives for the parity text (an encoder-decoder: the source, and the
-    target's labels behind the decoder start token, as transformers shifts them)."""
-    from transformers import AutoConfig, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(directory))
-    if not seq2seq:
-        batch = tokenizer(PARITY_TEXT, return_tensors="pt")
-        return {key: value.to(device) for key, value in batch.items()}
-    batch = tokenizer(SOURCE, text_target=TARGET)
-    start = AutoConfig.from_pretrained(str(directory)).decoder_start_token_id
-    return {
-        "input_ids": torch.tensor([batch["input_ids"]], device=device),
-        "decoder_input_ids": torch.tensor([[start, *batch["labels"]]], device=device),
-    }
-
-
-def our_maps(network: Any, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-    """Every attention map of our network for `inputs` (an encoder-decoder: its three kinds)."""
-    from mha.seq2seq import EncoderDecoder
-
-    with torch.no_grad():
-        if isinstance(network, EncoderDecoder):
-            out = network(inputs["input_ids"], inputs["decoder_input_ids"])
-            return [out.encoder_attentions, out.decoder_attentions, out.cross_attentions]
-        typed = network.config.type_vocab_size > 0
-        segments = inputs.get("token_type_ids") if typed else None
-        return [network(inputs["input_ids"], segment_ids=segments, need_hidden=False).attentions]
-
-
 def their_maps(directory: Path, seq2seq: bool, inputs: dict[str, torch.Tensor], dtype: torch.dtype) -> list:
     """transformers' eager attention maps, its model loaded in `dtype` as its users load it."""
     from transformers import AutoModel, AutoModelForSeq2SeqLM
@@ -291,7 +259,7 @@ def max_error(maps: list, reference: list[torch.Tensor]) -> float:
 
 
 def parity(run: Run) -> None:
-    from checkpoints import FAMILIES, build_checkpoint
+    from checkpoints import FAMILIES, build_checkpoint, network_maps, parity_inputs
     from seq2seq_checkpoints import SEQ2SEQ_FAMILIES, build_seq2seq_checkpoint
 
     seq2seq_families = (*SEQ2SEQ_FAMILIES, "mt5")
@@ -302,12 +270,12 @@ def parity(run: Run) -> None:
         directory = build(family, run.scratch / "parity" / family)
         inputs = parity_inputs(directory, seq2seq, run.device)
         reference = [
-            m.double() for m in our_maps(our_network(directory, run.device, torch.float64)[0], inputs)
+            m.double() for m in network_maps(our_network(directory, run.device, torch.float64)[0], inputs)
         ]
         for dtype in DTYPES:
             try:
                 network, note = our_network(directory, run.device, dtype)
-                ours = max_error(our_maps(network, inputs), reference)
+                ours = max_error(network_maps(network, inputs), reference)
                 theirs = max_error(their_maps(directory, seq2seq, inputs, dtype), reference)
             except Skipped as why:
                 skipped.add(str(why))

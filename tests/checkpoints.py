@@ -330,3 +330,38 @@ def build_long_llama(directory: Path, *, seed: int = 0, layers: int = LONG_LAYER
 def build_tiny_checkpoints(root: Path) -> dict[str, Path]:
     """family -> directory of a tiny checkpoint, for each of FAMILIES."""
     return {family: build_checkpoint(family, root / family) for family in FAMILIES}
+
+
+# -- one input for every family, and every map our network gives for it (half-precision parity: the tests
+# and benchmarks/gpu.py) ----------------------------------------------------------------------------------
+
+PARITY_TEXT = "The cat sat on the mat because it was tired."
+PARITY_SOURCE, PARITY_TARGET = "The house is wonderful.", "Das Haus ist wunderbar."
+
+
+def parity_inputs(directory: Path, seq2seq: bool, device: str | torch.device) -> dict[str, torch.Tensor]:
+    """What transformers' tokenizer gives for the parity text (an encoder-decoder: the source, and the
+    target's labels behind the decoder start token, as transformers shifts them)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    if not seq2seq:
+        return {k: v.to(device) for k, v in tokenizer(PARITY_TEXT, return_tensors="pt").items()}
+    batch = tokenizer(PARITY_SOURCE, text_target=PARITY_TARGET)
+    start = AutoConfig.from_pretrained(str(directory)).decoder_start_token_id
+    return {
+        "input_ids": torch.tensor([batch["input_ids"]], device=device),
+        "decoder_input_ids": torch.tensor([[start, *batch["labels"]]], device=device),
+    }
+
+
+def network_maps(network: Any, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """Every attention map our network gives for `inputs` (an encoder-decoder: encoder, decoder, cross)."""
+    from mha.seq2seq import EncoderDecoder
+
+    with torch.no_grad():
+        if isinstance(network, EncoderDecoder):
+            out = network(inputs["input_ids"], inputs["decoder_input_ids"])
+            return [out.encoder_attentions, out.decoder_attentions, out.cross_attentions]
+        segments = inputs.get("token_type_ids") if network.config.type_vocab_size else None
+        return [network(inputs["input_ids"], segment_ids=segments, need_hidden=False).attentions]

@@ -13,15 +13,13 @@ from typing import Any
 
 import pytest
 import torch
-from checkpoints import FAMILIES
+from checkpoints import FAMILIES, network_maps, parity_inputs
 from seq2seq_checkpoints import SEQ2SEQ_FAMILIES, build_seq2seq_checkpoint
 
 from mha import load_pretrained
 from mha.layers import cast_network, clamp_overflow
 from mha.seq2seq import EncoderDecoder
 
-TEXT = "The cat sat on the mat because it was tired."
-SOURCE, TARGET = "The house is wonderful.", "Das Haus ist wunderbar."
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 # Ours no further from float64 than AS_CLOSE times transformers' in the same dtype. Both run the same
 # operations in that dtype, so each side's largest error is the largest of the same roundings (a unit of
@@ -30,32 +28,6 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 # spread; a computation that lost precision (a half-precision sum without float32 accumulation, a
 # residual stream rounded where transformers keeps float32) moves the largest error by a whole factor.
 AS_CLOSE = 2.0
-
-
-def inputs_of(directory: Path, seq2seq: bool, device: str) -> dict[str, torch.Tensor]:
-    """What transformers' tokenizer gives (an encoder-decoder: the source, and the target's labels behind
-    the decoder start token, as transformers shifts them)."""
-    from transformers import AutoConfig, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(directory))
-    if not seq2seq:
-        return {k: v.to(device) for k, v in tokenizer(TEXT, return_tensors="pt").items()}
-    batch = tokenizer(SOURCE, text_target=TARGET)
-    start = AutoConfig.from_pretrained(str(directory)).decoder_start_token_id
-    return {
-        "input_ids": torch.tensor([batch["input_ids"]], device=device),
-        "decoder_input_ids": torch.tensor([[start, *batch["labels"]]], device=device),
-    }
-
-
-def our_maps(network: Any, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-    """Every attention map our network gives (an encoder-decoder: encoder, decoder, cross)."""
-    with torch.no_grad():
-        if isinstance(network, EncoderDecoder):
-            out = network(inputs["input_ids"], inputs["decoder_input_ids"])
-            return [out.encoder_attentions, out.decoder_attentions, out.cross_attentions]
-        segments = inputs.get("token_type_ids") if network.config.type_vocab_size else None
-        return [network(inputs["input_ids"], segment_ids=segments, need_hidden=False).attentions]
 
 
 def their_maps(model: Any, inputs: dict[str, torch.Tensor], seq2seq: bool) -> list[torch.Tensor]:
@@ -85,10 +57,10 @@ def test_half_precision_is_as_close_to_float64_as_transformers(
 
     seq2seq = family in seq2seq_dirs
     directory = seq2seq_dirs[family] if seq2seq else tiny_checkpoints[family]
-    inputs = inputs_of(directory, seq2seq, "cuda")
-    reference = our_maps(load_pretrained(directory, device="cuda").network.double(), inputs)
+    inputs = parity_inputs(directory, seq2seq, "cuda")
+    reference = network_maps(load_pretrained(directory, device="cuda").network.double(), inputs)
     ours = max_error(
-        our_maps(load_pretrained(directory, device="cuda", dtype=dtype).network, inputs), reference
+        network_maps(load_pretrained(directory, device="cuda", dtype=dtype).network, inputs), reference
     )
     loader = AutoModelForSeq2SeqLM if seq2seq else AutoModel
     theirs_model = loader.from_pretrained(str(directory), dtype=dtype, attn_implementation="eager")
@@ -114,7 +86,7 @@ def test_the_clamp_is_t5blocks() -> None:
 
 
 def _t5_inputs(directory: Path) -> dict[str, torch.Tensor]:
-    return inputs_of(directory, True, "cpu")
+    return parity_inputs(directory, True, "cpu")
 
 
 def _float16(directory: Path) -> EncoderDecoder:
@@ -161,8 +133,8 @@ def test_float16_t5_is_as_close_to_float64_as_transformers(
 
     directory = seq2seq_dirs[family]
     inputs = _t5_inputs(directory)
-    reference = our_maps(load_pretrained(directory, device="cpu").network.double(), inputs)
-    ours = max_error(our_maps(_float16(directory), inputs), reference)
+    reference = network_maps(load_pretrained(directory, device="cpu").network.double(), inputs)
+    ours = max_error(network_maps(_float16(directory), inputs), reference)
     model = AutoModelForSeq2SeqLM.from_pretrained(
         str(directory), dtype=torch.float16, attn_implementation="eager"
     )
@@ -210,8 +182,8 @@ def test_an_overflow_is_clamped_where_transformers_clamps_it(
     assert all(m.isfinite().all() for m in their_maps(theirs, inputs, True))
 
     ours = load_pretrained(tmp_path, device="cpu").network.half()
-    assert all(m.isfinite().all() for m in our_maps(ours, inputs))
+    assert all(m.isfinite().all() for m in network_maps(ours, inputs))
     for stack in (ours.encoder, ours.decoder):
         for layer in stack.layers:
             layer.clamp_float16 = False
-    assert not all(m.isfinite().all() for m in our_maps(ours, inputs))
+    assert not all(m.isfinite().all() for m in network_maps(ours, inputs))
