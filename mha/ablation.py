@@ -35,7 +35,7 @@ from mha.errors import Cancelled, NotCausalError
 from mha.layers import Block
 from mha.model import Prepared, Transformer
 from mha.seq2seq import DecoderBlock, EncoderDecoder
-from mha.tokenize import Encoded
+from mha.text.tokenize import Encoded
 
 if TYPE_CHECKING:
     from mha.pretrained import AttentionModel

@@ -20,7 +20,7 @@ import torch
 from mha.errors import Cancelled, NotCausalError
 from mha.model import Transformer
 from mha.result import AttentionResult, ModelInfo
-from mha.tokenize import TextEncoder
+from mha.text.tokenize import TextEncoder
 
 __all__ = ["Writer", "attend_continued", "greedy_ids"]
 

@@ -1,8 +1,8 @@
 """Pretrained checkpoints in our layers: load_pretrained(), random_model(), .attend(text) -> AttentionResult.
 
-The checkpoint's own tokenizer (read from its directory) does the tokenization (mha.tokenize); transformers
-is used for that and for reading config.json, never for the attention itself. Finding and reading the
-checkpoint's files is mha.checkpoint's, converting its weights to ours mha.convert's.
+The checkpoint's own tokenizer (read from its directory) does the tokenization (mha.text.tokenize);
+transformers is used for that and for reading config.json, never for the attention itself. Finding and reading
+the checkpoint's files is mha.checkpoint's, converting its weights to ours mha.convert's.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from mha.layers import cast_network
 from mha.model import Transformer, TransformerConfig
 from mha.result import AttentionResult, ModelInfo, Seq2SeqResult
 from mha.seq2seq import EncoderDecoder, Seq2SeqConfig
-from mha.tokenize import Encoded, TextEncoder, is_byte_level
+from mha.text.tokenize import Encoded, TextEncoder, is_byte_level
 from mha.trace import OVERVIEW_SIZE, Trace
 
 __all__ = [

@@ -11,7 +11,7 @@ import torch
 from mha import checkpoint
 from mha.config import TransformerConfig
 from mha.seq2seq import Seq2SeqConfig
-from mha.tokenize import Encoded
+from mha.text.tokenize import Encoded
 
 __all__ = ["ARCHITECTURES", "AttentionResult", "ModelInfo", "Seq2SeqResult", "owned"]
 
@@ -98,7 +98,7 @@ class AttentionResult:
     # it gives none or the model has no segment embeddings. Not `segments`: RoBERTa's tokenizer gives none.
     type_ids: list[int]
     # A control token ([CLS], [SEP], BOS, EOS, PAD, MASK, chat markers), typed in the text or not; never
-    # [UNK] (rule: mha.tokenize's docstring)
+    # [UNK] (rule: mha.text.tokenize's docstring)
     special: list[bool]
     unknown: list[bool]  # the tokenizer's [UNK], standing for a word it cannot spell: for display
     # Character spans into the segment's own text, a typed special token's included; (0, 0) for the

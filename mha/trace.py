@@ -43,7 +43,7 @@ from mha.layers import Block
 from mha.model import Transformer
 from mha.multihead import MultiHeadAttention
 from mha.result import ModelInfo
-from mha.tokenize import Encoded
+from mha.text.tokenize import Encoded
 from mha.trace_fused import Kernel, LseOverview, fused_attention, fused_kernel
 from mha.trace_memory import forward_scratch, objects_nbytes, python_nbytes
 

@@ -22,7 +22,7 @@ import torch
 from mha.errors import Cancelled
 from mha.result import ModelInfo, Seq2SeqResult, owned
 from mha.seq2seq import EncoderDecoder
-from mha.tokenize import Encoded, TextEncoder
+from mha.text.tokenize import Encoded, TextEncoder
 
 __all__ = ["DEFAULT_NEW_TOKENS", "Translator", "attend_seq2seq", "greedy_target", "spell"]
 

@@ -30,8 +30,8 @@ reads: what it measures, then its formula; ``STAT_DESCRIPTIONS`` serves each ent
   Formula: mean_i max_j a_ij.
 
 Which tokens count. Special = the ``special`` mask when given, else a token spelled as one of
-``SPECIAL_TOKENS``. The mask is mha's (``AttentionResult.special``, rule in mha.tokenize): a control token,
-[CLS], [SEP], BOS, EOS, PAD, MASK or a chat-template marker, whether typed in the text or added by the
+``SPECIAL_TOKENS``. The mask is mha's (``AttentionResult.special``, rule in mha.text.tokenize): a control
+token, [CLS], [SEP], BOS, EOS, PAD, MASK or a chat-template marker, whether typed in the text or added by the
 template; never [UNK], the tokenizer's stand-in for a word it cannot spell, which is no sink (Clark et al.
 2019 measure [CLS] + [SEP]). SPECIAL_TOKENS spells exactly the special tokens of BERT, RoBERTa, DistilBERT
 and GPT-2, so the two agree on those. Punctuation = a

@@ -61,7 +61,7 @@ class Converter:
     lm_head: str = "lm_head.weight"
     # the per-token bias BART and Marian add to the logits (read with the LM head)
     logits_bias: str | None = None
-    # the family's transformers tokenizer is a Python SentencePiece one (Marian): mha.slow_tokenize
+    # the family's transformers tokenizer is a Python SentencePiece one (Marian): mha.text.slow_tokenize
     slow_tokenizer: bool = False
 
     def matches(self, keys: Iterable[str]) -> bool:

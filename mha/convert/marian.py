@@ -3,7 +3,7 @@
 loaded), sqrt(d_model)-scaled token embeddings, no embedding norm, and the pad token as the decoder's
 start. Its encoder and decoder share one embedding (`shared`) unless share_encoder_decoder_embeddings is
 off, when each has its own (the decoder's of decoder_vocab_size rows). Its tokenizer is a Python
-SentencePiece one (mha.slow_tokenize).
+SentencePiece one (mha.text.slow_tokenize).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from mha.corpus.job import WEIGHTINGS
 from mha.corpus.source import surrogate_problem
 from mha.errors import InputError
 from mha.pretrained import AttentionModel, load_pretrained
-from mha.tokenize import Encoded
+from mha.text.tokenize import Encoded
 
 __all__ = [
     "DEVICE_MAPS_BYTES",

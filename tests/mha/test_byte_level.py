@@ -1,4 +1,4 @@
-"""mha.tokenize.is_byte_level reads a tokenizer's pre-tokenizer and decoder, wherever ByteLevel sits."""
+"""mha.text.tokenize.is_byte_level reads a tokenizer's pre-tokenizer and decoder, wherever ByteLevel sits."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from mha.tokenize import is_byte_level
+from mha.text.tokenize import is_byte_level
 
 LLAMA3_PRE = pre_tokenizers.Sequence(
     [pre_tokenizers.Split("x", "isolated"), pre_tokenizers.ByteLevel(use_regex=False)]

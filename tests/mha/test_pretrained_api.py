@@ -343,7 +343,7 @@ def _chat_tokenizer():
 def test_chat_markers_are_special_and_a_nominal_unk_token_too() -> None:
     """Special = the control tokens: named special ids and every token added as special (chat markers),
     template's or typed. A byte-level BPE writes no [UNK] for a word, so its unk token is no unknown word."""
-    from mha.tokenize import TextEncoder
+    from mha.text.tokenize import TextEncoder
 
     tokenizer = _chat_tokenizer()
     assert tokenizer.convert_tokens_to_ids("<|im_end|>") not in tokenizer.all_special_ids  # the premise
@@ -364,7 +364,7 @@ def test_unk_is_unknown_unless_it_plays_another_role() -> None:
     from transformers import AutoTokenizer
 
     from mha.pretrained import default_model_path
-    from mha.tokenize import unknown_id
+    from mha.text.tokenize import unknown_id
 
     tokenizer = AutoTokenizer.from_pretrained(str(default_model_path()))
     assert unknown_id(tokenizer) == tokenizer.convert_tokens_to_ids("[UNK]")

@@ -224,7 +224,7 @@ def test_relative_buckets_are_t5s(bidirectional: bool, buckets: int, distance: i
 
 
 def test_slow_tokenizer_pieces_find_their_spans() -> None:
-    from mha.slow_tokenize import align_pieces
+    from mha.text.slow_tokenize import align_pieces
 
     text = "Das  Haus ist wunderbar."
     spans, words = align_pieces(text, ["▁Das", "▁Ha", "us", "▁ist", "▁w", "<unk>", "bar", "."])

@@ -32,7 +32,7 @@ from mha.errors import (
     PairNotSupportedError,
     TokenIdOutOfRangeError,
 )
-from mha.slow_tokenize import encode_slow
+from mha.text.slow_tokenize import encode_slow
 
 __all__ = ["Encoded", "TextEncoder", "control_ids", "display_segments", "is_byte_level", "unknown_id"]
 
@@ -160,7 +160,7 @@ class TextEncoder:
         pad = tokenizer.pad_token_id
         # GPT-2 has no pad token; any id works since padded keys are masked and padded rows dropped.
         self.pad_id: int = pad if pad is not None else 0
-        # A Python SentencePiece tokenizer (Marian's) gives no offsets: mha.slow_tokenize rebuilds them.
+        # A Python SentencePiece tokenizer (Marian's) gives no offsets: mha.text.slow_tokenize rebuilds them.
         self.fast = bool(getattr(tokenizer, "is_fast", False))
         # A fast tokenizer's truncation setting is shared state that each call may change: concurrent
         # calls from threads (the web service) must not interleave, or one gets the other's truncation.
