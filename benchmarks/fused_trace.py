@@ -47,7 +47,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from extract import SMOLLM2, llama_checkpoint, load_llama  # noqa: E402
 
-from mha.layers import Block  # noqa: E402
+from mha.core.layers import Block  # noqa: E402
 from mha.model import Transformer  # noqa: E402
 
 CELLS = 128  # the overview's blocks per side (mha.trace.OVERVIEW_SIZE)

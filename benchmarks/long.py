@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from extract import SMOLLM2, WORDS, child_peak_mib, llama_checkpoint, load_llama, print_peak_added
 
-from mha.layers import Block
+from mha.core.layers import Block
 from mha.model import Transformer
 from mha.trace import Trace, trace_forward
 

@@ -4,6 +4,7 @@ pretrained weights.
 Pure PyTorch; never imports the web app.
 """
 
+from mha.core.multihead import MultiHeadAttention
 from mha.errors import (
     CheckpointError,
     CheckpointMismatchError,
@@ -16,7 +17,6 @@ from mha.errors import (
 )
 from mha.gguf_checkpoint import BUNDLED_LLM_NAME
 from mha.model import Transformer, TransformerConfig
-from mha.multihead import MultiHeadAttention
 from mha.pretrained import (
     DEFAULT_MODEL_NAME,
     AttentionModel,

@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 
 from mha import continuation, translate
+from mha.core.layers import Block
 from mha.errors import Cancelled, NotCausalError
-from mha.layers import Block
 from mha.model import Prepared, Transformer
 from mha.seq2seq import DecoderBlock, EncoderDecoder
 from mha.text.tokenize import Encoded

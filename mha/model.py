@@ -1,6 +1,6 @@
 """Transformers built from our MultiHeadAttention: BERT-style encoders, GPT-2-style decoders and today's
 rotary decoders (Llama, Mistral, Qwen2, Qwen3, Gemma 2, Phi-3), each a TransformerConfig; the layers are
-mha.layers'. An encoder-decoder's two stacks are Transformers too (mha.seq2seq).
+mha.core.layers'. An encoder-decoder's two stacks are Transformers too (mha.seq2seq).
 
 Shape legend: B batch, T tokens, E embed dim, H heads, L layers, F feed-forward width.
 """
@@ -16,11 +16,11 @@ import torch
 from torch import nn
 
 from mha._memory import empty_buffer
-from mha.attention import build_keep_mask
-from mha.config import ACTIVATIONS, ARCHITECTURES, TransformerConfig
+from mha.core.attention import build_keep_mask
+from mha.core.config import ACTIVATIONS, ARCHITECTURES, TransformerConfig
+from mha.core.layers import Block, Embeddings, make_norm
+from mha.core.relative import RelativePositionBias
 from mha.errors import Cancelled
-from mha.layers import Block, Embeddings, make_norm
-from mha.relative import RelativePositionBias
 
 __all__ = ["ACTIVATIONS", "ARCHITECTURES", "Transformer", "TransformerConfig", "TransformerOutput"]
 
@@ -53,7 +53,7 @@ class Transformer(nn.Module):
         self.embeddings = Embeddings(config)
         self.layers = nn.ModuleList((block or partial(Block, config))() for _ in range(config.num_layers))
         self.final_norm = make_norm(config) if config.is_pre_norm else None
-        # T5: the first layer's table, whose bias every layer adds (mha.relative).
+        # T5: the first layer's table, whose bias every layer adds (mha.core.relative).
         self.relative_bias = (
             RelativePositionBias(
                 config.num_heads,

@@ -23,8 +23,8 @@ from mha.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint, default_model_p
 from mha.convert import Converter, convert_state_dict
 from mha.convert.base import NetworkConfig, forced_tokens
 from mha.convert.base import build_network as make_network
+from mha.core.layers import cast_network
 from mha.errors import MaxTokensError, NotCausalError, TargetNotSupportedError
-from mha.layers import cast_network
 from mha.model import Transformer, TransformerConfig
 from mha.result import AttentionResult, ModelInfo, Seq2SeqResult
 from mha.seq2seq import EncoderDecoder, Seq2SeqConfig

@@ -9,7 +9,7 @@ from typing import Self
 import torch
 
 from mha import checkpoint
-from mha.config import TransformerConfig
+from mha.core.config import TransformerConfig
 from mha.seq2seq import Seq2SeqConfig
 from mha.text.tokenize import Encoded
 

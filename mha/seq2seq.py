@@ -5,7 +5,7 @@ MultiHeadAttention(kdim=, vdim=), the seeds' reason for those arguments.
 Shape legend: B batch, S source tokens, T target tokens, E embed dim, H heads, L layers.
 
 Each stack is a TransformerConfig, so every family difference stays a flag there: T5's pre-norm RMSNorm
-without bias, no 1/sqrt(D) scaling and relative position bias (mha.relative: bidirectional in the
+without bias, no 1/sqrt(D) scaling and relative position bias (mha.core.relative: bidirectional in the
 encoder, unidirectional in the decoder, none in cross-attention); BART's post-norm with learned positions
 offset by 2 and a LayerNorm on the embeddings; Marian's post-norm with sinusoidal positions and scaled
 embeddings. A decoder block is a Block (self-attention, feed-forward, the norm wiring) with a
@@ -22,11 +22,11 @@ from typing import cast
 import torch
 from torch import nn
 
-from mha.config import TransformerConfig
+from mha.core.config import TransformerConfig
+from mha.core.layers import Block, make_norm
+from mha.core.multihead import MultiHeadAttention
 from mha.errors import Cancelled
-from mha.layers import Block, make_norm
 from mha.model import Transformer
-from mha.multihead import MultiHeadAttention
 
 __all__ = ["DecoderBlock", "EncoderDecoder", "Seq2SeqConfig", "Seq2SeqDecoder", "Seq2SeqOutput"]
 

@@ -36,12 +36,12 @@ from typing import Literal, TypeVar, cast
 import torch
 
 from mha._threads import one_thread_each
-from mha.attention import attention_scores, band_keep
-from mha.config import TransformerConfig
+from mha.core.attention import attention_scores, band_keep
+from mha.core.config import TransformerConfig
+from mha.core.layers import Block
+from mha.core.multihead import MultiHeadAttention
 from mha.errors import Cancelled
-from mha.layers import Block
 from mha.model import Transformer
-from mha.multihead import MultiHeadAttention
 from mha.result import ModelInfo
 from mha.text.tokenize import Encoded
 from mha.trace_fused import Kernel, LseOverview, fused_attention, fused_kernel

@@ -18,7 +18,7 @@ import dataclasses
 import sys
 from typing import Any
 
-from mha.config import TransformerConfig
+from mha.core.config import TransformerConfig
 
 __all__ = [
     "PYTHON_BYTES",
@@ -37,7 +37,7 @@ PYTHON_BYTES_PER_TOKEN = 512
 PYTHON_BYTES = 2048
 # Tensors of a forward whose size does not grow with n (scalars, the rotary frequencies [D / 2]), at most.
 SMALL = 4096
-# torch computes RMSNorm (mha.norm) and the overview's pooling in float32 whatever the model's dtype.
+# torch computes RMSNorm (mha.core.norm) and the overview's pooling in float32 whatever the model's dtype.
 FLOAT32 = 4
 # torch's CPU flash kernel (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp) splits queries into blocks of
 # at most 256 rows and keys into blocks of at most 512, and allocates on each thread a float32 buffer of

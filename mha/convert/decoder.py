@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mha.convert.base import KeyMap, activation_from_hf
+from mha.core.rope import Rope
 from mha.model import TransformerConfig
-from mha.rope import Rope
 
 __all__ = ["DecoderLayout", "decoder_config", "decoder_key_map", "decoder_signature"]
 

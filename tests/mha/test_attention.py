@@ -8,10 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import mha.attention as core
+import mha.core.attention as core
 from mha import MultiHeadAttention, Transformer, TransformerConfig
-from mha.attention import attention_weights, build_keep_mask, empty_rows, scaled_dot_product_attention
-from mha.layers import ACTIVATIONS, FeedForward
+from mha.core.attention import attention_weights, build_keep_mask, empty_rows, scaled_dot_product_attention
+from mha.core.layers import ACTIVATIONS, FeedForward
 
 # float64, head dim D = 8, entries ~ N(0, 1): a score is a D-term dot product of size <= ~30, and two
 # summation orders (bmm against 4-D matmul) move it by at most D·2**-53·30 ≈ 3e-14; softmax's slope is
@@ -126,7 +126,7 @@ def test_empty_rows() -> None:
 
 
 def _count(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
-    """Count the calls of mha.attention's `name`, looked up by the module's own code at call time."""
+    """Count the calls of mha.core.attention's `name`, looked up by the module's own code at call time."""
     calls: list[int] = []
     real = getattr(core, name)
     monkeypatch.setattr(core, name, lambda *a, **k: calls.append(1) or real(*a, **k))

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from mha import MultiHeadAttention
-from mha.attention import build_keep_mask
-from mha.rope import Rope, apply_rotary
+from mha.core.attention import build_keep_mask
+from mha.core.rope import Rope, apply_rotary
 
 # float64: the same dot products summed in other orders (<= 64 terms of size ~10): 64·2**-53·10 ≈ 7e-14,
 # so 1e-10 is rounding with a wide margin and far below any wrong weight.

@@ -17,7 +17,7 @@ from checkpoints import FAMILIES, network_maps, parity_inputs
 from seq2seq_checkpoints import SEQ2SEQ_FAMILIES, build_seq2seq_checkpoint
 
 from mha import load_pretrained
-from mha.layers import cast_network, clamp_overflow
+from mha.core.layers import cast_network, clamp_overflow
 from mha.seq2seq import EncoderDecoder
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

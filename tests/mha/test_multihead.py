@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mha import MultiHeadAttention
-from mha.attention import scaled_dot_product_attention
+from mha.core.attention import scaled_dot_product_attention
 
 # float64: two summation orders of the same dot products (<= 512 terms, sums of size ~10) differ by at most
 # 512·2**-53·10 ≈ 6e-13, so 1e-10 is rounding with a wide margin and still far below any wrong weight.

@@ -1,4 +1,5 @@
-"""mha.rope against transformers' rotary embeddings (modeling_rope_utils and the models' RotaryEmbedding)."""
+"""mha.core.rope against transformers' rotary embeddings (modeling_rope_utils and the models'
+RotaryEmbedding)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding
 from transformers.models.phi3.modeling_phi3 import apply_rotary_pos_emb as phi3_apply
 
+from mha.core.rope import Rope, apply_rotary
 from mha.errors import UnsupportedCheckpointError
-from mha.rope import Rope, apply_rotary
 
 HEADS, HEAD_DIM, MAX_POS = 4, 16, 32
 

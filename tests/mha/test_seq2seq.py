@@ -27,8 +27,8 @@ from tolerances import FORWARD, row_sum
 
 import mha
 from mha import AttentionModel, load_pretrained
+from mha.core.relative import relative_position_bucket
 from mha.errors import CheckpointMismatchError, EmptyInputError, TargetNotSupportedError
-from mha.relative import relative_position_bucket
 from mha.result import Seq2SeqResult
 
 SOURCE = "The house is wonderful."

@@ -28,7 +28,7 @@ class RMSNorm(nn.Module):
         if self.offset:
             return (h * (self.offset + self.weight.to(h.dtype))).type_as(x)
         # Cast to the weight's dtype, as T5's norm does: the same as x's but where a float16 T5 carries its
-        # residual stream in float32 (mha.layers.cast_network), whose norms feed float16 layers.
+        # residual stream in float32 (mha.core.layers.cast_network), whose norms feed float16 layers.
         return self.weight * h.to(self.weight.dtype)
 
     def extra_repr(self) -> str:

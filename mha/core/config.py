@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mha.rope import Rope
+from mha.core.rope import Rope
 
 __all__ = ["ACTIVATIONS", "ARCHITECTURES", "POSITIONS", "TransformerConfig"]
 
-# The activations mha.layers implements ("gelu_tanh" is GPT-2's gelu_new, "silu" Llama's)
+# The activations mha.core.layers implements ("gelu_tanh" is GPT-2's gelu_new, "silu" Llama's)
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 ARCHITECTURES = ("encoder", "decoder")
-# "learned": a position table; "rotary": q and k rotated (mha.rope); "relative": T5's bucketed bias on the
-# logits (mha.relative); "sinusoidal": Marian's fixed sin/cos table, computed, never loaded
+# "learned": a position table; "rotary": q and k rotated (mha.core.rope); "relative": T5's bucketed bias on
+# the logits (mha.core.relative); "sinusoidal": Marian's fixed sin/cos table, computed, never loaded
 POSITIONS = ("learned", "rotary", "relative", "sinusoidal")
 
 

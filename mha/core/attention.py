@@ -166,7 +166,7 @@ def attention_weights(
     `build_keep_mask`). A query row whose keys are all masked gets zero weights, never NaN. Without
     autograd the weights are written into `out` if given (a contiguous (..., T, S) slice of a model's
     stacked buffer), else over the scores: no extra pass. `bias`, broadcastable to (..., T, S), is added to
-    the scores before the mask: T5's relative position bias (mha.relative).
+    the scores before the mask: T5's relative position bias (mha.core.relative).
     """
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or _needs_grad(bias))
     if bias is None and not grad and softcap is None and keep is not None and keep.shape[:-2].numel() == 1:

@@ -15,7 +15,8 @@ What today's decoder families add, each one small piece:
 - `head_dim` other than E // H (Gemma, Qwen3), `scale` other than 1/sqrt(D) (Gemma 2's
   query_pre_attn_scalar), `softcap` on the logits (Gemma 2), `qk_norm_eps` for a per-head RMSNorm of q and
   k (Qwen3), and `out_bias` apart from the q/k/v `bias` (Qwen2 has the one without the other).
-- rotary positions: `forward(..., rotary=(cos, sin))` rotates q and k (after the q/k norm) as mha.rope says.
+- rotary positions: `forward(..., rotary=(cos, sin))` rotates q and k (after the q/k norm) as mha.core.rope
+says.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mha.attention import attention_weights, build_keep_mask, scaled_dot_product_attention
-from mha.norm import RMSNorm
-from mha.rope import apply_rotary
+from mha.core.attention import attention_weights, build_keep_mask, scaled_dot_product_attention
+from mha.core.norm import RMSNorm
+from mha.core.rope import apply_rotary
 
 __all__ = ["NORMS_BLOCK_VALUES", "MultiHeadAttention"]
 
@@ -157,7 +158,7 @@ class MultiHeadAttention(nn.Module):
         All three combine. A query with no key left gets zeros.
         keep: instead of those three, the bool (B|1, H|1, T, S) mask `build_keep_mask` returns: a model
         builds it once for all its layers, and no layer normalises it again.
-        rotary: (cos, sin), each (B|1, T, rotary dim), rotating q and k (mha.rope; self-attention only).
+        rotary: (cos, sin), each (B|1, T, rotary dim), rotating q and k (mha.core.rope; self-attention only).
         bias: added to the logits, broadcastable to (B, H, T, S): T5's relative position bias.
         products_out: (B, S, H, H), filled with `value_products` of this forward's values.
         head_mask: (B|1, H), each head's output (its slice before out_proj) multiplied by it: 0 removes the

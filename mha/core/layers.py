@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mha.config import ACTIVATIONS, TransformerConfig
-from mha.multihead import MultiHeadAttention
-from mha.norm import RMSNorm
+from mha.core.config import ACTIVATIONS, TransformerConfig
+from mha.core.multihead import MultiHeadAttention
+from mha.core.norm import RMSNorm
 
 __all__ = [
     "ACTIVATIONS",
@@ -39,7 +39,7 @@ __all__ = [
     "sinusoidal_positions",
 ]
 
-# name -> function, for each name mha.config.ACTIVATIONS lets a config name
+# name -> function, for each name mha.core.config.ACTIVATIONS lets a config name
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu": F.gelu,
     "gelu_tanh": partial(F.gelu, approximate="tanh"),

@@ -18,7 +18,7 @@ import math
 import torch
 from torch import nn
 
-from mha.layers import Embedding
+from mha.core.layers import Embedding
 
 __all__ = ["RelativePositionBias", "relative_position_bucket"]
 

@@ -1,0 +1,11 @@
+"""The attention core: ``MultiHeadAttention`` and what it is made of.
+
+- ``attention``: scores -> masks -> soft-cap -> softmax, the keep masks and the SDPA path.
+- ``multihead``: ``MultiHeadAttention`` (projections, grouped KV heads, rotary or relative positions).
+- ``rope``: rotary embeddings and their scalings; ``relative``: T5's relative position bias.
+- ``norm``: RMSNorm; ``layers``: the blocks (attention + feed-forward, embeddings, norms).
+- ``config``: ``TransformerConfig``, the one dataclass every block reads.
+
+May import: torch, ``mha.errors`` and ``mha``'s private helpers (``_memory``, ``_threads``). Never a
+network, a loader, analysis or web code.
+"""
