@@ -11,7 +11,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic_core import PydanticCustomError
 
 from app.settings import MAX_NEW_TOKENS
-from mha.translate import DEFAULT_NEW_TOKENS
+from mha.networks.translate import DEFAULT_NEW_TOKENS
 
 # A character cap independent of the body limit, so a long text fails with a message about text, and the
 # tokenizer never sees more than this many characters (512 tokens need far fewer).

@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from extract import SMOLLM2, llama_checkpoint, load_llama  # noqa: E402
 
 from mha.core.layers import Block  # noqa: E402
-from mha.model import Transformer  # noqa: E402
+from mha.networks.model import Transformer  # noqa: E402
 
 CELLS = 128  # the overview's blocks per side (mha.trace.OVERVIEW_SIZE)
 TILE = 64  # the Triton overview's tile per side

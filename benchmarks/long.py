@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from extract import SMOLLM2, WORDS, child_peak_mib, llama_checkpoint, load_llama, print_peak_added
 
 from mha.core.layers import Block
-from mha.model import Transformer
+from mha.networks.model import Transformer
 from mha.trace import Trace, trace_forward
 
 SIZES = (1024, 2048, 4096, 8192)

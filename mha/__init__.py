@@ -16,7 +16,7 @@ from mha.errors import (
     UnsupportedCheckpointError,
 )
 from mha.gguf_checkpoint import BUNDLED_LLM_NAME
-from mha.model import Transformer, TransformerConfig
+from mha.networks.model import Transformer, TransformerConfig
 from mha.pretrained import (
     DEFAULT_MODEL_NAME,
     AttentionModel,

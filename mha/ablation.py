@@ -16,9 +16,9 @@ there to the top: Σ_l H·(L − l) layer passes, about half of L·H whole forwa
 
 The output projection's bias stays: it belongs to no head (mha.analysis.norms). A pre-norm model's final
 norm and its LM head (Gemma 2's final soft-cap included) read the ablated stream as they read the plain one.
-An encoder-decoder's distribution is the one greedy generation reads (mha.translate): BART's and Marian's
-logits bias added, its banned tokens at probability 0 (they add nothing to a KL); an encoder layer's H
-ablations run the encoder from that layer and then the whole decoder, as a batch of H.
+An encoder-decoder's distribution is the one greedy generation reads (mha.networks.translate): BART's and
+Marian's logits bias added, its banned tokens at probability 0 (they add nothing to a KL); an encoder layer's
+H ablations run the encoder from that layer and then the whole decoder, as a batch of H.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Protocol, cast
 import torch
 import torch.nn.functional as F
 
-from mha import continuation, translate
 from mha.core.layers import Block
 from mha.errors import Cancelled, NotCausalError
-from mha.model import Prepared, Transformer
-from mha.seq2seq import DecoderBlock, EncoderDecoder
+from mha.networks import continuation, translate
+from mha.networks.model import Prepared, Transformer
+from mha.networks.seq2seq import DecoderBlock, EncoderDecoder
 from mha.text.tokenize import Encoded
 
 if TYPE_CHECKING:

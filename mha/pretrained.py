@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import torch
 
-from mha import ablation, checkpoint, continuation, gguf_checkpoint, translate
+from mha import ablation, checkpoint, gguf_checkpoint
 from mha._transfer import to_device, to_host_packed
 from mha.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint, default_model_path, resolve_device
 from mha.convert import Converter, convert_state_dict
@@ -25,9 +25,10 @@ from mha.convert.base import NetworkConfig, forced_tokens
 from mha.convert.base import build_network as make_network
 from mha.core.layers import cast_network
 from mha.errors import MaxTokensError, NotCausalError, TargetNotSupportedError
-from mha.model import Transformer, TransformerConfig
-from mha.result import AttentionResult, ModelInfo, Seq2SeqResult
-from mha.seq2seq import EncoderDecoder, Seq2SeqConfig
+from mha.networks import continuation, translate
+from mha.networks.model import Transformer, TransformerConfig
+from mha.networks.result import AttentionResult, ModelInfo, Seq2SeqResult
+from mha.networks.seq2seq import EncoderDecoder, Seq2SeqConfig
 from mha.text.tokenize import Encoded, TextEncoder, is_byte_level
 from mha.trace import OVERVIEW_SIZE, Trace
 
@@ -120,10 +121,10 @@ class AttentionModel:
     ) -> AttentionResult:
         """Every layer's and head's attention for one text (or pair); attentions [L, H, n, n].
 
-        An encoder-decoder (info.architecture "encoder-decoder") returns a Seq2SeqResult (mha.translate):
-        the decoder reads `target` (forced decoding), or with target None writes one greedily first, up
-        to max_new_tokens (None: translate.DEFAULT_NEW_TOKENS); a target to any other model raises
-        TargetNotSupportedError.
+        An encoder-decoder (info.architecture "encoder-decoder") returns a Seq2SeqResult
+        (mha.networks.translate): the decoder reads `target` (forced decoding), or with target None writes one
+        greedily first, up to max_new_tokens (None: translate.DEFAULT_NEW_TOKENS); a target to any other model
+        raises TargetNotSupportedError.
 
         hidden_state=False leaves `result.hidden_state` None and skips the work no attention depends on
         (the last layer's value path, output projection and feed-forward): what the service does.
@@ -380,7 +381,8 @@ class AttentionModel:
             if products is None:
                 on_layers(first, weights)
                 return
-            # (k, B, T, H, H) -> (k, B, H, T): the root of each diagonal, as mha.result.norms_of takes it
+            # (k, B, T, H, H) -> (k, B, H, T): the root of each diagonal, as mha.networks.result.norms_of
+            # takes it
             diagonal = products.to(device=target, dtype=torch.float32).diagonal(dim1=-2, dim2=-1)
             on_layers(first, weights, diagonal.clamp(min=0).sqrt().transpose(-1, -2))
 

@@ -41,8 +41,8 @@ from mha.core.config import TransformerConfig
 from mha.core.layers import Block
 from mha.core.multihead import MultiHeadAttention
 from mha.errors import Cancelled
-from mha.model import Transformer
-from mha.result import ModelInfo
+from mha.networks.model import Transformer
+from mha.networks.result import ModelInfo
 from mha.text.tokenize import Encoded
 from mha.trace_fused import Kernel, LseOverview, fused_attention, fused_kernel
 from mha.trace_memory import forward_scratch, objects_nbytes, python_nbytes

@@ -357,7 +357,7 @@ def parity_inputs(directory: Path, seq2seq: bool, device: str | torch.device) ->
 
 def network_maps(network: Any, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     """Every attention map our network gives for `inputs` (an encoder-decoder: encoder, decoder, cross)."""
-    from mha.seq2seq import EncoderDecoder
+    from mha.networks.seq2seq import EncoderDecoder
 
     with torch.no_grad():
         if isinstance(network, EncoderDecoder):

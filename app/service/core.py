@@ -48,8 +48,9 @@ from app.service.loaders import build_checks, build_loaders, default_model
 from app.service.traces import Traces
 from app.service.trim import Trimmer
 from app.settings import Settings
-from mha import analysis, translate
+from mha import analysis
 from mha.errors import Cancelled, FlowTooLongError
+from mha.networks import translate
 
 logger = logging.getLogger(__name__)
 

@@ -29,9 +29,9 @@ from app.registry import Registry
 from app.service.computed import article
 from app.service.flights import settled
 from app.settings import Settings
-from mha import translate
 from mha.ablation import HeadEffects as Effects
 from mha.errors import Cancelled, InputError, NotCausalError
+from mha.networks import translate
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""BART checkpoints -> our encoder-decoder (mha.seq2seq), and what Marian shares with it.
+"""BART checkpoints -> our encoder-decoder (mha.networks.seq2seq), and what Marian shares with it.
 
 Both stacks are post-norm (LayerNorm after each residual, as BERT), with biases everywhere. BART adds
 learned positions counted from 2 (its table has max_position_embeddings + 2 rows), a LayerNorm on the
@@ -14,8 +14,8 @@ from dataclasses import replace
 from typing import Any
 
 from mha.convert.base import Converter, KeyMap, activation_from_hf, forced_tokens, layer_sources
-from mha.model import TransformerConfig
-from mha.seq2seq import Seq2SeqConfig
+from mha.networks.model import TransformerConfig
+from mha.networks.seq2seq import Seq2SeqConfig
 
 __all__ = ["BART", "config_from_hf", "seq2seq_config", "seq2seq_key_map"]
 

@@ -14,10 +14,10 @@ from typing import Any, TypedDict, TypeVar
 import torch
 
 from mha.errors import CheckpointMismatchError, UnsupportedCheckpointError
-from mha.model import TransformerConfig
-from mha.seq2seq import Seq2SeqConfig
+from mha.networks.model import TransformerConfig
+from mha.networks.seq2seq import Seq2SeqConfig
 
-# What a converter builds: one stack, or an encoder-decoder (mha.seq2seq)
+# What a converter builds: one stack, or an encoder-decoder (mha.networks.seq2seq)
 NetworkConfig = TransformerConfig | Seq2SeqConfig
 V = TypeVar("V")
 
@@ -141,8 +141,8 @@ def layer_sources(
 
 def build_network(config: NetworkConfig) -> torch.nn.Module:
     """The network a config describes: a Transformer, or an EncoderDecoder."""
-    from mha.model import Transformer
-    from mha.seq2seq import EncoderDecoder
+    from mha.networks.model import Transformer
+    from mha.networks.seq2seq import EncoderDecoder
 
     return EncoderDecoder(config) if isinstance(config, Seq2SeqConfig) else Transformer(config)
 

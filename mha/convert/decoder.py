@@ -16,7 +16,7 @@ from typing import Any
 
 from mha.convert.base import KeyMap, activation_from_hf
 from mha.core.rope import Rope
-from mha.model import TransformerConfig
+from mha.networks.model import TransformerConfig
 
 __all__ = ["DecoderLayout", "decoder_config", "decoder_key_map", "decoder_signature"]
 

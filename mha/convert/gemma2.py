@@ -14,7 +14,7 @@ from mha.convert.decoder import (
     decoder_signature,
     layer_types_windows,
 )
-from mha.model import TransformerConfig
+from mha.networks.model import TransformerConfig
 
 __all__ = ["GEMMA2"]
 

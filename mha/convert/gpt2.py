@@ -10,7 +10,7 @@ from typing import Any
 
 from mha.convert.base import Converter, KeyMap, activation_from_hf, base_config, layer_sources
 from mha.errors import UnsupportedCheckpointError
-from mha.model import TransformerConfig
+from mha.networks.model import TransformerConfig
 
 __all__ = ["GPT2", "TRANSPOSED", "config_from_hf", "key_map"]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from mha.convert.bart import SIGNATURE, seq2seq_config, seq2seq_key_map
 from mha.convert.base import Converter, KeyMap
-from mha.seq2seq import Seq2SeqConfig
+from mha.networks.seq2seq import Seq2SeqConfig
 
 __all__ = ["MARIAN", "config_from_hf", "key_map"]
 

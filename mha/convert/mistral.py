@@ -6,7 +6,7 @@ from typing import Any
 
 from mha.convert.base import Converter
 from mha.convert.decoder import decoder_config, decoder_key_map, decoder_signature
-from mha.model import TransformerConfig
+from mha.networks.model import TransformerConfig
 
 __all__ = ["MISTRAL"]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from mha.convert.base import Converter, KeyMap
 from mha.convert.decoder import DecoderLayout, decoder_config, decoder_key_map, decoder_signature
-from mha.model import TransformerConfig
+from mha.networks.model import TransformerConfig
 
 __all__ = ["PHI3"]
 

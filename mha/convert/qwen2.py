@@ -7,7 +7,7 @@ from typing import Any
 
 from mha.convert.base import Converter
 from mha.convert.decoder import decoder_config, decoder_key_map, decoder_signature, layer_types_windows
-from mha.model import TransformerConfig
+from mha.networks.model import TransformerConfig
 
 __all__ = ["QWEN2"]
 

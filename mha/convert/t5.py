@@ -1,4 +1,4 @@
-"""T5 (v1.0 and v1.1, Flan-T5) and mT5 checkpoints -> our encoder-decoder (mha.seq2seq).
+"""T5 (v1.0 and v1.1, Flan-T5) and mT5 checkpoints -> our encoder-decoder (mha.networks.seq2seq).
 
 Both stacks are pre-norm with T5's RMSNorm (a weight, no bias), no biases anywhere, no 1/sqrt(D) scaling of
 the logits, and relative position bias read from each stack's first layer. Its feed-forward is ReLU
@@ -12,8 +12,8 @@ from dataclasses import replace
 from typing import Any
 
 from mha.convert.base import Converter, KeyMap, activation_from_hf, forced_tokens, layer_sources
-from mha.model import TransformerConfig
-from mha.seq2seq import Seq2SeqConfig
+from mha.networks.model import TransformerConfig
+from mha.networks.seq2seq import Seq2SeqConfig
 
 __all__ = ["MT5", "T5", "config_from_hf", "key_map"]
 

@@ -1,5 +1,5 @@
-"""TransformerConfig: every choice a Transformer is built from (mha.model), BERT's and GPT-2's by default,
-and the fields today's rotary decoders set (mha.convert.decoder)."""
+"""TransformerConfig: every choice a Transformer is built from (mha.networks.model), BERT's and GPT-2's by
+default, and the fields today's rotary decoders set (mha.convert.decoder)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ class TransformerConfig:
     sandwich_norm: bool = False  # Gemma 2's norms after the attention and the feed-forward too
     sliding_window: int | None = None  # keys j > i - W, on the layers `window_layers` names
     window_layers: tuple[int, ...] = ()
-    # -- what the encoder-decoder families change (mha.seq2seq) --
+    # -- what the encoder-decoder families change (mha.networks.seq2seq) --
     pre_norm: bool | None = None  # None: the architecture's (pre-norm decoder, post-norm encoder); T5 and
     # BART set it against that. A pre-norm stack ends in a final norm.
     relative_buckets: int = 32  # T5's relative_attention_num_buckets

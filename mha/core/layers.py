@@ -1,4 +1,4 @@
-"""The pieces a Transformer is built from, each chosen by its TransformerConfig (mha.model).
+"""The pieces a Transformer is built from, each chosen by its TransformerConfig (mha.networks.model).
 
 - Embeddings: token, plus learned positions (BERT, GPT-2, BART), Marian's sinusoidal table, or none
   (rotary families rotate q and k instead, T5 biases the logits), token types where the family has them,
@@ -7,7 +7,7 @@
   Gemma's GeGLU), gate and up in one fused matmul as Phi-3 stores them.
 - Block: post-norm (BERT, BART), pre-norm (GPT-2, Llama, T5) or Gemma 2's sandwich (pre- and post-norm
   around both the attention and the feed-forward); LayerNorm or RMSNorm. `Block.residual` is the wiring
-  alone, which mha.seq2seq's decoder block reuses for its cross-attention; T5's float16 clamp
+  alone, which mha.networks.seq2seq's decoder block reuses for its cross-attention; T5's float16 clamp
   (`clamp_overflow`) is applied there.
 
 Shape legend: B batch, T tokens, E embed dim, F feed-forward width.

@@ -163,9 +163,9 @@ class MultiHeadAttention(nn.Module):
         products_out: (B, S, H, H), filled with `value_products` of this forward's values.
         head_mask: (B|1, H), each head's output (its slice before out_proj) multiplied by it: 0 removes the
         head from the sum, as zeroing the input slice of transformers' o_proj does (mha.ablation).
-        rows: a padded self-attention batch's real tokens among its B·T rows (mha.model): the projections
-        run on them alone, a padding row's q, k, v and output are 0 (a padded key is masked, a padded
-        query's row is dropped), and so are a padded key's value products.
+        rows: a padded self-attention batch's real tokens among its B·T rows (mha.networks.model): the
+        projections run on them alone, a padding row's q, k, v and output are 0 (a padded key is masked, a
+        padded query's row is dropped), and so are a padded key's value products.
         """
         key, value = self._check_inputs(query, key, value)
         self_attention = key is query and value is query

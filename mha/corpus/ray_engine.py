@@ -47,7 +47,7 @@ from mha.corpus.job import Job, Progress
 from mha.corpus.shards import shard_of, write_shard
 from mha.corpus.source import Record, read_records
 from mha.corpus.worker import INPUT_COLUMNS, CorpusWorker, output_schema
-from mha.result import ModelInfo
+from mha.networks.result import ModelInfo
 
 __all__ = ["process", "runtime_env"]
 

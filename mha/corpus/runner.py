@@ -55,8 +55,8 @@ from mha.corpus.shards import (
 )
 from mha.corpus.source import MAX_CHARS, CorpusInputError, Record, input_format, read_records
 from mha.corpus.worker import Computed, CorpusWorker, output_schema
+from mha.networks.result import ModelInfo
 from mha.pretrained import AttentionModel
-from mha.result import ModelInfo
 
 __all__ = ["FORMAT", "CorpusOutError", "CorpusSettingsError", "model_info", "run"]
 

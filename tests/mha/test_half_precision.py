@@ -18,7 +18,7 @@ from seq2seq_checkpoints import SEQ2SEQ_FAMILIES, build_seq2seq_checkpoint
 
 from mha import load_pretrained
 from mha.core.layers import cast_network, clamp_overflow
-from mha.seq2seq import EncoderDecoder
+from mha.networks.seq2seq import EncoderDecoder
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 # Ours no further from float64 than AS_CLOSE times transformers' in the same dtype. Both run the same

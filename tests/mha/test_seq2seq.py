@@ -1,5 +1,6 @@
-"""Encoder-decoder models (mha.seq2seq, mha.translate): our layers with converted weights give exactly
-transformers' three kinds of attention, and greedy generation writes the same tokens as its generate().
+"""Encoder-decoder models (mha.networks.seq2seq, mha.networks.translate): our layers with converted weights
+give exactly transformers' three kinds of attention, and greedy generation writes the same tokens as its
+generate().
 
 Tiny random checkpoints of each family (tests/seq2seq_checkpoints.py), against transformers' eager
 attention with output_attentions=True, fed what its tokenizer returns for tokenizer(source,
@@ -29,7 +30,7 @@ import mha
 from mha import AttentionModel, load_pretrained
 from mha.core.relative import relative_position_bucket
 from mha.errors import CheckpointMismatchError, EmptyInputError, TargetNotSupportedError
-from mha.result import Seq2SeqResult
+from mha.networks.result import Seq2SeqResult
 
 SOURCE = "The house is wonderful."
 TARGET = "Das Haus ist wunderbar."
@@ -168,7 +169,7 @@ def test_greedy_generation_writes_what_generate_writes(pair: Pair, max_new_token
 
 
 def test_target_none_generates_by_default(pair: Pair) -> None:
-    from mha.translate import DEFAULT_NEW_TOKENS
+    from mha.networks.translate import DEFAULT_NEW_TOKENS
 
     result = pair.ours.attend(SOURCE)
     assert result.target_ids == pair.generate(SOURCE, DEFAULT_NEW_TOKENS)

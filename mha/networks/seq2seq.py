@@ -1,4 +1,4 @@
-"""Encoder–decoder transformers (T5, BART, Marian) from our layers: an encoder stack (mha.model's
+"""Encoder–decoder transformers (T5, BART, Marian) from our layers: an encoder stack (mha.networks.model's
 Transformer), and a decoder stack whose blocks add cross-attention to the encoder's output through
 MultiHeadAttention(kdim=, vdim=), the seeds' reason for those arguments.
 
@@ -26,7 +26,7 @@ from mha.core.config import TransformerConfig
 from mha.core.layers import Block, make_norm
 from mha.core.multihead import MultiHeadAttention
 from mha.errors import Cancelled
-from mha.model import Transformer
+from mha.networks.model import Transformer
 
 __all__ = ["DecoderBlock", "EncoderDecoder", "Seq2SeqConfig", "Seq2SeqDecoder", "Seq2SeqOutput"]
 

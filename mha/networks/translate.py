@@ -20,8 +20,8 @@ from typing import Any, Protocol
 import torch
 
 from mha.errors import Cancelled
-from mha.result import ModelInfo, Seq2SeqResult, owned
-from mha.seq2seq import EncoderDecoder
+from mha.networks.result import ModelInfo, Seq2SeqResult, owned
+from mha.networks.seq2seq import EncoderDecoder
 from mha.text.tokenize import Encoded, TextEncoder
 
 __all__ = ["DEFAULT_NEW_TOKENS", "Translator", "attend_seq2seq", "greedy_target", "spell"]

@@ -18,8 +18,8 @@ from typing import Any, Protocol
 import torch
 
 from mha.errors import Cancelled, NotCausalError
-from mha.model import Transformer
-from mha.result import AttentionResult, ModelInfo
+from mha.networks.model import Transformer
+from mha.networks.result import AttentionResult, ModelInfo
 from mha.text.tokenize import TextEncoder
 
 __all__ = ["Writer", "attend_continued", "greedy_ids"]

@@ -1,5 +1,5 @@
 """What a model is (ModelInfo) and what one `attend` gives (AttentionResult), apart from the code that makes
-them, so that mha.pretrained and mha.continuation both build results without importing each other."""
+them, so that mha.pretrained and mha.networks.continuation both build results without importing each other."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from mha import checkpoint
 from mha.core.config import TransformerConfig
-from mha.seq2seq import Seq2SeqConfig
+from mha.networks.seq2seq import Seq2SeqConfig
 from mha.text.tokenize import Encoded
 
 __all__ = ["ARCHITECTURES", "AttentionResult", "ModelInfo", "Seq2SeqResult", "owned"]

@@ -1,6 +1,6 @@
 """Transformers built from our MultiHeadAttention: BERT-style encoders, GPT-2-style decoders and today's
 rotary decoders (Llama, Mistral, Qwen2, Qwen3, Gemma 2, Phi-3), each a TransformerConfig; the layers are
-mha.core.layers'. An encoder-decoder's two stacks are Transformers too (mha.seq2seq).
+mha.core.layers'. An encoder-decoder's two stacks are Transformers too (mha.networks.seq2seq).
 
 Shape legend: B batch, T tokens, E embed dim, H heads, L layers, F feed-forward width.
 """
@@ -47,7 +47,8 @@ class Transformer(nn.Module):
     """Embeddings, L blocks and (decoder only) a final norm -> hidden states and all attentions."""
 
     def __init__(self, config: TransformerConfig, *, block: Callable[[], Block] | None = None) -> None:
-        """`block` makes each layer (mha.seq2seq's decoder blocks, with cross-attention): Block(config)."""
+        """`block` makes each layer (mha.networks.seq2seq's decoder blocks, with cross-attention):
+        Block(config)."""
         super().__init__()
         self.config = config
         self.embeddings = Embeddings(config)

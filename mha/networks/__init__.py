@@ -1,0 +1,7 @@
+"""The transformers built from the core: encoders and decoders (``model``), encoder-decoders
+(``seq2seq``), what a forward returns (``result``), greedy continuation (``continuation``) and
+translation (``translate``).
+
+May import: ``mha.core``, ``mha.text``, ``mha.errors`` and ``mha``'s private helpers. Never a loader,
+the trace, analysis or web code.
+"""
