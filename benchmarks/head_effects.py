@@ -21,7 +21,7 @@ import torch
 from corpus import forward_flops, matmul_peak
 
 import mha
-from mha import gguf_checkpoint, model_cache
+from mha.loading import gguf_checkpoint, model_cache
 
 GOAL_S = 6.0
 # About 40 tokens of SmolLM2's BPE (counted and printed).

@@ -15,9 +15,8 @@ from mha.errors import (
     TokenizerNotFoundError,
     UnsupportedCheckpointError,
 )
-from mha.gguf_checkpoint import BUNDLED_LLM_NAME
-from mha.networks.model import Transformer, TransformerConfig
-from mha.pretrained import (
+from mha.loading.gguf_checkpoint import BUNDLED_LLM_NAME
+from mha.loading.pretrained import (
     DEFAULT_MODEL_NAME,
     AttentionModel,
     AttentionResult,
@@ -28,6 +27,7 @@ from mha.pretrained import (
     load_pretrained,
     random_model,
 )
+from mha.networks.model import Transformer, TransformerConfig
 
 __all__ = [
     "BUNDLED_LLM_NAME",

@@ -38,7 +38,7 @@ from mha.networks.seq2seq import DecoderBlock, EncoderDecoder
 from mha.text.tokenize import Encoded
 
 if TYPE_CHECKING:
-    from mha.pretrained import AttentionModel
+    from mha.loading.pretrained import AttentionModel
 
 __all__ = ["HeadEffects", "Section", "head_effects"]
 

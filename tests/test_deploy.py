@@ -28,7 +28,7 @@ import yaml
 from fastapi import FastAPI
 
 from app.settings import Settings
-from mha import gguf_checkpoint, model_cache
+from mha.loading import gguf_checkpoint, model_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"

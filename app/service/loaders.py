@@ -11,7 +11,7 @@ import torch
 import mha
 from app.registry import scan_models_dir
 from app.settings import Settings
-from mha import gguf_checkpoint
+from mha.loading import gguf_checkpoint
 
 Loader = Callable[[], mha.AttentionModel]
 
@@ -55,7 +55,7 @@ def build_checks(settings: Settings) -> dict[str, Callable[[], object]]:
     if (bundled := bundled_llm(settings)) is not None:
         paths[mha.BUNDLED_LLM_NAME] = bundled  # its header only: the conversion waits for its first request
     paths.update(operator_paths(settings))
-    # checkpoint_architecture runs check_checkpoint's checks (mha.checkpoint.check_files) on the way.
+    # checkpoint_architecture runs check_checkpoint's checks (mha.loading.checkpoint.check_files) on the way.
     return {name: partial(mha.checkpoint_architecture, str(path)) for name, path in paths.items()}
 
 

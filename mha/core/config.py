@@ -1,5 +1,5 @@
 """TransformerConfig: every choice a Transformer is built from (mha.networks.model), BERT's and GPT-2's by
-default, and the fields today's rotary decoders set (mha.convert.decoder)."""
+default, and the fields today's rotary decoders set (mha.loading.convert.decoder)."""
 
 from __future__ import annotations
 

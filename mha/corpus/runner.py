@@ -35,12 +35,10 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import torch
 
-from mha import checkpoint
 from mha._memory import HeapReleaser, release_free_memory
 from mha._threads import in_order, prefetched
 from mha.analysis.batched import STATS
 from mha.analysis.stats import LABELS
-from mha.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint
 from mha.corpus.aggregate import aggregate
 from mha.corpus.job import ENGINES, WEIGHTINGS, Job, Progress
 from mha.corpus.shards import (
@@ -55,8 +53,10 @@ from mha.corpus.shards import (
 )
 from mha.corpus.source import MAX_CHARS, CorpusInputError, Record, input_format, read_records
 from mha.corpus.worker import Computed, CorpusWorker, output_schema
+from mha.loading import checkpoint
+from mha.loading.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint
+from mha.loading.pretrained import AttentionModel
 from mha.networks.result import ModelInfo
-from mha.pretrained import AttentionModel
 
 __all__ = ["FORMAT", "CorpusOutError", "CorpusSettingsError", "model_info", "run"]
 

@@ -1,5 +1,6 @@
 """What a model is (ModelInfo) and what one `attend` gives (AttentionResult), apart from the code that makes
-them, so that mha.pretrained and mha.networks.continuation both build results without importing each other."""
+them, so that mha.loading.pretrained and mha.networks.continuation both build results without importing each
+other."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Self
 
 import torch
 
-from mha import checkpoint
 from mha.core.config import TransformerConfig
+from mha.loading import checkpoint
 from mha.networks.seq2seq import Seq2SeqConfig
 from mha.text.tokenize import Encoded
 
@@ -22,7 +23,7 @@ ARCHITECTURES = ("encoder", "decoder", "encoder-decoder")
 @dataclass(frozen=True)
 class ModelInfo:
     name: str
-    family: str  # a model_type of mha.convert.CONVERTERS ("bert", "llama", ...), or "random"
+    family: str  # a model_type of mha.loading.convert.CONVERTERS ("bert", "llama", ...), or "random"
     layers: int
     heads: int
     # key/value heads: query heads h and h' share one when h // (heads // kv_heads) agree (grouped-query

@@ -23,8 +23,9 @@ from gguf_files import bundled_gguf, write_gguf
 from app import corpus_cli
 from app.main import create_app
 from app.settings import Settings
-from mha import BUNDLED_LLM_NAME, DEFAULT_MODEL_NAME, CheckpointNotFoundError, gguf_checkpoint
-from mha import model_cache as cache
+from mha import BUNDLED_LLM_NAME, DEFAULT_MODEL_NAME, CheckpointNotFoundError
+from mha.loading import gguf_checkpoint
+from mha.loading import model_cache as cache
 
 BUNDLED = bundled_gguf()
 TEXT = "The cat sat on the mat."

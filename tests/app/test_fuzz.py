@@ -37,7 +37,7 @@ from app import errors
 from app.main import create_app
 from app.schemas import MAX_TEXT_CHARS, NOT_BLANK
 from app.settings import Settings
-from mha import model_cache
+from mha.loading import model_cache
 
 ROOT = Path(__file__).resolve().parents[2]
 # Built at import, as the app is: schemathesis reads the schema, and so starts the app, at collection.

@@ -19,7 +19,7 @@ import pytest
 from checkpoints import build_long_llama
 
 from benchmarks.launch import CHROMIUM, launch_chromium, serve
-from mha import model_cache
+from mha.loading import model_cache
 from tests.seq2seq_checkpoints import build_seq2seq_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]

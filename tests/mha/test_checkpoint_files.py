@@ -17,7 +17,7 @@ import torch
 from broken_checkpoints import shard_checkpoint
 from safetensors.torch import load_file, save_file
 
-import mha.checkpoint
+import mha.loading.checkpoint
 from mha import (
     CheckpointError,
     CheckpointNotFoundError,
@@ -26,7 +26,7 @@ from mha import (
     check_checkpoint,
     load_pretrained,
 )
-from mha.checkpoint import default_model_path
+from mha.loading.checkpoint import default_model_path
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "vocab.txt", "special_tokens_map.json")
 
@@ -130,9 +130,9 @@ def test_good_checkpoints_pass_the_check_without_reading_weights(
     def refuse(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("check_checkpoint must not read weights or build a tokenizer")
 
-    monkeypatch.setattr(mha.checkpoint, "load_weights", refuse)
-    monkeypatch.setattr(mha.checkpoint, "load_tokenizer", refuse)
-    monkeypatch.setattr(mha.checkpoint, "fetch", refuse)
+    monkeypatch.setattr(mha.loading.checkpoint, "load_weights", refuse)
+    monkeypatch.setattr(mha.loading.checkpoint, "load_tokenizer", refuse)
+    monkeypatch.setattr(mha.loading.checkpoint, "fetch", refuse)
     for directory in tiny_checkpoints.values():
         assert check_checkpoint(directory) is None
         assert check_checkpoint(str(directory)) is None
@@ -227,8 +227,8 @@ def test_sharded_weights_load_as_one_file(tmp_path: Path, tiny_checkpoints: dict
 
 
 def test_the_family_table_names_what_it_cannot_convert() -> None:
-    from mha.convert import CONVERTERS, for_model_type
-    from mha.convert.gpt2 import GPT2
+    from mha.loading.convert import CONVERTERS, for_model_type
+    from mha.loading.convert.gpt2 import GPT2
 
     assert for_model_type("gpt2") is GPT2
     supported = [

@@ -1,6 +1,6 @@
-"""A converted GGUF keeps its config as a snapshot (mha.config_snapshot): a later load reads our config from
-it, the same as from transformers' config class, without importing that class; a snapshot it cannot use
-leaves config.json to decide."""
+"""A converted GGUF keeps its config as a snapshot (mha.loading.config_snapshot): a later load reads our
+config from it, the same as from transformers' config class, without importing that class; a snapshot it
+cannot use leaves config.json to decide."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 from gguf_files import build_gpt2, build_qwen3, write_gguf
 
-from mha import checkpoint, config_snapshot, gguf_checkpoint, load_pretrained
-from mha import model_cache as cache
-from mha.config_snapshot import SNAPSHOT, NotKept, Snapshot
+from mha import load_pretrained
+from mha.loading import checkpoint, config_snapshot, gguf_checkpoint
+from mha.loading import model_cache as cache
+from mha.loading.config_snapshot import SNAPSHOT, NotKept, Snapshot
 
 TEXT = "The cat sat on the mat."
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "phi3", "gpt2")

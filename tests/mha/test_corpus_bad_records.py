@@ -15,7 +15,7 @@ import pytest
 from mha import load_pretrained
 from mha.corpus import CorpusWorker, read_records, run
 from mha.corpus.source import count_records
-from mha.pretrained import AttentionModel
+from mha.loading.pretrained import AttentionModel
 
 DEEP = 100_000  # nesting levels: far past Python's recursion limit (1,000), which json's decoder obeys
 NESTED = "invalid JSON: nested too deeply"

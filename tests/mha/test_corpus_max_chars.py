@@ -15,7 +15,7 @@ from mha import load_pretrained
 from mha.corpus import CorpusSettingsError, read_records, run
 from mha.corpus.aggregate import SNIPPET_CHARS
 from mha.corpus.source import ID_MAX_CHARS, MAX_CHARS, count_records
-from mha.pretrained import AttentionModel
+from mha.loading.pretrained import AttentionModel
 
 CAP = 100
 # Past the cap in characters, and in bytes past what the .txt reader decodes (4 bytes a character, at most):

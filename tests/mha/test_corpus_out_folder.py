@@ -18,7 +18,7 @@ from mha import load_pretrained
 from mha.corpus import CorpusInputError, CorpusOutError, CorpusSettingsError, run
 from mha.corpus.shards import shard_directory
 from mha.corpus.source import count_records, read_records
-from mha.pretrained import AttentionModel
+from mha.loading.pretrained import AttentionModel
 
 ROOT = Path(__file__).resolve().parents[2]
 

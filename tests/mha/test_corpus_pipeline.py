@@ -25,7 +25,7 @@ from mha.corpus import runner as runner_module
 from mha.corpus.aggregate import _smallest
 from mha.corpus.runner import pipelined
 from mha.corpus.shards import shard_directory
-from mha.pretrained import AttentionModel
+from mha.loading.pretrained import AttentionModel
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

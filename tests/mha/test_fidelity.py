@@ -18,7 +18,7 @@ from tolerances import FORWARD, float32_sum, row_sum
 from mha import AttentionModel, AttentionResult, load_pretrained
 from mha.analysis import head_stats
 from mha.errors import PairNotSupportedError
-from mha.pretrained import default_model_path
+from mha.loading.pretrained import default_model_path
 
 MODELS = (*FAMILIES, "minilm")
 SENTENCE = "The cat sat on the mat."

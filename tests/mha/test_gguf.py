@@ -19,15 +19,15 @@ from gguf_files import build_gpt2, build_qwen3, write_gguf
 from tolerances import FORWARD
 
 from mha import AttentionModel, load_pretrained
-from mha import model_cache as cache
-from mha.checkpoint import check_checkpoint
 from mha.errors import (
     CheckpointMismatchError,
     CheckpointNotFoundError,
     UnsupportedCheckpointError,
 )
-from mha.gguf_checkpoint import CACHE_KIND, supported_architectures
-from mha.pretrained import checkpoint_architecture
+from mha.loading import model_cache as cache
+from mha.loading.checkpoint import check_checkpoint
+from mha.loading.gguf_checkpoint import CACHE_KIND, supported_architectures
+from mha.loading.pretrained import checkpoint_architecture
 
 TEXTS = ("The cat sat on the mat. The dog sat on the log.", "Ünïcödé: naïve café, 東京 🙂 and 12345.")
 # The three families the issue names in the three formats; the others in one quantized format each
@@ -185,7 +185,7 @@ def test_the_startup_check_reads_the_header_and_converts_nothing(
     check_checkpoint(file)
     assert cache.known_digest(file) is None  # not even hashed
     load_pretrained(file, device="cpu")
-    # (from its header again: the digest of a file this new is not remembered, mha.model_cache)
+    # (from its header again: the digest of a file this new is not remembered, mha.loading.model_cache)
     assert checkpoint_architecture(file) == "decoder"
 
 

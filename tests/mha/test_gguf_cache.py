@@ -1,5 +1,6 @@
-"""The cache of converted GGUF files (mha.model_cache): used on the second load, keyed by content, never
-trusting a write that did not finish, and converting into a temporary folder where it cannot be written."""
+"""The cache of converted GGUF files (mha.loading.model_cache): used on the second load, keyed by content,
+never trusting a write that did not finish, and converting into a temporary folder where it cannot be
+written."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from pathlib import Path
 import pytest
 from gguf_files import write_gguf
 
-from mha import gguf_checkpoint, load_pretrained
-from mha import model_cache as cache
-from mha.gguf_checkpoint import CACHE_KIND
+from mha import load_pretrained
+from mha.loading import gguf_checkpoint
+from mha.loading import model_cache as cache
+from mha.loading.gguf_checkpoint import CACHE_KIND
 
 TEXT = "The cat sat on the mat."
 SETTLED_NS = cache._SETTLED_NS
@@ -180,7 +182,7 @@ def test_a_damaged_cache_entry_is_converted_again(
     expected = load_pretrained(llama_gguf, device="cpu").attend(TEXT).attentions
     weights = cache_dir / CACHE_KIND / cache.file_digest(llama_gguf) / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
-    with caplog.at_level(logging.WARNING, logger="mha.gguf_checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="mha.loading.gguf_checkpoint"):
         again = load_pretrained(llama_gguf, device="cpu").attend(TEXT).attentions
     assert len(conversions) == 2
     assert "is unusable" in caplog.text

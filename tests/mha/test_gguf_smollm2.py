@@ -18,9 +18,10 @@ import torch
 from gguf_files import bundled_gguf
 from tolerances import FORWARD, float32_sum
 
-from mha import BUNDLED_LLM_NAME, AttentionModel, checkpoint_architecture, gguf_checkpoint, load_pretrained
-from mha import model_cache as cache
+from mha import BUNDLED_LLM_NAME, AttentionModel, checkpoint_architecture, load_pretrained
 from mha.analysis import POINTER_LABELS, POINTER_THRESHOLD, head_labels, head_stats
+from mha.loading import gguf_checkpoint
+from mha.loading import model_cache as cache
 
 FILE = bundled_gguf()
 pytestmark = pytest.mark.skipif(

@@ -21,7 +21,7 @@ from mha import (
     load_pretrained,
     random_model,
 )
-from mha.pretrained import resolve_device
+from mha.loading.pretrained import resolve_device
 
 
 @pytest.fixture(scope="module")
@@ -363,7 +363,7 @@ def test_unk_is_unknown_unless_it_plays_another_role() -> None:
     make <unk>), it is a control token."""
     from transformers import AutoTokenizer
 
-    from mha.pretrained import default_model_path
+    from mha.loading.pretrained import default_model_path
     from mha.text.tokenize import unknown_id
 
     tokenizer = AutoTokenizer.from_pretrained(str(default_model_path()))

@@ -17,7 +17,7 @@ import torch
 from broken_checkpoints import BROKEN_WEIGHTS, QUERY, WEIGHTS, break_checkpoint, shard_checkpoint
 from safetensors.torch import load_file
 
-import mha.checkpoint
+import mha.loading.checkpoint
 from mha import (
     CheckpointError,
     CheckpointMismatchError,
@@ -26,8 +26,8 @@ from mha import (
     checkpoint_architecture,
     load_pretrained,
 )
-from mha.convert import families_of
-from mha.weight_headers import SAFETENSORS_MAX_HEADER, weight_shapes
+from mha.loading.convert import families_of
+from mha.loading.weight_headers import SAFETENSORS_MAX_HEADER, weight_shapes
 
 
 def _raises_the_same(
@@ -39,8 +39,8 @@ def _raises_the_same(
         raise AssertionError("the check must not read a tensor or build the tokenizer")
 
     with monkeypatch.context() as patched:
-        patched.setattr(mha.checkpoint, "load_weights", refuse)
-        patched.setattr(mha.checkpoint, "load_tokenizer", refuse)
+        patched.setattr(mha.loading.checkpoint, "load_weights", refuse)
+        patched.setattr(mha.loading.checkpoint, "load_tokenizer", refuse)
         with pytest.raises(error, match=match) as checked:
             check_checkpoint(directory)
         with pytest.raises(error, match=match):  # what the service's startup check calls
@@ -101,7 +101,7 @@ def test_a_truncated_shard_is_named(
     names = shard_checkpoint(directory)
     # The shards together are the whole checkpoint: every name and shape, as one file gives them.
     whole = weight_shapes([tiny_checkpoints["bert"] / WEIGHTS])
-    assert weight_shapes(mha.checkpoint.weight_files(directory)) == whole
+    assert weight_shapes(mha.loading.checkpoint.weight_files(directory)) == whole
     check_checkpoint(directory)
     data = (directory / names[1]).read_bytes()
     (directory / names[1]).write_bytes(data[: len(data) // 2])
@@ -208,7 +208,7 @@ def test_each_family_knows_its_own_weights(
         {"bart", "marian"},
     ]
     for family, directory in {**tiny_checkpoints, **seq2seq_checkpoints}.items():
-        shapes = weight_shapes(mha.checkpoint.weight_files(directory))
+        shapes = weight_shapes(mha.loading.checkpoint.weight_files(directory))
         assert shapes is not None
         group = next((g for g in alike if family in g), {family})
         assert set(families_of(shapes)) == group, family

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from mha.convert.bart import BART
-from mha.convert.base import (
+from mha.errors import UnsupportedCheckpointError
+from mha.loading.convert.bart import BART
+from mha.loading.convert.base import (
     Converter,
     KeyMap,
     activation_from_hf,
@@ -19,18 +20,17 @@ from mha.convert.base import (
     convert_state_dict,
     expected_shapes,
 )
-from mha.convert.bert import BERT, ROBERTA
-from mha.convert.distilbert import DISTILBERT
-from mha.convert.gemma2 import GEMMA2
-from mha.convert.gpt2 import GPT2
-from mha.convert.llama import LLAMA
-from mha.convert.marian import MARIAN
-from mha.convert.mistral import MISTRAL
-from mha.convert.phi3 import PHI3
-from mha.convert.qwen2 import QWEN2
-from mha.convert.qwen3 import QWEN3
-from mha.convert.t5 import MT5, T5
-from mha.errors import UnsupportedCheckpointError
+from mha.loading.convert.bert import BERT, ROBERTA
+from mha.loading.convert.distilbert import DISTILBERT
+from mha.loading.convert.gemma2 import GEMMA2
+from mha.loading.convert.gpt2 import GPT2
+from mha.loading.convert.llama import LLAMA
+from mha.loading.convert.marian import MARIAN
+from mha.loading.convert.mistral import MISTRAL
+from mha.loading.convert.phi3 import PHI3
+from mha.loading.convert.qwen2 import QWEN2
+from mha.loading.convert.qwen3 import QWEN3
+from mha.loading.convert.t5 import MT5, T5
 
 __all__ = [
     "CONVERTERS",

@@ -2,7 +2,7 @@
 
 The checkpoint's own tokenizer (read from its directory) does the tokenization (mha.text.tokenize);
 transformers is used for that and for reading config.json, never for the attention itself. Finding and reading
-the checkpoint's files is mha.checkpoint's, converting its weights to ours mha.convert's.
+the checkpoint's files is mha.loading.checkpoint's, converting its weights to ours mha.loading.convert's.
 """
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ from typing import Any, cast
 
 import torch
 
-from mha import ablation, checkpoint, gguf_checkpoint
+from mha import ablation
 from mha._transfer import to_device, to_host_packed
-from mha.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint, default_model_path, resolve_device
-from mha.convert import Converter, convert_state_dict
-from mha.convert.base import NetworkConfig, forced_tokens
-from mha.convert.base import build_network as make_network
 from mha.core.layers import cast_network
 from mha.errors import MaxTokensError, NotCausalError, TargetNotSupportedError
+from mha.loading import checkpoint, gguf_checkpoint
+from mha.loading.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint, default_model_path, resolve_device
+from mha.loading.convert import Converter, convert_state_dict
+from mha.loading.convert.base import NetworkConfig, forced_tokens
+from mha.loading.convert.base import build_network as make_network
 from mha.networks import continuation, translate
 from mha.networks.model import Transformer, TransformerConfig
 from mha.networks.result import AttentionResult, ModelInfo, Seq2SeqResult
@@ -465,8 +466,9 @@ def load_pretrained(
     name: str | None = None,
 ) -> AttentionModel:
     """A Hugging Face checkpoint directory (an encoder, a decoder, or an encoder-decoder of
-    mha.convert.CONVERTERS), or a GGUF file (or a directory holding one) of an architecture we convert
-    (mha.gguf_checkpoint: converted on first use, read from $HEADSCOPE_CACHE_DIR after), in our layers.
+    mha.loading.convert.CONVERTERS), or a GGUF file (or a directory holding one) of an architecture we convert
+    (mha.loading.gguf_checkpoint: converted on first use, read from $HEADSCOPE_CACHE_DIR after), in our
+    layers.
 
     path None or "all-MiniLM-L6-v2" is the embedded default. A path that is not a directory is taken as a
     hub id and fetched only then (needs the network). The tokenizer comes from the checkpoint's own files.
@@ -548,7 +550,7 @@ def build_network(
     config: TransformerConfig | Seq2SeqConfig, converter: Converter, weight_files: list[Path]
 ) -> Transformer | EncoderDecoder:
     """Our network for `config` holding the checkpoint's weights, converted (every key problem reported
-    at once, mha.convert) and adopted as they are, on the CPU in the checkpoint's dtype."""
+    at once, mha.loading.convert) and adopted as they are, on the CPU in the checkpoint's dtype."""
     weights = convert_state_dict(
         checkpoint.load_weights(weight_files), converter.key_map(config), config, family=converter.family
     )

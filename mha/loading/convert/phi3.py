@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mha.convert.base import Converter, KeyMap
-from mha.convert.decoder import DecoderLayout, decoder_config, decoder_key_map, decoder_signature
+from mha.loading.convert.base import Converter, KeyMap
+from mha.loading.convert.decoder import DecoderLayout, decoder_config, decoder_key_map, decoder_signature
 from mha.networks.model import TransformerConfig
 
 __all__ = ["PHI3"]

@@ -1,7 +1,7 @@
 """The cache of converted checkpoints: content-addressed folders under HEADSCOPE_CACHE_DIR.
 
-A file converted once (a GGUF: mha.gguf_checkpoint) is kept as a checkpoint directory named by the file's
-SHA-256, so a renamed or copied file finds it and an edited one does not:
+A file converted once (a GGUF: mha.loading.gguf_checkpoint) is kept as a checkpoint directory named by the
+file's SHA-256, so a renamed or copied file finds it and an edited one does not:
 
     $HEADSCOPE_CACHE_DIR/            (default ~/.cache/headscope)
       gguf-v1/<sha256>/              a published conversion: config.json, model.safetensors, tokenizer files

@@ -5,9 +5,9 @@ llama.cpp's) reads the header for the cheap check: the architecture, each tensor
 transformers' GGUF utilities do the conversion: load_gguf_checkpoint gives the config and the dequantized
 tensors under Hugging Face names, AutoTokenizer(gguf_file=...) the tokenizer. What they give is written as
 an ordinary checkpoint directory (config.json, model.safetensors, tokenizer files with the chat template)
-in the cache (mha.model_cache), keyed by the file's SHA-256, and mha.checkpoint and mha.convert read that
-directory as they read any: the first load of a file converts it (seconds to minutes: every tensor
-dequantized to float32), later ones read the cached directory.
+in the cache (mha.loading.model_cache), keyed by the file's SHA-256, and mha.loading.checkpoint and
+mha.loading.convert read that directory as they read any: the first load of a file converts it (seconds to
+minutes: every tensor dequantized to float32), later ones read the cached directory.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from mha import model_cache
-from mha.convert import CONVERTERS
 from mha.errors import CheckpointError, CheckpointNotFoundError, UnsupportedCheckpointError
+from mha.loading import model_cache
+from mha.loading.convert import CONVERTERS
 
 if TYPE_CHECKING:
-    from mha.checkpoint import Checked
+    from mha.loading.checkpoint import Checked
 
 __all__ = [
     "BUNDLED_LLM_NAME",
@@ -221,7 +221,7 @@ def architecture(file: Path) -> str:
     (read_header's checks)."""
     folder = cached_directory(file, hash_file=False)
     if folder is not None:
-        from mha.checkpoint import check_files
+        from mha.loading.checkpoint import check_files
 
         try:
             check_files(folder)
@@ -244,7 +244,7 @@ def checkpoint_directory(file: Path) -> Path:
     where the cache cannot be written, a temporary one, with a warning). Raises what read_header does,
     and a CheckpointError for a file transformers cannot convert or whose tensors our family's key map
     refuses: nothing half-converted is ever cached."""
-    from mha.checkpoint import check_files
+    from mha.loading.checkpoint import check_files
 
     digest = model_cache.file_digest(file)
     folder = model_cache.cached_folder(CACHE_KIND, digest)
@@ -287,7 +287,7 @@ def _convert(file: Path, header: Header, digest: str) -> Callable[[Path], None]:
         raise CheckpointNotFoundError(f"{file} could not be converted: {type(exc).__name__}: {why}") from exc
 
     def write(folder: Path) -> None:
-        from mha.checkpoint import check_files
+        from mha.loading.checkpoint import check_files
 
         hf_config.save_pretrained(folder)
         save_file(tensors, str(folder / "model.safetensors"))
@@ -300,10 +300,10 @@ def _convert(file: Path, header: Header, digest: str) -> Callable[[Path], None]:
 
 
 def _keep_config(folder: Path, checked: Checked) -> None:
-    """The config AutoConfig read from `folder`, kept as a snapshot (mha.config_snapshot) where our config
-    and what loading reads besides (eos_token_id, tie_word_embeddings) come out of it the same: later
+    """The config AutoConfig read from `folder`, kept as a snapshot (mha.loading.config_snapshot) where our
+    config and what loading reads besides (eos_token_id, tie_word_embeddings) come out of it the same: later
     loads then read config.json without importing transformers' model code."""
-    from mha import config_snapshot
+    from mha.loading import config_snapshot
 
     taken = config_snapshot.take(checked.hf_config)
     if taken is None:

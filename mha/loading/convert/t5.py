@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from mha.convert.base import Converter, KeyMap, activation_from_hf, forced_tokens, layer_sources
+from mha.loading.convert.base import Converter, KeyMap, activation_from_hf, forced_tokens, layer_sources
 from mha.networks.model import TransformerConfig
 from mha.networks.seq2seq import Seq2SeqConfig
 

@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from mha.convert.base import Converter
-from mha.convert.decoder import decoder_config, decoder_key_map, decoder_signature, layer_types_windows
+from mha.loading.convert.base import Converter
+from mha.loading.convert.decoder import (
+    decoder_config,
+    decoder_key_map,
+    decoder_signature,
+    layer_types_windows,
+)
 from mha.networks.model import TransformerConfig
 
 __all__ = ["QWEN2"]

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mha.convert.base import KeyMap, activation_from_hf
 from mha.core.rope import Rope
+from mha.loading.convert.base import KeyMap, activation_from_hf
 from mha.networks.model import TransformerConfig
 
 __all__ = ["DecoderLayout", "decoder_config", "decoder_key_map", "decoder_signature"]

@@ -15,9 +15,6 @@ from typing import Any, NamedTuple
 
 import torch
 
-from mha import config_snapshot, gguf_checkpoint
-from mha.convert import Converter, check_shapes, families_of, for_model_type
-from mha.convert.base import NetworkConfig
 from mha.errors import (
     CheckpointError,
     CheckpointMismatchError,
@@ -25,7 +22,10 @@ from mha.errors import (
     TokenizerNotFoundError,
     UnsupportedCheckpointError,
 )
-from mha.weight_headers import Shapes, weight_shapes
+from mha.loading import config_snapshot, gguf_checkpoint
+from mha.loading.convert import Converter, check_shapes, families_of, for_model_type
+from mha.loading.convert.base import NetworkConfig
+from mha.loading.weight_headers import Shapes, weight_shapes
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
@@ -117,8 +117,8 @@ def _is_hub_id(name: str) -> bool:
 
 def local_directory(path: str | Path | None) -> Path | None:
     """The checkpoint directory `path` names; None for a hub id (fetched only when loaded). A GGUF file
-    (or a directory holding one, mha.gguf_checkpoint.find_gguf) names its converted directory: converted
-    here on its first use, read from the cache after."""
+    (or a directory holding one, mha.loading.gguf_checkpoint.find_gguf) names its converted directory:
+    converted here on its first use, read from the cache after."""
     if path is None or str(path) == DEFAULT_MODEL_NAME:
         return default_model_path()
     gguf_file = gguf_checkpoint.find_gguf(path)
@@ -251,7 +251,8 @@ def _check_family(
 def read_config(directory: Path, converter: Converter) -> tuple[Any, NetworkConfig]:
     """config.json as transformers reads it, and our config from it; one that either refuses is a
     CheckpointNotFoundError quoting why (a wrongly typed or missing field). A GGUF's conversion is read
-    from its config's snapshot where it has a usable one (mha.config_snapshot: no model code imported)."""
+    from its config's snapshot where it has a usable one (mha.loading.config_snapshot: no model code
+    imported)."""
     kept = _kept_config(directory, converter) if gguf_checkpoint.is_conversion(directory) else None
     if kept is not None:
         return kept
@@ -293,7 +294,7 @@ def check_checkpoint(path: str | Path) -> None:
     shows (a tokenizer far smaller than the model's vocabulary, damaged tensor bytes).
 
     A GGUF file is not converted here: its cached conversion is checked where there is one, else its
-    header (mha.gguf_checkpoint.architecture: readable, whole, of an architecture we convert).
+    header (mha.loading.gguf_checkpoint.architecture: readable, whole, of an architecture we convert).
     """
     gguf_file = gguf_checkpoint.find_gguf(path)
     if gguf_file is not None:

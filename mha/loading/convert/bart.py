@@ -3,7 +3,7 @@
 Both stacks are post-norm (LayerNorm after each residual, as BERT), with biases everywhere. BART adds
 learned positions counted from 2 (its table has max_position_embeddings + 2 rows), a LayerNorm on the
 embeddings of each stack and, where scale_embedding is set, sqrt(d_model) on the token embeddings;
-generation adds `final_logits_bias` to the logits. Marian (mha.convert.marian) is the same layer with
+generation adds `final_logits_bias` to the logits. Marian (mha.loading.convert.marian) is the same layer with
 sinusoidal positions and no embedding norm, so both key maps are `seq2seq_key_map`.
 """
 
@@ -13,7 +13,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from mha.convert.base import Converter, KeyMap, activation_from_hf, forced_tokens, layer_sources
+from mha.loading.convert.base import Converter, KeyMap, activation_from_hf, forced_tokens, layer_sources
 from mha.networks.model import TransformerConfig
 from mha.networks.seq2seq import Seq2SeqConfig
 
@@ -89,7 +89,7 @@ def config_from_hf(cfg: Any) -> Seq2SeqConfig:
 
 def seq2seq_key_map(config: Seq2SeqConfig, *, embeddings: dict[str, tuple[str, ...]]) -> KeyMap:
     """BART's and Marian's key map: `embeddings` (our embedding weights -> theirs), then each stack's
-    layers; their LM head and logits bias are read only to generate (mha.pretrained)."""
+    layers; their LM head and logits bias are read only to generate (mha.loading.pretrained)."""
     sources = dict(embeddings)
     for stack, stack_config in (("encoder", config.encoder), ("decoder", config.decoder)):
         table = {**LAYER, **(CROSS if stack == "decoder" else {})}

@@ -1,6 +1,6 @@
 """Marian (Helsinki-NLP opus-mt) checkpoints -> our encoder-decoder: BART's post-norm layers
-(mha.convert.bart) with Marian's sinusoidal positions (computed as transformers builds its table, never
-loaded), sqrt(d_model)-scaled token embeddings, no embedding norm, and the pad token as the decoder's
+(mha.loading.convert.bart) with Marian's sinusoidal positions (computed as transformers builds its table,
+never loaded), sqrt(d_model)-scaled token embeddings, no embedding norm, and the pad token as the decoder's
 start. Its encoder and decoder share one embedding (`shared`) unless share_encoder_decoder_embeddings is
 off, when each has its own (the decoder's of decoder_vocab_size rows). Its tokenizer is a Python
 SentencePiece one (mha.text.slow_tokenize).
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mha.convert.bart import SIGNATURE, seq2seq_config, seq2seq_key_map
-from mha.convert.base import Converter, KeyMap
+from mha.loading.convert.bart import SIGNATURE, seq2seq_config, seq2seq_key_map
+from mha.loading.convert.base import Converter, KeyMap
 from mha.networks.seq2seq import Seq2SeqConfig
 
 __all__ = ["MARIAN", "config_from_hf", "key_map"]

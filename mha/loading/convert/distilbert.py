@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mha.convert.base import Converter, KeyMap, activation_from_hf, base_config, layer_sources
+from mha.loading.convert.base import Converter, KeyMap, activation_from_hf, base_config, layer_sources
 from mha.networks.model import TransformerConfig
 
 __all__ = ["DISTILBERT", "config_from_hf", "key_map"]

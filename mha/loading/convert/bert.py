@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mha.convert.base import Converter, KeyMap, activation_from_hf, base_config, layer_sources
 from mha.errors import UnsupportedCheckpointError
+from mha.loading.convert.base import Converter, KeyMap, activation_from_hf, base_config, layer_sources
 from mha.networks.model import TransformerConfig
 
 __all__ = ["BERT", "ROBERTA", "config_from_hf", "key_map"]

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mha.convert.base import Converter, KeyMap
-from mha.convert.decoder import (
+from mha.loading.convert.base import Converter, KeyMap
+from mha.loading.convert.decoder import (
     DecoderLayout,
     decoder_config,
     decoder_key_map,
