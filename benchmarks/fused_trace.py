@@ -1,14 +1,14 @@
 """Which fused kernel should a trace run? Issue 27's "measure before choosing", in one run.
 
 A trace keeps, per layer, the post-rotary q and k and each query row's log-sum-exp (lse), so a window is
-recomputed exactly as exp(q·kᵀ·scale − lse). Today (mha.trace.trace_forward) each layer's attention is
+recomputed exactly as exp(q·kᵀ·scale − lse). Today (mha.trace.blocked.trace_forward) each layer's attention is
 computed in row blocks by hand; a fused kernel that also returns the lse would make the trace cost about a
 blind forward. This script runs a random-weight Llama of SmolLM2-135M's shape (benchmarks/extract.py) and
 prints, per n, side by side:
 
   blind      the whole forward, each layer through F.scaled_dot_product_attention(is_causal, enable_gqa):
              no weights, no lse (the reference every trace figure is a ratio of)
-  today      mha.trace.trace_forward with its 128 x 128 max-pooled overview (--today sizes only: slow)
+  today      mha.trace.blocked.trace_forward with its 128 x 128 max-pooled overview (--today sizes only: slow)
   <kernel>   the whole forward keeping q, k and the lse of every layer, attention through one candidate:
                efficient  aten._scaled_dot_product_efficient_attention(compute_log_sumexp=True) (CUDA)
                flash      aten._scaled_dot_product_flash_attention (CUDA half precision only)
@@ -50,7 +50,7 @@ from extract import SMOLLM2, llama_checkpoint, load_llama  # noqa: E402
 from mha.core.layers import Block  # noqa: E402
 from mha.networks.model import Transformer  # noqa: E402
 
-CELLS = 128  # the overview's blocks per side (mha.trace.OVERVIEW_SIZE)
+CELLS = 128  # the overview's blocks per side (mha.trace.blocked.OVERVIEW_SIZE)
 TILE = 64  # the Triton overview's tile per side
 
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor | None]]
@@ -298,7 +298,7 @@ class Probe:
         )
         float32 = next(network.parameters()).dtype == torch.float32
         if float32 and n in self.args.today:
-            from mha.trace import trace_forward
+            from mha.trace.blocked import trace_forward
 
             today = self.section(
                 f"today {tag}", lambda: timed(lambda: trace_forward(network, ids), device, 1)

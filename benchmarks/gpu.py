@@ -305,7 +305,7 @@ def parity(run: Run) -> None:
 def trace(run: Run) -> None:
     import long
 
-    from mha.trace import trace_forward
+    from mha.trace.blocked import trace_forward
 
     _, network = run.smollm2()
     sizes = (256, 512) if run.quick else (8192, 16384, 32768)

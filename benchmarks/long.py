@@ -1,11 +1,12 @@
-"""Long prompts: a trace (mha.trace) against the same network run blind, and transformers' eager attention.
+"""Long prompts: a trace (mha.trace.blocked) against the same network run blind, and transformers' eager
+attention.
 
 A random-weight Llama with SmolLM2-135M's shape (benchmarks/extract.py's llama mode: 30 layers, 9 query
 heads over 3 KV heads, hidden 576) on the CPU, at n = 1024, 2048, 4096, 8192 random token ids, side by side
 in one run:
   trace  = trace_forward(network, ids): every layer's q, k and log-sum-exp, and the default 128 x 128
            max-pooled overview of every head, by the path trace_forward chooses (printed: on the CPU the
-           row blocks, which pool the overview as the weights pass; mha.trace FUSED_CPU_OVERVIEW)
+           row blocks, which pool the overview as the weights pass; mha.trace.blocked FUSED_CPU_OVERVIEW)
   blind  = the same network's whole forward, each layer's attention through torch's fused
            F.scaled_dot_product_attention(is_causal=True, enable_gqa=True): no weights anywhere. (Our
            MultiHeadAttention's need_weights=False path takes SDPA only when query and key heads are equal;
@@ -13,7 +14,7 @@ in one run:
            `attention` hook.)
   ratio  = trace / blind, medians of interleaved repeats; goal <= 1.2 (issue 27)
   --compare adds, interleaved with those: trace_forward(fused=True), each layer through torch's fused
-           kernel with its lse and the overview pooled afterwards from q, k and lse (mha.trace_fused), and
+           kernel with its lse and the overview pooled afterwards from q, k and lse (mha.trace.fused), and
            the same without an overview (what the CPU runs for a trace without one): their difference is
            what the overview pooled afterwards costs
   MiB    = peak resident memory one trace adds (fresh subprocess per n, measured as extract.py measures:
@@ -53,7 +54,7 @@ from extract import SMOLLM2, WORDS, child_peak_mib, llama_checkpoint, load_llama
 
 from mha.core.layers import Block
 from mha.networks.model import Transformer
-from mha.trace import Trace, trace_forward
+from mha.trace.blocked import Trace, trace_forward
 
 SIZES = (1024, 2048, 4096, 8192)
 WIRE_SIZES = (2048, 8192)
@@ -261,7 +262,7 @@ def main() -> None:
             option: "+".join(dict.fromkeys(kept.path for kept in trace_forward(network, ids_of(64), **kw)[0]))
             for option, kw in (("trace", {}), ("fused=True", {"fused": True}))
         }
-        print("paths (mha.trace.Trace.path): " + ", ".join(f"{k} {v}" for k, v in paths.items()))
+        print("paths (mha.trace.blocked.Trace.path): " + ", ".join(f"{k} {v}" for k, v in paths.items()))
         compare = f" {'fused ms':>9} {'ratio':>6} {'no-overview ms':>14}" if args.compare else ""
         head = f"{'n':>5} {'trace ms':>9} {'blind ms':>9} {'ratio':>6}{compare}"
         print(f"{head} {'trace MiB':>10} {'eager MiB':>28}")

@@ -75,17 +75,17 @@ def regemm_weight(dim: int, max_score: float) -> float:
 
 
 def recomputed_weight(dim: int, max_score: float) -> float:
-    """|w - w'| between a weight recomputed as exp(s - lse) (mha.trace) and the softmax of another forward:
-    each score is a dim-term dot product, moved by up to dim·u·max_score in another GEMM kernel (Higham's
-    gamma_dim; |s| <= scale·|q|·|k| by Cauchy-Schwarz gives max_score), and w = exp(s - lse) moves by
-    w·(Δs + Δlse) <= 2·dim·u·max_score; on top, the FORWARD reordering of the layers below."""
+    """|w - w'| between a weight recomputed as exp(s - lse) (mha.trace.blocked) and the softmax of another
+    forward: each score is a dim-term dot product, moved by up to dim·u·max_score in another GEMM kernel
+    (Higham's gamma_dim; |s| <= scale·|q|·|k| by Cauchy-Schwarz gives max_score), and w = exp(s - lse) moves
+    by w·(Δs + Δlse) <= 2·dim·u·max_score; on top, the FORWARD reordering of the layers below."""
     return FORWARD + 2 * dim * U32 * max_score
 
 
 # torch's CPU flash kernel exponentiates with Vectorized::exp_u20, "a faster version of exp with ULP=20"
 # (ATen/cpu/vec/vec256/vec256_float.h): within 20 float32 ulps of exp, 2u each.
 EXP_U20 = 40 * U32
-# The CPU flash kernel's key blocks (mha.trace_memory.FLASH_KV_SPLIT): a running sum is rescaled once a block.
+# The CPU flash kernel's key blocks (mha.trace.memory.FLASH_KV_SPLIT): a running sum is rescaled once a block.
 FLASH_KV_BLOCK = 512
 
 

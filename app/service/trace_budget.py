@@ -1,8 +1,8 @@
 """The bytes of every trace in the process, bounded: the README's memory row for long-input traces.
 
 A trace is counted from the moment its forward is admitted until its last reference goes, wherever that is:
-its declared peak (mha.trace.peak_nbytes: the trace and its forward's scratch) while it is computed, then
-its own bytes (Trace.nbytes) for as long as it lives, in the cache or in a request still reading one the
+its declared peak (mha.trace.blocked.peak_nbytes: the trace and its forward's scratch) while it is computed,
+then its own bytes (Trace.nbytes) for as long as it lives, in the cache or in a request still reading one the
 cache has dropped. A forward starts only when its peak fits beside what is already counted, so the total
 never passes `limit` (HEADSCOPE_TRACE_CACHE_BYTES + HEADSCOPE_MAX_CONCURRENCY x HEADSCOPE_TRACE_MAX_BYTES);
 one that would waits, on the event loop and holding no trace, for others to finish or be freed.
@@ -15,7 +15,7 @@ import threading
 import weakref
 from collections.abc import Callable
 
-from mha.trace import Trace
+from mha.trace.blocked import Trace
 
 
 class TraceBudget:

@@ -1,6 +1,6 @@
-"""Long inputs: `Traces` runs a model's trace (mha.trace) on the model's own workers, keeps it in an LRU
-bounded by `Trace.nbytes` (HEADSCOPE_TRACE_CACHE_BYTES), shares one in flight among all who ask for it, and
-reports its progress, a line per layer, to every client streaming it. Windows, rows and the overview are
+"""Long inputs: `Traces` runs a model's trace (mha.trace.blocked) on the model's own workers, keeps it in an
+LRU bounded by `Trace.nbytes` (HEADSCOPE_TRACE_CACHE_BYTES), shares one in flight among all who ask for it,
+and reports its progress, a line per layer, to every client streaming it. Windows, rows and the overview are
 then read from the kept trace; one evicted is traced again, transparently, by the next request needing it.
 
 A trace is found by content: (model, text, pair, chat). Inputs longer than the model's `trace_max_tokens`
@@ -42,7 +42,7 @@ from app.service.flights import Flights, settled
 from app.service.trace_budget import TraceBudget
 from app.settings import Settings
 from mha.errors import Cancelled, InputError
-from mha.trace import OVERVIEW_SIZE, Trace, bytes_per_token, expected_nbytes, peak_nbytes
+from mha.trace.blocked import OVERVIEW_SIZE, Trace, bytes_per_token, expected_nbytes, peak_nbytes
 
 logger = logging.getLogger(__name__)
 
@@ -58,18 +58,18 @@ Cached = Callable[[Hashable, Callable[[threading.Event], Awaitable[bytes]]], Awa
 
 
 def trace_bytes_per_token(model: mha.AttentionModel) -> int:
-    """What one more token adds to a trace of `model` (mha.trace.bytes_per_token)."""
+    """What one more token adds to a trace of `model` (mha.trace.blocked.bytes_per_token)."""
     return bytes_per_token(model.network.config, next(model.network.parameters()).element_size())
 
 
 def trace_nbytes(model: mha.AttentionModel, n: int) -> int:
-    """Trace.nbytes of an n-token input, at most (mha.trace.expected_nbytes)."""
+    """Trace.nbytes of an n-token input, at most (mha.trace.blocked.expected_nbytes)."""
     return expected_nbytes(model.network.config, n, next(model.network.parameters()).element_size())
 
 
 def trace_peak_nbytes(model: mha.AttentionModel, n: int, threads: int = 1) -> int:
     """The most an n-token trace's forward holds on `threads` torch threads: the trace and its scratch
-    (mha.trace.peak_nbytes)."""
+    (mha.trace.blocked.peak_nbytes)."""
     itemsize = next(model.network.parameters()).element_size()
     return peak_nbytes(model.network.config, n, itemsize, threads=threads)
 
@@ -107,7 +107,7 @@ def _read(what: Callable[[], Any]) -> Any:
     try:
         with torch.inference_mode():
             return what()
-    except (IndexError, ValueError) as exc:  # mha.trace's checks of layer, head, spans, reduce, size
+    except (IndexError, ValueError) as exc:  # mha.trace.blocked's checks of layer, head, spans, reduce, size
         raise InvalidInputError(str(exc)) from None
 
 

@@ -200,7 +200,7 @@ class Block(nn.Module):
         rows: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`attention`, if given, stands in for self.attn on the sub-layer's input and returns its output
-        (B, T, E), no weights: how mha.trace runs a long input's attention in row blocks through the
+        (B, T, E), no weights: how mha.trace.blocked runs a long input's attention in row blocks through the
         same residual and norm wiring. `bias` is added to the logits (T5's relative positions).
         products_out (B, T, H, H) receives the attention's value products (MultiHeadAttention.
         value_products) of the sub-layer's input: the normed x in a pre-norm block, x in a post-norm one.

@@ -7,6 +7,6 @@
 - ``convert/``: one converter per family, Hugging Face names -> ours.
 - ``pretrained``: ``load_pretrained`` -> ``AttentionModel``, the one object the service holds.
 
-May import: ``mha.networks``, ``mha.core``, ``mha.text``, ``mha.trace``, ``mha.analysis``,
+May import: ``mha.networks``, ``mha.core``, ``mha.text``, ``mha.trace.blocked``, ``mha.analysis``,
 ``mha.errors`` and ``mha``'s private helpers. Never web code.
 """

@@ -31,7 +31,7 @@ from mha.networks.model import Transformer, TransformerConfig
 from mha.networks.result import AttentionResult, ModelInfo, Seq2SeqResult
 from mha.networks.seq2seq import EncoderDecoder, Seq2SeqConfig
 from mha.text.tokenize import Encoded, TextEncoder, is_byte_level
-from mha.trace import OVERVIEW_SIZE, Trace
+from mha.trace.blocked import OVERVIEW_SIZE, Trace
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
@@ -212,7 +212,7 @@ class AttentionModel:
         chat: bool = False,
         cancel: Callable[[], bool] | None = None,
     ) -> Trace:
-        """One forward of a long input that keeps what any window of any head needs (mha.trace), never
+        """One forward of a long input that keeps what any window of any head needs (mha.trace.blocked), never
         every head's [n, n]; the overview at `overview_size` is pooled on the way (None: none)."""
         if self.info.seq2seq:
             raise NotImplementedError("a trace of an encoder-decoder is not supported: use attend")

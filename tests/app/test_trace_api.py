@@ -20,7 +20,7 @@ from app import compact
 from app.main import create_app
 from app.service.traces import trace_bytes_per_token, trace_max_tokens, trace_nbytes, trace_peak_nbytes
 from mha.errors import Cancelled
-from mha.trace import Trace
+from mha.trace.blocked import Trace
 from tests.app.asgi import Exchange, post
 from tests.tolerances import ROUND6, U32, quant8
 
@@ -99,7 +99,7 @@ def test_the_stream_reports_each_layer_then_the_tokens(traced: tuple[TestClient,
 
 def test_the_done_event_says_which_path_the_forward_took(traced: tuple[TestClient, Counting], minilm) -> None:  # type: ignore[no-untyped-def]
     """As mha says: on the CPU a trace that pools its overview (the service's always do) runs in row blocks,
-    the cheaper path there (mha.trace FUSED_CPU_OVERVIEW); MiniLM's fused kernel runs without one."""
+    the cheaper path there (mha.trace.blocked FUSED_CPU_OVERVIEW); MiniLM's fused kernel runs without one."""
     client, _ = traced
     done = lines(client.post("/api/trace", json={"text": TEXT}))[-1]
     assert done["path"] == minilm.trace(TEXT).path == "blocked"

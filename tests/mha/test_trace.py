@@ -1,4 +1,5 @@
-"""A trace (mha.trace) gives attend's weights, window by window, without ever holding an [n, n] matrix.
+"""A trace (mha.trace.blocked) gives attend's weights, window by window, without ever holding an [n, n]
+matrix.
 
 Every family's tiny checkpoint, with the row block shrunk to 8 so that a 60-token text runs through many
 blocks, sliding windows straddling their edges, against `attend` (proven equal to transformers' eager
@@ -17,8 +18,8 @@ from tolerances import U32, float32_sum, recomputed_weight
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mha import AttentionModel, load_pretrained
-from mha import trace as trace_module
-from mha.trace import Trace, edges
+from mha.trace import blocked as trace_module
+from mha.trace.blocked import Trace, edges
 
 # ~60 tokens for every tokenizer here: longer than the sliding window (6) and than several row blocks.
 TEXT = (
@@ -209,7 +210,7 @@ def test_no_square_matrix_is_ever_held(models: dict[str, AttentionModel], family
 def test_a_trace_keeps_one_buffer_holding_nothing_else(
     models: dict[str, AttentionModel], family: str
 ) -> None:
-    """Every layer's q, k, lse and value norms and the overview are views into one buffer (mha.trace.
+    """Every layer's q, k, lse and value norms and the overview are views into one buffer (mha.trace.blocked.
     kept_buffers), and the buffer is exactly their size: no view of the fused q/k/v projection keeps it
     alive, nothing is kept twice (Trace.nbytes counts whole buffers: test_trace_memory.py)."""
     trace = models[family].trace(TEXT)

@@ -1,7 +1,7 @@
-"""A trace's fused path (mha.trace_fused): which layers take it, that its kernel really ran, its lse against
+"""A trace's fused path (mha.trace.fused): which layers take it, that its kernel really ran, its lse against
 float64, and its overview (pooled afterwards from q, k and lse) against pooling attend's matrices.
 
-On the CPU a trace takes the fused kernels when it pools no overview in its forward (mha.trace
+On the CPU a trace takes the fused kernels when it pools no overview in its forward (mha.trace.blocked
 FUSED_CPU_OVERVIEW), so these tests trace with overview_size=None, or force fused=True to test the
 overview pooled from the kept q, k and lse. Windows and rows of every family against attend are
 tests/mha/test_trace.py's (where the default overview keeps the CPU on the blocked path).
@@ -20,9 +20,9 @@ from tolerances import fused_lse, recomputed_weight
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mha import AttentionModel, load_pretrained
-from mha import trace as trace_module
-from mha.trace import BLOCKED, LayerTrace, Trace, edges, trace_forward
-from mha.trace_fused import cell_tokens, fused_kernel
+from mha.trace import blocked as trace_module
+from mha.trace.blocked import BLOCKED, LayerTrace, Trace, edges, trace_forward
+from mha.trace.fused import cell_tokens, fused_kernel
 
 # ~60-85 tokens for every tokenizer here: longer than the sliding window (6) and than several row blocks.
 TEXT = (

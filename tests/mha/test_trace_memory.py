@@ -1,5 +1,6 @@
-"""A trace's memory is what mha.trace declares it to be (mha/trace_memory.py): `Trace.nbytes` counts every
-buffer the trace holds, and its forward never holds more than `peak_nbytes` (the trace plus its scratch).
+"""A trace's memory is what mha.trace.blocked declares it to be (mha/trace/memory.py): `Trace.nbytes` counts
+every buffer the trace holds, and its forward never holds more than `peak_nbytes` (the trace plus its
+scratch).
 
 The forward's allocations are measured with a TorchDispatchMode that sees every tensor an operator returns
 and counts its storage from its first appearance until it is freed (a weakref finalizer on the storage):
@@ -23,9 +24,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from mha import AttentionModel, load_pretrained
-from mha import trace as trace_module
-from mha.trace import expected_nbytes, peak_nbytes, trace_forward
-from mha.trace_memory import objects_nbytes, python_nbytes
+from mha.trace import blocked as trace_module
+from mha.trace.blocked import expected_nbytes, peak_nbytes, trace_forward
+from mha.trace.memory import objects_nbytes, python_nbytes
 
 # ~60 tokens for every tokenizer here (as tests/mha/test_trace.py), run in row blocks of 8: many blocks,
 # dealt out to two threads where the test asks for two.
@@ -152,7 +153,7 @@ def test_a_fused_forward_holds_at_most_its_declared_peak(
     """The same on the fused path with its overview (trace_forward(fused=True), which a CPU trace takes
     only without one): the kernel's outputs and the overview's tiles on every thread stay within
     peak_nbytes too (the kernel's own per-thread buffers, which no operator returns, are declared apart:
-    mha.trace_memory.FLASH_Q_SPLIT)."""
+    mha.trace.memory.FLASH_Q_SPLIT)."""
     monkeypatch.setattr(trace_module, "ROW_BLOCK", ROW_BLOCK)
     model = models[family]
     n, peak = measured_peak(model, threads, monkeypatch, fused=True)

@@ -2,7 +2,7 @@
 
 One forward keeps per layer only what any window of any head needs to be recomputed exactly: the
 post-rotary (post q/k-norm) q and k of every head, and each query row's log-sum-exp of its masked scores.
-Each layer runs a fused kernel that returns the log-sum-exp beside its output (mha.trace_fused: torch's
+Each layer runs a fused kernel that returns the log-sum-exp beside its output (mha.trace.fused: torch's
 flash kernel on the CPU, the memory-efficient or flash kernel on CUDA) where one computes it exactly as
 `attend` does, and otherwise (Gemma 2's soft-cap, a sliding window shorter than the input) in row blocks
 by hand, the blocked path, which on the CPU also serves a trace that pools its overview (cheaper there:
@@ -44,8 +44,8 @@ from mha.errors import Cancelled
 from mha.networks.model import Transformer
 from mha.networks.result import ModelInfo
 from mha.text.tokenize import Encoded
-from mha.trace_fused import Kernel, LseOverview, fused_attention, fused_kernel
-from mha.trace_memory import forward_scratch, objects_nbytes, python_nbytes
+from mha.trace.fused import Kernel, LseOverview, fused_attention, fused_kernel
+from mha.trace.memory import forward_scratch, objects_nbytes, python_nbytes
 
 __all__ = [
     "BLOCKED",
@@ -209,7 +209,7 @@ class LayerTrace:
     """What one layer keeps: q [H, n, D] and k [H_kv, n, D] as its scores read them (q/k-normed, rotated),
     each query row's log-sum-exp [H, n] of its masked scores, each key's value norm [H, n] (‖f_h(x_j)‖,
     mha.analysis.norms: what a window weighted by norm reads), and the sliding window it attends in; `path`
-    is how its forward ran: a fused kernel's name (mha.trace_fused.FUSED_KERNELS) or BLOCKED."""
+    is how its forward ran: a fused kernel's name (mha.trace.fused.FUSED_KERNELS) or BLOCKED."""
 
     q: torch.Tensor
     k: torch.Tensor
@@ -400,7 +400,7 @@ def peak_nbytes(
     config: TransformerConfig, n: int, itemsize: int, *, threads: int = 1, overview_size: int = OVERVIEW_SIZE
 ) -> int:
     """The most an n-token trace_forward holds at once, at most: the trace it builds (expected_nbytes) and
-    its scratch (mha.trace_memory.forward_scratch) on `threads` CPU threads (torch.get_num_threads())."""
+    its scratch (mha.trace.memory.forward_scratch) on `threads` CPU threads (torch.get_num_threads())."""
     cells = min(overview_size, n)
     rows = forward_rows(n)
     scratch = forward_scratch(
@@ -584,7 +584,7 @@ class _Recorder:
     def _fused(
         self, x: torch.Tensor, out: torch.Tensor, fused_lse: torch.Tensor, kernel: Kernel, inference: bool
     ) -> torch.Tensor:
-        """Keep a fused kernel's lse (1, H, n), pool the overview from q, k and lse (mha.trace_fused), and
+        """Keep a fused kernel's lse (1, H, n), pool the overview from q, k and lse (mha.trace.fused), and
         project the kernel's output (1, H, n, D)."""
         q, k, lse, norms = self.into
         lse.copy_(fused_lse[0])
@@ -695,7 +695,7 @@ def trace_forward(
     """One sequence's forward (input_ids (1, n)): every layer's LayerTrace, and the max-pooled overview of
     every head at `overview_size` (None: none).
 
-    With `fused`, a layer that a fused kernel computes exactly (mha.trace_fused) runs it, and its overview
+    With `fused`, a layer that a fused kernel computes exactly (mha.trace.fused) runs it, and its overview
     is pooled afterwards from q, k and lse; the other layers, or all with fused=False, run in row blocks
     and pool the overview from the weights as they pass. fused=None chooses by the device: fused, except
     on the CPU when an overview is pooled, where the blocked path is the cheaper (FUSED_CPU_OVERVIEW)."""

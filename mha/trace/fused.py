@@ -1,7 +1,7 @@
 """A trace's fused path: each layer's attention through one torch kernel that also returns every row's
 log-sum-exp (lse), and the max-pooled overview recomputed afterwards from the kept q, k and lse.
 
-mha.trace keeps, per layer, the post-rotary q and k and each query row's lse; any weight is then
+mha.trace.blocked keeps, per layer, the post-rotary q and k and each query row's lse; any weight is then
 exp(q·kᵀ·scale − lse). Where a fused kernel computes the layer exactly as `attend` does (no soft-cap, no
 sliding window shorter than the input, no logit bias), it gives the lse at the cost of a blind forward:
 
@@ -123,7 +123,8 @@ class LseOverview:
     cuts: list[int]
     scale: float
     causal: bool
-    scores: int  # a tile's scores per head, about: what a forward block holds (mha.trace.FORWARD_SCORES)
+    # a tile's scores per head, about: what a forward block holds (mha.trace.blocked.FORWARD_SCORES)
+    scores: int
 
     def __post_init__(self) -> None:
         self.cells, self.device = len(self.cuts) - 1, self.q.device

@@ -1,9 +1,9 @@
-"""What a trace (mha.trace) holds, counted: the kept objects, and the scratch its forward allocates.
+"""What a trace (mha.trace.blocked) holds, counted: the kept objects, and the scratch its forward allocates.
 
 A trace keeps q, k and the log-sum-exp of every layer and its pooled overview (`Trace.nbytes`), and while
 its forward runs it also holds one layer's activations and, on each CPU thread, one row block's scores (the
-blocked path) or one tile of the overview's scores (the fused path, mha.trace_fused).
-The service admits a trace by the sum (`mha.trace.peak_nbytes`), so these bounds are what make the
+blocked path) or one tile of the overview's scores (the fused path, mha.trace.fused).
+The service admits a trace by the sum (`mha.trace.blocked.peak_nbytes`), so these bounds are what make the
 README's memory row for traces hold; tests/mha/test_trace_memory.py measures every allocation a forward
 makes against them.
 
@@ -72,7 +72,7 @@ def python_nbytes(n: int) -> int:
 def forward_scratch(
     config: TransformerConfig, n: int, itemsize: int, *, rows: int, threads: int, cells: int, scores: int
 ) -> int:
-    """Bytes mha.trace.trace_forward holds at once beyond the trace it builds, at most, for an n-token
+    """Bytes mha.trace.blocked.trace_forward holds at once beyond the trace it builds, at most, for an n-token
     input in blocks of `rows` query rows on `threads` CPU threads, pooling an s x s overview (s = cells).
 
     A layer's activations, per token, each value in the model's dtype or float32 where wider (norms):
@@ -108,7 +108,8 @@ def forward_scratch(
     # A block of r rows spans at most r / (n // s) + 2 overview cells; one token a cell (n <= s) pools
     # nothing, so no copy is made.
     pooled_rows = 0 if n <= cells else min(rows, rows // (n // cells) + 2)
-    # Blocks are dealt out to the threads only when each gets two (mha.trace._Recorder), else one runs all.
+    # Blocks are dealt out to the threads only when each gets two (mha.trace.blocked._Recorder), else one runs
+    # all.
     if -(-n // rows) < 2 * threads:
         threads = 1
     block = heads * rows * n * (itemsize + (0 if itemsize == FLOAT32 else FLOAT32))
@@ -125,7 +126,7 @@ def forward_scratch(
 def fused_scratch(
     config: TransformerConfig, n: int, itemsize: int, *, rows: int, threads: int, cells: int, scores: int
 ) -> int:
-    """Bytes a layer of the fused path (mha.trace_fused) holds at once beside the trace, at most, the layer's
+    """Bytes a layer of the fused path (mha.trace.fused) holds at once beside the trace, at most, the layer's
     projections and out_proj aside (forward_scratch counts those for both paths):
     - the kernel: the stream entering the layer and its norm (2 E), v's contiguous copy H_kv·D, the output
       H·D and the float32 lse (H) a token; on CUDA, where k and v are repeated to the query heads, 2 H·D
