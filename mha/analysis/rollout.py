@@ -26,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-import networkx as nx
 import torch
 from networkx.algorithms.flow import build_residual_network, shortest_augmenting_path
 from torch import Tensor
@@ -136,6 +135,8 @@ def normalize_flow(flow: Tensor) -> Tensor:
 
 def _max_flows(layer_maps: Tensor, rows: list[int]) -> Tensor:
     """Raw flow values [q, n] in float64 for L >= 2 layer matrices Ã_l [L, n, n]."""
+    import networkx as nx  # here, not at the top: it costs ~0.25 s of `import mha`, and only flow needs it
+
     layers, n, _ = layer_maps.shape
     capacity = (
         (layer_maps * FLOW_CAPACITY_SCALE).round().long().tolist()

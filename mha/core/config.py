@@ -48,7 +48,8 @@ class TransformerConfig:
     qk_norm: bool = False  # Qwen3's per-head RMSNorm of q and k
     attention_scale: float | None = None  # None: 1 / sqrt(head_dim)
     attention_softcap: float | None = None  # Gemma 2: cap · tanh(logits / cap)
-    # Gemma 2's output logits, capped the same way: no argmax changes, but a distribution does (mha.ablation)
+    # Gemma 2's output logits, capped the same way: no argmax changes, but a distribution does
+    # (mha.analysis.ablation)
     final_softcap: float | None = None
     embed_scale: float | None = None  # Gemma multiplies the token embeddings by sqrt(E)
     sandwich_norm: bool = False  # Gemma 2's norms after the attention and the feed-forward too

@@ -162,7 +162,7 @@ class MultiHeadAttention(nn.Module):
         bias: added to the logits, broadcastable to (B, H, T, S): T5's relative position bias.
         products_out: (B, S, H, H), filled with `value_products` of this forward's values.
         head_mask: (B|1, H), each head's output (its slice before out_proj) multiplied by it: 0 removes the
-        head from the sum, as zeroing the input slice of transformers' o_proj does (mha.ablation).
+        head from the sum, as zeroing the input slice of transformers' o_proj does (mha.analysis.ablation).
         rows: a padded self-attention batch's real tokens among its B·T rows (mha.networks.model): the
         projections run on them alone, a padding row's q, k, v and output are 0 (a padded key is masked, a
         padded query's row is dropped), and so are a padded key's value products.

@@ -17,8 +17,8 @@ from typing import Any, cast
 
 import torch
 
-from mha import ablation
 from mha._transfer import to_device, to_host_packed
+from mha.analysis import ablation
 from mha.core.layers import cast_network
 from mha.errors import MaxTokensError, NotCausalError, TargetNotSupportedError
 from mha.loading import checkpoint, gguf_checkpoint
@@ -186,10 +186,11 @@ class AttentionModel:
         cancel: Callable[[], bool] | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> ablation.HeadEffects:
-        """What zeroing each head's output changes downstream (mha.ablation): a decoder's next-token KL (and,
-        with max_new_tokens, at each step that wrote one), an encoder's 1 − cosine of its final states, an
-        encoder-decoder's next-token KL along its target (`target`, or the one it writes, as attend) for
-        the heads of its three attentions. cancel and progress(layers done, layers) as a trace's."""
+        """What zeroing each head's output changes downstream (mha.analysis.ablation): a decoder's next-token
+        KL (and, with max_new_tokens, at each step that wrote one), an encoder's 1 − cosine of its final
+        states, an encoder-decoder's next-token KL along its target (`target`, or the one it writes, as
+        attend) for the heads of its three attentions. cancel and progress(layers done, layers) as a
+        trace's."""
         limit = self._max_tokens(max_tokens)
         encoded = self.encoder.encode_batch([(text, text_pair)], limit, chat=chat)[0]
         return ablation.head_effects(

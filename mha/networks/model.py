@@ -124,7 +124,7 @@ class Transformer(nn.Module):
         position_ids: torch.Tensor | None = None,
     ) -> Prepared:
         """The embeddings and what every layer reads with them: how `forward` starts, and how a caller that
-        runs the layers itself (mha.ablation) starts the same way."""
+        runs the layers itself (mha.analysis.ablation) starts the same way."""
         cfg = self.config
         if position_ids is None:
             position_ids = self.position_ids(input_ids)

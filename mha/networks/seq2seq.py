@@ -45,7 +45,7 @@ class Seq2SeqConfig:
     banned_token_ids: tuple[int, ...] = ()
     # What the decoder's last state is multiplied by before the LM head: T5's d_model ** -0.5 (its
     # scale_decoder_outputs: the tied embedding read back at the embedding's scale). An argmax ignores it;
-    # a distribution (mha.ablation's KL) does not.
+    # a distribution (mha.analysis.ablation's KL) does not.
     logits_scale: float = 1.0
 
     def __post_init__(self) -> None:
@@ -113,7 +113,7 @@ class DecoderBlock(Block):
         products_out: (B, T, H, H) and (B, S, H, H) for the two attentions' value products (cross
         attention's values are the encoder's output, its keys). head_mask and cross_head_mask (B|1, H)
         scale each head's output of the self- and the cross-attention before its output projection
-        (mha.ablation)."""
+        (mha.analysis.ablation)."""
         own_out, cross_out = products_out if products_out is not None else (None, None)
         x, own = self.residual(
             x,

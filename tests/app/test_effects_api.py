@@ -20,7 +20,7 @@ from tolerances import FORWARD
 import mha
 from app.effects_schemas import PROGRESS_HEADS, HeadEffectsDone
 from app.main import create_app
-from mha.ablation import HeadEffects
+from mha.analysis.ablation import HeadEffects
 from mha.errors import Cancelled
 from tests.app.asgi import Exchange, post
 from tests.seq2seq_checkpoints import build_seq2seq_checkpoint

@@ -1,5 +1,5 @@
-"""Head ablation (mha.ablation, AttentionModel.head_effects) against transformers' eager models with the same
-head zeroed by a forward pre-hook on their output projection (o_proj, GPT-2's c_proj, BERT's
+"""Head ablation (mha.analysis.ablation, AttentionModel.head_effects) against transformers' eager models with
+the same head zeroed by a forward pre-hook on their output projection (o_proj, GPT-2's c_proj, BERT's
 attention.output.dense): the input slice that head writes set to 0, one whole forward per head."""
 
 from __future__ import annotations
