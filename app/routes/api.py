@@ -8,7 +8,14 @@ from fastapi.responses import JSONResponse
 from app import compact
 from app.deps import ServiceDep
 from app.routes.common import TRUNCATION, ApiRouter, Bits, Scheme, compact_response, described, json_answer
-from app.schemas import AttentionRequest, AttentionResponse, HeadRequest, HeadResponse, Health, ModelList
+from app.schemas.attention import (
+    AttentionRequest,
+    AttentionResponse,
+    HeadRequest,
+    HeadResponse,
+    Health,
+    ModelList,
+)
 
 router = ApiRouter(tags=["api"])
 

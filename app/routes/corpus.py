@@ -8,10 +8,10 @@ from typing import Annotated, Any
 from fastapi import Path, Query, Request, Response
 from pydantic import BeforeValidator
 
-from app.corpus_schemas import CorpusText, HeadValues, RunDetail, RunList, digits_only
 from app.deps import ServiceDep
 from app.routes.common import ApiRouter, json_answer
-from app.schemas import ErrorResponse
+from app.schemas.attention import ErrorResponse
+from app.schemas.corpus import CorpusText, HeadValues, RunDetail, RunList, digits_only
 
 router = ApiRouter(tags=["corpus"])
 

@@ -9,8 +9,8 @@ from functools import partial
 from fastapi import Request, Response
 
 from app.deps import ServiceDep
-from app.effects_schemas import PROGRESS_HEADS, HeadEffectsRequest
 from app.routes.common import ERRORS, ApiRouter, ClosingStreamingResponse, client_closed, watched
+from app.schemas.effects import PROGRESS_HEADS, HeadEffectsRequest
 
 router = ApiRouter(tags=["insight"])
 

@@ -9,7 +9,7 @@ from fastapi import Request, Response
 
 from app.deps import ServiceDep
 from app.routes.common import TRUNCATION, ApiRouter, Scheme, compact_response, described, json_answer
-from app.schemas import (
+from app.schemas.attention import (
     AnalysisResponse,
     CompareHeadRequest,
     CompareHeadResponse,

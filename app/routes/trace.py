@@ -22,7 +22,7 @@ from app.routes.common import (
     json_answer,
     watched,
 )
-from app.schemas import (
+from app.schemas.attention import (
     ErrorResponse,
     TraceOverviewRequest,
     TraceRequest,

@@ -26,7 +26,7 @@ from app import encoders, memory
 from app.cache import LRUCache
 from app.errors import InvalidInputError, ServiceError
 from app.registry import Registry
-from app.schemas import (
+from app.schemas.attention import (
     AttentionRequest,
     CompareHeadRequest,
     CompareRequest,

@@ -25,8 +25,8 @@ import pyarrow.parquet as pq
 from anyio import to_thread
 
 from app.cache import LRUCache
-from app.corpus_schemas import RunMeta
 from app.errors import InvalidInputError, ServiceError
+from app.schemas.corpus import RunMeta
 from app.service.corpus_listing import FILES, RUNS_DIR_HINT, RunListing, find, inside, summary
 from mha.analysis import STAT_DESCRIPTIONS
 from mha.corpus.aggregate import snippets

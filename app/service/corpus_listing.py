@@ -3,7 +3,7 @@
 
 A run is a subfolder (its links followed, within the runs folder) holding the four files (none linked from
 outside it) whose run.json says `"complete": true`. The fields of run.json the answers read are checked by
-RunMeta (app/corpus_schemas.py) first, so a wrongly typed one is named (409) rather than read as absent.
+RunMeta (app/schemas/corpus.py) first, so a wrongly typed one is named (409) rather than read as absent.
 
 The list looks at a folder again only when its stamp changes: the folder's own (inode and mtime: a file
 added, removed or renamed into place, as the job writes) and run.json's (inode, size and mtime: rewritten in
@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.cache import LRUCache
-from app.corpus_schemas import RunMeta
+from app.schemas.corpus import RunMeta
 
 logger = logging.getLogger(__name__)
 

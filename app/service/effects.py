@@ -23,9 +23,9 @@ from typing import Any
 import torch
 
 import mha
-from app.effects_schemas import PROGRESS_HEADS, EffectsSection, HeadEffectsDone, HeadEffectsRequest
 from app.errors import InvalidInputError, ServiceError
 from app.registry import Registry
+from app.schemas.effects import PROGRESS_HEADS, EffectsSection, HeadEffectsDone, HeadEffectsRequest
 from app.service.computed import article
 from app.service.flights import settled
 from app.settings import Settings

@@ -18,8 +18,8 @@ from fastapi.testclient import TestClient
 from tolerances import FORWARD
 
 import mha
-from app.effects_schemas import PROGRESS_HEADS, HeadEffectsDone
 from app.main import create_app
+from app.schemas.effects import PROGRESS_HEADS, HeadEffectsDone
 from mha.analysis.ablation import HeadEffects
 from mha.errors import Cancelled
 from tests.app.asgi import Exchange, post

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.schemas import ModelName, NewTokens, StrictBool, Text, TextPair
+from app.schemas.attention import ModelName, NewTokens, StrictBool, Text, TextPair
 
 # Models with more heads than this (layers x heads) stream a progress line per layer: their ablations take
 # seconds (270 heads of SmolLM2-135M, L·H/2 forwards' worth); smaller ones answer in well under a second.
