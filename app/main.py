@@ -23,7 +23,7 @@ from app.middleware import (
     UnexpectedErrorMiddleware,
 )
 from app.routes import api, corpus, effects, insight, pages, trace
-from app.schemas.attention import enumerate_model_names
+from app.schemas.common import enumerate_model_names
 from app.service import AttentionService
 from app.settings import Settings, get_settings
 

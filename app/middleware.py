@@ -16,7 +16,7 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.routes.common import CLIENT_CLOSED
-from app.schemas.attention import ErrorResponse
+from app.schemas.common import ErrorResponse
 from app.settings import normalize_host
 
 logger = logging.getLogger("app")

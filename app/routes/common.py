@@ -21,7 +21,7 @@ from starlette.responses import ContentStream
 from starlette.types import Receive, Scope, Send
 
 from app import compact
-from app.schemas.attention import ErrorResponse
+from app.schemas.common import ErrorResponse
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from pydantic import BeforeValidator
 
 from app.deps import ServiceDep
 from app.routes.common import ApiRouter, json_answer
-from app.schemas.attention import ErrorResponse
+from app.schemas.common import ErrorResponse
 from app.schemas.corpus import CorpusText, HeadValues, RunDetail, RunList, digits_only
 
 router = ApiRouter(tags=["corpus"])

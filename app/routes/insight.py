@@ -9,14 +9,14 @@ from fastapi import Request, Response
 
 from app.deps import ServiceDep
 from app.routes.common import TRUNCATION, ApiRouter, Scheme, compact_response, described, json_answer
-from app.schemas.attention import (
+from app.schemas.attention import KindRequest
+from app.schemas.insight import (
     AnalysisResponse,
     CompareHeadRequest,
     CompareHeadResponse,
     CompareRequest,
     CompareResponse,
     FlowResponse,
-    KindRequest,
     RolloutResponse,
 )
 from app.service import FLOW_MAX_TOKENS

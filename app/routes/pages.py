@@ -15,7 +15,7 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
 from app.deps import ServiceDep, SettingsDep
-from app.schemas.attention import MAX_TEXT_CHARS, TRACE_MAX_TEXT_CHARS
+from app.schemas.common import MAX_TEXT_CHARS, TRACE_MAX_TEXT_CHARS
 from app.service import FLOW_MAX_TOKENS
 
 router = APIRouter(include_in_schema=False)

@@ -22,8 +22,8 @@ from app.routes.common import (
     json_answer,
     watched,
 )
-from app.schemas.attention import (
-    ErrorResponse,
+from app.schemas.common import ErrorResponse
+from app.schemas.trace import (
     TraceOverviewRequest,
     TraceRequest,
     TraceRowRequest,

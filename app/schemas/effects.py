@@ -5,24 +5,19 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from app.schemas.attention import ModelName, NewTokens, StrictBool, Text, TextPair
+from app.schemas.common import NewTokens, StrictBool, TextInput, TextPair
 
 # Models with more heads than this (layers x heads) stream a progress line per layer: their ablations take
 # seconds (270 heads of SmolLM2-135M, L·H/2 forwards' worth); smaller ones answer in well under a second.
 PROGRESS_HEADS = 100
 
 
-class HeadEffectsRequest(BaseModel):
+class HeadEffectsRequest(TextInput):
     """One input, as /api/attention takes it (no words or weighting: what zeroing a head changes is read
     from the model's output, not from its attention maps)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    text: Text
-    text_pair: TextPair = None
-    model: ModelName = None
     max_new_tokens: NewTokens | None = Field(
         default=None,
         description="Decoder models: first continue the text greedily by up to this many tokens (as "

@@ -16,7 +16,7 @@ import torch
 from app import compact, encoders
 from app.encoders import Floats
 from app.errors import InvalidInputError
-from app.schemas.attention import ROLLOUT_RESIDUAL, SIMILAR_HEADS
+from app.schemas.insight import ROLLOUT_RESIDUAL, SIMILAR_HEADS
 from app.service.computed import Computed
 from mha import analysis
 from mha.errors import Cancelled

@@ -28,16 +28,15 @@ from app.errors import InvalidInputError, ServiceError
 from app.registry import Registry
 from app.schemas.attention import (
     AttentionRequest,
-    CompareHeadRequest,
-    CompareRequest,
     HeadRequest,
     Health,
     InputText,
     KindRequest,
     ModelEntry,
     ModelList,
-    TraceOverviewRequest,
 )
+from app.schemas.insight import CompareHeadRequest, CompareRequest
+from app.schemas.trace import TraceOverviewRequest
 from app.service import bodies
 from app.service.batcher import Batcher, Job, QueueFull, background, drop_if_abandoned
 from app.service.computed import Computed, article, from_result, merge_words, weigh_by_norm

@@ -29,7 +29,7 @@ from app.cache import LRUCache
 from app.encoders import Floats
 from app.errors import InputTooLongError, InvalidInputError, ServiceError
 from app.registry import Registry
-from app.schemas.attention import (
+from app.schemas.trace import (
     TraceDone,
     TraceOverviewRequest,
     TraceRequest,

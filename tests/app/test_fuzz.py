@@ -35,7 +35,7 @@ from seq2seq_checkpoints import build_seq2seq_checkpoint
 
 from app import errors
 from app.main import create_app
-from app.schemas.attention import MAX_TEXT_CHARS, NOT_BLANK
+from app.schemas.common import MAX_TEXT_CHARS, NOT_BLANK
 from app.settings import Settings
 from mha.loading import model_cache
 

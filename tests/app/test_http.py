@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.middleware import CSP
-from app.schemas.attention import MAX_TEXT_CHARS, NOT_BLANK
+from app.schemas.common import MAX_TEXT_CHARS, NOT_BLANK
 from app.settings import Settings
 
 TEXT = "The cat sat on the mat."
