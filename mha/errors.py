@@ -17,6 +17,7 @@ from typing import Any
 __all__ = [
     "Cancelled",
     "ChatPairError",
+    "ChatTemplateError",
     "CheckpointError",
     "CheckpointMismatchError",
     "CheckpointNotFoundError",
@@ -172,6 +173,16 @@ class ChatPairError(InputError):
 
     def __init__(self) -> None:
         super().__init__()
+
+
+class ChatTemplateError(InputError):
+    """The tokenizer's chat template failed on this input, or passed a bound (mha.text.chat): `reason`
+    ends the sentence ("took longer than 2 s to render and was stopped", "refused this input: ...")."""
+
+    template = "this model's chat template {reason}"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason=reason)
 
 
 class NotCausalError(InputError):

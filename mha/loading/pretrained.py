@@ -30,6 +30,7 @@ from mha.networks import continuation, translate
 from mha.networks.model import Transformer, TransformerConfig
 from mha.networks.result import AttentionResult, ModelInfo, Seq2SeqResult
 from mha.networks.seq2seq import EncoderDecoder, Seq2SeqConfig
+from mha.text import chat
 from mha.text.tokenize import Encoded, TextEncoder, is_byte_level
 from mha.trace.blocked import OVERVIEW_SIZE, Trace
 
@@ -496,6 +497,8 @@ def load_pretrained(
     )
     info = ModelInfo.of(config, name=name, family=converter.family, device=torch_device, dtype=torch_dtype)
     chat_template = bool(getattr(tokenizer, "chat_template", None))
+    if chat_template:
+        chat.prewarm()  # its renders run in a worker process (mha.text.chat): started now, not at first chat
     info = replace(info, chat_template=chat_template, byte_level=is_byte_level(tokenizer))
     logger.info("loaded %s (%s) from %s on %s", name, converter.family, gguf_file or directory, torch_device)
     lm_head = logits_bias = None

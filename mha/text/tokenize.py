@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -32,7 +32,10 @@ from mha.errors import (
     PairNotSupportedError,
     TokenIdOutOfRangeError,
 )
+from mha.text.chat import render_chat
 from mha.text.slow_tokenize import encode_slow
+
+CHAT_CACHE_SIZE = 64  # rendered chats kept per model: the requests in flight, many times over
 
 __all__ = ["Encoded", "TextEncoder", "control_ids", "display_segments", "is_byte_level", "unknown_id"]
 
@@ -165,6 +168,10 @@ class TextEncoder:
         # A fast tokenizer's truncation setting is shared state that each call may change: concurrent
         # calls from threads (the web service) must not interleave, or one gets the other's truncation.
         self._lock = threading.Lock()
+        # The last chats rendered (text -> string): a request renders its text once, ahead of the shared
+        # encoding pool (the service's pre-render), and every later encoding of it reads it here.
+        self._chats: dict[str, str] = {}
+        self._chat_lock = threading.Lock()
 
     def marks(self, ids: Sequence[int]) -> tuple[list[bool], list[bool]]:
         """(special, unknown) of each id, by the module docstring's rule."""
@@ -174,14 +181,25 @@ class TextEncoder:
     def has_chat_template(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None))
 
-    def chat_text(self, text: str) -> str:
+    def chat_text(self, text: str, *, cancel: Callable[[], bool] | None = None) -> str:
         """`text` as the user's turn of the tokenizer's chat template, the assistant's turn opened after it:
         the string transformers' apply_chat_template(..., add_generation_prompt=True) renders."""
         if not self.has_chat_template:
             raise NoChatTemplateError()
-        rendered: str = self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
-        )
+        with self._chat_lock:
+            rendered = self._chats.get(text)
+        if rendered is None:
+            # The template is untrusted code: rendered in a worker process, bounded (mha.text.chat).
+            rendered = render_chat(
+                self.tokenizer.get_chat_template(),
+                [{"role": "user", "content": text}],
+                self.tokenizer.special_tokens_map,
+                cancel=cancel,
+            )
+            with self._chat_lock:
+                self._chats[text] = rendered
+                while len(self._chats) > CHAT_CACHE_SIZE:
+                    self._chats.pop(next(iter(self._chats)))
         return rendered
 
     def encode_batch(
