@@ -1,10 +1,10 @@
 """The one package of app/ that uses `mha`: models, inference off the event loop, caching, encoding.
 
-Routes call `AttentionService` (core.py); it resolves the model by registered name (the registry, fed by
-loaders.py) and hands the text to that model's `Batcher` (batcher.py): `max_concurrency` worker threads per
-model, each taking every request waiting at that moment (up to `max_batch`) into one padded forward
-(`model.attend_batch`) under `torch.inference_mode()`. At most `max_queue` requests wait per model; beyond
-that a request gets 503 with Retry-After at once.
+Routes call `AttentionService` (attention.py, built on core.py's `ServiceCore` and insight.py); it resolves
+the model by registered name (the registry, fed by loaders.py) and hands the text to that model's `Batcher`
+(batcher.py): `max_concurrency` worker threads per model, each taking every request waiting at that moment
+(up to `max_batch`) into one padded forward (`model.attend_batch`) under `torch.inference_mode()`. At most
+`max_queue` requests wait per model; beyond that a request gets 503 with Retry-After at once.
 
 The event loop only awaits: every answer is built (bodies.py, from a `Computed` view: computed.py) and
 encoded in worker threads in short pieces (app/encoders.py), so the GIL, and with it the loop, is never
@@ -20,9 +20,10 @@ in the same LRU; every answer (attention, head, compact, analysis, rollout, flow
 from that word-level view exactly as from the token-level one.
 """
 
+from app.service.attention import AttentionService
 from app.service.batcher import Batcher, Job, JobDropped, QueueFull, background
 from app.service.computed import Computed
-from app.service.core import BATCH_CHARS, AttentionService, ModelBusyError, cache_key
+from app.service.core import BATCH_CHARS, ModelBusyError, cache_key
 from app.service.flights import CHUNK_BYTES, STREAM_VALUES, Flights, Stream
 from app.service.loaders import RANDOM_MODEL, RANDOM_SIZE, build_checks, build_loaders, default_model
 from mha.analysis import FLOW_MAX_TOKENS

@@ -1,9 +1,11 @@
-"""`AttentionService`: what the routes call. Resolves the model, runs its forwards through a `Batcher`,
-encodes the answers off the event loop, and caches them (see the package docstring).
+"""`ServiceCore`: what every answer of a text is built from. Resolves the model, runs its forwards through
+the model's `Batcher` (the worker threads' side is here too), caches the results and the views of them
+(words, weighting "norm") and shares identical work in flight under one key builder (`cache_key`), and
+runs CPU work in the encoding threads, off the event loop (see the package docstring).
 
-Over ~400 lines because it is one class holding one state (cache, flights, streams, workers): its parts
-that need none of that state already live beside it (bodies, computed, flights, batcher, loaders, trim);
-what remains is one short method per answer and the plumbing they share."""
+The answers are built on it, one module per route family: attention.py (`AttentionService`, the class the
+routes call), insight.py; traces.py, effects.py and corpus.py hold their own state and are handed the
+core's `_submit_work`, `_off_loop` and `_cached`."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import gzip
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
@@ -22,33 +24,19 @@ from anyio import to_thread
 from starlette.exceptions import HTTPException
 
 import mha
-from app import encoders, memory
+from app import memory
 from app.cache import LRUCache
 from app.errors import InvalidInputError, ServiceError
 from app.registry import Registry
-from app.schemas.attention import (
-    AttentionRequest,
-    HeadRequest,
-    Health,
-    InputText,
-    KindRequest,
-    ModelEntry,
-    ModelList,
-)
-from app.schemas.insight import CompareHeadRequest, CompareRequest
-from app.schemas.trace import TraceOverviewRequest
+from app.schemas.attention import AttentionRequest, InputText
 from app.service import bodies
 from app.service.batcher import Batcher, Job, QueueFull, background, drop_if_abandoned
 from app.service.computed import Computed, article, from_result, merge_words, weigh_by_norm
-from app.service.corpus import CorpusRuns
-from app.service.effects import HeadEffects
-from app.service.flights import STREAM_VALUES, Flights, Stream, settled
+from app.service.flights import Flights, settled
 from app.service.loaders import build_checks, build_loaders, default_model
-from app.service.traces import Traces
 from app.service.trim import Trimmer
 from app.settings import Settings
-from mha import analysis
-from mha.errors import Cancelled, FlowTooLongError
+from mha.errors import Cancelled
 from mha.networks import translate
 
 logger = logging.getLogger(__name__)
@@ -83,16 +71,9 @@ def cache_key(kind: str, *inputs: Input, extra: tuple[Hashable, ...] = ()) -> tu
 GENERATE = ""  # the target of a request with generate: true (a real target is never blank)
 
 
-def _chars(text: str, pair: str | None, target: str | None = None) -> int:
+def chars(text: str, pair: str | None, target: str | None = None) -> int:
+    """An input's length in characters, both segments and the target (what BATCH_CHARS counts)."""
     return len(text) + len(pair or "") + len(target or "")
-
-
-def _architecture(found: object) -> str | None:
-    return found if isinstance(found, str) else None
-
-
-def _differs(value: int | None, base: int) -> int | None:
-    return value if value is not None and value != base else None
 
 
 def _is_long(job: Job) -> bool:
@@ -101,10 +82,13 @@ def _is_long(job: Job) -> bool:
     # A chat-templated text too: a batch is all one way (attend_batch's chat flag).
     # Other work (a trace) runs alone as well.
     long = job.work is not None or bool(job.new_tokens) or job.target is not None or job.chat
-    return long or _chars(job.text, job.pair, job.target) > BATCH_CHARS
+    return long or chars(job.text, job.pair, job.target) > BATCH_CHARS
 
 
-class AttentionService:
+class ServiceCore:
+    """The state every answer shares: the registry, the cache, each model's Batcher, the flights, the
+    encoding threads and the C heap's trimmer."""
+
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.registry: Registry[mha.AttentionModel] = Registry(
@@ -131,32 +115,11 @@ class AttentionService:
         # use) and at a lower CPU priority, like the workers: a burst of encodings queues here and never
         # takes the CPU or the threads that the event loop and the health check need.
         self._encoder: ThreadPoolExecutor | None = None
-        self._streams = 0  # streamed answers in progress
-        self._stream_slots: asyncio.Semaphore | None = None  # made on the running loop
-        self._stream_waiting = 0
-        self._trimmer = Trimmer(
-            enabled=settings.malloc_trim,
-            busy=lambda: bool(len(self._flights) or self._streams or self.traces.busy),
-        )
-        self.traces = Traces(
-            settings,
-            self.registry,
-            submit=self._submit_work,
-            off_loop=self._off_loop,
-            cached=self._cached,
-            freed=self._trimmer.large_answer_done,  # a trace's forward ended, or a trace was freed
-            busy=ModelBusyError,
-        )
-        self.corpus = CorpusRuns(settings.runs_dir, served=lambda: self.registry.names)
-        self.effects = HeadEffects(
-            settings,
-            self.registry,
-            submit=self._submit_work,
-            off_loop=self._off_loop,
-            cached=self._cached,
-            cache_get=self.cache.get,
-            key=lambda source: cache_key("head-effects", source),
-        )
+        self._trimmer = Trimmer(enabled=settings.malloc_trim, busy=self._busy)
+
+    def _busy(self) -> bool:
+        """Work is in flight (the idle trim waits for it); AttentionService adds its streams and traces."""
+        return bool(len(self._flights))
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -168,7 +131,6 @@ class AttentionService:
         # more threads than cores only adds contention.
         torch.set_num_threads(self.settings.threads)
         self._encoder_pool()
-        self._stream_slots = asyncio.Semaphore(self.settings.max_streams)  # on this loop
         started = time.perf_counter()
         await to_thread.run_sync(self.registry.check_all)  # cheap; /api/models shows failures at once
         try:
@@ -187,199 +149,9 @@ class AttentionService:
             self._encoder.shutdown(wait=False, cancel_futures=True)
             self._encoder = None
 
-    # -- descriptions ----------------------------------------------------------------------------
-
-    def health(self) -> tuple[bool, Health]:
-        model = self.registry.loaded(self.registry.default)
-        device = str(model.info.device) if model is not None else None
-        return model is not None, Health(
-            status="ok" if model is not None else "unavailable", model=self.registry.default, device=device
-        )
-
-    def models(self) -> ModelList:
-        entries = []
-        for entry in self.registry:
-            info = entry.model.info if entry.model is not None else None
-            entries.append(
-                ModelEntry(
-                    name=entry.name,
-                    family=info.family if info else None,
-                    layers=info.layers if info else None,
-                    heads=info.heads if info else None,
-                    kv_heads=info.kv_heads if info else None,
-                    chat_template=info.chat_template if info else None,
-                    byte_level=info.byte_level if info else None,
-                    max_tokens=info.max_tokens if info else None,
-                    # unloaded: what its startup check read from the config (None for a hub id)
-                    architecture=info.architecture if info else _architecture(entry.found),
-                    # the decoder's own shape, when it differs from the encoder's
-                    decoder_layers=_differs(info.decoder_layers, info.layers) if info else None,
-                    decoder_heads=_differs(info.decoder_heads, info.heads) if info else None,
-                    trace_max_tokens=self.traces.max_tokens(entry.model) if entry.model is not None else None,
-                    causal=info.causal if info else None,
-                    pretrained=info.pretrained if info else None,
-                    loaded=info is not None,
-                    error=entry.error,
-                )
-            )
-        return ModelList(default=self.registry.default, models=entries)
-
-    @property
-    def streams_waiting(self) -> int:
-        """Large answers waiting for their turn to be streamed (`max_streams`)."""
-        return self._stream_waiting
-
     def queued(self, name: str) -> int:
         """Requests waiting for a worker of model `name` (abandoned ones not counted)."""
         return self._batchers[name].queued
-
-    # -- answers ---------------------------------------------------------------------------------
-
-    async def attention_json(self, request: AttentionRequest) -> bytes | AsyncIterator[bytes]:
-        """The JSON bytes, or (more than STREAM_VALUES values) a `Stream` of chunks encoded as sent.
-
-        A streamed answer keeps its tensor (75 MB at 512 tokens) until its client has read the last byte,
-        at the client's pace: at most `max_streams` are streamed at once, so memory stays bounded however
-        many clients ask. A long text takes its turn before its forward; a short one that still makes a
-        large answer (512 tokens of CJK, say) lets go of its tensor while it waits."""
-        source = self._input(request)
-        key = cache_key("json", source, extra=(request.words, request.weighting))
-        # Looked up before anything else: a cached answer never waits for a turn to stream.
-        hit = self.cache.get(key)
-        if hit is not None:
-            return hit  # type: ignore[no-any-return]
-        view_of = partial(self._view, source, words=request.words, weighting=request.weighting)
-        slot = None
-        if _chars(request.text, request.text_pair, request.target) > BATCH_CHARS:
-            slot = await self._stream_slot()
-        streaming = False
-        try:
-            view = await view_of()
-            if view.nbytes // view.maps.element_size() <= STREAM_VALUES:
-                make_body = partial(bodies.attention_body, view)
-                return await self._once(
-                    key, lambda abandoned: self._off_loop(bodies.encode_pieces, make_body, abandoned)
-                )
-            if slot is None:
-                del view  # not held while waiting for a turn
-                slot = await self._stream_slot()
-                view = await view_of()  # from the cache, unless evicted meanwhile
-            stream = Stream(
-                encoders.pieces(bodies.attention_body(view)),
-                self._off_loop,
-                partial(self._stream_closed, f"/api/attention ({view.n} tokens)", slot),
-            )
-            streaming = True
-        finally:
-            if slot is not None and not streaming:  # the stream releases its turn when it closes
-                slot.release()
-        self._streams += 1
-        return stream
-
-    async def attention_compact(
-        self, request: AttentionRequest, *, gzipped: bool, scheme: str, bits: str = "8"
-    ) -> bytes:
-        """Every head in `scheme`, its q in `bits` bits ("auto": by the answer's n, compact.AUTO_BITS)."""
-        body = await self._encoded(
-            f"hsa1.gz:{scheme}:{bits}", request, partial(bodies.encode_compact, scheme=scheme, bits=bits)
-        )
-        return await self._gunzipped_unless(gzipped, body)
-
-    async def head(self, request: HeadRequest) -> bytes:
-        view = await self._view(self._input(request), words=request.words, weighting=request.weighting)
-        make_body = partial(bodies.head_body, view, request.layer, request.head, kind=request.kind)
-        return await self._off_loop(bodies.encode_pieces, make_body)
-
-    async def head_compact(self, request: HeadRequest, *, gzipped: bool) -> bytes:
-        """One head at full float32 precision as HSA1 (scheme float32-shuffled, layers = heads = 1), gzipped
-        once off the loop and cached as bytes like the compact attention."""
-        kind = f"head.hsa1.gz:{request.kind}:{request.layer}:{request.head}"
-        encode = partial(
-            bodies.encode_head_compact, layer=request.layer, head=request.head, kind=request.kind
-        )
-        return await self._gunzipped_unless(gzipped, await self._encoded(kind, request, encode))
-
-    async def trace_overview(self, request: TraceOverviewRequest, *, gzipped: bool, scheme: str) -> bytes:
-        body = await self.traces.overview(request, scheme=scheme)
-        return await self._gunzipped_unless(gzipped, body)
-
-    # -- insight ---------------------------------------------------------------------------------
-
-    async def analysis(self, request: KindRequest, *, gzipped: bool = False) -> bytes:
-        """The statistics' JSON, gzipped when `gzipped` (the page's first view fetches it: ~17 KB of
-        6-decimal digits become ~7 KB). Cached gzipped, as the compact answers."""
-        body = partial(bodies.analysis_body, words=request.words, kind=request.kind)
-        encoded = await self._encoded(f"analysis.gz:{request.kind}", request, bodies.gzipped_json_of(body))
-        return await self._gunzipped_unless(gzipped, encoded)
-
-    async def rollout(self, request: KindRequest) -> bytes:
-        body = partial(bodies.rollout_body, kind=request.kind)
-        return await self._encoded(f"rollout:{request.kind}", request, bodies.json_of(body))
-
-    async def rollout_compact(self, request: KindRequest, *, gzipped: bool, scheme: str) -> bytes:
-        encode = partial(bodies.encode_rollout_compact, scheme=scheme, kind=request.kind)
-        return await self._gunzipped_unless(
-            gzipped, await self._encoded(f"rollout.gz:{scheme}:{request.kind}", request, encode)
-        )
-
-    async def flow(self, request: KindRequest) -> bytes:
-        limit = self.settings.flow_max_tokens or analysis.FLOW_MAX_TOKENS
-        encode = bodies.json_of(partial(bodies.flow_body, max_tokens=limit, kind=request.kind))
-        try:
-            return await self._encoded(f"flow:{request.kind}", request, encode)
-        except FlowTooLongError as exc:  # mha refuses before any work: the cost grows as n⁴
-            unit = "words" if request.words else "tokens"
-            raise InvalidInputError(
-                f"attention flow is limited to {exc.limit} {unit} (it solves n² max-flow problems), this "
-                f"input has {exc.n}; shorten the text (attention rollout has no such limit)"
-            ) from None
-
-    async def compare(self, request: CompareRequest) -> bytes:
-        sources = (self._input(request.a), self._input(request.b))
-
-        async def encode(abandoned: threading.Event) -> bytes:
-            view_a, view_b = await self._compare_views(sources, request)
-            make_body = partial(bodies.compare_body, view_a, view_b)
-            return await self._off_loop(bodies.encode_pieces, make_body, abandoned)
-
-        extra = (request.words, request.weighting, request.kind)
-        return await self._cached(cache_key("compare", *sources, extra=extra), encode)
-
-    async def compare_head(self, request: CompareHeadRequest) -> bytes:
-        sources = (self._input(request.a), self._input(request.b))
-        view_a, view_b = await self._compare_views(sources, request)
-        view_a.check_head(request.layer, request.head)
-        extra = (request.words, request.weighting, request.kind, request.layer, request.head)
-        key = cache_key("compare/head", *sources, extra=extra)
-        make_body = partial(bodies.compare_head_body, view_a, view_b, request.layer, request.head)
-        return await self._flights.join(
-            key, lambda abandoned: self._off_loop(bodies.encode_pieces, make_body, abandoned)
-        )
-
-    async def _compare_views(
-        self, sources: tuple[Input, Input], request: CompareRequest
-    ) -> tuple[Computed, Computed]:
-        kind = request.kind
-        views = await asyncio.gather(
-            *(self._view(source, words=request.words, weighting=request.weighting) for source in sources)
-        )
-        view_a, view_b = (view.of_kind(kind) for view in views)
-        what = "" if kind == "encoder" else f" ({kind} attention)"
-        shape_a, shape_b = (view_a.layers, view_a.heads), (view_b.layers, view_b.heads)
-        if shape_a != shape_b:
-            raise InvalidInputError(
-                f"models are not comparable{what}: a ({view_a.model!r}) has {shape_a[0]} layers x "
-                f"{shape_a[1]} heads, b ({view_b.model!r}) has {shape_b[0]} layers x {shape_b[1]} heads; "
-                "they must match"
-            )
-        if kind == "cross" and view_a.attentions.shape != view_b.attentions.shape:
-            # Queries and keys are two sequences: no one token alignment serves both axes.
-            raise InvalidInputError(
-                f"cross attention is compared position by position, so a and b need the same target and "
-                f"source lengths: a has {view_a.n} target x {view_a.cols} source tokens, b has {view_b.n} x "
-                f"{view_b.cols}"
-            )
-        return view_a, view_b
 
     # -- caching and sharing ---------------------------------------------------------------------
 
@@ -515,39 +287,6 @@ class AttentionService:
                 self.settings.max_concurrency, thread_name_prefix="headscope-encode", initializer=background
             )
         return self._encoder
-
-    # -- streaming -------------------------------------------------------------------------------
-
-    async def _stream_slot(self) -> asyncio.Semaphore:
-        """Wait for a turn to stream a large answer (on the loop, holding nothing large)."""
-        if self._stream_slots is None:
-            self._stream_slots = asyncio.Semaphore(self.settings.max_streams)
-        if self._stream_waiting >= self.settings.max_queue:
-            raise ModelBusyError(
-                f"{self._stream_waiting} large answers are already waiting to be streamed (the limit); "
-                "the compact route (/api/attention/compact) and one head (/api/attention/head) are lighter",
-                max(1, self._stream_waiting // self.settings.max_streams),
-            )
-        self._stream_waiting += 1
-        try:
-            await self._stream_slots.acquire()
-        finally:
-            self._stream_waiting -= 1
-        return self._stream_slots
-
-    def _stream_closed(
-        self, what: str, slot: asyncio.Semaphore, done: bool, sent: int, seconds: float
-    ) -> None:
-        self._streams -= 1
-        slot.release()
-        if not done:
-            logger.info(
-                "client closed the connection during %s after %.1f MB in %.1f s; encoding stopped",
-                what,
-                sent / 1e6,
-                seconds,
-            )
-        self._trimmer.large_answer_done()
 
     # -- worker threads --------------------------------------------------------------------------
 
