@@ -226,7 +226,7 @@ def our_network(directory: Path, device: torch.device, dtype: torch.dtype) -> tu
     a dtype the loader refuses on this device, our float32 network cast as the loader casts (float64: the
     reference; bfloat16 on the CPU); float16 where the loader refuses it is Skipped."""
     from mha import load_pretrained
-    from mha.loading.checkpoint import resolve_dtype
+    from mha.devices import resolve_dtype
 
     if dtype != torch.float64:
         try:
@@ -546,7 +546,7 @@ def main() -> None:
         return
     import transformers
 
-    from mha.loading.checkpoint import resolve_device
+    from mha.devices import resolve_device
 
     # Their load reports, progress bars and tokenizer hints would bury the rows.
     transformers.logging.set_verbosity_error()

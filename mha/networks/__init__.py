@@ -2,6 +2,6 @@
 (``seq2seq``), what a forward returns (``result``), greedy continuation (``continuation``) and
 translation (``translate``).
 
-May import: ``mha.core``, ``mha.text``, ``mha.errors`` and ``mha``'s private helpers. Never a loader,
-the trace, analysis or web code.
+May import: ``mha.core``, ``mha.text``, ``mha.errors``, ``mha.devices`` and ``mha``'s private helpers.
+Never a loader, the trace, analysis or web code.
 """

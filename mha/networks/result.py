@@ -10,7 +10,7 @@ from typing import Self
 import torch
 
 from mha.core.config import TransformerConfig
-from mha.loading import checkpoint
+from mha.devices import dtype_name
 from mha.networks.seq2seq import Seq2SeqConfig
 from mha.text.tokenize import Encoded
 
@@ -69,7 +69,7 @@ class ModelInfo:
             causal=stack.causal,
             pretrained=family != "random",
             device=str(device),
-            dtype=checkpoint.dtype_name(dtype),
+            dtype=dtype_name(dtype),
             architecture=stack.architecture,
         )
         if not isinstance(config, Seq2SeqConfig):
