@@ -104,7 +104,7 @@ def load_llama(which: str, directory: str):
     """(model, run(ids)) for one side of the llama comparison."""
     from transformers import AutoConfig, LlamaModel
 
-    from mha.loading import checkpoint
+    from mha.loading import checkpoint_files
     from mha.loading.convert import for_model_type
     from mha.loading.pretrained import build_network
 
@@ -112,7 +112,7 @@ def load_llama(which: str, directory: str):
         # No tokenizer: the ids are random, so the network alone, loaded as load_pretrained loads it.
         converter = for_model_type("llama")
         config = converter.config_from_hf(AutoConfig.from_pretrained(directory))
-        network = build_network(config, converter, checkpoint.weight_files(Path(directory)))
+        network = build_network(config, converter, checkpoint_files.weight_files(Path(directory)))
 
         def run_ours(ids: torch.Tensor):
             with torch.no_grad():

@@ -55,6 +55,7 @@ from mha.corpus.source import MAX_CHARS, CorpusInputError, Record, input_format,
 from mha.corpus.worker import Computed, CorpusWorker, output_schema
 from mha.loading import checkpoint
 from mha.loading.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint
+from mha.loading.checkpoint_files import check_files
 from mha.loading.pretrained import AttentionModel
 from mha.networks.result import ModelInfo
 
@@ -336,7 +337,7 @@ def model_info(job: Job) -> ModelInfo:
     check_files, as load_pretrained checks a checkpoint: weights that are cut short, of another family or
     mis-shaped are refused here, with load_pretrained's error, not on a worker after the job began."""
     directory = checkpoint.local_directory(job.model) or checkpoint.fetch(str(job.model))
-    converter, _, _, config = checkpoint.check_files(directory)
+    converter, _, _, config = check_files(directory)
     cpu, dtype = torch.device("cpu"), torch.float32
     return ModelInfo.of(config, name=job.name, family=converter.family, device=cpu, dtype=dtype)
 

@@ -7,9 +7,9 @@ also keeps SNAPSHOT: every public name of the config AutoConfig reads from that 
 where JSON holds it exactly, and to_dict(). A Snapshot answers attribute reads and to_dict() as that config
 did, so a converter's config_from_hf reads it unchanged; a name whose value was not kept (a method, a set, an
 object) raises NotKept, which is not an AttributeError, so getattr(config, name, default) cannot quietly
-take the default where the real config had a value. mha.loading.checkpoint.read_config uses a snapshot only
-where it was written by the transformers installed now and our config from it is made without error; else it
-reads config.json through AutoConfig, as for any checkpoint.
+take the default where the real config had a value. mha.loading.checkpoint_files.read_config uses a snapshot
+only where it was written by the transformers installed now and our config from it is made without error;
+else it reads config.json through AutoConfig, as for any checkpoint.
 """
 
 from __future__ import annotations

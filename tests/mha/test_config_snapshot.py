@@ -16,7 +16,7 @@ import pytest
 from gguf_files import build_gpt2, build_qwen3, write_gguf
 
 from mha import load_pretrained
-from mha.loading import checkpoint, config_snapshot, gguf_checkpoint
+from mha.loading import checkpoint_files, config_snapshot, gguf_checkpoint
 from mha.loading import model_cache as cache
 from mha.loading.config_snapshot import SNAPSHOT, NotKept, Snapshot
 
@@ -58,9 +58,9 @@ def test_a_later_load_reads_the_snapshot_to_the_same_config(
     first = load_pretrained(files[family], device="cpu")
     folder = gguf_checkpoint.cached_directory(files[family])
     assert folder is not None and (folder / SNAPSHOT).is_file()
-    _, converter, _ = checkpoint.check_directory(folder)
+    _, converter, _ = checkpoint_files.check_directory(folder)
     hf_config = AutoConfig.from_pretrained(str(folder))
-    kept, ours = checkpoint.read_config(folder, converter)
+    kept, ours = checkpoint_files.read_config(folder, converter)
     assert isinstance(kept, Snapshot)
     assert ours == converter.config_from_hf(hf_config)
     assert kept.to_dict() == hf_config.to_dict()
@@ -117,7 +117,7 @@ def test_a_snapshot_it_cannot_use_leaves_config_json_to_decide(damage: str, file
     load_pretrained(files["qwen2"], device="cpu")
     folder = gguf_checkpoint.cached_directory(files["qwen2"])
     assert folder is not None
-    _, converter, _ = checkpoint.check_directory(folder)
+    _, converter, _ = checkpoint_files.check_directory(folder)
     file = folder / SNAPSHOT
     if damage == "another transformers":
         taken = json.loads(file.read_text())
@@ -127,7 +127,7 @@ def test_a_snapshot_it_cannot_use_leaves_config_json_to_decide(damage: str, file
         file.write_text(file.read_text()[:100])
     else:
         converter = replace(converter, config_from_hf=_reads_a_method(converter.config_from_hf))
-    hf_config, ours = checkpoint.read_config(folder, converter)
+    hf_config, ours = checkpoint_files.read_config(folder, converter)
     assert isinstance(hf_config, PreTrainedConfig)
     assert ours == converter.config_from_hf(hf_config)
 

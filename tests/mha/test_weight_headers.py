@@ -18,6 +18,7 @@ from broken_checkpoints import BROKEN_WEIGHTS, QUERY, WEIGHTS, break_checkpoint,
 from safetensors.torch import load_file
 
 import mha.loading.checkpoint
+import mha.loading.checkpoint_files
 from mha import (
     CheckpointError,
     CheckpointMismatchError,
@@ -101,7 +102,7 @@ def test_a_truncated_shard_is_named(
     names = shard_checkpoint(directory)
     # The shards together are the whole checkpoint: every name and shape, as one file gives them.
     whole = weight_shapes([tiny_checkpoints["bert"] / WEIGHTS])
-    assert weight_shapes(mha.loading.checkpoint.weight_files(directory)) == whole
+    assert weight_shapes(mha.loading.checkpoint_files.weight_files(directory)) == whole
     check_checkpoint(directory)
     data = (directory / names[1]).read_bytes()
     (directory / names[1]).write_bytes(data[: len(data) // 2])
@@ -208,7 +209,7 @@ def test_each_family_knows_its_own_weights(
         {"bart", "marian"},
     ]
     for family, directory in {**tiny_checkpoints, **seq2seq_checkpoints}.items():
-        shapes = weight_shapes(mha.loading.checkpoint.weight_files(directory))
+        shapes = weight_shapes(mha.loading.checkpoint_files.weight_files(directory))
         assert shapes is not None
         group = next((g for g in alike if family in g), {family})
         assert set(families_of(shapes)) == group, family
