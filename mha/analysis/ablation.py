@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import Protocol, cast
 
 import torch
 import torch.nn.functional as F
@@ -37,16 +37,21 @@ from mha.networks.model import Prepared, Transformer
 from mha.networks.seq2seq import DecoderBlock, EncoderDecoder
 from mha.text.tokenize import Encoded
 
-if TYPE_CHECKING:
-    from mha.loading.pretrained import AttentionModel
-
-__all__ = ["HeadEffects", "Section", "head_effects"]
+__all__ = ["Ablated", "HeadEffects", "Section", "head_effects"]
 
 # progress(layers done, layers): called after each layer's H ablations, as a trace reports its layers (an
 # encoder-decoder counts its L_enc + 2·L_dec attention layers: encoder, decoder, cross).
 Progress = Callable[[int, int], None]
 
 SECTIONS = ("encoder", "decoder", "cross")  # an encoder-decoder's attentions, as its attend names them
+
+
+class Ablated(translate.Translator, Protocol):
+    """What head ablation needs of a loaded model (mha.loading.pretrained.AttentionModel), and no more: its
+    network, tokenizer and encoder, its device, and the LM head and logits bias a decoder's or an
+    encoder-decoder's next token is read through; what writing a continuation first (continuation.Writer)
+    or a target (translate.Translator) needs, which is the same. A protocol, so that analysis never
+    imports the loader that imports it."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,7 @@ class HeadEffects:
 
 
 def head_effects(
-    model: AttentionModel,
+    model: Ablated,
     encoded: Encoded,
     *,
     limit: int,
@@ -208,7 +213,7 @@ class _NextToken:
     (a KL of nearly equal distributions sums differences of nearly equal numbers); compared as
     KL(p_full ‖ p_ablated), natural log, (B, positions)."""
 
-    def __init__(self, model: AttentionModel, network: Transformer, positions: list[int]) -> None:
+    def __init__(self, model: Ablated, network: Transformer, positions: list[int]) -> None:
         self.positions = positions
         self.norm = network.final_norm
         self.weight = model.lm_head()
@@ -242,7 +247,7 @@ class _FinalStates:
 
 
 def _seq2seq_effects(
-    model: AttentionModel,
+    model: Ablated,
     source: Encoded,
     *,
     target: str | None,
@@ -369,7 +374,7 @@ class _Seq2SeqNext:
     T5's logits scale, the LM head, the logits bias, the banned tokens at -inf); compared as
     KL(p_full ‖ p_ablated), (B, positions), where a banned token, at probability 0 on both sides, adds 0."""
 
-    def __init__(self, model: AttentionModel, network: EncoderDecoder, positions: list[int]) -> None:
+    def __init__(self, model: Ablated, network: EncoderDecoder, positions: list[int]) -> None:
         self.positions = positions
         self.norm = network.decoder.final_norm
         self.weight = model.lm_head()

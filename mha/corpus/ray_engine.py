@@ -42,7 +42,6 @@ from ray.data.datasource import Datasource, ReadTask
 from ray.data.exceptions import UserCodeException
 from ray.exceptions import RayError
 
-import mha
 from mha.corpus.job import Job, Progress
 from mha.corpus.shards import shard_of, write_shard
 from mha.corpus.source import Record, read_records
@@ -225,7 +224,7 @@ def runtime_env() -> dict[str, Any]:
 
 
 def _mha_directory() -> str:
-    return str(Path(mha.__file__).resolve().parent)
+    return str(Path(__file__).resolve().parents[1])  # mha/corpus/ray_engine.py -> mha/
 
 
 @contextmanager
