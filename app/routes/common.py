@@ -1,5 +1,5 @@
-"""What both API routers share: documented errors, the compact transport's query and answer, JSON answers
-whole or streamed, and dropping the work of a client that hung up."""
+"""What the API routers share: documented errors, the compact transport's query and answer, JSON answers
+whole or streamed, the one NDJSON progress stream, and dropping the work of a client that hung up."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from enum import Enum
+from functools import partial
 from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
@@ -37,6 +38,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         "requests wait for it (with a Retry-After header).",
     },
 }
+NDJSON = "application/x-ndjson"
+# The responses of a route answering a progress stream (ndjson_stream).
+NDJSON_RESPONSES: dict[int | str, dict[str, Any]] = {200: {"content": {NDJSON: {}}}, **ERRORS}
 # The responses of a route answering in the compact binary transport (HSA1).
 COMPACT_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"content": {compact.MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}}},
@@ -219,5 +223,21 @@ async def compact_response(
 
     async def answer() -> Response:
         return Response(await encode(gzipped), media_type=media_type, headers=headers)
+
+    return await watched(request, answer())
+
+
+async def ndjson_stream(request: Request, events: Awaitable[AsyncIterator[bytes]]) -> Response:
+    """A progress stream: the service's NDJSON lines (app/service/progress.py) sent as they come, unless
+    the client hangs up before the stream begins; one that hangs up mid-stream is logged as one that hangs
+    up before it (499 in the access log)."""
+    started = time.perf_counter()
+
+    async def answer() -> Response:
+        lines = await events
+        # no-store: a progress stream is never replayed; X-Accel-Buffering: nginx passes each line at once.
+        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+        hung_up = partial(client_closed, request, started)
+        return ClosingStreamingResponse(lines, media_type=NDJSON, headers=headers, hung_up=hung_up)
 
     return await watched(request, answer())

@@ -3,18 +3,13 @@ the work is in the service (app/service/effects.py)."""
 
 from __future__ import annotations
 
-import time
-from functools import partial
-
 from fastapi import Request, Response
 
 from app.deps import ServiceDep
-from app.routes.common import ERRORS, ApiRouter, ClosingStreamingResponse, client_closed, watched
+from app.routes.common import NDJSON, NDJSON_RESPONSES, ApiRouter, ClosingStreamingResponse, ndjson_stream
 from app.schemas.effects import PROGRESS_HEADS, HeadEffectsRequest
 
 router = ApiRouter(tags=["insight"])
-
-NDJSON = "application/x-ndjson"
 
 DESCRIPTION = f"""
 Every head's effect on the model's output: its output (its slice before the output projection) set to
@@ -41,18 +36,9 @@ service's `max_tokens` is cut (`truncated`).
 @router.post(
     "/head-effects",
     response_class=ClosingStreamingResponse,
-    responses={200: {"content": {NDJSON: {}}}, **ERRORS},
+    responses=NDJSON_RESPONSES,
     summary="Which heads matter: the output's change when each head is zeroed",
     description=DESCRIPTION,
 )
 async def head_effects(body: HeadEffectsRequest, request: Request, service: ServiceDep) -> Response:
-    started = time.perf_counter()
-
-    async def answer() -> Response:
-        events = await service.effects.stream(body)
-        # no-store: a progress stream is never replayed; X-Accel-Buffering: nginx passes each line at once.
-        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-        hung_up = partial(client_closed, request, started)
-        return ClosingStreamingResponse(events, media_type=NDJSON, headers=headers, hung_up=hung_up)
-
-    return await watched(request, answer())
+    return await ndjson_stream(request, service.effects.stream(body))

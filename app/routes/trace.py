@@ -3,8 +3,6 @@ Thin: validation is in schemas, work in the service (app/service/traces.py)."""
 
 from __future__ import annotations
 
-import time
-from functools import partial
 from typing import Any
 
 from fastapi import Request, Response
@@ -13,14 +11,15 @@ from app.deps import ServiceDep
 from app.routes.common import (
     COMPACT_RESPONSES,
     ERRORS,
+    NDJSON,
+    NDJSON_RESPONSES,
     ApiRouter,
     ClosingStreamingResponse,
     Scheme,
-    client_closed,
     compact_response,
     described,
     json_answer,
-    watched,
+    ndjson_stream,
 )
 from app.schemas.common import ErrorResponse
 from app.schemas.trace import (
@@ -35,7 +34,6 @@ from app.schemas.trace import (
 
 router = ApiRouter(tags=["long inputs"])
 
-NDJSON = "application/x-ndjson"
 JSON = (
     "application/json"  # windows and rows: gzipped when the client accepts it (a 512 x 512 window is 1.7 MB)
 )
@@ -75,21 +73,11 @@ with reduce "max" was pooled during the forward and costs nothing more.{KEPT}
 @router.post(
     "/trace",
     response_class=ClosingStreamingResponse,
-    responses={200: {"content": {NDJSON: {}}}, **ERRORS, **TOO_LONG},
+    responses={**NDJSON_RESPONSES, **TOO_LONG},
     description=TRACE_DESCRIPTION,
 )
 async def trace(body: TraceRequest, request: Request, service: ServiceDep) -> Response:
-    started = time.perf_counter()
-
-    async def answer() -> Response:
-        events = await service.traces.stream(body)
-        # no-store: a progress stream is never replayed; X-Accel-Buffering: nginx passes each line at once.
-        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-        # A client that hangs up mid-stream is logged as one that hangs up before it (499 in the access log).
-        hung_up = partial(client_closed, request, started)
-        return ClosingStreamingResponse(events, media_type=NDJSON, headers=headers, hung_up=hung_up)
-
-    return await watched(request, answer())
+    return await ndjson_stream(request, service.traces.stream(body))
 
 
 @router.post(

@@ -11,9 +11,6 @@ that is not an encoder-decoder, a text without tokens) is refused before the str
 
 from __future__ import annotations
 
-import asyncio
-import json
-import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from concurrent.futures import Future
@@ -23,17 +20,16 @@ from typing import Any
 import torch
 
 import mha
-from app.errors import InvalidInputError, ServiceError
+from app.errors import InvalidInputError
 from app.registry import Registry
 from app.schemas.effects import PROGRESS_HEADS, EffectsSection, HeadEffectsDone, HeadEffectsRequest
 from app.service.computed import article
 from app.service.flights import settled
+from app.service.progress import ProgressStreams
 from app.settings import Settings
 from mha.analysis.ablation import HeadEffects as Effects
-from mha.errors import Cancelled, InputError, NotCausalError
+from mha.errors import NotCausalError
 from mha.networks import translate
-
-logger = logging.getLogger(__name__)
 
 # (registered model name, text, pair, tokens to write (None: none; an encoder-decoder's resolved to what it
 # writes), chat, an encoder-decoder's target): what an ablation depends on, as the attention's Input, for
@@ -42,11 +38,6 @@ Source = tuple[str, str, str | None, int | None, bool, str | None]
 Submit = Callable[[str, Callable[[Any], Any], threading.Event], "Future[Any]"]
 OffLoop = Callable[..., Awaitable[Any]]
 Cached = Callable[[Hashable, Callable[[threading.Event], Awaitable[bytes]]], Awaitable[bytes]]
-Progress = tuple[int, int]  # (layers done, layers)
-
-
-def _line(event: dict[str, Any]) -> bytes:
-    return json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 def _floats(values: torch.Tensor | None) -> Any:
@@ -111,8 +102,11 @@ class HeadEffects:
         self.registry = registry
         self._submit, self._off_loop, self._cached, self._cache_get = submit, off_loop, cached, cache_get
         self._key = key
-        # key -> the queues of the clients streaming that computation's progress (loop-side only)
-        self._listeners: dict[Hashable, list[asyncio.Queue[Progress | None]]] = {}
+        self._progress = ProgressStreams(
+            lambda done, layers: {"event": "progress", "done": done, "layers": layers},
+            what="the head effects",
+            failed="measuring the head effects failed on the server (logged)",
+        )
 
     async def stream(self, request: HeadEffectsRequest) -> AsyncIterator[bytes]:
         """NDJSON lines: {"event": "progress", "done": d, "layers": L} after each layer's ablations (models
@@ -139,7 +133,8 @@ class HeadEffects:
         hit = self._cache_get(key)
         if hit is None:
             await self._off_loop(self._check, model, source)
-        return self._events(source, key, hit)
+        compute = partial(self._cached, key, partial(self._compute, source, key))
+        return self._progress.events(key, compute, _as_is, hit=hit)
 
     def _check(self, model: mha.AttentionModel, source: Source) -> None:
         """Refuse what the ablation cannot take, before any work (encoding thread: the tokenizer alone)."""
@@ -161,13 +156,7 @@ class HeadEffects:
 
     async def _compute(self, source: Source, key: Hashable, abandoned: threading.Event) -> bytes:
         name, text, pair, new_tokens, chat, target = source
-        loop = asyncio.get_running_loop()
-
-        def report(done: int, layers: int) -> None:
-            try:
-                loop.call_soon_threadsafe(self._report, key, (done, layers))
-            except RuntimeError:  # the loop is closed: nobody listens any more
-                pass
+        report = self._progress.reporter(key)
 
         def work(model: mha.AttentionModel) -> tuple[mha.AttentionModel, Effects]:
             info = model.info
@@ -191,45 +180,6 @@ class HeadEffects:
         body: bytes = await self._off_loop(done_line, name, model, effects)
         return body
 
-    def _report(self, key: Hashable, progress: Progress) -> None:
-        for queue in self._listeners.get(key, ()):
-            queue.put_nowait(progress)
 
-    async def _events(self, source: Source, key: Hashable, hit: bytes | None) -> AsyncIterator[bytes]:
-        if hit is not None:
-            yield hit
-            return
-        queue: asyncio.Queue[Progress | None] = asyncio.Queue()
-        listeners = self._listeners.setdefault(key, [])
-        listeners.append(queue)
-        task = asyncio.ensure_future(self._cached(key, partial(self._compute, source, key)))
-        task.add_done_callback(lambda _task: queue.put_nowait(None))
-        try:
-            while (progress := await queue.get()) is not None:
-                yield _line({"event": "progress", "done": progress[0], "layers": progress[1]})
-            done = task.result()
-        except Exception as exc:  # the stream has started: the error is its last line
-            yield _line({"event": "error", "detail": _detail(exc)})
-            return
-        finally:
-            # Reached too when the client hangs up (the response closes this generator): leaving the
-            # flight stops the ablations before their next layer unless another client still waits.
-            listeners.remove(queue)
-            if not listeners:
-                self._listeners.pop(key, None)
-            task.cancel()
-        yield done
-
-
-def _detail(exc: Exception) -> str:
-    if isinstance(exc, ServiceError):
-        return exc.detail
-    if isinstance(exc, InputError):
-        return str(exc)
-    if isinstance(exc, Cancelled):
-        return f"the head effects stopped: {exc}"
-    detail = getattr(exc, "detail", None)  # ModelBusyError (503 with Retry-After)
-    if isinstance(detail, str):
-        return detail
-    logger.error("head effects failed", exc_info=exc)
-    return "measuring the head effects failed on the server (logged)"
+async def _as_is(body: bytes) -> bytes:
+    return body  # the result's line, encoded when it was computed (and cached)

@@ -11,10 +11,7 @@ so together they stay within HEADSCOPE_TRACE_CACHE_BYTES + HEADSCOPE_MAX_CONCURR
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import json
-import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from concurrent.futures import Future
@@ -27,7 +24,7 @@ import mha
 from app import compact
 from app.cache import LRUCache
 from app.encoders import Floats
-from app.errors import InputTooLongError, InvalidInputError, ServiceError
+from app.errors import InputTooLongError, InvalidInputError
 from app.registry import Registry
 from app.schemas.trace import (
     TraceDone,
@@ -39,12 +36,10 @@ from app.schemas.trace import (
 )
 from app.service import bodies
 from app.service.flights import Flights, settled
+from app.service.progress import ProgressStreams
 from app.service.trace_budget import TraceBudget
 from app.settings import Settings
-from mha.errors import Cancelled, InputError
 from mha.trace.blocked import OVERVIEW_SIZE, Trace, bytes_per_token, expected_nbytes, peak_nbytes
-
-logger = logging.getLogger(__name__)
 
 # Traces kept at most, whatever their size (the byte budget is the real bound; tiny traces are KBs).
 MAX_TRACES = 1024
@@ -91,10 +86,6 @@ def trace_max_tokens(model: mha.AttentionModel, max_bytes: int, threads: int = 1
 def count_tokens(model: mha.AttentionModel, text: str, pair: str | None, chat: bool) -> int:
     """An input's tokens, uncut (the tokenizer alone): what /api/trace/tokens and a 413's detail say."""
     return len(model.encoder.encode_batch([(text, pair)], COUNT_ALL, chat=chat)[0].ids)
-
-
-def _line(event: dict[str, Any]) -> bytes:
-    return json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 def _label(tokens: list[str], start: int, stop: int) -> str:
@@ -228,8 +219,11 @@ class Traces:
         self._busy = busy
         self._submit, self._off_loop, self._cached = submit, off_loop, cached
         self._flights = Flights()
-        # key -> the queues of the clients streaming that trace's progress (loop-side only)
-        self._listeners: dict[Hashable, list[asyncio.Queue[tuple[int, int] | None]]] = {}
+        self._progress = ProgressStreams(
+            lambda layer, layers: {"event": "progress", "layer": layer, "layers": layers},
+            what="the trace",
+            failed="the trace failed on the server (logged)",
+        )
 
     @property
     def busy(self) -> bool:
@@ -249,7 +243,13 @@ class Traces:
         event (`TraceDone`), or {"event": "error", "detail": ...}. Errors found before the forward (unknown
         model, too long, empty text) are raised here instead, for a plain 4xx."""
         source, key, hit = await self._prepare(request)
-        return self._events(source, key, hit)
+
+        async def done(trace: Trace) -> bytes:
+            stats_max_tokens = self.settings.tokens_for(trace.info.max_tokens)
+            body: bytes = await self._off_loop(done_event, source[0], trace, stats_max_tokens)
+            return body
+
+        return self._progress.events(key, partial(self._trace, source, key), done, hit=hit)
 
     async def overview(self, request: TraceOverviewRequest, *, scheme: str) -> bytes:
         source, key, hit = await self._prepare(request)
@@ -334,7 +334,6 @@ class Traces:
 
     async def _compute(self, source: Source, key: Hashable, abandoned: threading.Event) -> Trace:
         name, text, pair, _, chat = source
-        loop = asyncio.get_running_loop()
         # Counted from admission (its declared peak) to the worker's end; the trace then on its own.
         _, loaded = await self._off_loop(self.registry.get, name)
         n = await self._off_loop(self._check_length, loaded, source)
@@ -343,12 +342,7 @@ class Traces:
             retry = max(1, self.budget.waiting // self.settings.max_concurrency)
             raise self._busy(f"{self.budget.waiting} traces already wait for memory (the limit)", retry)
         await self.budget.reserve(need)
-
-        def report(layer: int, layers: int) -> None:
-            try:
-                loop.call_soon_threadsafe(self._report, key, (layer, layers))
-            except RuntimeError:  # the loop is closed: nobody listens any more
-                pass
+        report = self._progress.reporter(key)
 
         def work(model: mha.AttentionModel) -> Trace:
             started = itertools.count()
@@ -381,50 +375,3 @@ class Traces:
     ) -> Any:
         """work(model) on the model's workers: it queues with the model's long forwards."""
         return await settled(self._submit(name, work, abandoned or threading.Event()))
-
-    def _report(self, key: Hashable, progress: tuple[int, int]) -> None:
-        for queue in self._listeners.get(key, ()):
-            queue.put_nowait(progress)
-
-    async def _events(self, source: Source, key: Hashable, hit: Trace | None) -> AsyncIterator[bytes]:
-        trace = hit
-        if trace is None:
-            queue: asyncio.Queue[tuple[int, int] | None] = asyncio.Queue()
-            listeners = self._listeners.setdefault(key, [])
-            listeners.append(queue)
-            task = asyncio.ensure_future(self._trace(source, key))
-            task.add_done_callback(lambda _task: queue.put_nowait(None))
-            try:
-                while (progress := await queue.get()) is not None:
-                    yield _line({"event": "progress", "layer": progress[0], "layers": progress[1]})
-                trace = task.result()
-            except Exception as exc:  # the stream has started: the error is its last line
-                yield _line({"event": "error", "detail": _detail(exc)})
-                return
-            finally:
-                # Reached too when the client hangs up (the response closes this generator): leaving the
-                # flight stops the forward before its next layer unless another client still waits.
-                listeners.remove(queue)
-                if not listeners:
-                    self._listeners.pop(key, None)
-                task.cancel()
-                del task  # it holds its result, the trace
-        stats_max_tokens = self.settings.tokens_for(trace.info.max_tokens)
-        done = await self._off_loop(done_event, source[0], trace, stats_max_tokens)
-        # A client slow to read the last line must not keep the trace alive (the budget counts it).
-        del trace, hit
-        yield done
-
-
-def _detail(exc: Exception) -> str:
-    if isinstance(exc, ServiceError):
-        return exc.detail
-    if isinstance(exc, InputError):
-        return str(exc)
-    if isinstance(exc, Cancelled):
-        return f"the trace stopped: {exc}"
-    detail = getattr(exc, "detail", None)  # ModelBusyError (503 with Retry-After)
-    if isinstance(detail, str):
-        return detail
-    logger.error("trace failed", exc_info=exc)
-    return "the trace failed on the server (logged)"
