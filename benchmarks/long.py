@@ -54,7 +54,8 @@ from extract import SMOLLM2, WORDS, child_peak_mib, llama_checkpoint, load_llama
 
 from mha.core.layers import Block
 from mha.networks.model import Transformer
-from mha.trace.blocked import Trace, trace_forward
+from mha.trace.blocked import trace_forward
+from mha.trace.windows import Trace
 
 SIZES = (1024, 2048, 4096, 8192)
 WIRE_SIZES = (2048, 8192)

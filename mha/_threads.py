@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import TypeVar
 
 import torch
 
-__all__ = ["in_order", "one_thread_each", "prefetched"]
+__all__ = ["deal", "in_order", "one_thread_each", "prefetched"]
 
 K = TypeVar("K")
 A = TypeVar("A")
 R = TypeVar("R")
+T = TypeVar("T")
 
 _WORKERS: dict[int, ThreadPoolExecutor] = {}  # by their count, made on first use
 _WORKERS_LOCK = threading.Lock()
@@ -89,3 +90,28 @@ def prefetched(function: Callable[[A], R], items: Iterable[tuple[K, A]], ahead: 
         finally:
             for _, future in pending:  # a caller that stops early: nothing left running behind it
                 future.cancel()
+
+
+def deal(work: Callable[[int, Iterator[T]], None], blocks: Sequence[T], threads: int) -> None:
+    """work(i, its blocks) for each i < threads on its own CPU thread, torch on one thread in each
+    (one_thread_each); each thread's iterator hands it the next block when it asks, the last first.
+
+    Each thread runs its blocks alone, as SDPA's kernel gives each thread its own tiles: a block's dozen
+    operations, each split across the threads, made as many barriers where a thread descheduled by a busy
+    machine stalls the other. Handed out one at a time, a descheduled thread holds back only the block it
+    is in, not a fixed share; the last blocks first, as a decoder's see the most keys."""
+    lock, left = threading.Lock(), list(blocks)
+
+    def take() -> Iterator[T]:
+        while True:
+            with lock:
+                if not left:
+                    return
+                block = left.pop()
+            yield block
+
+    with one_thread_each(threads) as workers:
+        done = [workers.submit(work, i, take()) for i in range(threads)]
+        wait(done)  # all finished before an error is raised or the threads restored
+        for future in done:
+            future.result()

@@ -15,7 +15,7 @@ import threading
 import weakref
 from collections.abc import Callable
 
-from mha.trace.blocked import Trace
+from mha.trace.windows import Trace
 
 
 class TraceBudget:

@@ -39,7 +39,9 @@ from app.service.flights import Flights, settled
 from app.service.progress import ProgressStreams
 from app.service.trace_budget import TraceBudget
 from app.settings import Settings
-from mha.trace.blocked import OVERVIEW_SIZE, Trace, bytes_per_token, expected_nbytes, peak_nbytes
+from mha.trace.blocked import bytes_per_token, expected_nbytes, peak_nbytes
+from mha.trace.overview import OVERVIEW_SIZE
+from mha.trace.windows import Trace
 
 # Traces kept at most, whatever their size (the byte budget is the real bound; tiny traces are KBs).
 MAX_TRACES = 1024

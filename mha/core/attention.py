@@ -190,7 +190,7 @@ def attention_scores(
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The logits softmax reads, q k^T * scale, soft-capped: (..., T, S), unmasked. Written into `out` if
-    given (no autograd). `attention_weights` and a trace's windows (mha.trace.blocked) both start here."""
+    given (no autograd). `attention_weights` and a trace's windows (mha.trace.windows) both start here."""
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
     if q.ndim == 3 and not grad:
         # One sequence, (H, T, D): the scale rides on the matmul (BLAS alpha), written straight into `out`.

@@ -9,6 +9,6 @@
 - ``convert/``: one converter per family, Hugging Face names -> ours.
 - ``pretrained``: ``load_pretrained`` -> ``AttentionModel``, the one object the service holds.
 
-May import: ``mha.networks``, ``mha.core``, ``mha.text``, ``mha.trace.blocked``, ``mha.analysis``,
+May import: ``mha.networks``, ``mha.core``, ``mha.text``, ``mha.trace``, ``mha.analysis``,
 ``mha.errors``, ``mha.devices`` and ``mha``'s private helpers. Never web code.
 """

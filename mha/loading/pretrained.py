@@ -34,7 +34,8 @@ from mha.networks.result import AttentionResult, ModelInfo, Seq2SeqResult
 from mha.networks.seq2seq import EncoderDecoder, Seq2SeqConfig
 from mha.text import chat
 from mha.text.tokenize import Encoded, TextEncoder, is_byte_level
-from mha.trace.blocked import OVERVIEW_SIZE, Trace
+from mha.trace.overview import OVERVIEW_SIZE
+from mha.trace.windows import Trace
 
 __all__ = [
     "DEFAULT_MODEL_NAME",

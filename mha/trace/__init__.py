@@ -1,6 +1,9 @@
 """Long inputs: attention traced block by block, never holding n x n.
 
-- ``blocked``: ``Trace``, the blocked path, the pooled overview, windows and rows.
+- ``windows``: ``Trace``, what a trace keeps, and the windows, rows and overviews recomputed from it.
+- ``blocked``: the trace's forward (``trace_forward``): each layer fused or in row blocks by hand, what
+  it keeps (``LayerTrace``) and the bytes it declares.
+- ``overview``: weights pooled into blocks (``Pooled``, ``edges``), "max" or "mean".
 - ``fused``: the fused kernel path (log-sum-exp overview).
 - ``memory``: the memory model of a trace (scratch per forward, bytes held).
 

@@ -20,7 +20,7 @@ from app import compact
 from app.main import create_app
 from app.service.traces import trace_bytes_per_token, trace_max_tokens, trace_nbytes, trace_peak_nbytes
 from mha.errors import Cancelled
-from mha.trace.blocked import Trace
+from mha.trace.windows import Trace
 from tests.app.asgi import Exchange, post
 from tests.tolerances import ROUND6, U32, quant8
 

@@ -17,7 +17,7 @@ import app.service.trim as trim_module
 from app.main import create_app
 from app.service.trace_budget import TraceBudget
 from app.service.traces import trace_peak_nbytes
-from mha.trace.blocked import Trace
+from mha.trace.windows import Trace
 from tests.app.asgi import Exchange, post
 from tests.app.test_cancellation import wait_until
 

@@ -1,4 +1,4 @@
-"""A trace (mha.trace.blocked) gives attend's weights, window by window, without ever holding an [n, n]
+"""A trace (mha.trace) gives attend's weights, window by window, without ever holding an [n, n]
 matrix.
 
 Every family's tiny checkpoint, with the row block shrunk to 8 so that a 60-token text runs through many
@@ -17,9 +17,11 @@ from checkpoints import FAMILIES
 from tolerances import U32, float32_sum, recomputed_weight
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mha import AttentionModel, load_pretrained
+from mha import AttentionModel, _threads, load_pretrained
 from mha.trace import blocked as trace_module
-from mha.trace.blocked import Trace, edges
+from mha.trace import overview, windows
+from mha.trace.overview import edges
+from mha.trace.windows import Trace
 
 # ~60 tokens for every tokenizer here: longer than the sliding window (6) and than several row blocks.
 TEXT = (
@@ -32,7 +34,8 @@ ROW_BLOCK = 8
 
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(trace_module, "ROW_BLOCK", ROW_BLOCK)
+    monkeypatch.setattr(trace_module, "ROW_BLOCK", ROW_BLOCK)  # the forward's row blocks
+    monkeypatch.setattr(windows, "ROW_BLOCK", ROW_BLOCK)  # a window's, a row's, an overview's
 
 
 @pytest.fixture(scope="module")
@@ -123,10 +126,10 @@ def test_pooling_block_by_block_equals_pooling_the_whole(
     gen = torch.Generator().manual_seed(n + cells)
     full = torch.rand(3, n, n, generator=gen).tril()
     cuts = edges(0, n, cells)
-    pool = trace_module._Pool(3, cuts, cuts, reduce)  # type: ignore[arg-type]
+    pool = overview.Pool(3, cuts, cuts, reduce)  # type: ignore[arg-type]
     for start in range(0, n, ROW_BLOCK):
         rows = (start, min(start + ROW_BLOCK, n))
-        cols = trace_module._key_span(rows, True, window, n)
+        cols = trace_module.key_span(rows, True, window, n)
         block = full[:, rows[0] : rows[1], cols[0] : cols[1]]
         if window is not None:  # the keys a window hides are zero weights, as in a trace
             keep = trace_module.band_keep(rows, cols, causal=True, window=window)
@@ -267,13 +270,13 @@ def test_blocks_split_across_threads_trace_like_one_thread(
     round differently (the layers' projections run on one thread against two)."""
     model, threads = models[family], torch.get_num_threads()
     sections = []
-    one_thread_each = trace_module.one_thread_each
+    one_thread_each = _threads.one_thread_each
 
     def counted(count: int):  # type: ignore[no-untyped-def]
         sections.append(count)
         return one_thread_each(count)
 
-    monkeypatch.setattr(trace_module, "one_thread_each", counted)
+    monkeypatch.setattr(_threads, "one_thread_each", counted)
     try:
         with torch.inference_mode():
             torch.set_num_threads(1)

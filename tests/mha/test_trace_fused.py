@@ -19,10 +19,13 @@ from checkpoints import FAMILIES
 from tolerances import fused_lse, recomputed_weight
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mha import AttentionModel, load_pretrained
+from mha import AttentionModel, _threads, load_pretrained
 from mha.trace import blocked as trace_module
-from mha.trace.blocked import BLOCKED, LayerTrace, Trace, edges, trace_forward
+from mha.trace import windows
+from mha.trace.blocked import BLOCKED, LayerTrace, trace_forward
 from mha.trace.fused import cell_tokens, fused_kernel
+from mha.trace.overview import edges
+from mha.trace.windows import Trace
 
 # ~60-85 tokens for every tokenizer here: longer than the sliding window (6) and than several row blocks.
 TEXT = (
@@ -42,7 +45,8 @@ PATHS = dict.fromkeys(FAMILIES, FLASH) | {
 
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(trace_module, "ROW_BLOCK", ROW_BLOCK)
+    monkeypatch.setattr(trace_module, "ROW_BLOCK", ROW_BLOCK)  # the forward's row blocks
+    monkeypatch.setattr(windows, "ROW_BLOCK", ROW_BLOCK)  # a window's, a row's, an overview's
 
 
 @pytest.fixture(scope="module")
@@ -201,13 +205,13 @@ def test_the_fused_overview_split_across_threads_equals_one_thread(
     thread count's projections round differently."""
     model, threads = models[family], torch.get_num_threads()
     sections = []
-    one_thread_each = trace_module.one_thread_each
+    one_thread_each = _threads.one_thread_each
 
     def counted(count: int):  # type: ignore[no-untyped-def]
         sections.append(count)
         return one_thread_each(count)
 
-    monkeypatch.setattr(trace_module, "one_thread_each", counted)
+    monkeypatch.setattr(_threads, "one_thread_each", counted)
     try:
         with torch.inference_mode():
             torch.set_num_threads(1)

@@ -23,7 +23,7 @@ from checkpoints import FAMILIES
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from mha import AttentionModel, load_pretrained
+from mha import AttentionModel, _threads, load_pretrained
 from mha.trace import blocked as trace_module
 from mha.trace.blocked import expected_nbytes, peak_nbytes, trace_forward
 from mha.trace.memory import objects_nbytes, python_nbytes
@@ -130,13 +130,13 @@ def test_a_forward_holds_at_most_its_declared_peak(
     monkeypatch.setattr(trace_module, "ROW_BLOCK", ROW_BLOCK)
     model = models[family]
     sections: list[int] = []
-    one_thread_each = trace_module.one_thread_each
+    one_thread_each = _threads.one_thread_each
 
     def counted(count: int):  # type: ignore[no-untyped-def]
         sections.append(count)
         return one_thread_each(count)
 
-    monkeypatch.setattr(trace_module, "one_thread_each", counted)
+    monkeypatch.setattr(_threads, "one_thread_each", counted)
     n, peak = measured_peak(model, threads, monkeypatch)
     assert n > 2 * threads * ROW_BLOCK  # at least two blocks a thread: dealt out to the threads
     assert sections == ([threads] * model.info.layers if threads > 1 else [])
