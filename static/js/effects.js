@@ -3,9 +3,8 @@
 // value is written, and which output an effect refers to ("next token after “is”: “␣Paris” 0.62").
 // Pure but for fetch, so tests/js/ imports it as the page does.
 
-import { ApiError, describeDetail, post } from "./api.js";
 import { displayToken } from "./decoder.js";
-import { splitLines } from "./trace-api.js";
+import { streamProgress } from "./progress-stream.js";
 import { quoted } from "./written.js";
 
 // The colour scale spans at most this many decades below the largest effect: a head whose effect is a
@@ -26,27 +25,11 @@ export function effectsBody({ text, pair, model, newTokens = 0, chat = false, ta
 /**
  * POST /api/head-effects, read as it streams: `onProgress({done, layers})` after each layer's heads;
  * resolves with the done event (HeadEffectsDone). A 4xx before the stream (an encoder-decoder, an input
- * the model cannot take) and an error line after it throw ApiError.
+ * the model cannot take) and an error line after it throw ApiError. Options: {signal, onProgress}.
  */
-export async function streamEffects(query, { signal, onProgress = () => {} } = {}) {
-  const response = await post("/api/head-effects", effectsBody(query), signal);
-  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-  let rest = "";
-  let done = null;
-  for (;;) {
-    const { value, done: ended } = await reader.read();
-    const [lines, tail] = splitLines(rest + (value ?? "") + (ended ? "\n" : ""));
-    rest = tail;
-    for (const line of lines) {
-      const event = JSON.parse(line);
-      if (event.event === "progress") onProgress(event);
-      else if (event.event === "error") throw new ApiError(describeDetail(event.detail) || "Measuring failed.", 500);
-      else if (event.event === "done") done = event;
-    }
-    if (ended) break;
-  }
-  if (!done) throw new ApiError("The measurement ended before its result: the server stopped answering.", 0);
-  return done;
+export async function streamEffects(query, options = {}) {
+  const ended = "The measurement ended before its result: the server stopped answering.";
+  return streamProgress("/api/head-effects", effectsBody(query), { ...options, failed: "Measuring failed.", ended });
 }
 
 /**

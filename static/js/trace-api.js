@@ -3,8 +3,9 @@
 // overview and rows. Every fetch takes the run's AbortSignal: aborting the trace's stream closes the
 // connection, and the server stops the forward before its next layer.
 
-import { ApiError, COMPACT_SCHEME, describeDetail, post } from "./api.js";
+import { COMPACT_SCHEME, post } from "./api.js";
 import { decodeCompact } from "./decode.js";
+import { streamProgress } from "./progress-stream.js";
 
 /** The trace routes' body: the input alone (they take no `words` and no continuation). */
 export function traceBody({ text, pair, model, chat = false }) {
@@ -28,43 +29,13 @@ export async function fetchTokens(query, { signal } = {}) {
 }
 
 /**
- * Split a stream's text into complete lines: returns [lines, rest], `rest` the unfinished tail to prepend
- * to the next chunk. Pure (tests/js/).
+ * POST /api/trace, read as it streams (progress-stream.js): `onProgress({layer, layers})` as each layer
+ * starts; resolves with the done event (`TraceDone`). A 4xx before the stream (413 above the model's trace
+ * limit: the detail names it) and an error line after it throw ApiError. Options: {signal, onProgress}.
  */
-export function splitLines(buffer) {
-  const lines = buffer.split("\n");
-  const rest = lines.pop();
-  return [lines.filter((line) => line.trim()), rest];
-}
-
-/** One NDJSON line of /api/trace: progress goes to `onProgress`; the done event is returned; an error throws. */
-function readEvent(line, onProgress) {
-  const event = JSON.parse(line);
-  if (event.event === "progress") onProgress(event);
-  else if (event.event === "error") throw new ApiError(describeDetail(event.detail) || "The trace failed.", 500);
-  else if (event.event === "done") return event;
-  return null;
-}
-
-/**
- * POST /api/trace, read as it streams (fetch + ReadableStream + TextDecoderStream): `onProgress({layer,
- * layers})` as each layer starts; resolves with the done event (`TraceDone`). A 4xx before the stream
- * (413 above the model's trace limit: the detail names it) and an error line after it throw ApiError.
- */
-export async function streamTrace(query, { signal, onProgress = () => {} } = {}) {
-  const response = await post("/api/trace", traceBody(query), signal);
-  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-  let rest = "";
-  let done = null;
-  for (;;) {
-    const { value, done: ended } = await reader.read();
-    const [lines, tail] = splitLines(rest + (value ?? "") + (ended ? "\n" : ""));
-    rest = tail;
-    for (const line of lines) done = readEvent(line, onProgress) ?? done;
-    if (ended) break;
-  }
-  if (!done) throw new ApiError("The trace ended before its result: the server stopped answering.", 0);
-  return done;
+export async function streamTrace(query, options = {}) {
+  const ended = "The trace ended before its result: the server stopped answering.";
+  return streamProgress("/api/trace", traceBody(query), { ...options, failed: "The trace failed.", ended });
 }
 
 /**

@@ -7,23 +7,7 @@ import { test } from "node:test";
 
 import { ApiError } from "../../static/js/api.js";
 import { DECADES, effectOutputs, effectsBody, formatEffect, logScale, stepLabel, streamEffects, topHeads } from "../../static/js/effects.js";
-
-function fakeFetch(chunks, { status = 200, json = null } = {}) {
-  const calls = [];
-  globalThis.fetch = async (url, options) => {
-    calls.push({ url, body: JSON.parse(options.body) });
-    if (json) return new Response(JSON.stringify(json), { status, headers: { "Content-Type": "application/json" } });
-    const encoder = new TextEncoder();
-    const body = new ReadableStream({
-      start(controller) {
-        for (const chunk of chunks) controller.enqueue(encoder.encode(chunk));
-        controller.close();
-      },
-    });
-    return new Response(body, { status });
-  };
-  return calls;
-}
+import { fakeFetch } from "./fake-fetch.mjs";
 
 // A decoder's answer after writing one token: positions 3 (wrote "ĠParis") and 4 (the next one).
 const decoder = {

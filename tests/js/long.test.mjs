@@ -8,25 +8,9 @@ import { test } from "node:test";
 import { ApiError } from "../../static/js/api.js";
 import { longSummary, measure, unavailable } from "../../static/js/long-mode.js";
 import { endsLine, textKey } from "../../static/js/long-text.js";
-import { splitLines, streamTrace, traceBody, utf8Length } from "../../static/js/trace-api.js";
-
-/** fetch answering `chunks` (strings, sent one by one as the body streams) with `status`; records calls. */
-function fakeFetch(chunks, { status = 200, json = null } = {}) {
-  const calls = [];
-  globalThis.fetch = async (url, options) => {
-    calls.push({ url, body: JSON.parse(options.body) });
-    if (json) return new Response(JSON.stringify(json), { status, headers: { "Content-Type": "application/json" } });
-    const encoder = new TextEncoder();
-    const body = new ReadableStream({
-      start(controller) {
-        for (const chunk of chunks) controller.enqueue(encoder.encode(chunk));
-        controller.close();
-      },
-    });
-    return new Response(body, { status });
-  };
-  return calls;
-}
+import { splitLines } from "../../static/js/progress-stream.js";
+import { streamTrace, traceBody, utf8Length } from "../../static/js/trace-api.js";
+import { fakeFetch } from "./fake-fetch.mjs";
 
 test("utf8Length counts what a tokenizer reads: 1 to 4 bytes a character", () => {
   for (const text of ["", "cat", "naïve café", "東京", "🙂 emoji", "a\u{10FFFF}b"]) {
