@@ -29,6 +29,7 @@ from mha.errors import CheckpointError, CheckpointNotFoundError, UnsupportedChec
 from mha.loading import model_cache
 from mha.loading.checkpoint_files import PROVENANCE, Checked, check_files, is_conversion
 from mha.loading.convert import CONVERTERS
+from mha.loading.gguf_bounds import check_bounds
 
 __all__ = [
     "BUNDLED_LLM_NAME",
@@ -153,6 +154,7 @@ def read_header(file: Path) -> Header:
     is damaged or cut short (a tensor that would end past the file's end), UnsupportedCheckpointError for
     an architecture we do not take, naming it and those we do."""
     size = file.stat().st_size
+    check_bounds(file)  # every count and length fits the file, before a reader loops or allocates for it
     try:
         arch, name, tensors = _header_fields(file)
     except Exception as exc:  # the readers raise ValueError, IndexError, struct.error... for a damaged file
