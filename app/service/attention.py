@@ -44,22 +44,13 @@ class AttentionService(InsightAnswers):
         self.traces = Traces(
             settings,
             self.registry,
-            submit=self._submit_work,
-            off_loop=self._off_loop,
-            cached=self._cached,
+            self.hooks(),
             freed=self._trimmer.large_answer_done,  # a trace's forward ended, or a trace was freed
             busy=ModelBusyError,
         )
         self.corpus = CorpusRuns(settings.runs_dir, served=lambda: self.registry.names)
-        self.effects = HeadEffects(
-            settings,
-            self.registry,
-            submit=self._submit_work,
-            off_loop=self._off_loop,
-            cached=self._cached,
-            cache_get=self.cache.get,
-            key=lambda source: cache_key("head-effects", source),
-        )
+        key = partial(cache_key, "head-effects")
+        self.effects = HeadEffects(settings, self.registry, self.hooks(), key=key)
 
     async def start(self) -> None:
         self._stream_slots = asyncio.Semaphore(self.settings.max_streams)  # on this loop

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -85,6 +86,20 @@ def _is_long(job: Job) -> bool:
     return long or chars(job.text, job.pair, job.target) > BATCH_CHARS
 
 
+@dataclass(frozen=True)
+class Hooks:
+    """What the route families that keep state of their own (traces.py, effects.py) use of the core."""
+
+    # submit(name, work, abandoned): work(model) on the model's workers, queued with its long forwards
+    submit: Callable[[str, Callable[[Any], Any], threading.Event], Future[Any]]
+    # off_loop(work, *args): short CPU work in the encoding threads
+    off_loop: Callable[..., Awaitable[Any]]
+    # cached(key, compute): the answers' cache, with identical work in flight shared
+    cached: Callable[[Hashable, Callable[[threading.Event], Awaitable[bytes]]], Awaitable[bytes]]
+    # cache_get(key): a plain look-up in that cache
+    cache_get: Callable[[Hashable], Any]
+
+
 class ServiceCore:
     """The state every answer shares: the registry, the cache, each model's Batcher, the flights, the
     encoding threads and the C heap's trimmer."""
@@ -116,6 +131,9 @@ class ServiceCore:
         # takes the CPU or the threads that the event loop and the health check need.
         self._encoder: ThreadPoolExecutor | None = None
         self._trimmer = Trimmer(enabled=settings.malloc_trim, busy=self._busy)
+
+    def hooks(self) -> Hooks:
+        return Hooks(self._submit_work, self._off_loop, self._cached, self.cache.get)
 
     def _busy(self) -> bool:
         """Work is in flight (the idle trim waits for it); AttentionService adds its streams and traces."""

@@ -12,8 +12,7 @@ that is not an encoder-decoder, a text without tokens) is refused before the str
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
-from concurrent.futures import Future
+from collections.abc import AsyncIterator, Callable, Hashable
 from functools import partial
 from typing import Any
 
@@ -24,6 +23,7 @@ from app.errors import InvalidInputError
 from app.registry import Registry
 from app.schemas.effects import PROGRESS_HEADS, EffectsSection, HeadEffectsDone, HeadEffectsRequest
 from app.service.computed import article
+from app.service.core import Hooks
 from app.service.flights import settled
 from app.service.progress import ProgressStreams
 from app.settings import Settings
@@ -35,9 +35,6 @@ from mha.networks import translate
 # writes), chat, an encoder-decoder's target): what an ablation depends on, as the attention's Input, for
 # the service's one key builder.
 Source = tuple[str, str, str | None, int | None, bool, str | None]
-Submit = Callable[[str, Callable[[Any], Any], threading.Event], "Future[Any]"]
-OffLoop = Callable[..., Awaitable[Any]]
-Cached = Callable[[Hashable, Callable[[threading.Event], Awaitable[bytes]]], Awaitable[bytes]]
 
 
 def _floats(values: torch.Tensor | None) -> Any:
@@ -83,24 +80,21 @@ def done_line(name: str, model: mha.AttentionModel, effects: Effects) -> bytes:
 
 
 class HeadEffects:
-    """The service's head ablations (module docstring). `submit(name, work, abandoned)` runs work(model) on
-    the model's workers; `off_loop` runs short CPU work in the encoding threads; `cached(key, compute)` is
-    the service's cache with its shared flights; `key(source)` its one key builder."""
+    """The service's head ablations (module docstring), run through the core's `hooks` (core.Hooks);
+    `key(source)` is the service's one key builder."""
 
     def __init__(
         self,
         settings: Settings,
         registry: Registry[mha.AttentionModel],
+        hooks: Hooks,
         *,
-        submit: Submit,
-        off_loop: OffLoop,
-        cached: Cached,
-        cache_get: Callable[[Hashable], Any],
         key: Callable[[Source], Hashable],
     ) -> None:
         self.settings = settings
         self.registry = registry
-        self._submit, self._off_loop, self._cached, self._cache_get = submit, off_loop, cached, cache_get
+        self._submit, self._off_loop, self._cached = hooks.submit, hooks.off_loop, hooks.cached
+        self._cache_get = hooks.cache_get
         self._key = key
         self._progress = ProgressStreams(
             lambda done, layers: {"event": "progress", "done": done, "layers": layers},

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
-from concurrent.futures import Future
+from collections.abc import AsyncIterator, Callable, Hashable
 from functools import partial
 from typing import Any
 
@@ -35,6 +34,7 @@ from app.schemas.trace import (
     TraceWindowRequest,
 )
 from app.service import bodies
+from app.service.core import Hooks
 from app.service.flights import Flights, settled
 from app.service.progress import ProgressStreams
 from app.service.trace_budget import TraceBudget
@@ -49,9 +49,6 @@ MAX_TRACES = 1024
 COUNT_ALL = 10**9
 
 Source = tuple[str, str, str | None, int, bool]  # core.Input: (model, text, pair, new tokens = 0, chat)
-Submit = Callable[[str, Callable[[Any], Any], threading.Event], "Future[Any]"]
-OffLoop = Callable[..., Awaitable[Any]]
-Cached = Callable[[Hashable, Callable[[threading.Event], Awaitable[bytes]]], Awaitable[bytes]]
 
 
 def trace_bytes_per_token(model: mha.AttentionModel) -> int:
@@ -195,20 +192,18 @@ def _gzip_if(body: bytes, gzipped: bool) -> bytes:
 
 
 class Traces:
-    """The service's traces (module docstring). `submit(name, work, abandoned)` runs work(model) on the
-    model's workers; `off_loop` runs short CPU work in the encoding threads; `cached` is the answers' cache
-    (the overview's bytes are kept there); `freed` runs on the loop whenever a forward ends or a trace is
-    freed (the service trims the C heap then, as after large answers); `busy(detail, retry_after)` is the
-    503 for a forward refused because HEADSCOPE_MAX_QUEUE others already wait for room."""
+    """The service's traces (module docstring), run through the core's `hooks` (core.Hooks: the overview's
+    bytes are kept in the answers' cache, the traces in their own LRU). `freed` runs on the loop whenever a
+    forward ends or a trace is freed (the service trims the C heap then, as after large answers);
+    `busy(detail, retry_after)` is the 503 for a forward refused because HEADSCOPE_MAX_QUEUE others already
+    wait for room."""
 
     def __init__(
         self,
         settings: Settings,
         registry: Registry[mha.AttentionModel],
+        hooks: Hooks,
         *,
-        submit: Submit,
-        off_loop: OffLoop,
-        cached: Cached,
         freed: Callable[[], None] = lambda: None,
         busy: Callable[[str, int], Exception] = lambda detail, _retry: RuntimeError(detail),
     ) -> None:
@@ -219,7 +214,7 @@ class Traces:
         limit = settings.trace_cache_bytes + settings.max_concurrency * settings.trace_max_bytes
         self.budget = TraceBudget(limit, freed=freed)
         self._busy = busy
-        self._submit, self._off_loop, self._cached = submit, off_loop, cached
+        self._submit, self._off_loop, self._cached = hooks.submit, hooks.off_loop, hooks.cached
         self._flights = Flights()
         self._progress = ProgressStreams(
             lambda layer, layers: {"event": "progress", "layer": layer, "layers": layers},
