@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from gguf_files import write_gguf
+from spies import record_calls
 
 from mha import load_pretrained
 from mha.loading import gguf_checkpoint
@@ -42,15 +43,7 @@ def llama_gguf(tiny_checkpoints: dict[str, Path], tmp_path_factory: pytest.TempP
 
 def _conversions(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Records every conversion (gguf_checkpoint._read) from here on."""
-    calls: list[Path] = []
-    read = gguf_checkpoint._read
-
-    def counted(file: Path) -> object:
-        calls.append(file)
-        return read(file)
-
-    monkeypatch.setattr(gguf_checkpoint, "_read", counted)
-    return calls
+    return record_calls(monkeypatch, gguf_checkpoint, "_read")
 
 
 def test_the_second_load_reads_the_cache_and_hashes_nothing(

@@ -9,15 +9,15 @@ Python loops over the same block edges.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from checkpoints import FAMILIES
+from spies import record_calls
 from tolerances import U32, float32_sum, recomputed_weight
 from torch.utils._python_dispatch import TorchDispatchMode
+from trace_threads import on_one_then_two_threads
 
-from mha import AttentionModel, _threads, load_pretrained
+from mha import AttentionModel, _threads
 from mha.trace import blocked as trace_module
 from mha.trace import overview, windows
 from mha.trace.overview import edges
@@ -36,11 +36,6 @@ ROW_BLOCK = 8
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(trace_module, "ROW_BLOCK", ROW_BLOCK)  # the forward's row blocks
     monkeypatch.setattr(windows, "ROW_BLOCK", ROW_BLOCK)  # a window's, a row's, an overview's
-
-
-@pytest.fixture(scope="module")
-def models(tiny_checkpoints: dict[str, Path]) -> dict[str, AttentionModel]:
-    return {family: load_pretrained(tiny_checkpoints[family], device="cpu") for family in FAMILIES}
 
 
 def pool_reference(matrix: torch.Tensor, rows: list[int], cols: list[int], reduce: str) -> torch.Tensor:
@@ -268,24 +263,9 @@ def test_blocks_split_across_threads_trace_like_one_thread(
     restored after); either way in the caller's inference mode, as the service traces: the same weights as
     one thread's loop, within the bound of weights recomputed from scores that another thread count's GEMMs
     round differently (the layers' projections run on one thread against two)."""
-    model, threads = models[family], torch.get_num_threads()
-    sections = []
-    one_thread_each = _threads.one_thread_each
-
-    def counted(count: int):  # type: ignore[no-untyped-def]
-        sections.append(count)
-        return one_thread_each(count)
-
-    monkeypatch.setattr(_threads, "one_thread_each", counted)
-    try:
-        with torch.inference_mode():
-            torch.set_num_threads(1)
-            alone = model.trace(TEXT, overview_size=16)
-            torch.set_num_threads(2)
-            split = model.trace(TEXT, overview_size=16)
-        assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(threads)
+    model = models[family]
+    sections = record_calls(monkeypatch, _threads, "one_thread_each")
+    alone, split = on_one_then_two_threads(lambda: model.trace(TEXT, overview_size=16))
     assert sections == [2] * model.info.layers
     assert alone.first_overview is not None and split.first_overview is not None
     every = tolerance(alone, range(model.info.layers))

@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 import torch
 from checkpoints import FAMILIES
+from spies import record_calls
 from tolerances import fused_lse, recomputed_weight
 from torch.utils._python_dispatch import TorchDispatchMode
+from trace_threads import on_one_then_two_threads
 
 from mha import AttentionModel, _threads, load_pretrained
 from mha.trace import blocked as trace_module
@@ -47,11 +49,6 @@ PATHS = dict.fromkeys(FAMILIES, FLASH) | {
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(trace_module, "ROW_BLOCK", ROW_BLOCK)  # the forward's row blocks
     monkeypatch.setattr(windows, "ROW_BLOCK", ROW_BLOCK)  # a window's, a row's, an overview's
-
-
-@pytest.fixture(scope="module")
-def models(tiny_checkpoints: dict[str, Path]) -> dict[str, AttentionModel]:
-    return {family: load_pretrained(tiny_checkpoints[family], device="cpu") for family in FAMILIES}
 
 
 class _Calls(TorchDispatchMode):
@@ -203,23 +200,9 @@ def test_the_fused_overview_split_across_threads_equals_one_thread(
     """With two torch threads each pools every other row block of cells alone (one section a layer); each
     block writes only its own cells, so the overview equals one thread's within the bound of scores another
     thread count's projections round differently."""
-    model, threads = models[family], torch.get_num_threads()
-    sections = []
-    one_thread_each = _threads.one_thread_each
-
-    def counted(count: int):  # type: ignore[no-untyped-def]
-        sections.append(count)
-        return one_thread_each(count)
-
-    monkeypatch.setattr(_threads, "one_thread_each", counted)
-    try:
-        with torch.inference_mode():
-            torch.set_num_threads(1)
-            alone = trace_of(model, TEXT, overview_size=16, fused=True)
-            torch.set_num_threads(2)
-            split = trace_of(model, TEXT, overview_size=16, fused=True)
-    finally:
-        torch.set_num_threads(threads)
+    model = models[family]
+    sections = record_calls(monkeypatch, _threads, "one_thread_each")
+    alone, split = on_one_then_two_threads(lambda: trace_of(model, TEXT, overview_size=16, fused=True))
     assert alone.path == split.path == FLASH and sections == [2] * model.info.layers
     assert alone.first_overview is not None and split.first_overview is not None
     error = (split.first_overview.values - alone.first_overview.values).abs().max().item()

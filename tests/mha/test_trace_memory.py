@@ -14,16 +14,16 @@ from __future__ import annotations
 import gc
 import threading
 import weakref
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from checkpoints import FAMILIES
+from spies import record_calls
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from mha import AttentionModel, _threads, load_pretrained
+from mha import AttentionModel, _threads
 from mha.trace import blocked as trace_module
 from mha.trace.blocked import expected_nbytes, peak_nbytes, trace_forward
 from mha.trace.memory import objects_nbytes, python_nbytes
@@ -35,11 +35,6 @@ TEXT = (
     "look at the previous token, some at punctuation, and some at the first token of all."
 )
 ROW_BLOCK = 8
-
-
-@pytest.fixture(scope="module")
-def models(tiny_checkpoints: dict[str, Path]) -> dict[str, AttentionModel]:
-    return {family: load_pretrained(tiny_checkpoints[family], device="cpu") for family in FAMILIES}
 
 
 class LiveBytes(TorchDispatchMode):
@@ -129,14 +124,7 @@ def test_a_forward_holds_at_most_its_declared_peak(
     PYTHON_BYTES_PER_TOKEN a token, which no tensor takes: taken off here.)"""
     monkeypatch.setattr(trace_module, "ROW_BLOCK", ROW_BLOCK)
     model = models[family]
-    sections: list[int] = []
-    one_thread_each = _threads.one_thread_each
-
-    def counted(count: int):  # type: ignore[no-untyped-def]
-        sections.append(count)
-        return one_thread_each(count)
-
-    monkeypatch.setattr(_threads, "one_thread_each", counted)
+    sections = record_calls(monkeypatch, _threads, "one_thread_each")
     n, peak = measured_peak(model, threads, monkeypatch)
     assert n > 2 * threads * ROW_BLOCK  # at least two blocks a thread: dealt out to the threads
     assert sections == ([threads] * model.info.layers if threads > 1 else [])
