@@ -157,6 +157,16 @@ def assert_one_access_line(served: Served, lines: list[str], pattern: re.Pattern
     assert access_lines(served.log(), client) == mine
 
 
+def assert_left_by_client(served: Served, since: int, path: str, client: int, words: str) -> None:
+    """The POST to `path` that `client` left is one 499 access line, and one client-closed line naming
+    `words`."""
+    pattern = access_line("POST", path, 499, client)
+    lines = wait_for_log(served, since, pattern, closed=True)
+    assert_one_access_line(served, lines, pattern, client)
+    closed = [line for line in lines if CLIENT_CLOSED in line]
+    assert len(closed) == 1 and words in closed[0], lines
+
+
 def test_an_answered_request_is_one_line_with_its_client(served: Served) -> None:
     since = served.stderr_size()
     connection = http.client.HTTPConnection("127.0.0.1", served.port, timeout=GUARD)
@@ -180,11 +190,7 @@ def test_a_trace_stream_left_by_its_client_is_499_with_the_client_closed_line(se
         received = receive_until(sock, lambda data: b'"event":"progress"' in data)
     assert received.startswith(b"HTTP/1.1 200 ")  # the stream had begun: its status was sent as 200
     assert b'"event":"done"' not in received
-    pattern = access_line("POST", "/api/trace", 499, client)
-    lines = wait_for_log(served, since, pattern, closed=True)
-    assert_one_access_line(served, lines, pattern, client)
-    closed = [line for line in lines if CLIENT_CLOSED in line]
-    assert len(closed) == 1 and "before its answer to POST '/api/trace'" in closed[0], lines
+    assert_left_by_client(served, since, "/api/trace", client, "before its answer to POST '/api/trace'")
 
 
 def test_an_attention_answer_left_mid_stream_is_499_with_the_client_closed_line(served: Served) -> None:
@@ -195,11 +201,7 @@ def test_an_attention_answer_left_mid_stream_is_499_with_the_client_closed_line(
         received = receive_until(sock, lambda data: len(data.partition(b"\r\n\r\n")[2]) >= 65536)
     head = received.partition(b"\r\n\r\n")[0].lower()
     assert head.startswith(b"http/1.1 200 ") and b"transfer-encoding: chunked" in head  # streamed
-    pattern = access_line("POST", "/api/attention", 499, client)
-    lines = wait_for_log(served, since, pattern, closed=True)
-    assert_one_access_line(served, lines, pattern, client)
-    closed = [line for line in lines if CLIENT_CLOSED in line]
-    assert len(closed) == 1 and "during /api/attention" in closed[0], lines
+    assert_left_by_client(served, since, "/api/attention", client, "during /api/attention")
 
 
 def test_the_whole_log_is_on_stderr_in_one_format(served: Served) -> None:

@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 from tolerances import FORWARD
 
-from mha import load_pretrained
+from mha import AttentionModel, load_pretrained
+from mha.analysis.ablation import HeadEffects
 from mha.errors import Cancelled
 
 PROMPT = "The cat sat on the mat because it was"
@@ -44,18 +45,25 @@ def ablated(model: Any, projection: Any, head: int, head_dim: int, run: Any) -> 
         hook.remove()
 
 
+def decoder_effects(directory: Path, **options: Any) -> tuple[AttentionModel, HeadEffects, Any, torch.Tensor]:
+    """(our model, its head effects over PROMPT and 3 tokens continued, transformers' eager model, the ids
+    of prompt and continuation) for the decoder checkpoint in `directory`."""
+    from transformers import AutoModelForCausalLM
+
+    ours = load_pretrained(directory, device="cpu")
+    effects = ours.head_effects(PROMPT, max_new_tokens=3, **options)
+    theirs = AutoModelForCausalLM.from_pretrained(str(directory), attn_implementation="eager").eval()
+    return ours, effects, theirs, torch.tensor([ours.attend(PROMPT, max_new_tokens=3).token_ids])
+
+
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_decoder_effects_are_the_next_token_kl_of_transformers_with_that_head_zeroed(
     family: str, tiny_checkpoints: dict[str, Path]
 ) -> None:
-    from transformers import AutoModelForCausalLM
-
-    directory = tiny_checkpoints[family]
-    ours = load_pretrained(directory, device="cpu")
     done: list[tuple[int, int]] = []
-    effects = ours.head_effects(PROMPT, max_new_tokens=3, progress=lambda i, n: done.append((i, n)))
-    theirs = AutoModelForCausalLM.from_pretrained(str(directory), attn_implementation="eager").eval()
-    ids = torch.tensor([ours.attend(PROMPT, max_new_tokens=3).token_ids])
+    _ours, effects, theirs, ids = decoder_effects(
+        tiny_checkpoints[family], progress=lambda i, n: done.append((i, n))
+    )
     positions = effects.positions
     assert (
         positions is not None
@@ -142,13 +150,7 @@ def test_an_ablation_changes_nothing_below_its_layer_nor_the_plain_forward(
 def test_a_decoder_names_the_token_each_kl_refers_to_and_its_probability(
     family: str, tiny_checkpoints: dict[str, Path]
 ) -> None:
-    from transformers import AutoModelForCausalLM
-
-    directory = tiny_checkpoints[family]
-    ours = load_pretrained(directory, device="cpu")
-    effects = ours.head_effects(PROMPT, max_new_tokens=3)
-    theirs = AutoModelForCausalLM.from_pretrained(str(directory), attn_implementation="eager").eval()
-    ids = torch.tensor([ours.attend(PROMPT, max_new_tokens=3).token_ids])
+    ours, effects, theirs, ids = decoder_effects(tiny_checkpoints[family])
     positions = effects.positions
     assert positions is not None and effects.top_tokens is not None and effects.top_probs is not None
     with torch.no_grad():
