@@ -4,10 +4,9 @@ refuses what it cannot measure with a 4xx before the stream, and stops when its 
 
 from __future__ import annotations
 
-import itertools
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +19,9 @@ from tolerances import FORWARD
 import mha
 from app.main import create_app
 from app.schemas.effects import PROGRESS_HEADS, HeadEffectsDone
-from mha.analysis.ablation import HeadEffects
 from mha.errors import Cancelled
 from tests.app.asgi import Exchange, post
+from tests.app.counting import Counting
 from tests.seq2seq_checkpoints import build_seq2seq_checkpoint
 
 DEFAULT = "all-MiniLM-L6-v2"
@@ -31,33 +30,6 @@ PAIR = "It is a city."
 WIDE = "wide-llama"  # 13 layers x 8 heads: past PROGRESS_HEADS
 WIDE_LAYERS, WIDE_HEADS = 13, 8
 TIMEOUT = 30  # seconds any wait may take before it counts as a failure
-
-
-class Counting:
-    """Wraps a model's head_effects: counts calls, records how each ended, and can run a hook before each
-    layer's ablations (given the layer's index) from inside the cancel callback."""
-
-    def __init__(self, model: mha.AttentionModel) -> None:
-        self.original = model.head_effects
-        self.ended: list[str] = []  # "ok" or the exception's name, per call
-        self.before_layer: Callable[[int], None] | None = None
-        model.head_effects = self  # type: ignore[method-assign]
-
-    def __call__(self, *args: Any, cancel: Callable[[], bool] | None = None, **kwargs: Any) -> HeadEffects:
-        layer = itertools.count()
-
-        def hooked() -> bool:
-            if self.before_layer is not None:
-                self.before_layer(next(layer))
-            return cancel() if cancel is not None else False
-
-        try:
-            effects = self.original(*args, cancel=hooked, **kwargs)
-        except Exception as exc:
-            self.ended.append(type(exc).__name__)
-            raise
-        self.ended.append("ok")
-        return effects
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +49,7 @@ def client(make_settings, models: dict[str, Path]) -> Iterator[TestClient]:  # t
 
 def counting(client: TestClient, name: str) -> Counting:
     registry = client.app.state.service.registry  # type: ignore[attr-defined]
-    return Counting(registry.get(name)[1])
+    return Counting(registry.get(name)[1], "head_effects")
 
 
 def lines(response: Any) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,8 @@ from app import compact
 from app.main import create_app
 from app.service.traces import trace_bytes_per_token, trace_max_tokens, trace_nbytes, trace_peak_nbytes
 from mha.errors import Cancelled
-from mha.trace.windows import Trace
 from tests.app.asgi import Exchange, post
+from tests.app.counting import Counting
 from tests.tolerances import ROUND6, U32, quant8
 
 DEFAULT = "all-MiniLM-L6-v2"
@@ -29,39 +29,10 @@ TEXT = " ".join(f"Sentence {i} says something new about cats and dogs." for i in
 TIMEOUT = 30  # seconds any wait may take before it counts as a failure
 
 
-class Counting:
-    """Wraps a model's trace: counts forwards, keeps the last trace, and can run a hook before each layer
-    (given the layer's index) from inside the forward's cancel callback."""
-
-    def __init__(self, model: mha.AttentionModel) -> None:
-        self.original = model.trace
-        self.forwards = 0
-        self.ended: list[str] = []  # "ok" or the exception's name, per forward
-        self.before_layer: Callable[[int], None] | None = None
-        model.trace = self  # type: ignore[method-assign]
-
-    def __call__(self, *args: Any, cancel: Callable[[], bool] | None = None, **kwargs: Any) -> Trace:
-        self.forwards += 1
-        layer = iter(range(10**6))
-
-        def hooked() -> bool:
-            if self.before_layer is not None:
-                self.before_layer(next(layer))
-            return cancel() if cancel is not None else False
-
-        try:
-            trace = self.original(*args, cancel=hooked, **kwargs)
-        except Exception as exc:
-            self.ended.append(type(exc).__name__)
-            raise
-        self.ended.append("ok")
-        return trace
-
-
 @pytest.fixture
 def traced(make_settings) -> Iterator[tuple[TestClient, Counting]]:  # type: ignore[no-untyped-def]
     with TestClient(create_app(make_settings())) as client:
-        yield client, Counting(client.app.state.service.registry.loaded(DEFAULT))
+        yield client, Counting(client.app.state.service.registry.loaded(DEFAULT), "trace")
 
 
 def close(answer: list[Any], expected: torch.Tensor) -> bool:
@@ -172,7 +143,7 @@ def test_an_evicted_trace_is_traced_again_when_next_needed(make_settings) -> Non
     settings = make_settings(trace_max_bytes=budget, trace_cache_bytes=budget)
     with TestClient(create_app(settings)) as client:
         service = client.app.state.service
-        counting = Counting(service.registry.loaded(DEFAULT))
+        counting = Counting(service.registry.loaded(DEFAULT), "trace")
         first, second = TEXT, TEXT.replace("cats", "birds")
         body = {"layer": 0, "head": 0, "q": 3}
         before = client.post("/api/trace/row", json={"text": first, **body}).json()
