@@ -26,6 +26,7 @@ from app.service.computed import article
 from app.service.core import Hooks
 from app.service.flights import settled
 from app.service.progress import ProgressStreams
+from app.service.templates import prerender
 from app.settings import Settings
 from mha.analysis.ablation import HeadEffects as Effects
 from mha.errors import NotCausalError
@@ -126,6 +127,7 @@ class HeadEffects:
         key = self._key(source)
         hit = self._cache_get(key)
         if hit is None:
+            await prerender(model, request.text, request.chat)  # not in the shared encoding threads
             await self._off_loop(self._check, model, source)
         compute = partial(self._cached, key, partial(self._compute, source, key))
         return self._progress.events(key, compute, _as_is, hit=hit)

@@ -37,6 +37,7 @@ from app.service import bodies
 from app.service.core import Hooks
 from app.service.flights import Flights, settled
 from app.service.progress import ProgressStreams
+from app.service.templates import prerender
 from app.service.trace_budget import TraceBudget
 from app.settings import Settings
 from mha.trace.blocked import bytes_per_token, expected_nbytes, peak_nbytes
@@ -274,6 +275,7 @@ class Traces:
         """How long an input is, without a forward: the page's choice between /api/attention and a trace."""
         name = self.registry.resolve(request.model)
         _, model = await self._off_loop(self.registry.get, name)
+        await prerender(model, request.text, request.chat)
         limits = (self.settings.tokens_for(model.info.max_tokens), self.max_tokens(model))
         body: bytes = await self._off_loop(tokens_json, name, model, request, limits)
         return body
@@ -294,6 +296,7 @@ class Traces:
         hit = self.cache.get(key)
         if hit is None:
             _, model = await self._off_loop(self.registry.get, name)
+            await prerender(model, request.text, request.chat)  # not in the shared encoding threads
             await self._off_loop(self._check_length, model, source)
         return source, key, hit
 

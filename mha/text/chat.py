@@ -150,13 +150,14 @@ def render_chat(
     *,
     add_generation_prompt: bool = True,
     cancel: Callable[[], bool] | None = None,
-    seconds: float = RENDER_SECONDS,
+    seconds: float | None = None,
 ) -> str:
     """`messages` rendered by `template` as transformers' apply_chat_template(tokenize=False) renders them
     (`variables`: the tokenizer's special tokens, as it passes them), within the module's bounds.
 
     Raises ChatTemplateError (the template failed or passed a bound; its worker is stopped) or Cancelled
-    (`cancel()` turned true while it rendered; its worker is stopped too)."""
+    (`cancel()` turned true while it rendered; its worker is stopped too). `seconds`: the time bound,
+    RENDER_SECONDS (read at the call) when None."""
     job = json.dumps(
         {
             "template": template,
@@ -168,7 +169,7 @@ def render_chat(
     with _pool.slots:
         worker = _pool.take()
         try:
-            reply = _run(worker, job, cancel, seconds)
+            reply = _run(worker, job, cancel, RENDER_SECONDS if seconds is None else seconds)
         except BaseException:
             worker.kill()  # a worker stopped mid-render is never reused
             raise
