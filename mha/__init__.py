@@ -15,10 +15,10 @@ from mha.errors import (
     TokenizerNotFoundError,
     UnsupportedCheckpointError,
 )
+from mha.loading.attention_model import AttentionModel
 from mha.loading.gguf_checkpoint import BUNDLED_LLM_NAME
 from mha.loading.pretrained import (
     DEFAULT_MODEL_NAME,
-    AttentionModel,
     AttentionResult,
     ModelInfo,
     Seq2SeqResult,

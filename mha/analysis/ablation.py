@@ -47,11 +47,11 @@ SECTIONS = ("encoder", "decoder", "cross")  # an encoder-decoder's attentions, a
 
 
 class Ablated(translate.Translator, Protocol):
-    """What head ablation needs of a loaded model (mha.loading.pretrained.AttentionModel), and no more: its
-    network, tokenizer and encoder, its device, and the LM head and logits bias a decoder's or an
-    encoder-decoder's next token is read through; what writing a continuation first (continuation.Writer)
-    or a target (translate.Translator) needs, which is the same. A protocol, so that analysis never
-    imports the loader that imports it."""
+    """What head ablation needs of a loaded model (mha.loading.attention_model.AttentionModel), and no
+    more: its network, tokenizer and encoder, its device, and the LM head and logits bias a decoder's or
+    an encoder-decoder's next token is read through; what writing a continuation first
+    (continuation.Writer) or a target (translate.Translator) needs, which is the same. A protocol, so
+    that analysis never imports the loader that imports it."""
 
 
 @dataclass(frozen=True)

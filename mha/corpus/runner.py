@@ -54,9 +54,9 @@ from mha.corpus.shards import (
 from mha.corpus.source import MAX_CHARS, CorpusInputError, Record, input_format, read_records
 from mha.corpus.worker import Computed, CorpusWorker, output_schema
 from mha.loading import checkpoint
+from mha.loading.attention_model import AttentionModel
 from mha.loading.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint
 from mha.loading.checkpoint_files import check_files
-from mha.loading.pretrained import AttentionModel
 from mha.networks.result import ModelInfo
 
 __all__ = ["FORMAT", "CorpusOutError", "CorpusSettingsError", "model_info", "run"]

@@ -8,7 +8,8 @@
   ``config_snapshot``: the conversion cache and the config kept beside it.
 - ``weight_headers``: weight names and shapes read from file headers, no tensor loaded.
 - ``convert/``: one converter per family, Hugging Face names -> ours.
-- ``pretrained``: ``load_pretrained`` -> ``AttentionModel``, the one object the service holds.
+- ``pretrained``: ``load_pretrained``, ``random_model`` (and ``checkpoint_architecture``): the loading API.
+- ``attention_model``: ``AttentionModel``, the one object the service holds (attend, head effects, trace).
 
 May import: ``mha.networks``, ``mha.core``, ``mha.text``, ``mha.trace``, ``mha.analysis``,
 ``mha.errors``, ``mha.devices`` and ``mha``'s private helpers. Never web code.
