@@ -2,6 +2,8 @@
 
 - ``attention``: scores -> masks -> soft-cap -> softmax, the keep masks and the SDPA path.
 - ``multihead``: ``MultiHeadAttention`` (projections, grouped KV heads, rotary or relative positions).
+- ``values``: what each head moves along its weights: its value vectors through out_proj, their products
+  and norms.
 - ``rope``: rotary embeddings and their scalings; ``relative``: T5's relative position bias.
 - ``norm``: RMSNorm; ``layers``: the blocks (attention + feed-forward, embeddings, norms).
 - ``config``: ``TransformerConfig``, the one dataclass every block reads.
