@@ -4,7 +4,8 @@
 - ``worker``: ``CorpusWorker``, one model loaded once; a batch of records -> a row of statistics each.
 - ``shards``: the shard files (atomic, done markers) both engines write and a resumed job skips.
 - ``aggregate``: per_text, per_head, examples and errors from the shards, in bounded memory.
-- ``runner``: ``run(source, model, out, ...)``: the local engine, or the Ray engine (``ray_engine``).
+- ``runner``: ``run(source, model, out, ...)``: the folder checked, the missing shards processed by the
+  local engine (``local_engine``) or the Ray engine (``ray_engine``), then aggregated.
 """
 
 from mha.corpus.job import ENGINES, WEIGHTINGS, Job, Progress

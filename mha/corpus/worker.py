@@ -164,7 +164,7 @@ class CorpusWorker:
     def __call__(self, batch: Mapping[str, Any] | pa.Table) -> pa.Table:
         return self.finish(self.compute(self.prepare(batch)))
 
-    # A batch in three steps, so that an engine can overlap them (mha.corpus.runner on an accelerator):
+    # A batch in three steps, so that an engine can overlap them (mha.corpus.local_engine on an accelerator):
     # prepare (the host: records, tokens, groups, masks), compute (the device: forwards and statistics,
     # queued, then one copy to the host) and finish (waits for that copy; the Arrow table).
     def prepare(self, batch: Mapping[str, Any] | pa.Table) -> Prepared:

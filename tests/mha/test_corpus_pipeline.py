@@ -20,10 +20,9 @@ from corpus_files import texts, write_jsonl
 from mha import _memory, load_pretrained
 from mha._threads import prefetched
 from mha._transfer import to_device, to_host
-from mha.corpus import CorpusWorker, run
-from mha.corpus import runner as runner_module
+from mha.corpus import CorpusWorker, local_engine, run
 from mha.corpus.aggregate import _smallest
-from mha.corpus.runner import pipelined
+from mha.corpus.local_engine import pipelined
 from mha.corpus.shards import shard_directory
 from mha.loading.pretrained import AttentionModel
 
@@ -96,7 +95,7 @@ def test_a_run_on_the_accelerators_loop_writes_the_same_files(
     source = tmp_path / "corpus.jsonl"
     write_jsonl(source, texts(14))
     run(source, minilm, tmp_path / "cpu", batch=4, shard_size=10)
-    monkeypatch.setattr(runner_module, "_on_accelerator", lambda worker: True)
+    monkeypatch.setattr(local_engine, "_on_accelerator", lambda worker: True)
     run(source, minilm, tmp_path / "loop", batch=4, shard_size=10)
     for name in ("per_text", "per_head", "examples"):
         one, two = (pq.read_table(tmp_path / d / f"{name}.parquet") for d in ("cpu", "loop"))

@@ -22,9 +22,8 @@ from tolerances import batched_stat
 from mha import load_pretrained
 from mha.analysis import LABELS, head_labels, head_stats
 from mha.analysis.batched import STATS
-from mha.corpus import MAX_CHARS, CorpusSettingsError, read_records, run
+from mha.corpus import MAX_CHARS, CorpusSettingsError, local_engine, read_records, run
 from mha.corpus import aggregate as aggregate_module
-from mha.corpus import runner as runner_module
 from mha.corpus.aggregate import SNIPPET_CHARS, label_column
 from mha.corpus.shards import shard_directory, shard_path
 from mha.loading.pretrained import AttentionModel
@@ -324,13 +323,13 @@ def test_two_threads_run_two_batches_at_once_with_one_threads_bits(
     order and equal bits, shards included; torch's own thread count is restored after."""
     source = finished[0]
     sections: list[int] = []
-    in_order = runner_module.in_order
+    in_order = local_engine.in_order
 
     def counted(function, items, threads):  # type: ignore[no-untyped-def]
         sections.append(threads)
         return in_order(function, items, threads)
 
-    monkeypatch.setattr(runner_module, "in_order", counted)
+    monkeypatch.setattr(local_engine, "in_order", counted)
     before = torch.get_num_threads()
     try:
         for threads in (1, 2):
