@@ -8,9 +8,9 @@ for 6 layers, to pick FLOW_MAX_TOKENS (~2 s). Run: .venv/bin/python benchmarks/a
 from __future__ import annotations
 
 import os
-import time
 
 import torch
+from timing import interleaved, timed
 
 from mha import analysis
 
@@ -36,25 +36,26 @@ def reference_stats(a: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def best_of(function, repeats: int = 5) -> float:
-    function()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    """Seconds of the fastest of `repeats` calls, after one warm-up."""
+    return timed(function, repeats).min
 
 
 def main() -> None:
     torch.set_num_threads(1)
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; torch threads 1")
-    print(f"\nhead_stats, {LAYERS}x{HEADS} heads (best of 5, ms)")
+    print(f"\nhead_stats, {LAYERS}x{HEADS} heads (best of 5 interleaved, ms)")
     print(f"{'n':>5} {'ours':>8} {'reference':>10} {'ratio':>6}  max |diff|")
     for n in (64, 128, 256, 512):
         a = attention(n)
         tokens = ["[CLS]", *(f"w{i}" for i in range(n - 2)), "[SEP]"]
-        ours = best_of(lambda a=a, tokens=tokens: analysis.head_stats(a, tokens))
-        reference = best_of(lambda a=a: reference_stats(a))
+        times = interleaved(
+            {
+                "ours": lambda a=a, tokens=tokens: analysis.head_stats(a, tokens),
+                "reference": lambda a=a: reference_stats(a),
+            },
+            repeats=5,
+        )
+        ours, reference = times["ours"].min, times["reference"].min
         got, want = analysis.head_stats(a, tokens), reference_stats(a)
         diff = max(float((got[k] - want[k]).abs().max()) for k in want)
         print(f"{n:>5} {ours * 1e3:>8.1f} {reference * 1e3:>10.1f} {reference / ours:>6.2f}  {diff:.1e}")
@@ -67,13 +68,11 @@ def main() -> None:
     print(f"\nattention_flow, {LAYERS} layers, all n² pairs (one run, s)")
     for n in (8, 12, 14, 16, 20):
         a = attention(n)
-        start = time.perf_counter()
-        analysis.attention_flow(a, max_tokens=n)
-        print(f"  n={n:>3} {time.perf_counter() - start:6.2f}   (default limit {analysis.FLOW_MAX_TOKENS})")
+        once = timed(lambda a=a, n=n: analysis.attention_flow(a, max_tokens=n), 1, warm=0).min
+        print(f"  n={n:>3} {once:6.2f}   (default limit {analysis.FLOW_MAX_TOKENS})")
     a = attention(48)
-    start = time.perf_counter()
-    analysis.attention_flow(a, max_tokens=48, queries=[0])
-    print(f"  n= 48, [CLS] row only {time.perf_counter() - start:6.2f}")
+    once = timed(lambda: analysis.attention_flow(a, max_tokens=48, queries=[0]), 1, warm=0).min
+    print(f"  n= 48, [CLS] row only {once:6.2f}")
 
 
 if __name__ == "__main__":

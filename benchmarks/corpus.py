@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import torch
+from timing import timed
 
 from mha import analysis, load_pretrained
 
@@ -111,14 +112,7 @@ def matmul_peak(config, device: torch.device) -> float:
     shape with 4,096 rows (large enough for the kernel's peak): the best of 5."""
     a = torch.randn(4096, config.embed_dim, device=device)
     b = torch.randn(config.embed_dim, config.ffn_dim, device=device)
-    a @ b
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        a @ b
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        best = min(best, time.perf_counter() - start)
+    best = timed(lambda: a @ b, 5, device=device).min
     return 2.0 * a.shape[0] * a.shape[1] * b.shape[1] / best
 
 

@@ -3,7 +3,7 @@
 A trace keeps, per layer, the post-rotary q and k and each query row's log-sum-exp (lse), so a window is
 recomputed exactly as exp(q·kᵀ·scale − lse). Today (mha.trace.blocked.trace_forward) each layer's attention is
 computed in row blocks by hand; a fused kernel that also returns the lse would make the trace cost about a
-blind forward. This script runs a random-weight Llama of SmolLM2-135M's shape (benchmarks/extract.py) and
+blind forward. This script runs a random-weight Llama of SmolLM2-135M's shape (benchmarks/random_llama.py) and
 prints, per n, side by side:
 
   blind      the whole forward, each layer through F.scaled_dot_product_attention(is_causal, enable_gqa):
@@ -33,21 +33,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from extract import SMOLLM2, llama_checkpoint, load_llama  # noqa: E402
+from random_llama import SMOLLM2, hooked_forward, ids_of, llama_checkpoint, load_llama, sdpa  # noqa: E402
+from timing import timed  # noqa: E402
 
-from mha.core.layers import Block  # noqa: E402
 from mha.networks.model import Transformer  # noqa: E402
 
 CELLS = 128  # the overview's blocks per side (mha.trace.blocked.OVERVIEW_SIZE)
@@ -56,30 +54,14 @@ TILE = 64  # the Triton overview's tile per side
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor | None]]
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def timed(call: Callable[[], object], device: torch.device, repeats: int) -> float:
+def median_s(call: Callable[[], object], device: torch.device, repeats: int) -> float:
     """Median seconds of `repeats` calls after one warm-up."""
-    call()
-    sync(device)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return timed(call, repeats, device=device).median
 
 
 def first_call(call: Callable[[], object], device: torch.device) -> float:
     """Seconds of one call (a compile included)."""
-    start = time.perf_counter()
-    call()
-    sync(device)
-    return time.perf_counter() - start
+    return timed(call, 1, warm=0, device=device).median
 
 
 def expand(k: torch.Tensor, heads: int) -> torch.Tensor:
@@ -88,7 +70,7 @@ def expand(k: torch.Tensor, heads: int) -> torch.Tensor:
 
 
 def attend_blind(q, k, v, scale):
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True), None
+    return sdpa(q, k, v, scale), None
 
 
 def attend_efficient(q, k, v, scale):
@@ -142,21 +124,14 @@ class Flex:
 def run_forward(network: Transformer, ids: torch.Tensor, attend: Attend, keep: bool) -> list[tuple]:
     """The whole forward with `attend` in every layer; with keep, each layer's (q, k, lse)."""
     kept: list[tuple] = []
-    position_ids = network.position_ids(ids)
-    with torch.no_grad():
-        x = network.embeddings(ids, position_ids, None)
-        rotary = network.rotary(position_ids, x.dtype)
-        for layer in cast("list[Block]", network.layers):
-            attn = layer.attn
 
-            def hook(h: torch.Tensor, attn=attn) -> torch.Tensor:
-                q, k, v = attn.heads(h, h, h, True, rotary)  # (1, H, n, D), (1, H_kv, n, D) x 2
-                out, lse = attend(q, k, v, attn.scale)  # (1, H, n, D), (1, H, n)
-                if keep:
-                    kept.append((q[0].contiguous(), k[0].contiguous(), lse[0]))
-                return attn.out_proj(out.transpose(1, 2).reshape(h.shape[0], h.shape[1], -1))
+    def through(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+        out, lse = attend(q, k, v, scale)  # (1, H, n, D), (1, H, n)
+        if keep:
+            kept.append((q[0].contiguous(), k[0].contiguous(), lse[0]))
+        return out
 
-            x = layer(x, None, rotary=rotary, need_weights=False, weights_out=None, attention=hook)[0]
+    hooked_forward(network, ids, through)
     return kept
 
 
@@ -284,13 +259,12 @@ class Probe:
         return value
 
     def timed(self, call: Callable[[], object]) -> float:
-        return timed(call, self.device, self.args.repeats)
+        return median_s(call, self.device, self.args.repeats)
 
     def size(self, network: Transformer, n: int, kernels: dict[str, Attend], tag: str) -> None:
         """Blind, today (where asked) and every kernel at n; the overviews in float32."""
         device = self.device
-        vocab = cast(int, SMOLLM2["vocab_size"])
-        ids = torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(n)).to(device)
+        ids = ids_of(n).to(device)
         if device.type == "cuda":
             torch.cuda.empty_cache()
         blind = self.section(
@@ -301,7 +275,7 @@ class Probe:
             from mha.trace.blocked import trace_forward
 
             today = self.section(
-                f"today {tag}", lambda: timed(lambda: trace_forward(network, ids), device, 1)
+                f"today {tag}", lambda: median_s(lambda: trace_forward(network, ids), device, 1)
             )
             self.rows.append((tag, "today (trace_forward)", today, blind))
         for name, attend in kernels.items():

@@ -43,7 +43,6 @@ import json
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -58,6 +57,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from timing import interleaved as timed_sides
+from timing import synchronize
 
 ROOT = Path(__file__).resolve().parents[1]
 # The repository (mha, app) and tests/ (the checkpoint builders) after it: tests/mha must not shadow mha.
@@ -94,7 +95,7 @@ WHEELS = (
 )
 # The SmolLM2-shaped checkpoint's position limit: the trace's largest size.
 LONG_POSITIONS = 32768
-# benchmarks/extract.py's function for the attend_batch and compact rows (extract_rows says what it takes).
+# extract_device.py's function for the attend_batch and compact rows (extract_rows says what it takes).
 EXTRACT_ROWS = "gpu_rows"
 MiB = 1 << 20
 
@@ -143,8 +144,7 @@ class Run:
         """(checkpoint directory, our network on the device): a random SmolLM2-135M-shaped Llama, built
         once for the trace and attend sections."""
         if self._smollm2 is None:
-            import long
-            from extract import llama_checkpoint
+            from random_llama import llama_checkpoint, load_network
 
             directory = self.scratch / "smollm2"
             llama_checkpoint(str(directory))
@@ -152,35 +152,18 @@ class Run:
             # Rotary positions have no table: the limit is a number in the config, raised for 32,768.
             config["max_position_embeddings"] = LONG_POSITIONS
             (directory / "config.json").write_text(json.dumps(config))
-            self._smollm2 = (str(directory), long.load_network(str(directory)).to(self.device))
+            self._smollm2 = (str(directory), load_network(str(directory)).to(self.device))
         return self._smollm2
 
 
 # --- timing ------------------------------------------------------------------------------------------------
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def interleaved(
     device: torch.device, runs: dict[str, Callable[[], object]], repeats: int
 ) -> dict[str, float]:
-    """name -> median seconds of `repeats` calls each, after one warm-up each, taken in turn so that the
-    machine's state weighs on every side alike; the device is waited for around each call."""
-    for run in runs.values():
-        run()
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(repeats):
-        for name, run in runs.items():
-            synchronize(device)
-            start = time.perf_counter()
-            result = run()
-            synchronize(device)
-            times[name].append(time.perf_counter() - start)
-            del result
-    return {name: statistics.median(spent) for name, spent in times.items()}
+    """name -> median seconds of `repeats` interleaved calls each, after one warm-up each (timing.py)."""
+    return {name: t.median for name, t in timed_sides(runs, repeats, device=device).items()}
 
 
 def peak_added_mib(device: torch.device, call: Callable[[], object]) -> float | None:
@@ -303,7 +286,7 @@ def parity(run: Run) -> None:
 
 
 def trace(run: Run) -> None:
-    import long
+    from random_llama import blind_forward, ids_of
 
     from mha.trace.blocked import trace_forward
 
@@ -317,7 +300,7 @@ def trace(run: Run) -> None:
             note = f"skipped: ~{4 * spent:.0f} s projected, {run.left():.0f} s left"
             run.add(Row("trace", f"SmolLM2 shape, n = {n:,}", "-", "-", None, note))
             continue
-        ids = long.ids_of(n).to(run.device)
+        ids = ids_of(n).to(run.device)
         paths: dict[str, None] = {}  # the kernel paths the layers took (Trace.path), in order
 
         def traced(ids: torch.Tensor = ids, paths: dict[str, None] = paths) -> object:
@@ -328,7 +311,7 @@ def trace(run: Run) -> None:
         start = time.perf_counter()
         try:
             times = interleaved(
-                run.device, {"trace": traced, "blind": partial(long.blind_forward, network, ids)}, repeats
+                run.device, {"trace": traced, "blind": partial(blind_forward, network, ids)}, repeats
             )
             peak = peak_added_mib(run.device, traced)
         except torch.OutOfMemoryError as error:
@@ -390,11 +373,11 @@ def corpus(run: Run) -> None:
 
 
 def extract_rows(run: Run) -> None:
-    """benchmarks/extract.py's EXTRACT_ROWS function, called as fn(device=, quick=): rows as dicts of Row's
-    fields but the section."""
-    import extract
+    """benchmarks/extract_device.py's EXTRACT_ROWS function, called as fn(device=, quick=): rows as dicts
+    of Row's fields but the section."""
+    import extract_device
 
-    rows = getattr(extract, EXTRACT_ROWS, None)
+    rows = getattr(extract_device, EXTRACT_ROWS, None)
     if rows is None:
         raise Skipped(f"benchmarks/extract.py has no {EXTRACT_ROWS}(): no attend_batch or compact rows")
     for row in rows(device=str(run.device), quick=run.quick):
@@ -405,8 +388,7 @@ def extract_rows(run: Run) -> None:
 
 
 def attend(run: Run) -> None:
-    import long
-    from extract import load_llama
+    from random_llama import ids_of, load_llama
 
     directory, network = run.smollm2()
     theirs = load_llama("theirs", directory)[0].to(run.device)
@@ -422,7 +404,7 @@ def attend(run: Run) -> None:
 
     repeats = 1 if run.quick else 2
     for n in (128, 256) if run.quick else (128, 512, 2048):
-        ids = long.ids_of(n).to(run.device)
+        ids = ids_of(n).to(run.device)
         times = interleaved(run.device, {"ours": partial(ours, ids), "theirs": partial(eager, ids)}, repeats)
         run.add(
             Row(

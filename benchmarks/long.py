@@ -49,8 +49,10 @@ from pathlib import Path
 from typing import cast
 
 import torch
-import torch.nn.functional as F
-from extract import SMOLLM2, WORDS, child_peak_mib, llama_checkpoint, load_llama, print_peak_added
+from random_llama import SMOLLM2, blind_forward, ids_of, llama_checkpoint, load_llama, load_network
+from resident import available_bytes, child_peak_mib, print_peak_added
+from texts import WORDS
+from timing import interleaved, timed
 
 from mha.core.layers import Block
 from mha.networks.model import Transformer
@@ -62,36 +64,6 @@ WIRE_SIZES = (2048, 8192)
 # The scheme static/js/api.js asks /api/attention/compact for (COMPACT_SCHEME).
 PAGE_SCHEME = "abs-uint8-key-major"
 GiB = 1 << 30
-
-
-def ids_of(n: int) -> torch.Tensor:
-    vocab = cast(int, SMOLLM2["vocab_size"])
-    return torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(n))
-
-
-def blind_forward(network: Transformer, ids: torch.Tensor) -> torch.Tensor:
-    """The whole forward with torch's fused causal attention in every layer: the model run without weights."""
-    position_ids = network.position_ids(ids)
-    with torch.no_grad():
-        x = network.embeddings(ids, position_ids, None)
-        rotary = network.rotary(position_ids, x.dtype)
-        for layer in cast("list[Block]", network.layers):
-            attn = layer.attn
-
-            def sdpa(h: torch.Tensor, attn=attn) -> torch.Tensor:
-                q, k, v = attn.heads(h, h, h, True, rotary)  # (1, H, n, D), (1, H_kv, n, D) x 2
-                out = F.scaled_dot_product_attention(
-                    q, k, v, is_causal=True, scale=attn.scale, enable_gqa=True
-                )  # (1, H, n, D)
-                return attn.out_proj(out.transpose(1, 2).reshape(h.shape[0], h.shape[1], -1))
-
-            x = layer(x, None, rotary=rotary, need_weights=False, weights_out=None, attention=sdpa)[0]
-        return x if network.final_norm is None else network.final_norm(x)
-
-
-def load_network(directory: str) -> Transformer:
-    network, _ = load_llama("ours", directory)
-    return network
 
 
 def run_of(which: str, directory: str):
@@ -113,14 +85,6 @@ def measure_memory(which: str, n: int, threads: int, directory: str) -> float:
     return child_peak_mib([__file__, "--child", which, str(n), "--threads", str(threads), "--dir", directory])
 
 
-def available_bytes() -> int:
-    with open("/proc/meminfo") as meminfo:
-        for line in meminfo:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("MemAvailable not in /proc/meminfo")
-
-
 def eager_memory(n: int, threads: int, directory: str) -> str:
     # output_attentions keeps every layer's [H, n, n] float32 weights; the scores before softmax are one more.
     layers, heads = cast(int, SMOLLM2["num_hidden_layers"]), cast(int, SMOLLM2["num_attention_heads"])
@@ -129,15 +93,6 @@ def eager_memory(n: int, threads: int, directory: str) -> str:
     if need > 0.8 * free:
         return f"would need {need / GiB:.1f} GiB ({free / GiB:.1f} free)"
     return f"{measure_memory('eager', n, threads, directory):.1f}"
-
-
-def median_ms(call, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000
 
 
 def windows_and_rows(network: Transformer, n: int, repeats: int) -> tuple[float, float, float]:
@@ -159,9 +114,9 @@ def windows_and_rows(network: Transformer, n: int, repeats: int) -> tuple[float,
         # The bottom-right window sees every key before it: the costliest one on a causal model.
         q0 = n - 512 if i % 2 == 0 else (i * 997) % (n - 512)
         k0 = max(0, q0 - (i * 131) % n)
-        window.append(median_ms(partial(trace.window, layer, head, (q0, q0 + 512), (k0, k0 + 512)), 1))
-        row.append(median_ms(partial(trace.row, layer, head, n - 1 - i), 1))
-    return traced, statistics.median(window), statistics.median(row)
+        window.append(timed(partial(trace.window, layer, head, (q0, q0 + 512), (k0, k0 + 512)), 1, warm=0))
+        row.append(timed(partial(trace.row, layer, head, n - 1 - i), 1, warm=0))
+    return traced, statistics.median(t.median_ms for t in window), statistics.median(t.median_ms for t in row)
 
 
 def word_tokenizer(directory: str, vocab_size: int) -> None:
@@ -274,16 +229,8 @@ def main() -> None:
             if args.compare:
                 runs["fused"] = partial(trace_forward, network, ids, fused=True)
                 runs["no-overview"] = partial(trace_forward, network, ids, overview_size=None, fused=True)
-            for run in runs.values():  # warm-up
-                run()
-            times: dict[str, list[float]] = {name: [] for name in runs}
-            for _ in range(args.repeats):
-                for name, run in runs.items():
-                    start = time.perf_counter()
-                    result = run()
-                    times[name].append(time.perf_counter() - start)
-                    del result
-            t_trace, t_blind, *t_compare = (statistics.median(times[k]) * 1000 for k in runs)
+            times = interleaved(runs, args.repeats)
+            t_trace, t_blind, *t_compare = (times[k].median_ms for k in runs)
             m_trace = float("nan") if args.no_memory else measure_memory("trace", n, args.threads, directory)
             m_eager = "-" if args.no_memory or args.no_eager else eager_memory(n, args.threads, directory)
             compared = ""

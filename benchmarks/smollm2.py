@@ -32,17 +32,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+
+from texts import WORDS, text_of
+from timing import interleaved
 
 SIZES = (32, 128, 512)
 MEMORY_N = 128
-WORDS = "the quick brown fox jumps over the lazy dog while attention heads watch every token".split()
 LONG_TEXT = " ".join(WORDS * 60)  # past 512 tokens: cut to n by each side's tokenizer
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,18 +111,6 @@ def timed_child(which: str, file: Path, cache_dir: str) -> tuple[float, list[flo
             raise SystemExit(f"the {which} child failed:\n{errors.read().decode(errors='replace')[-3000:]}")
     call, *memory = (float(x) for x in loaded.split())
     return seconds, memory, [float(x) for x in attended.split()], call
-
-
-def text_of(n: int, tokenizer) -> str:
-    """A text of exactly n tokens for this tokenizer (SmolLM2's adds no special tokens)."""
-    for count in range(n // 2, 2 * n):
-        text = " ".join((WORDS * (count // len(WORDS) + 1))[:count])
-        got = len(tokenizer(text)["input_ids"])
-        if got == n:
-            return text
-        if got > n:
-            break
-    raise ValueError(f"no text of exactly {n} tokens")
 
 
 def attend_runs(file: Path) -> tuple[object, dict[str, Callable[[str], object]]]:
@@ -216,17 +206,9 @@ def main(argv: list[str] | None = None) -> None:
         )
         for n in SIZES:
             text = text_of(n, tokenizer)
-            for run in runs.values():  # warm-up: allocator, thread pool
-                run(text)
-            times: dict[str, list[float]] = {name: [] for name in runs}
-            for _ in range(args.repeats):
-                for name, run in runs.items():
-                    start = time.perf_counter()
-                    result = run(text)
-                    times[name].append(time.perf_counter() - start)
-                    del result
-            t_ours, t_ours_h, t_them = (statistics.median(times[k]) * 1000 for k in runs)
-            b_ours, b_them = (min(times[k]) * 1000 for k in ("ours", "theirs"))
+            times = interleaved({k: partial(run, text) for k, run in runs.items()}, args.repeats)
+            t_ours, t_ours_h, t_them = (times[k].median_ms for k in runs)
+            b_ours, b_them = (times[k].min_ms for k in ("ours", "theirs"))
             print(
                 f"{n:>5} {t_ours:>9.1f} {t_ours_h:>10.1f} {t_them:>10.1f} {t_ours / t_them:>7.3f}"
                 f" {t_ours_h / t_them:>8.3f} {b_ours:>9.1f} {b_them:>11.1f} {b_ours / b_them:>7.3f}",

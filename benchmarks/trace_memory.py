@@ -34,31 +34,15 @@ from pathlib import Path
 from typing import cast
 
 import httpx
-from extract import SMOLLM2, WORDS, llama_checkpoint
 from launch import Server, serve
 from long import word_tokenizer
+from random_llama import SMOLLM2, llama_checkpoint
+from resident import reset_peak, status_kib
+from texts import WORDS
 
 MiB = 1 << 20
 MODEL = "smollm2-shaped"
 SAMPLE_S = 0.02  # between RSS samples (a second view of the peak, should clear_refs be refused)
-
-
-def status_kib(pid: int, field: str) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/{pid}/status")
-
-
-def reset_peak(pid: int) -> bool:
-    """Reset the process's VmHWM to its current RSS (Linux >= 4.0); False where that is refused."""
-    try:
-        with open(f"/proc/{pid}/clear_refs", "w") as refs:
-            refs.write("5")
-    except OSError:
-        return False
-    return True
 
 
 def text_of(n: int, seed: int) -> str:
@@ -92,12 +76,12 @@ def phase(
     """Run one phase's traces from the clients: (the server's peak RSS in KiB during it, its seconds)."""
     pid = server.process.pid
     peak_reset = reset_peak(pid)
-    sampled = [status_kib(pid, "VmRSS")]
+    sampled = [status_kib("VmRSS", pid)]
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.wait(SAMPLE_S):
-            sampled.append(status_kib(pid, "VmRSS"))
+            sampled.append(status_kib("VmRSS", pid))
 
     def client_run(index: int) -> None:
         with httpx.Client(base_url=server.base, timeout=600) as own:
@@ -115,7 +99,7 @@ def phase(
         stop.set()
         sampler.join()
     seconds = time.perf_counter() - began
-    return max(max(sampled), status_kib(pid, "VmHWM") if peak_reset else 0), seconds
+    return max(max(sampled), status_kib("VmHWM", pid) if peak_reset else 0), seconds
 
 
 def main() -> None:
@@ -151,11 +135,11 @@ def main() -> None:
             n = models[MODEL]["trace_max_tokens"]
             one_trace(client, text_of(64, seed=-1), 64, reads=True)  # warm-up: lazy inits, thread pools
             time.sleep(2.0)  # the service's idle trim (1 s after a large answer)
-            start = status_kib(pid, "VmRSS")
+            start = status_kib("VmRSS", pid)
             for index, (label, reads) in enumerate((("traces", False), ("+ reads", True))):
                 peak, seconds = phase(server, args, n, index * args.traces, reads=reads)
                 time.sleep(args.after)
-                rows.append((label, seconds, peak, status_kib(pid, "VmRSS")))
+                rows.append((label, seconds, peak, status_kib("VmRSS", pid)))
     bound = args.cache_mib + args.concurrency * args.max_mib
     print(
         f"{MODEL} (random weights): per phase {args.traces} traces of {n} tokens (its trace_max_tokens at "
