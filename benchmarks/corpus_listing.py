@@ -20,38 +20,18 @@ import os
 import shutil
 import statistics
 import tempfile
-import time
-from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
 
-from fastapi.testclient import TestClient
+from corpus_app import get, get_ms, runs_client
+from timing import timed
 
-from app.main import create_app
 from app.service.corpus_listing import FILES, RunListing, inside
-from app.settings import Settings
 from tests.corpus_fixture import random_values, sentences, write_run
 
 REPEATS = 20
 REFERENCE_MS = 140.0  # issue 26: every GET /api/corpus/runs with 2,000 runs, before
 GOAL_MS = 10.0
-
-
-def timed(client: TestClient, path: str) -> float:
-    start = time.perf_counter()
-    response = client.get(path)
-    elapsed = time.perf_counter() - start
-    response.raise_for_status()
-    return elapsed * 1000
-
-
-def median_ms(work: Callable[[], Any], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        work()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
 
 
 def listing_before(root: Path) -> bytes:
@@ -91,19 +71,10 @@ def main() -> None:
         template = write_run(Path(tmp) / "template", sentences(3), random_values(3, 2, 2))
         for index in range(args.runs):
             shutil.copytree(template, root / f"run-{index:05d}")
-        # "testserver": the Host header of Starlette's TestClient.
-        settings = Settings(
-            device="cpu",
-            threads=1,
-            log_level="warning",
-            models={},
-            runs_dir=root,
-            allowed_hosts=["testserver"],
-        )
-        with TestClient(create_app(settings)) as client:
-            first = timed(client, "/api/corpus/runs")
+        with runs_client(root) as client:
+            first = get_ms(client, "/api/corpus/runs")[0]
             listed = len(client.get("/api/corpus/runs").json()["runs"])
-            kept = statistics.median(timed(client, "/api/corpus/runs") for _ in range(REPEATS))
+            kept = timed(partial(get, client, "/api/corpus/runs"), REPEATS, warm=0).median_ms
             changed = []
             for repeat in range(REPEATS):
                 path = root / f"run-{repeat:05d}" / "run.json"
@@ -111,13 +82,12 @@ def main() -> None:
                 path.write_text(json.dumps({**meta, "finished": f"2027-01-01T00:00:{repeat:02d}Z"}))
                 stamp = path.stat().st_mtime_ns + 10**9  # a new mtime even on a coarse clock
                 os.utime(path, ns=(stamp, stamp))
-                changed.append(timed(client, "/api/corpus/runs"))
-            one_run = statistics.median(timed(client, "/api/corpus/runs/run-00042") for _ in range(REPEATS))
+                changed.append(get_ms(client, "/api/corpus/runs")[0])
+            one_run = timed(partial(get, client, "/api/corpus/runs/run-00042"), REPEATS, warm=0).median_ms
         # The service code alone, before and now, one after the other on this machine.
-        before = median_ms(lambda: listing_before(root), 5)
+        before = timed(lambda: listing_before(root), 5, warm=0).median_ms
         listing = RunListing(root)
-        listing.body(set())
-        now = median_ms(lambda: listing.body(set()), REPEATS)
+        now = timed(lambda: listing.body(set()), REPEATS).median_ms  # its first call fills what it keeps
     assert listed == args.runs, f"{listed} of {args.runs} runs listed"
     rows = [
         ("GET, first listing (every folder looked at)", first, ""),

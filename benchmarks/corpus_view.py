@@ -13,25 +13,16 @@ import argparse
 import logging
 import statistics
 import tempfile
-import time
+from functools import partial
 from pathlib import Path
 
-from fastapi.testclient import TestClient
+from corpus_app import get, get_ms, runs_client
+from timing import timed
 
-from app.main import create_app
-from app.settings import Settings
 from tests.corpus_fixture import random_values, sentences, write_run
 
 LAYERS, HEADS = 6, 12
 REPEATS = 5
-
-
-def timed(client: TestClient, path: str) -> tuple[float, int]:
-    start = time.perf_counter()
-    response = client.get(path)
-    elapsed = time.perf_counter() - start
-    response.raise_for_status()
-    return elapsed * 1000, len(response.content)
 
 
 def main() -> None:
@@ -45,33 +36,20 @@ def main() -> None:
             write_run(
                 root / f"run-{count}", sentences(count), random_values(count, LAYERS, HEADS, seed=count)
             )
-        # "testserver": the Host header of Starlette's TestClient.
-        settings = Settings(
-            device="cpu",
-            threads=1,
-            log_level="warning",
-            models={},
-            runs_dir=root,
-            allowed_hosts=["testserver"],
-        )
         rows = []
-        with TestClient(create_app(settings)) as client:
+        with runs_client(root) as client:
             for count in args.texts:
                 name = f"run-{count}"
                 per_text = (root / name / "per_text.parquet").stat().st_size
-                listing = statistics.median(timed(client, "/api/corpus/runs")[0] for _ in range(REPEATS))
-                run_cold, run_bytes = timed(client, f"/api/corpus/runs/{name}")
-                run_warm = statistics.median(
-                    timed(client, f"/api/corpus/runs/{name}")[0] for _ in range(REPEATS)
-                )
+                listing = timed(partial(get, client, "/api/corpus/runs"), REPEATS, warm=0).median_ms
+                run_cold, run_bytes = get_ms(client, f"/api/corpus/runs/{name}")
+                run_warm = timed(partial(get, client, f"/api/corpus/runs/{name}"), REPEATS, warm=0).median_ms
                 colds = [
-                    timed(client, f"/api/corpus/runs/{name}/heads/{lay}/3?stat=entropy") for lay in range(5)
+                    get_ms(client, f"/api/corpus/runs/{name}/heads/{lay}/3?stat=entropy") for lay in range(5)
                 ]
                 head_cold = statistics.median(ms for ms, _ in colds)
-                head_warm = statistics.median(
-                    timed(client, f"/api/corpus/runs/{name}/heads/0/3?stat=entropy")[0]
-                    for _ in range(REPEATS)
-                )
+                warm_head = partial(get, client, f"/api/corpus/runs/{name}/heads/0/3?stat=entropy")
+                head_warm = timed(warm_head, REPEATS, warm=0).median_ms
                 rows.append(
                     (
                         count,
