@@ -15,6 +15,7 @@ per request.
 from __future__ import annotations
 
 import logging
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -142,15 +143,65 @@ class Registry(Generic[M]):
                 entry.error, entry.failures = None, 0
 
 
-def scan_models_dir(directory: Path) -> dict[str, Path]:
+@dataclass(frozen=True)
+class Scan:
+    """What a folder scan found: `found` name -> path, and `refused` name -> why an entry that looks like a
+    model (a *.gguf name, a folder with a config.json) is not one, in a sentence for /api/models."""
+
+    found: dict[str, Path]
+    refused: dict[str, str]
+
+
+def scan_models_dir(directory: Path) -> Scan:
     """Each subfolder of `directory` holding a config.json, by folder name, and each *.gguf file (an
-    ollama or LM Studio download as it is), by file name less the suffix (sorted, non-recursive)."""
+    ollama or LM Studio download as it is), by file name less the suffix (sorted, non-recursive).
+
+    The rule for links (README "Models folder"): a link is followed only where it resolves inside
+    `directory`. A scanned folder is read without anyone naming its files one by one, so it must not become
+    a way to every file of the machine; a file elsewhere is served when the operator names it
+    (HEADSCOPE_MODELS). An entry named *.gguf that is not a regular file (a folder, a FIFO, a device such
+    as a link to /dev/zero, a socket), a dangling link and a link leading outside are listed as `refused`
+    with the reason, and never opened (opening a FIFO would wait forever)."""
     if not directory.is_dir():
         raise ValueError(f"models_dir {str(directory)!r} is not a directory")
+    root = directory.resolve()
     found: dict[str, Path] = {}
+    refused: dict[str, str] = {}
     for child in sorted(directory.iterdir()):
-        if child.is_dir() and (child / "config.json").is_file():
-            found[child.name] = child
-        elif child.suffix.lower() == ".gguf" and child.is_file():
-            found[child.stem] = child
-    return found
+        gguf = child.suffix.lower() == ".gguf"
+        name = child.stem if gguf else child.name
+        if child.is_symlink():
+            target = child.resolve()
+            if not target.is_relative_to(root):
+                if gguf or (target.is_dir() and (target / "config.json").is_file()):
+                    refused[name] = (
+                        f"{child.name} is a link to {target}, outside the models folder {root}: links are "
+                        "followed only inside it; name the model in HEADSCOPE_MODELS to serve it"
+                    )
+                continue
+            if not target.exists():
+                if gguf:
+                    refused[name] = f"{child.name} is a link to {target}, which does not exist"
+                continue
+        if gguf:
+            why = _not_a_file(child)
+            if why is None:
+                found[name] = child
+            else:
+                refused[name] = f"{child.name} is {why}, not a GGUF file"
+        elif child.is_dir() and (child / "config.json").is_file():
+            found[name] = child
+    return Scan(found, refused)
+
+
+def _not_a_file(path: Path) -> str | None:
+    """None for a regular file (links followed), else what `path` is."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    kinds = {stat.S_ISDIR: "a folder", stat.S_ISFIFO: "a FIFO", stat.S_ISCHR: "a character device",
+             stat.S_ISBLK: "a block device", stat.S_ISSOCK: "a socket"}  # fmt: skip
+    return next((kind for test, kind in kinds.items() if test(mode)), "not a regular file")

@@ -43,7 +43,14 @@ def build_loaders(settings: Settings) -> dict[str, Loader]:
         loaders[name] = partial(
             mha.load_pretrained, str(path), device=settings.device, dtype=dtype, name=name
         )
+    for name, why in refused_paths(settings).items():
+        loaders[name] = partial(_refuse, why)
     return loaders
+
+
+def _refuse(why: str) -> mha.AttentionModel:
+    """The loader and the check of a models-folder entry that is not a model: its reason, in /api/models."""
+    raise mha.CheckpointNotFoundError(why)
 
 
 def build_checks(settings: Settings) -> dict[str, Callable[[], object]]:
@@ -56,7 +63,11 @@ def build_checks(settings: Settings) -> dict[str, Callable[[], object]]:
         paths[mha.BUNDLED_LLM_NAME] = bundled  # its header only: the conversion waits for its first request
     paths.update(operator_paths(settings))
     # checkpoint_architecture runs check_checkpoint's checks (mha.loading.checkpoint.check_files) on the way.
-    return {name: partial(mha.checkpoint_architecture, str(path)) for name, path in paths.items()}
+    checks: dict[str, Callable[[], object]] = {
+        name: partial(mha.checkpoint_architecture, str(path)) for name, path in paths.items()
+    }
+    checks.update({name: partial(_refuse, why) for name, why in refused_paths(settings).items()})
+    return checks
 
 
 def bundled_llm(settings: Settings) -> Path | None:
@@ -69,6 +80,15 @@ def operator_paths(settings: Settings) -> dict[str, str | Path]:
     """name -> checkpoint of every model the operator registers (HEADSCOPE_MODELS_DIR, HEADSCOPE_MODELS)."""
     paths: dict[str, str | Path] = {}
     if settings.models_dir is not None:
-        paths.update(scan_models_dir(settings.models_dir))
+        paths.update(scan_models_dir(settings.models_dir).found)
     paths.update(settings.models)  # operator entries override scanned ones
     return paths
+
+
+def refused_paths(settings: Settings) -> dict[str, str]:
+    """name -> why: the models folder's entries that look like models and are not (scan_models_dir), less
+    the names HEADSCOPE_MODELS registers itself."""
+    if settings.models_dir is None:
+        return {}
+    refused = scan_models_dir(settings.models_dir).refused
+    return {name: why for name, why in refused.items() if name not in settings.models}

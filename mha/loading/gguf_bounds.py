@@ -18,6 +18,7 @@ The limits below are each far past any real model, and each is quoted in the sen
 from __future__ import annotations
 
 import mmap
+import stat
 import struct
 from pathlib import Path
 
@@ -94,7 +95,10 @@ class _Header:
 def check_bounds(file: Path) -> None:
     """Refuse `file` when its header claims more than its bytes hold or than the module's limits allow
     (module docstring); return when every count, length and tensor extent fits. Reads the header only."""
-    size = file.stat().st_size
+    status = file.stat()
+    if not stat.S_ISREG(status.st_mode):  # never opened: a FIFO would wait forever, a device never ends
+        raise CheckpointNotFoundError(f"{file} is not a readable GGUF file: not a regular file")
+    size = status.st_size
     if size < 24:
         raise CheckpointNotFoundError(f"{file} ({size:,} bytes) is not a readable GGUF file: too short")
     with file.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:

@@ -137,6 +137,8 @@ def find_gguf(path: str | Path | None) -> Path | None:
         except OSError:
             return None
     if candidate.suffix.lower() == GGUF_SUFFIX:
+        if candidate.exists():  # never opened: a FIFO would wait forever, a device never ends
+            raise CheckpointNotFoundError(f"{str(path)!r} is not a regular file (a FIFO, device or socket)")
         raise CheckpointNotFoundError(f"no GGUF file at {str(path)!r}")
     return None
 

@@ -6,6 +6,7 @@ import re
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import mha
 from app.errors import ModelUnavailableError, UnknownModelError
 from app.main import create_app
 from app.registry import Registry, scan_models_dir
+from app.settings import Settings
 
 TEXT = "Tiny models still attend somewhere."
 
@@ -189,7 +191,8 @@ def test_scan_models_dir_registers_folders_with_config(tmp_path: Path) -> None:
     (tmp_path / "bert-tiny" / "config.json").write_text("{}")
     (tmp_path / "no-config").mkdir()
     (tmp_path / "file.json").write_text("{}")
-    assert scan_models_dir(tmp_path) == {"bert-tiny": tmp_path / "bert-tiny"}
+    assert scan_models_dir(tmp_path).found == {"bert-tiny": tmp_path / "bert-tiny"}
+    assert scan_models_dir(tmp_path).refused == {}
     with pytest.raises(ValueError, match="not a directory"):
         scan_models_dir(tmp_path / "file.json")
 
@@ -333,3 +336,52 @@ def test_broken_weights_are_named_by_models_right_after_startup(  # type: ignore
                 assert re.search(BROKEN_WEIGHTS[variant][2], r.json()["detail"], re.DOTALL), name
         assert client.post("/api/attention", json={"text": TEXT, "model": "good"}).status_code == 200
         assert client.get("/api/health").json()["status"] == "ok"
+
+
+def test_scan_models_dir_names_what_it_refuses_and_follows_links_only_inside(tmp_path: Path) -> None:
+    """Issue 33 item 6: every *.gguf entry that is not a regular file inside the folder is listed with its
+    reason and never opened; links are followed only where they resolve inside the folder."""
+    import os
+
+    models, elsewhere = tmp_path / "models", tmp_path / "elsewhere"
+    models.mkdir()
+    elsewhere.mkdir()
+    (models / "real.gguf").write_bytes(b"GGUF")
+    (models / "inside.gguf").symlink_to(models / "real.gguf")
+    (elsewhere / "far.gguf").write_bytes(b"GGUF")
+    (models / "far.gguf").symlink_to(elsewhere / "far.gguf")
+    (elsewhere / "far-folder").mkdir()
+    (elsewhere / "far-folder" / "config.json").write_text("{}")
+    (models / "far-folder").symlink_to(elsewhere / "far-folder")
+    os.mkfifo(models / "pipe.gguf")
+    (models / "zero.gguf").symlink_to("/dev/zero")
+    (models / "gone.gguf").symlink_to(models / "missing.gguf")
+    (models / "folder.gguf").mkdir()
+    scan = scan_models_dir(models)
+    assert scan.found == {"inside": models / "inside.gguf", "real": models / "real.gguf"}
+    assert set(scan.refused) == {"far", "far-folder", "pipe", "zero", "gone", "folder"}
+    assert "outside the models folder" in scan.refused["far"] and "HEADSCOPE_MODELS" in scan.refused["far"]
+    assert "outside the models folder" in scan.refused["far-folder"]
+    assert scan.refused["pipe"] == "pipe.gguf is a FIFO, not a GGUF file"
+    assert "/dev/zero, outside the models folder" in scan.refused["zero"]
+    assert "does not exist" in scan.refused["gone"]
+    assert scan.refused["folder"] == "folder.gguf is a folder, not a GGUF file"
+
+
+def test_refused_entries_are_listed_by_the_service(
+    tmp_path: Path, make_settings: Callable[..., Settings]
+) -> None:
+    """/api/models names each refused entry with its reason from startup (a FIFO is never opened, so the
+    start is not held), and a request for one is a 503 with the same sentence."""
+    import os
+
+    os.mkfifo(tmp_path / "pipe.gguf")
+    (tmp_path / "zero.gguf").symlink_to("/dev/zero")
+    (tmp_path / "tiny.gguf").write_bytes(b"GGUF" + bytes(4))  # a regular file, cut short: the header check
+    with TestClient(create_app(make_settings(models_dir=tmp_path))) as client:
+        entries = {entry["name"]: entry for entry in client.get("/api/models").json()["models"]}
+        assert "is a FIFO, not a GGUF file" in entries["pipe"]["error"]
+        assert "outside the models folder" in entries["zero"]["error"]
+        assert "not a readable GGUF file" in entries["tiny"]["error"]
+        answer = client.post("/api/attention", json={"text": "Hello.", "model": "pipe"})
+        assert answer.status_code == 503 and "is a FIFO" in answer.json()["detail"]
