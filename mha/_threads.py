@@ -56,14 +56,7 @@ def in_order(function: Callable[[A], R], items: Iterable[tuple[K, A]], threads: 
     with one_thread_each(threads) as workers:
         pending: deque[tuple[K, Future[R]]] = deque()
         try:
-            for key, argument in items:
-                pending.append((key, workers.submit(function, argument)))
-                if len(pending) >= 2 * threads:
-                    first, future = pending.popleft()
-                    yield first, future.result()
-            while pending:
-                first, future = pending.popleft()
-                yield first, future.result()
+            yield from _ahead(workers, function, items, 2 * threads - 1, pending)
         finally:
             wait([future for _, future in pending])  # none still running once torch's threads are restored
 
@@ -79,17 +72,30 @@ def prefetched(function: Callable[[A], R], items: Iterable[tuple[K, A]], ahead: 
     with ThreadPoolExecutor(1, thread_name_prefix="prefetch") as worker:
         pending: deque[tuple[K, Future[R]]] = deque()
         try:
-            for key, argument in items:
-                pending.append((key, worker.submit(function, argument)))
-                if len(pending) > ahead:
-                    first, future = pending.popleft()
-                    yield first, future.result()
-            while pending:
-                first, future = pending.popleft()
-                yield first, future.result()
+            yield from _ahead(worker, function, items, ahead, pending)
         finally:
             for _, future in pending:  # a caller that stops early: nothing left running behind it
                 future.cancel()
+
+
+def _ahead(
+    workers: ThreadPoolExecutor,
+    function: Callable[[A], R],
+    items: Iterable[tuple[K, A]],
+    ahead: int,
+    pending: deque[tuple[K, Future[R]]],
+) -> Iterator[tuple[K, R]]:
+    """(key, function(argument)) for each of `items`, in order, submitted to `workers` up to `ahead` items
+    before the one yielded. `pending` holds what is submitted and not yet yielded, for the caller to wait
+    for or cancel when it stops early."""
+    for key, argument in items:
+        pending.append((key, workers.submit(function, argument)))
+        if len(pending) > ahead:
+            first, future = pending.popleft()
+            yield first, future.result()
+    while pending:
+        first, future = pending.popleft()
+        yield first, future.result()
 
 
 def deal(work: Callable[[int, Iterator[T]], None], blocks: Sequence[T], threads: int) -> None:
