@@ -10,6 +10,7 @@ sinusoidal positions and no embedding norm, so both key maps are `seq2seq_key_ma
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -17,7 +18,7 @@ from mha.loading.convert.base import Converter, KeyMap, activation_from_hf, forc
 from mha.networks.model import TransformerConfig
 from mha.networks.seq2seq import Seq2SeqConfig
 
-__all__ = ["BART", "config_from_hf", "seq2seq_config", "seq2seq_key_map"]
+__all__ = ["BART", "config_from_hf", "seq2seq_config", "seq2seq_converter", "seq2seq_key_map"]
 
 # BART's positions start at 2: rows 0 and 1 of its table are never read (fairseq's padding offset).
 POSITION_OFFSET = 2
@@ -121,10 +122,25 @@ def key_map(config: Seq2SeqConfig) -> KeyMap:
 
 # the encoder's first query, bare (BartModel) or under the task model's prefix; Marian's keys are BART's
 SIGNATURE = r"^(model\.)?encoder\.layers\.0\.self_attn\.q_proj\.weight$"
-BART = Converter(
-    family="bart",
-    config_from_hf=config_from_hf,
-    key_map=key_map,
-    signature=SIGNATURE,
-    logits_bias="final_logits_bias",
-)
+
+
+def seq2seq_converter(
+    family: str,
+    config_from_hf: Callable[[Any], Seq2SeqConfig],
+    key_map: Callable[[Seq2SeqConfig], KeyMap],
+    *,
+    slow_tokenizer: bool = False,
+) -> Converter:
+    """A converter of BART's layer (BART's own, Marian's): their keys' SIGNATURE, and the logits bias
+    generation adds (`final_logits_bias`); slow_tokenizer as Converter's."""
+    return Converter(
+        family=family,
+        config_from_hf=config_from_hf,
+        key_map=key_map,
+        signature=SIGNATURE,
+        logits_bias="final_logits_bias",
+        slow_tokenizer=slow_tokenizer,
+    )
+
+
+BART = seq2seq_converter("bart", config_from_hf, key_map)

@@ -53,7 +53,7 @@ class Converter:
     config_from_hf: Callable[[Any], NetworkConfig]
     key_map: Callable[[Any], KeyMap]  # of the config config_from_hf returns
     # a regex one key of every checkpoint of the family matches, whatever its size (the first layer's query):
-    # weights without it that match another family's were saved by that family (mha.loading.checkpoint)
+    # weights without it that match another family's were saved by that family (mha.loading.checkpoint_files)
     signature: str
     # what the tokenizer's template cannot do for this family (GPT-2 has no pair template)
     pair_template: bool = True

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mha.loading.convert.bart import SIGNATURE, seq2seq_config, seq2seq_key_map
-from mha.loading.convert.base import Converter, KeyMap
+from mha.loading.convert.bart import seq2seq_config, seq2seq_converter, seq2seq_key_map
+from mha.loading.convert.base import KeyMap
 from mha.networks.seq2seq import Seq2SeqConfig
 
 __all__ = ["MARIAN", "config_from_hf", "key_map"]
@@ -37,11 +37,4 @@ def key_map(config: Seq2SeqConfig) -> KeyMap:
     return seq2seq_key_map(config, embeddings=embeddings)
 
 
-MARIAN = Converter(
-    family="marian",
-    config_from_hf=config_from_hf,
-    key_map=key_map,
-    signature=SIGNATURE,
-    logits_bias="final_logits_bias",
-    slow_tokenizer=True,
-)
+MARIAN = seq2seq_converter("marian", config_from_hf, key_map, slow_tokenizer=True)
