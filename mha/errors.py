@@ -11,8 +11,9 @@ or dtype name, a bad `k`. That is the caller's bug, and mapping it to a 4xx woul
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 __all__ = [
     "Cancelled",
@@ -80,6 +81,13 @@ class InputError(ValueError):
         for name, value in details.items():
             setattr(self, name, value)
 
+    def __post_init__(self) -> None:
+        # A subclass that is a dataclass of the numbers its template quotes (eq=False, repr=False: compared
+        # and shown as any exception): its typed __init__ sets them, and the message is the template filled
+        # with them.
+        fields = dataclasses.fields(cast(Any, self))
+        InputError.__init__(self, **{f.name: getattr(self, f.name) for f in fields})
+
     def __reduce__(self) -> tuple[Any, ...]:
         # The subclasses' constructors take numbers, not the message: rebuild from both (pickle, Ray).
         return (_rebuild, (type(self), str(self), self.details))
@@ -106,15 +114,13 @@ class EmptyInputError(InputError):
         super().__init__(message, field=field)
 
 
+@dataclasses.dataclass(eq=False, repr=False)
 class MaxTokensError(InputError):
     """`max_tokens` is below 1 or above the model's own `limit`."""
 
     template = "max_tokens ({max_tokens}) must be between 1 and the model's maximum ({limit})"
     max_tokens: int
     limit: int
-
-    def __init__(self, max_tokens: int, limit: int) -> None:
-        super().__init__(max_tokens=max_tokens, limit=limit)
 
 
 class NoRoomError(InputError):
@@ -143,6 +149,7 @@ class TokenIdOutOfRangeError(InputError):
         super().__init__(message, ids=list(ids), vocab_size=vocab_size)
 
 
+@dataclasses.dataclass(eq=False, repr=False)
 class PairNotSupportedError(InputError):
     """The tokenizer marks the pair with `type_id`, but the model has only `type_vocab_size` token types."""
 
@@ -153,38 +160,31 @@ class PairNotSupportedError(InputError):
     type_id: int
     type_vocab_size: int
 
-    def __init__(self, type_id: int, type_vocab_size: int) -> None:
-        super().__init__(type_id=type_id, type_vocab_size=type_vocab_size)
 
-
+@dataclasses.dataclass(eq=False, repr=False)
 class NoChatTemplateError(InputError):
     """The tokenizer has no chat template to put the text in."""
 
     template = "this model's tokenizer has no chat template; send the text without chat"
 
-    def __init__(self) -> None:
-        super().__init__()
 
-
+@dataclasses.dataclass(eq=False, repr=False)
 class ChatPairError(InputError):
     """A chat template takes one user turn: no pair."""
 
     template = "a chat-templated input is one user turn: send it without text_pair"
 
-    def __init__(self) -> None:
-        super().__init__()
 
-
+@dataclasses.dataclass(eq=False, repr=False)
 class ChatTemplateError(InputError):
     """The tokenizer's chat template failed on this input, or passed a bound (mha.text.chat): `reason`
     ends the sentence ("took longer than 2 s to render and was stopped", "refused this input: ...")."""
 
     template = "this model's chat template {reason}"
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason=reason)
+    reason: str
 
 
+@dataclasses.dataclass(eq=False, repr=False)
 class NotCausalError(InputError):
     """Only a causal (decoder) model continues a prompt; `model` is an encoder."""
 
@@ -194,10 +194,8 @@ class NotCausalError(InputError):
     )
     model: str
 
-    def __init__(self, model: str) -> None:
-        super().__init__(model=model)
 
-
+@dataclasses.dataclass(eq=False, repr=False)
 class TargetNotSupportedError(InputError):
     """A target text was given to a model that is not an encoder-decoder: nothing reads it."""
 
@@ -208,10 +206,8 @@ class TargetNotSupportedError(InputError):
     model: str
     architecture: str
 
-    def __init__(self, model: str, architecture: str) -> None:
-        super().__init__(model=model, architecture=architecture)
 
-
+@dataclasses.dataclass(eq=False, repr=False)
 class FlowTooLongError(InputError):
     """Attention flow of `n` tokens is over its `limit`: its cost grows as n⁴ (mha.analysis.rollout)."""
 
@@ -221,9 +217,6 @@ class FlowTooLongError(InputError):
     )
     limit: int
     n: int
-
-    def __init__(self, limit: int, n: int) -> None:
-        super().__init__(limit=limit, n=n)
 
 
 class QueriesOutOfRangeError(InputError):
@@ -238,6 +231,7 @@ class QueriesOutOfRangeError(InputError):
         )
 
 
+@dataclasses.dataclass(eq=False, repr=False)
 class HeadOutOfRangeError(InputError):
     """Head (`layer`, `head`) is not one of the model's `layers` x `heads`."""
 
@@ -246,9 +240,6 @@ class HeadOutOfRangeError(InputError):
     head: int
     layers: int
     heads: int
-
-    def __init__(self, layer: int, head: int, layers: int, heads: int) -> None:
-        super().__init__(layer=layer, head=head, layers=layers, heads=heads)
 
 
 class ShapeMismatchError(InputError):
@@ -273,13 +264,11 @@ class HeadsMismatchError(InputError):
         super().__init__(f"a has {la}x{ha} heads but b has {lb}x{hb}", heads_a=(la, ha), heads_b=(lb, hb))
 
 
+@dataclasses.dataclass(eq=False, repr=False)
 class NothingAlignedError(InputError):
     """Two inputs share no aligned token, so there is nothing to compare."""
 
     template = "no aligned tokens to compare (pairs is empty)"
-
-    def __init__(self) -> None:
-        super().__init__()
 
 
 class Cancelled(Exception):
