@@ -10,9 +10,12 @@ GGUF tokenizer gives.
 from __future__ import annotations
 
 import json
+import re
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from gguf_files import build_gpt2, build_qwen3, write_gguf
@@ -225,3 +228,44 @@ def test_missing_and_misshaped_tensors_are_named_and_nothing_is_cached(
     assert "layers.0.mlp.up_proj.weight (64, 64)" in str(caught.value)
     digest = cache.file_digest(file)
     assert not list((session_cache / CACHE_KIND).glob(f"*{digest}*"))  # neither published nor left behind
+
+
+def _set_u32(file: Path, key: str, value: int) -> None:
+    """Overwrite the uint32 metadata value of `key` in place (its name, then the type tag 4, then it)."""
+    data = bytearray(file.read_bytes())
+    tag = struct.pack("<Q", len(key)) + key.encode() + struct.pack("<I", 4)
+    at = data.index(tag) + len(tag)
+    data[at : at + 4] = struct.pack("<I", value)
+    file.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("llama.attention.head_count", 0, "llama.attention.head_count is 0; a layer needs 1 or more"),
+        ("llama.attention.head_count_kv", 0, "llama.attention.head_count_kv is 0"),
+        ("llama.attention.head_count_kv", 3, "query heads are not a whole number of groups of the 3"),
+        ("llama.attention.head_count", 6, "llama.embedding_length (64) is not divisible by head_count (6)"),
+        ("llama.block_count", 9, "llama.block_count is 9, but no tensors of layers 3-8"),
+        ("llama.block_count", 1, "llama.block_count is 1, but it holds tensors of layers 1-2"),
+    ],
+)
+def test_a_config_its_tensors_belie_is_named_before_anything_is_built(
+    key: str, value: int, says: str, sources: dict[str, Path], tmp_path: Path
+) -> None:
+    """Issue 33 item 2: the header's config against its tensors, at the cheap check (the service's startup
+    check, so /api/models names it), a sentence and no ZeroDivisionError; nothing converted or cached."""
+    file = _written(sources, tmp_path, "llama", "F32")
+    _set_u32(file, key, value)
+    for call in (check_checkpoint, checkpoint_architecture, load_pretrained):
+        with pytest.raises(CheckpointMismatchError, match=re.escape(says)):
+            call(file)
+
+
+def test_a_layer_without_tensors_is_named(sources: dict[str, Path], tmp_path: Path) -> None:
+    def drop_layer_one(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {name: array for name, array in arrays.items() if not name.startswith("blk.1.")}
+
+    file = _written(sources, tmp_path, "llama", "F32", tensors=drop_layer_one)
+    with pytest.raises(CheckpointMismatchError, match="no tensors of layer 1$"):
+        check_checkpoint(file)
