@@ -48,7 +48,7 @@ from timing import timed  # noqa: E402
 
 from mha.networks.model import Transformer  # noqa: E402
 
-CELLS = 128  # the overview's blocks per side (mha.trace.blocked.OVERVIEW_SIZE)
+CELLS = 128  # the overview's blocks per side (mha.trace.overview.OVERVIEW_SIZE)
 TILE = 64  # the Triton overview's tile per side
 
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor | None]]

@@ -1,4 +1,4 @@
-"""Long prompts: a trace (mha.trace.blocked) against the same network run blind, and transformers' eager
+"""Long prompts: a trace (mha.trace) against the same network run blind, and transformers' eager
 attention.
 
 A random-weight Llama with SmolLM2-135M's shape (benchmarks/extract.py's llama mode: 30 layers, 9 query
@@ -218,7 +218,7 @@ def main() -> None:
             option: "+".join(dict.fromkeys(kept.path for kept in trace_forward(network, ids_of(64), **kw)[0]))
             for option, kw in (("trace", {}), ("fused=True", {"fused": True}))
         }
-        print("paths (mha.trace.blocked.Trace.path): " + ", ".join(f"{k} {v}" for k, v in paths.items()))
+        print("paths (mha.trace.windows.Trace.path): " + ", ".join(f"{k} {v}" for k, v in paths.items()))
         compare = f" {'fused ms':>9} {'ratio':>6} {'no-overview ms':>14}" if args.compare else ""
         head = f"{'n':>5} {'trace ms':>9} {'blind ms':>9} {'ratio':>6}{compare}"
         print(f"{head} {'trace MiB':>10} {'eager MiB':>28}")

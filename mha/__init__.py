@@ -1,7 +1,15 @@
 """mha: our MultiHeadAttention, the transformers built from it (encoders, decoders, encoder-decoders), and
 pretrained weights.
 
-Pure PyTorch; never imports the web app.
+Pure PyTorch; never imports the web app. The packages, from the bottom floor up (each may import only
+those below it; its docstring says which):
+
+- the bottom: ``errors``, ``devices`` and the private helpers ``_memory``, ``_threads``, ``_transfer``;
+- ``text``: tokenizing, chat templates (bounded); ``core``: MultiHeadAttention and its parts, the blocks;
+- ``networks``: encoders, decoders, encoder-decoders, results, continuation and translation;
+- ``trace``: long inputs, never n x n; ``analysis``: pure functions over attention maps, head ablation;
+- ``loading``: files -> networks, ``load_pretrained`` -> ``AttentionModel`` (the facade over the above);
+- ``corpus``: the corpus job, one model loaded per worker.
 """
 
 from mha.core.multihead import MultiHeadAttention

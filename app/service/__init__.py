@@ -18,6 +18,9 @@ between layers. After large answers freed memory is handed back to the system (t
 With `words` the token-level result is merged to words (`mha.analysis`) once and cached under its own key
 in the same LRU; every answer (attention, head, compact, analysis, rollout, flow, compare) is then built
 from that word-level view exactly as from the token-level one.
+
+May import: `mha` (any package), app.schemas, app.registry, app.cache, app.encoders, app.errors and
+app.settings. Never app.routes.
 """
 
 from app.service.attention import AttentionService

@@ -62,7 +62,7 @@ def build_checks(settings: Settings) -> dict[str, Callable[[], object]]:
     if (bundled := bundled_llm(settings)) is not None:
         paths[mha.BUNDLED_LLM_NAME] = bundled  # its header only: the conversion waits for its first request
     paths.update(operator_paths(settings))
-    # checkpoint_architecture runs check_checkpoint's checks (mha.loading.checkpoint.check_files) on the way.
+    # checkpoint_architecture runs check_checkpoint's checks (mha.loading.checkpoint_files.check_files).
     checks: dict[str, Callable[[], object]] = {
         name: partial(mha.checkpoint_architecture, str(path)) for name, path in paths.items()
     }

@@ -1,4 +1,4 @@
-"""Long inputs: `Traces` runs a model's trace (mha.trace.blocked) on the model's own workers, keeps it in an
+"""Long inputs: `Traces` runs a model's trace (mha.trace) on the model's own workers, keeps it in an
 LRU bounded by `Trace.nbytes` (HEADSCOPE_TRACE_CACHE_BYTES), shares one in flight among all who ask for it,
 and reports its progress, a line per layer, to every client streaming it. Windows, rows and the overview are
 then read from the kept trace; one evicted is traced again, transparently, by the next request needing it.
@@ -98,7 +98,7 @@ def _read(what: Callable[[], Any]) -> Any:
     try:
         with torch.inference_mode():
             return what()
-    except (IndexError, ValueError) as exc:  # mha.trace.blocked's checks of layer, head, spans, reduce, size
+    except (IndexError, ValueError) as exc:  # mha.trace's checks of layer, head, spans, reduce, size
         raise InvalidInputError(str(exc)) from None
 
 

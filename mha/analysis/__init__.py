@@ -18,6 +18,10 @@ Each module's docstring holds its definitions, written once:
 
 Every public name is re-exported here. ``mha.analysis.rollout`` and ``mha.analysis.compare`` are the
 functions; their modules are imported by full name (``from mha.analysis.rollout import ...``).
+
+May import: ``mha.networks``, ``mha.core``, ``mha.text``, ``mha.errors`` and ``mha``'s private helpers.
+Never a loader (``ablation`` asks a loaded model only for what its ``Ablated`` protocol names), the trace
+or web code.
 """
 
 from mha.analysis._base import ROW_SUM_TOLERANCE

@@ -6,6 +6,10 @@
 - ``aggregate``: per_text, per_head, examples and errors from the shards, in bounded memory.
 - ``runner``: ``run(source, model, out, ...)``: the folder checked, the missing shards processed by the
   local engine (``local_engine``) or the Ray engine (``ray_engine``), then aggregated.
+
+May import: ``mha.loading`` (each worker loads its model once), ``mha.analysis``, ``mha.networks``,
+``mha.text``, ``mha.errors`` and ``mha``'s private helpers: the top floor of ``mha``, beside the service.
+Never web code.
 """
 
 from mha.corpus.job import ENGINES, WEIGHTINGS, Job, Progress

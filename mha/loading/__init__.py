@@ -3,7 +3,8 @@
 - ``checkpoint_files``: a checkpoint folder (config.json, safetensors / bin, tokenizer files) checked from
   its files and weight headers alone, as loading and a GGUF's conversion both check it.
 - ``checkpoint``: where a checkpoint is (folder, GGUF, hub id), its weights and tokenizer read.
-- ``gguf_bounds``: a GGUF header's counts and lengths held to the file's bytes before any reader runs.
+- ``gguf_bounds``: a GGUF header's counts and lengths held to the file's bytes before any reader runs,
+  and its config to its tensors before anything is built.
 - ``gguf_checkpoint``: GGUF files through transformers' GGUF utilities; ``model_cache``,
   ``config_snapshot``: the conversion cache and the config kept beside it.
 - ``weight_headers``: weight names and shapes read from file headers, no tensor loaded.

@@ -21,10 +21,20 @@ import mmap
 import stat
 import struct
 from pathlib import Path
+from typing import Any
 
-from mha.errors import CheckpointNotFoundError, UnsupportedCheckpointError
+from mha.errors import CheckpointMismatchError, CheckpointNotFoundError, UnsupportedCheckpointError
 
-__all__ = ["MAX_ARRAY", "MAX_KEYS", "MAX_LAYERS", "MAX_TENSORS", "MAX_VOCAB", "check_bounds"]
+__all__ = [
+    "MAX_ARRAY",
+    "MAX_KEYS",
+    "MAX_LAYERS",
+    "MAX_TENSORS",
+    "MAX_VOCAB",
+    "check_bounds",
+    "check_config",
+    "config_keys",
+]
 
 MAX_TENSORS = 65_536  # Llama 3 8B has 291 tensors, a 256-expert MoE a few thousand
 MAX_KEYS = 65_536  # metadata keys: real files have 20-60
@@ -196,3 +206,74 @@ def _check_tensors(h: _Header, tensors: int, alignment: int) -> None:
                 f"it is cut short: tensor {name}'s data ({nbytes:,} bytes at {offset:,}) ends past the "
                 f"file's end ({room:,} bytes of data)"
             )
+
+
+def config_keys(arch: str) -> tuple[str, ...]:
+    return tuple(
+        f"{arch}.{key}"
+        for key in ("block_count", "embedding_length", "attention.head_count", "attention.head_count_kv")
+    )
+
+
+def check_config(file: Path, arch: str, fields: dict[str, Any], tensors: list[str]) -> None:
+    """The header's config against its tensors, before anything is built: heads that exist and divide the
+    width, and one set of tensors for each layer the file claims, each failure a sentence naming the file.
+    (The tensors' shapes are checked against the config when the file is converted, from the same names.)"""
+
+    def refuse(why: str) -> CheckpointMismatchError:
+        return CheckpointMismatchError(f"{file.name} does not hold the model its header describes: {why}")
+
+    def counts(key: str) -> list[int]:
+        value = fields.get(f"{arch}.{key}")
+        values = value if isinstance(value, list) else [] if value is None else [value]
+        return [int(v) for v in values]
+
+    heads, kv_heads, width = (
+        counts("attention.head_count"),
+        counts("attention.head_count_kv"),
+        counts("embedding_length"),
+    )
+    if any(h < 1 for h in heads):
+        shown = heads[0] if len(heads) == 1 else heads
+        raise refuse(f"{arch}.attention.head_count is {shown}; a layer needs 1 or more")
+    if any(h < 1 for h in kv_heads):
+        raise refuse(f"{arch}.attention.head_count_kv is {kv_heads[0] if len(kv_heads) == 1 else kv_heads}")
+    for h, kv in zip(heads, kv_heads or heads, strict=False):
+        if h % kv:
+            raise refuse(f"{h} query heads are not a whole number of groups of the {kv} key/value heads")
+    if width and heads and width[0] % heads[0] and f"{arch}.attention.key_length" not in fields:
+        raise refuse(f"{arch}.embedding_length ({width[0]}) is not divisible by head_count ({heads[0]})")
+    if "token_embd.weight" not in tensors:
+        raise refuse("it has no token_embd.weight (the token embeddings)")
+    layers = counts("block_count")
+    if layers:
+        found = {
+            int(name.split(".")[1])
+            for name in tensors
+            if name.startswith("blk.") and name.split(".")[1].isdigit()
+        }
+        missing = sorted(set(range(layers[0])) - found)
+        extra = sorted(found - set(range(layers[0])))
+        if missing:
+            plural = "s" if len(missing) > 1 else ""
+            raise refuse(
+                f"{arch}.block_count is {layers[0]:,}, but no tensors of layer{plural} {_spans(missing)}"
+            )
+        if extra:
+            raise refuse(
+                f"{arch}.block_count is {layers[0]:,}, but it holds tensors of layers {_spans(extra)}"
+            )
+
+
+def _spans(numbers: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2, 5" (at most 4 spans, then "...")."""
+    spans: list[str] = []
+    start = previous = numbers[0]
+    for n in [*numbers[1:], None]:
+        if n is not None and n == previous + 1:
+            previous = n
+            continue
+        spans.append(str(start) if start == previous else f"{start}-{previous}")
+        if n is not None:
+            start = previous = n
+    return ", ".join(spans[:4]) + (", ..." if len(spans) > 4 else "")

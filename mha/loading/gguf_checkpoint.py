@@ -27,14 +27,13 @@ import torch
 
 from mha.errors import (
     CheckpointError,
-    CheckpointMismatchError,
     CheckpointNotFoundError,
     UnsupportedCheckpointError,
 )
 from mha.loading import model_cache
 from mha.loading.checkpoint_files import PROVENANCE, Checked, check_files, is_conversion
 from mha.loading.convert import CONVERTERS
-from mha.loading.gguf_bounds import check_bounds
+from mha.loading.gguf_bounds import check_bounds, check_config, config_keys
 
 __all__ = [
     "BUNDLED_LLM_NAME",
@@ -177,7 +176,7 @@ def read_header(file: Path) -> Header:
         )
     if not tensors:
         raise CheckpointNotFoundError(f"{file} is a GGUF file without tensors")
-    _check_config(file, arch, fields, [tensor for tensor, _, _ in tensors])
+    check_config(file, arch, fields, [tensor for tensor, _, _ in tensors])
     types: dict[str, int] = {}
     for tensor, kind, end in tensors:
         if end > size:
@@ -190,7 +189,7 @@ def read_header(file: Path) -> Header:
 
 def _header_fields(file: Path) -> tuple[str, str | None, list[tuple[str, str, int]], dict[str, Any]]:
     """(general.architecture, general.name, [(tensor, ggml type name, the byte it ends at)], the config
-    fields _check_config reads).
+    fields check_config reads).
 
     transformers' own GGUF reader first: it leaves the vocabulary's strings unread, milliseconds where
     gguf's GGUFReader reads them one by one (3 s for SmolLM2's 49,152 tokens and as many merges). It sizes
@@ -207,7 +206,7 @@ def _header_fields(file: Path) -> tuple[str, str | None, list[tuple[str, str, in
             for t in header.tensors
         ]
         name = metadata.get("general.name")
-        fields = {key: metadata[key] for key in _config_keys(header.architecture) if key in metadata}
+        fields = {key: metadata[key] for key in config_keys(header.architecture) if key in metadata}
         return header.architecture, None if name is None else str(name), tensors, fields
     except Exception:  # noqa: S110 (GGUFReader reads the file again, and its error is the one raised)
         pass
@@ -218,79 +217,8 @@ def _header_fields(file: Path) -> tuple[str, str | None, list[tuple[str, str, in
     named = reader.fields.get("general.name")
     tensors = [(t.name, t.tensor_type.name, int(t.data_offset) + int(t.n_bytes)) for t in reader.tensors]
     arch = str(field.contents())
-    fields = {key: reader.fields[key].contents() for key in _config_keys(arch) if key in reader.fields}
+    fields = {key: reader.fields[key].contents() for key in config_keys(arch) if key in reader.fields}
     return arch, None if named is None else str(named.contents()), tensors, fields
-
-
-def _config_keys(arch: str) -> tuple[str, ...]:
-    return tuple(
-        f"{arch}.{key}"
-        for key in ("block_count", "embedding_length", "attention.head_count", "attention.head_count_kv")
-    )
-
-
-def _check_config(file: Path, arch: str, fields: dict[str, Any], tensors: list[str]) -> None:
-    """The header's config against its tensors, before anything is built: heads that exist and divide the
-    width, and one set of tensors for each layer the file claims, each failure a sentence naming the file.
-    (The tensors' shapes are checked against the config when the file is converted, from the same names.)"""
-
-    def refuse(why: str) -> CheckpointMismatchError:
-        return CheckpointMismatchError(f"{file.name} does not hold the model its header describes: {why}")
-
-    def counts(key: str) -> list[int]:
-        value = fields.get(f"{arch}.{key}")
-        values = value if isinstance(value, list) else [] if value is None else [value]
-        return [int(v) for v in values]
-
-    heads, kv_heads, width = (
-        counts("attention.head_count"),
-        counts("attention.head_count_kv"),
-        counts("embedding_length"),
-    )
-    if any(h < 1 for h in heads):
-        shown = heads[0] if len(heads) == 1 else heads
-        raise refuse(f"{arch}.attention.head_count is {shown}; a layer needs 1 or more")
-    if any(h < 1 for h in kv_heads):
-        raise refuse(f"{arch}.attention.head_count_kv is {kv_heads[0] if len(kv_heads) == 1 else kv_heads}")
-    for h, kv in zip(heads, kv_heads or heads, strict=False):
-        if h % kv:
-            raise refuse(f"{h} query heads are not a whole number of groups of the {kv} key/value heads")
-    if width and heads and width[0] % heads[0] and f"{arch}.attention.key_length" not in fields:
-        raise refuse(f"{arch}.embedding_length ({width[0]}) is not divisible by head_count ({heads[0]})")
-    if "token_embd.weight" not in tensors:
-        raise refuse("it has no token_embd.weight (the token embeddings)")
-    layers = counts("block_count")
-    if layers:
-        found = {
-            int(name.split(".")[1])
-            for name in tensors
-            if name.startswith("blk.") and name.split(".")[1].isdigit()
-        }
-        missing = sorted(set(range(layers[0])) - found)
-        extra = sorted(found - set(range(layers[0])))
-        if missing:
-            plural = "s" if len(missing) > 1 else ""
-            raise refuse(
-                f"{arch}.block_count is {layers[0]:,}, but no tensors of layer{plural} {_spans(missing)}"
-            )
-        if extra:
-            raise refuse(
-                f"{arch}.block_count is {layers[0]:,}, but it holds tensors of layers {_spans(extra)}"
-            )
-
-
-def _spans(numbers: list[int]) -> str:
-    """[0, 1, 2, 5] -> "0-2, 5" (at most 4 spans, then "...")."""
-    spans: list[str] = []
-    start = previous = numbers[0]
-    for n in [*numbers[1:], None]:
-        if n is not None and n == previous + 1:
-            previous = n
-            continue
-        spans.append(str(start) if start == previous else f"{start}-{previous}")
-        if n is not None:
-            start = previous = n
-    return ", ".join(spans[:4]) + (", ..." if len(spans) > 4 else "")
 
 
 def architecture(file: Path) -> str:

@@ -4,6 +4,8 @@ Each family module declares a `Converter`: a `config_from_hf` and a `KeyMap` (ou
 GPT-2's transposed Conv1D keys, the keys we knowingly skip); the shared machinery is in `base`.
 `for_model_type(config.json's model_type)` picks the family; `families_of(weight names)` says which
 families' checkpoints name their weights so, from each family's `signature`.
+
+May import: ``mha.networks`` (the configs it fills), ``mha.core`` and ``mha.errors``. Nothing else of ``mha``.
 """
 
 from __future__ import annotations
