@@ -4,6 +4,7 @@ ran, how each ended, and a hook run before each layer from inside the computatio
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -37,3 +38,13 @@ class Counting:
             raise
         self.ended.append("ok")
         return value
+
+    def wait_ended(self, seconds: float) -> list[str]:
+        """`ended` once a call has ended, or after `seconds` (the computation stops in its own thread, a
+        moment after its client hung up)."""
+        pause = threading.Event()
+        for _ in range(int(seconds * 100)):
+            if self.ended:
+                break
+            pause.wait(0.01)
+        return self.ended

@@ -191,12 +191,7 @@ def test_a_client_that_hangs_up_stops_the_ablations(client: TestClient) -> None:
     hung_up.set()
     assert exchange.status == 200
     assert [json.loads(line)["done"] for line in exchange.chunks] == [1, 2]
-    waited = threading.Event()
-    for _ in range(TIMEOUT * 100):
-        if calls.ended:
-            break
-        waited.wait(0.01)
-    assert calls.ended == [Cancelled.__name__]  # stopped before layer 3, not run to its end
+    assert calls.wait_ended(TIMEOUT) == [Cancelled.__name__]  # stopped before layer 3, not run to its end
     assert not [key for key in service.cache.keys() if key[0] == "head-effects"]
     # Asked again later: measured afresh, whole.
     calls.before_layer = None

@@ -255,12 +255,7 @@ def test_a_client_that_hangs_up_stops_the_forward(
     assert [m.split()[:3] for m in messages if m.startswith("POST '/api/trace'")] == [
         ["POST", "'/api/trace'", "499"]
     ]
-    deadline = threading.Event()
-    for _ in range(TIMEOUT * 100):
-        if counting.ended:
-            break
-        deadline.wait(0.01)
-    assert counting.ended == [Cancelled.__name__]  # stopped before layer 2, not run to its end
+    assert counting.wait_ended(TIMEOUT) == [Cancelled.__name__]  # stopped before layer 2, not run to its end
     assert len(service.traces.cache) == 0
     # Asked again later: traced afresh, whole.
     counting.before_layer = None
