@@ -30,6 +30,7 @@ __all__ = [
     "MaxTokensError",
     "NoChatTemplateError",
     "NoRoomError",
+    "NonFiniteOutputError",
     "NotCausalError",
     "NothingAlignedError",
     "PairNotSupportedError",
@@ -182,6 +183,19 @@ class ChatTemplateError(InputError):
 
     template = "this model's chat template {reason}"
     reason: str
+
+
+@dataclasses.dataclass(eq=False, repr=False)
+class NonFiniteOutputError(InputError):
+    """`model` computed NaN or an infinity for this input (`what`: its attention, its head effects, its
+    trace): a value overflowed, in its weights or on the way. No answer may hold one."""
+
+    template = (
+        "{model!r} computed NaN or an infinity in {what} for this input, so there is nothing exact to show: "
+        "a value overflowed on the way (weights that large, or a precision too small for this input)"
+    )
+    model: str
+    what: str
 
 
 @dataclasses.dataclass(eq=False, repr=False)

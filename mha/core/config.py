@@ -3,6 +3,7 @@ default, and the fields today's rotary decoders set (mha.loading.convert.decoder
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from mha.core.rope import Rope
@@ -88,6 +89,8 @@ class TransformerConfig:
         ):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"{field} ({getattr(self, field)!r}) must be one of {allowed}")
+        if not math.isfinite(self.layer_norm_eps) or self.layer_norm_eps < 0:
+            raise ValueError(f"layer_norm_eps ({self.layer_norm_eps}) must be a finite number >= 0")
         if (self.positions == "rotary") != (self.rope is not None):
             raise ValueError("rotary positions need a rope, and a rope needs positions='rotary'")
         if self.relative_buckets <= 0 or self.relative_max_distance <= 0:

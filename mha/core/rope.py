@@ -58,6 +58,10 @@ class Rope:
             raise UnsupportedCheckpointError(
                 f"rope type {self.rope_type!r} is not supported; supported: {', '.join(ROPE_TYPES)}"
             )
+        if not math.isfinite(self.theta) or self.theta <= 0:
+            raise UnsupportedCheckpointError(
+                f"rope base (rope_theta) {self.theta} must be a finite number > 0"
+            )
         if self.rotary_dim < 2 or self.rotary_dim % 2:
             raise UnsupportedCheckpointError(
                 f"rotary dimension {self.rotary_dim} (head_dim {self.head_dim} x partial_rotary_factor "

@@ -28,7 +28,7 @@ from mha.analysis.stats import is_punctuation_token
 from mha.analysis.words import merge_to_words, word_groups_from, word_index, word_labels
 from mha.corpus.job import WEIGHTINGS
 from mha.corpus.source import surrogate_problem
-from mha.errors import InputError
+from mha.errors import InputError, NonFiniteOutputError
 from mha.loading.attention_model import AttentionModel
 from mha.loading.pretrained import load_pretrained
 from mha.text.tokenize import Encoded
@@ -221,6 +221,13 @@ class CorpusWorker:
             copied = computed.values.ready().numpy()
             values[:, where] = copied[: len(STATS)]  # float32 to float64: exact
             labels[where] = copied[len(STATS)]  # small whole numbers: exact in float32
+            # A text whose attention held NaN or an infinity has no statistics: it is recorded as an error,
+            # as the service answers it (mha.errors.NonFiniteOutputError), never as NaN statistics.
+            for row in where:
+                if not np.isfinite(values[:, row]).all():
+                    values[:, row], labels[row] = np.nan, -1
+                    error = NonFiniteOutputError(model=self.model.info.name, what="its attention")
+                    prepared.errors[row], prepared.n_tokens[row] = str(error), 0  # a bad record's row
         arrays = [
             pa.array(prepared.lines, pa.int64()),
             pa.array(prepared.ids, pa.string()),

@@ -15,7 +15,7 @@ import torch
 
 from mha._transfer import to_device, to_host_packed
 from mha.analysis import ablation
-from mha.errors import MaxTokensError, NotCausalError, TargetNotSupportedError
+from mha.errors import MaxTokensError, NonFiniteOutputError, NotCausalError, TargetNotSupportedError
 from mha.loading.convert.base import NetworkConfig
 from mha.networks import continuation, translate
 from mha.networks.model import Transformer
@@ -117,7 +117,7 @@ class AttentionModel:
         and cross attention's (`decoder_value_products`, `cross_value_products`).
         """
         if self.info.seq2seq:
-            return translate.attend_seq2seq(
+            translated = translate.attend_seq2seq(
                 self,
                 text,
                 text_pair,
@@ -129,10 +129,13 @@ class AttentionModel:
                 chat=chat,
                 norms=norms,
             )
+            maps = [translated.attentions, translated.decoder_attentions, translated.cross_attentions]
+            _refuse_non_finite(self.info.name, "its attention", maps)
+            return translated
         if target is not None:
             raise TargetNotSupportedError(self.info.name, self.info.architecture)
         if max_new_tokens:
-            return continuation.attend_continued(
+            continued = continuation.attend_continued(
                 self,
                 text,
                 text_pair,
@@ -143,6 +146,8 @@ class AttentionModel:
                 chat,
                 norms=norms,
             )
+            _refuse_non_finite(self.info.name, "its attention", [continued.attentions])
+            return continued
         return self.attend_batch(
             [(text, text_pair)],
             max_tokens=max_tokens,
@@ -171,7 +176,7 @@ class AttentionModel:
         trace's."""
         limit = self._max_tokens(max_tokens)
         encoded = self.encoder.encode_batch([(text, text_pair)], limit, chat=chat)[0]
-        return ablation.head_effects(
+        effects = ablation.head_effects(
             self,
             encoded,
             limit=limit,
@@ -180,6 +185,15 @@ class AttentionModel:
             cancel=cancel,
             progress=progress,
         )
+        sections = (effects.sections or {}).values()
+        measured = [
+            effects.effects,
+            effects.steps,
+            effects.pooled,
+            *(t for s in sections for t in (s.effects, s.steps)),
+        ]
+        _refuse_non_finite(self.info.name, "its head effects", [t for t in measured if t is not None])
+        return effects
 
     def trace(
         self,
@@ -268,6 +282,7 @@ class AttentionModel:
             )
             for row, n in enumerate(lengths)
         ]
+        _refuse_non_finite(self.info.name, "its attention", [maps for maps, _, _ in parts])
         if packed:
             parts = _packed_to_host(parts)
         return [
@@ -410,6 +425,13 @@ class AttentionModel:
 
 
 Parts = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]
+
+
+def _refuse_non_finite(model: str, what: str, tensors: Sequence[torch.Tensor]) -> None:
+    """NonFiniteOutputError when any of `tensors` holds NaN or an infinity: no answer may show one (a
+    bare NaN is no JSON, and every statistic of it is NaN). One wait for a device's flags, not one each."""
+    if tensors and not bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all()):
+        raise NonFiniteOutputError(model=model, what=what)
 
 
 def _packed_to_host(parts: list[Parts]) -> list[Parts]:

@@ -22,6 +22,7 @@ import torch
 
 from mha.core.layers import cast_network
 from mha.devices import resolve_device, resolve_dtype
+from mha.errors import CheckpointNotFoundError
 from mha.loading import checkpoint, gguf_checkpoint
 from mha.loading.attention_model import AttentionModel
 from mha.loading.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint, default_model_path
@@ -102,6 +103,7 @@ def load_pretrained(
     network = cast_network(
         build_network(config, converter, weight_files), device=torch_device, dtype=torch_dtype
     )
+    _refuse_non_finite(network, gguf_file or directory)
     info = ModelInfo.of(config, name=name, family=converter.family, device=torch_device, dtype=torch_dtype)
     chat_template = bool(getattr(tokenizer, "chat_template", None))
     if chat_template:
@@ -127,6 +129,18 @@ def load_pretrained(
         eos_ids=[] if eos is None else [eos] if isinstance(eos, int) else list(eos),
         logits_bias=logits_bias,
     )
+
+
+def _refuse_non_finite(network: torch.nn.Module, source: Path | str) -> None:
+    """CheckpointNotFoundError naming the first weight that holds NaN or an infinity (in the dtype the
+    model runs in): such a network computes nothing exact. One pass over the weights, ~0.1 s a 100 M."""
+    for name, tensor in [*network.named_parameters(), *network.named_buffers()]:
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise CheckpointNotFoundError(
+                f"{source}: its weight {name} holds {bad:,} NaN or infinite values of {tensor.numel():,} "
+                f"(in {str(tensor.dtype).removeprefix('torch.')}): damaged, or too large for this dtype"
+            )
 
 
 def _with_generation_config(config: Seq2SeqConfig, directory: Path) -> Seq2SeqConfig:

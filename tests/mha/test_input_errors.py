@@ -29,6 +29,7 @@ EXAMPLES: list[InputError] = [
     errors.NotCausalError("all-MiniLM-L6-v2"),
     errors.NoChatTemplateError(),
     errors.ChatPairError(),
+    errors.NonFiniteOutputError("tiny", "its attention"),
     errors.ChatTemplateError("took longer than 2 s to render and was stopped"),
     errors.TargetNotSupportedError("all-MiniLM-L6-v2", "encoder"),
 ]
