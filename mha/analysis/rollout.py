@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from typing import Literal
 
 import torch
-from networkx.algorithms.flow import build_residual_network, shortest_augmenting_path
 from torch import Tensor
 
 from mha.analysis._base import check_attention
@@ -135,7 +134,9 @@ def normalize_flow(flow: Tensor) -> Tensor:
 
 def _max_flows(layer_maps: Tensor, rows: list[int]) -> Tensor:
     """Raw flow values [q, n] in float64 for L >= 2 layer matrices Ã_l [L, n, n]."""
-    import networkx as nx  # here, not at the top: it costs ~0.25 s of `import mha`, and only flow needs it
+    # Here, not at the top: networkx costs ~0.3-0.45 s of `import mha`, and only flow needs it.
+    import networkx as nx
+    from networkx.algorithms.flow import build_residual_network, shortest_augmenting_path
 
     layers, n, _ = layer_maps.shape
     capacity = (
