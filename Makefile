@@ -54,16 +54,8 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
-# pytest on one xdist worker a core (at most TEST_WORKERS: each loads its own models), the tests grouped
-# by file and the browser tests as one group, the slowest first (tests/conftest.py). mypy (a minute on one
-# core) runs beside it, in the time the workers wait on servers and Chromium; its lines say "mypy:", and
-# either failing fails the target.
-TEST_WORKERS ?= 4
-test: $(VENV)/.installed-dev chromium lint jstest
-	set -o pipefail; { $(BIN)/mypy 2>&1 | sed -u 's/^/mypy: /'; } & mypy=$$!; \
-	$(BIN)/pytest -q -n auto --maxprocesses=$(TEST_WORKERS) --dist loadfile --no-loadscope-reorder; tests=$$?; \
-	wait $$mypy; typed=$$?; \
-	[ $$tests -eq 0 ] && [ $$typed -eq 0 ]
+test: $(VENV)/.installed-dev chromium lint typecheck jstest
+	$(BIN)/pytest -q
 
 # The page's pure JS (decoding, URL state, rankings, ...) under Node's own test runner: no browser, no npm.
 # The files are named by the shell: Node 18-20 search a directory argument, Node 22 reads it as a pattern.

@@ -43,9 +43,9 @@ def gguf_files(tiny_checkpoints: dict[str, Path], tmp_path_factory: pytest.TempP
 
 
 @pytest.fixture(autouse=True)
-def converted_in_tmp(monkeypatch: pytest.MonkeyPatch, conversion_cache: Path) -> None:
-    """Conversions go to the run's temporary folder (test_gguf_smollm2.py's too), never ~/.cache."""
-    monkeypatch.setenv(cache.CACHE_ENV, str(conversion_cache))
+def converted_in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Conversions go to the session's temporary folder (test_gguf_smollm2.py's too), never ~/.cache."""
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "headscope-cache"))
 
 
 def initial_state(client: TestClient) -> dict[str, Any]:

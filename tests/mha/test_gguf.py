@@ -60,9 +60,11 @@ QUANT_TYPES = (
 
 
 @pytest.fixture(autouse=True)
-def session_cache(conversion_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """One cache folder for the run's conversions, never the user's."""
-    folder = conversion_cache
+def session_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    """One cache folder for the session's conversions, never the user's."""
+    folder = tmp_path_factory.getbasetemp() / "headscope-cache"
     monkeypatch.setenv(cache.CACHE_ENV, str(folder))
     yield folder
 

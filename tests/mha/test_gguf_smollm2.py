@@ -11,7 +11,6 @@ The reference tokenizer is transformers' from the file itself.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,13 +33,13 @@ SINK_LABELS = ("first-token-sink", "special-sink")
 
 
 @pytest.fixture(scope="module")
-def models(conversion_cache: Path) -> Iterator[tuple[AttentionModel, Any, Any]]:
+def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AttentionModel, Any, Any]]:
     """(ours, transformers' eager model, transformers' tokenizer from the GGUF file)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     assert FILE is not None
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(cache.CACHE_ENV, str(conversion_cache))
+        patch.setenv(cache.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "headscope-cache"))
         ours = load_pretrained(BUNDLED_LLM_NAME, device="cpu")  # the Python API's name for FILE
         converted = gguf_checkpoint.cached_directory(FILE)
     assert converted is not None
