@@ -17,14 +17,17 @@ BODY = {"text": "The cat sat on the mat.", "model": "huge"}
 
 
 @pytest.fixture(scope="module")
+def huge(tiny_checkpoints: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Llama with every query and key weight x 1e30: its attention scores overflow float32."""
+    return overflowing(tiny_checkpoints["llama"], tmp_path_factory.mktemp("non-finite") / "huge")
+
+
+@pytest.fixture(scope="module")
 def client(
-    tiny_checkpoints: dict[str, Path],
-    make_settings: Callable[..., Settings],
-    tmp_path_factory: pytest.TempPathFactory,
+    huge: Path, tiny_checkpoints: dict[str, Path], make_settings: Callable[..., Settings]
 ) -> Iterator[TestClient]:
-    huge = overflowing(tiny_checkpoints["llama"], tmp_path_factory.mktemp("non-finite") / "huge")
-    models = {"huge": huge, "llama": tiny_checkpoints["llama"]}
-    with TestClient(create_app(make_settings(models=models, max_new_tokens=4))) as test_client:
+    settings = make_settings(models={"huge": huge, "llama": tiny_checkpoints["llama"]}, max_new_tokens=4)
+    with TestClient(create_app(settings)) as test_client:
         yield test_client
 
 
