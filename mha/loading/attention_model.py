@@ -13,9 +13,10 @@ from typing import Any
 
 import torch
 
+from mha._finite import refuse_non_finite
 from mha._transfer import to_device, to_host_packed
 from mha.analysis import ablation
-from mha.errors import MaxTokensError, NonFiniteOutputError, NotCausalError, TargetNotSupportedError
+from mha.errors import MaxTokensError, NotCausalError, TargetNotSupportedError
 from mha.loading.convert.base import NetworkConfig
 from mha.networks import continuation, translate
 from mha.networks.model import Transformer
@@ -130,7 +131,7 @@ class AttentionModel:
                 norms=norms,
             )
             maps = [translated.attentions, translated.decoder_attentions, translated.cross_attentions]
-            _refuse_non_finite(self.info.name, "its attention", maps)
+            refuse_non_finite(self.info.name, "its attention", maps)
             return translated
         if target is not None:
             raise TargetNotSupportedError(self.info.name, self.info.architecture)
@@ -146,7 +147,7 @@ class AttentionModel:
                 chat,
                 norms=norms,
             )
-            _refuse_non_finite(self.info.name, "its attention", [continued.attentions])
+            refuse_non_finite(self.info.name, "its attention", [continued.attentions])
             return continued
         return self.attend_batch(
             [(text, text_pair)],
@@ -192,7 +193,7 @@ class AttentionModel:
             effects.pooled,
             *(t for s in sections for t in (s.effects, s.steps)),
         ]
-        _refuse_non_finite(self.info.name, "its head effects", [t for t in measured if t is not None])
+        refuse_non_finite(self.info.name, "its head effects", [t for t in measured if t is not None])
         return effects
 
     def trace(
@@ -282,7 +283,7 @@ class AttentionModel:
             )
             for row, n in enumerate(lengths)
         ]
-        _refuse_non_finite(self.info.name, "its attention", [maps for maps, _, _ in parts])
+        refuse_non_finite(self.info.name, "its attention", [maps for maps, _, _ in parts])
         if packed:
             parts = _packed_to_host(parts)
         return [
@@ -425,13 +426,6 @@ class AttentionModel:
 
 
 Parts = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]
-
-
-def _refuse_non_finite(model: str, what: str, tensors: Sequence[torch.Tensor]) -> None:
-    """NonFiniteOutputError when any of `tensors` holds NaN or an infinity: no answer may show one (a
-    bare NaN is no JSON, and every statistic of it is NaN). One wait for a device's flags, not one each."""
-    if tensors and not bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all()):
-        raise NonFiniteOutputError(model=model, what=what)
 
 
 def _packed_to_host(parts: list[Parts]) -> list[Parts]:

@@ -30,6 +30,7 @@ from typing import cast
 
 import torch
 
+from mha._finite import refuse_non_finite
 from mha.core.attention import attention_scores
 from mha.core.layers import Block
 from mha.networks.model import Transformer
@@ -75,6 +76,10 @@ class Trace:
         layers, overview = trace_forward(
             network, ids, segment_ids=segment_ids, overview_size=overview_size, cancel=cancel, fused=fused
         )
+        # Every window, row and overview is recomputed from these: checked once here, so a model whose values
+        # overflowed is refused before the trace is kept (its scores overflowing make a row's lse infinite).
+        kept = [t for layer in layers for t in (layer.q, layer.k, layer.lse, layer.norms) if t is not None]
+        refuse_non_finite(info.name, "its trace", kept + ([] if overview is None else [overview.values]))
         attn = cast("Block", network.layers[0]).attn
         return cls(encoded, tokens, info, layers, attn.scale, attn.softcap, network.config.causal, overview)
 
@@ -141,7 +146,7 @@ class Trace:
         self._check(layer, head)
         if not 0 <= q < self.n:
             raise IndexError(f"query {q} out of range: the input has {self.n} tokens")
-        return self.weights(layer, head, (q, q + 1), (0, self.n))[0, 0].to("cpu", torch.float32)
+        return self._finite(self.weights(layer, head, (q, q + 1), (0, self.n))[0, 0].to("cpu", torch.float32))
 
     def window(
         self,
@@ -174,7 +179,7 @@ class Trace:
                 weights = weights * cast(torch.Tensor, kept.norms)[head, cols[0] : cols[1]]
             pool.add(weights, block, cols)
         pooled = pool.result()
-        return Pooled(pooled.values[0], pooled.row_edges, pooled.col_edges, reduce)
+        return Pooled(self._finite(pooled.values[0]), pooled.row_edges, pooled.col_edges, reduce)
 
     def overview(self, size: int = OVERVIEW_SIZE, reduce: Reduce = "max") -> Pooled:
         """Every head block-pooled: values [L, H, s, s], s = min(size, n)."""
@@ -194,7 +199,13 @@ class Trace:
                 cols = key_span(block, self.causal, kept.window, self.n)
                 pool.add(self.weights(index, slice(None), block, cols), block, cols)
             pool.result()  # "mean": divided in place
-        return Pooled(values, cuts.tolist(), cuts.tolist(), reduce)
+        return Pooled(self._finite(values), cuts.tolist(), cuts.tolist(), reduce)
+
+    def _finite(self, values: torch.Tensor) -> torch.Tensor:
+        """`values`, recomputed from a trace whose kept tensors were finite, unless a score that its forward
+        held finite overflowed here (another order of summation): NonFiniteOutputError then, never NaN."""
+        refuse_non_finite(self.info.name, "its trace", [values])
+        return values
 
 
 def _weights_from_lse(

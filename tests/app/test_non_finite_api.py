@@ -64,5 +64,29 @@ def test_head_effects_end_their_stream_with_the_sentence(client: TestClient) -> 
     assert "NaN," not in answer.text and "Infinity" not in answer.text
 
 
+def test_a_trace_ends_its_stream_with_the_sentence(client: TestClient) -> None:
+    """The forward runs after the stream began (its progress lines), so the failure is its last line, and
+    nothing is kept: the overview, a window and a row of the same input answer 422 naming the model."""
+    answer = client.post("/api/trace", json=BODY)
+    last = answer.text.strip().splitlines()[-1]
+    assert answer.status_code == 200 and '"event":"error"' in last
+    assert "'huge' computed NaN or an infinity in its trace" in last
+    assert "NaN," not in answer.text and "Infinity" not in answer.text
+
+
+@pytest.mark.parametrize(
+    ("route", "extra"),
+    [
+        ("/api/trace/overview", {}),
+        ("/api/trace/window", {"layer": 0, "head": 0}),
+        ("/api/trace/row", {"layer": 0, "head": 0, "q": 1}),
+    ],
+)
+def test_a_trace_read_answers_422_naming_the_model(client: TestClient, route: str, extra: dict) -> None:  # type: ignore[type-arg]
+    answer = client.post(route, json={**BODY, **extra})
+    assert answer.status_code == 422, answer.text[:300]
+    assert "'huge' computed NaN or an infinity in its trace" in answer.json()["detail"]
+
+
 def test_the_other_model_answers(client: TestClient) -> None:
     assert client.post("/api/attention", json={**BODY, "model": "llama"}).status_code == 200

@@ -83,3 +83,29 @@ def test_a_corpus_records_the_text_as_an_error(tiny_checkpoints: dict[str, Path]
     rows = table.to_pylist()
     assert all("computed NaN or an infinity" in row["error"] and row["n_tokens"] == 0 for row in rows)
     assert all(all(label == -1 for label in row["label"]) for row in rows)
+
+
+def test_a_trace_that_overflows_names_the_model(tiny_checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    """The forward's kept q, k, log-sum-exp and norms are checked before the trace is returned: one whose
+    scores overflow is refused, so no overview, window or row is ever read from it."""
+    model = load_pretrained(overflowing(tiny_checkpoints["llama"], tmp_path / "huge"), name="huge")
+    for overview_size in (None, 4):
+        with pytest.raises(NonFiniteOutputError, match="'huge' computed NaN or an infinity in its trace"):
+            model.trace(TEXT, overview_size=overview_size)
+
+
+def test_a_trace_read_that_overflows_names_the_model(tiny_checkpoints: dict[str, Path]) -> None:
+    """A window, row or overview recomputed from kept values is checked too (its scores are summed in
+    another order than the forward's): a trace whose kept log-sum-exp is made -inf here, so that every
+    weight exp(score - lse) it recomputes is infinite, refuses each."""
+    model = load_pretrained(tiny_checkpoints["llama"], name="tiny")
+    trace = model.trace(TEXT)
+    trace.layers[0].lse.fill_(float("-inf"))
+    for read in (
+        lambda: trace.window(0, 0),
+        lambda: trace.window(0, 0, weighting="norm"),
+        lambda: trace.row(0, 0, 2),
+        lambda: trace.overview(size=3, reduce="mean"),
+    ):
+        with pytest.raises(NonFiniteOutputError, match="'tiny' computed NaN or an infinity in its trace"):
+            read()
