@@ -12,7 +12,7 @@ from typing import IO, Any
 
 import mha
 import mha.corpus
-from app.service.loaders import bundled_llm, default_model, operator_paths
+from app.service.loaders import checkpoint_paths, default_model
 from app.settings import Settings
 
 __all__ = ["Progress", "add_parser", "resolve_model", "run_corpus"]
@@ -71,12 +71,10 @@ def _positive(value: str) -> int:
 
 def resolve_model(given: str | None, settings: Settings) -> tuple[str | None, str]:
     """(what load_pretrained takes, the run's model name): a registered name first (operator entries over
-    scanned ones over the embedded models, as the service orders them), then a checkpoint directory;
-    ValueError for anything else."""
+    scanned ones over the embedded models over the stores', as the service orders them), then a checkpoint
+    directory; ValueError for anything else."""
     name = given or default_model(settings)
-    registered = operator_paths(settings)
-    if name not in registered and (bundled := bundled_llm(settings)) is not None:
-        registered[mha.BUNDLED_LLM_NAME] = bundled  # the operator's entry of that name first, as served
+    registered = checkpoint_paths(settings)
     if name in registered:  # even the embedded model's name: the service serves the operator's under it
         return str(registered[name]), name
     if name == mha.DEFAULT_MODEL_NAME:

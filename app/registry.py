@@ -1,10 +1,10 @@
 """Name -> model: allowlisted, loaded lazily, once, thread-safe; a broken model is reported, not fatal.
 
-The registry knows nothing about `mha`: app/service.py hands it one loader per name, and optionally a
-cheap check per name (are the checkpoint's files there and consistent?) that `check_all()` runs at
-startup, so /api/models names a broken checkpoint before any request does. Requests name models only by
-these registered names; a path or an unknown name is a `UnknownModelError` that lists the known names, so
-no request ever reaches the filesystem.
+The registry loads nothing itself (of `mha` it uses only a file-kind helper): app/service hands it one
+loader per name, and optionally a cheap check per name (are the checkpoint's files there and
+consistent?) that `check_all()` runs at startup, so /api/models names a broken checkpoint before any
+request does. Requests name models only by these registered names; a path or an unknown name is a
+`UnknownModelError` that lists the known names, so no request ever reaches the filesystem.
 
 A failed check or load is kept as the entry's `error` and tried again on the first request after a
 back-off (`retry_seconds`, doubled after each further failure up to `retry_max_seconds`): a checkpoint
@@ -15,7 +15,6 @@ per request.
 from __future__ import annotations
 
 import logging
-import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from app.errors import ModelUnavailableError, UnknownModelError
+from mha.loading.stores import file_kind
 
 logger = logging.getLogger(__name__)
 
@@ -184,7 +184,7 @@ def scan_models_dir(directory: Path) -> Scan:
                     refused[name] = f"{child.name} is a link to {target}, which does not exist"
                 continue
         if gguf:
-            why = _not_a_file(child)
+            why = file_kind(child)
             if why is None:
                 found[name] = child
             else:
@@ -192,16 +192,3 @@ def scan_models_dir(directory: Path) -> Scan:
         elif child.is_dir() and (child / "config.json").is_file():
             found[name] = child
     return Scan(found, refused)
-
-
-def _not_a_file(path: Path) -> str | None:
-    """None for a regular file (links followed), else what `path` is."""
-    try:
-        mode = path.stat().st_mode
-    except OSError as exc:
-        return f"unreadable ({exc.strerror})"
-    if stat.S_ISREG(mode):
-        return None
-    kinds = {stat.S_ISDIR: "a folder", stat.S_ISFIFO: "a FIFO", stat.S_ISCHR: "a character device",
-             stat.S_ISBLK: "a block device", stat.S_ISSOCK: "a socket"}  # fmt: skip
-    return next((kind for test, kind in kinds.items() if test(mode)), "not a regular file")

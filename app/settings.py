@@ -5,6 +5,7 @@ Examples::
     HEADSCOPE_DEVICE=cpu
     HEADSCOPE_MODELS='{"gpt2": "/models/gpt2"}'    # operator allowlist: name -> checkpoint dir or GGUF file
     HEADSCOPE_MODELS_DIR=/models                    # every subfolder with a config.json, every *.gguf
+    HEADSCOPE_DISCOVER=false                        # no ollama, LM Studio or Hugging Face store looked at
     HEADSCOPE_CORS_ORIGINS='["https://example.org"]'
     HEADSCOPE_ALLOWED_HOSTS='["headscope.example.org"]'  # names the server answers to besides localhost
     HEADSCOPE_RUNS_DIR=/data/runs                   # finished `headscope corpus` runs, one subfolder each
@@ -40,6 +41,12 @@ class Settings(BaseSettings):
     default_model: str | None = None
     models: dict[str, Path] = Field(default_factory=dict)  # allowlist: name -> checkpoint dir or GGUF file
     models_dir: Path | None = None  # scanned once at startup: each subfolder with config.json, each *.gguf
+    # -- the stores people already have (README "Model stores"), scanned once at startup --
+    discover: bool = True  # false: none of the three stores below is looked at
+    # ollama's models folder; None: $OLLAMA_MODELS, else ~/.ollama/models or /usr/share/ollama/.ollama/models
+    ollama_models: Path | None = None
+    lmstudio_models: Path | None = None  # LM Studio's; None: ~/.lmstudio/models
+    hf_cache: Path | None = None  # the Hugging Face hub cache; None: the one huggingface_hub uses
     max_tokens: int = Field(default=512, ge=8)  # cap on tokens per request (also capped by the model)
     cache_size: int = Field(default=64, ge=0)  # LRU entries of finished answers; 0 disables the cache
     cache_max_bytes: int = Field(default=256 * 2**20, ge=0)  # the same cache, bounded in bytes too

@@ -24,6 +24,7 @@ from mha.errors import (
     UnsupportedCheckpointError,
 )
 from mha.loading.attention_model import AttentionModel
+from mha.loading.facts import CheckpointFacts, describe_checkpoint
 from mha.loading.gguf_checkpoint import BUNDLED_LLM_NAME
 from mha.loading.pretrained import (
     DEFAULT_MODEL_NAME,
@@ -43,6 +44,7 @@ __all__ = [
     "AttentionModel",
     "AttentionResult",
     "CheckpointError",
+    "CheckpointFacts",
     "CheckpointMismatchError",
     "CheckpointNotFoundError",
     "EmptyInputError",
@@ -57,6 +59,7 @@ __all__ = [
     "UnsupportedCheckpointError",
     "check_checkpoint",
     "checkpoint_architecture",
+    "describe_checkpoint",
     "load_pretrained",
     "random_model",
 ]

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from checkpoints import FAMILIES, build_tiny_checkpoints
 
 __all__ = ["FAMILIES"]
+
+# No test looks at the developer's own ollama, LM Studio or Hugging Face store, and a fresh CI machine
+# behaves the same: Settings() made anywhere in a test, and every server a test starts (it inherits this
+# environment), discover nothing. Tests of the stores point HEADSCOPE_*-free Settings at tmp folders.
+os.environ["HEADSCOPE_DISCOVER"] = "false"
 
 
 @pytest.fixture(scope="session")

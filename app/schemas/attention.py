@@ -136,6 +136,24 @@ class ModelEntry(BaseModel):
     pretrained: bool | None
     loaded: bool
     error: str | None = Field(description="Why the model failed to load, if it did.")
+    # -- what its file's headers say, read at startup (no tensor read): known before it is loaded --
+    source: str = Field(
+        default="bundled",
+        description="Where it comes from: bundled (with headscope), models_dir (HEADSCOPE_MODELS_DIR), "
+        "operator (HEADSCOPE_MODELS), ollama, lmstudio or huggingface (a store found by itself).",
+    )
+    header_family: str | None = Field(
+        default=None,
+        description="The family its file names (a GGUF's general.architecture, a folder's config.json "
+        "model_type), before it is loaded; null until its startup check has passed, or for random.",
+    )
+    parameters: int | None = Field(default=None, description="Weights in all, from its tensors' shapes.")
+    quantization: str | None = Field(
+        default=None,
+        description="A GGUF's quantization as llama.cpp names it (Q4_K_M, Q8_0, F16, ...: general.file_type, "
+        "else the type holding the most weights), or a folder's float type (F32, F16, BF16).",
+    )
+    size_bytes: int | None = Field(default=None, description="Its weight files' size on disk.")
 
 
 class ModelList(BaseModel):

@@ -10,6 +10,7 @@ import logging
 from collections.abc import AsyncIterator
 from functools import partial
 
+import mha
 from app import encoders
 from app.schemas.attention import AttentionRequest, HeadRequest, Health, ModelEntry, ModelList
 from app.schemas.trace import TraceOverviewRequest
@@ -25,8 +26,9 @@ from app.settings import Settings
 logger = logging.getLogger(__name__)
 
 
-def _architecture(found: object) -> str | None:
-    return found if isinstance(found, str) else None
+def _facts(found: object) -> mha.CheckpointFacts | None:
+    """What an entry's passing startup check read (mha.describe_checkpoint), if it read a file."""
+    return found if isinstance(found, mha.CheckpointFacts) else None
 
 
 def _differs(value: int | None, base: int) -> int | None:
@@ -72,6 +74,7 @@ class AttentionService(InsightAnswers):
         entries = []
         for entry in self.registry:
             info = entry.model.info if entry.model is not None else None
+            facts = _facts(entry.found)
             entries.append(
                 ModelEntry(
                     name=entry.name,
@@ -83,7 +86,7 @@ class AttentionService(InsightAnswers):
                     byte_level=info.byte_level if info else None,
                     max_tokens=info.max_tokens if info else None,
                     # unloaded: what its startup check read from the config (None for a hub id)
-                    architecture=info.architecture if info else _architecture(entry.found),
+                    architecture=info.architecture if info else facts.architecture if facts else None,
                     # the decoder's own shape, when it differs from the encoder's
                     decoder_layers=_differs(info.decoder_layers, info.layers) if info else None,
                     decoder_heads=_differs(info.decoder_heads, info.heads) if info else None,
@@ -92,6 +95,11 @@ class AttentionService(InsightAnswers):
                     pretrained=info.pretrained if info else None,
                     loaded=info is not None,
                     error=entry.error,
+                    source=self.sources.get(entry.name, "bundled"),
+                    header_family=facts.family if facts else None,
+                    parameters=facts.parameters if facts else None,
+                    quantization=facts.quantization if facts else None,
+                    size_bytes=facts.size_bytes if facts else None,
                 )
             )
         return ModelList(default=self.registry.default, models=entries)

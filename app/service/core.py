@@ -34,7 +34,7 @@ from app.service import bodies
 from app.service.batcher import Batcher, Job, QueueFull, background, drop_if_abandoned
 from app.service.computed import Computed, article, from_result, merge_words, weigh_by_norm
 from app.service.flights import Flights, settled
-from app.service.loaders import build_checks, build_loaders, default_model
+from app.service.loaders import default_model, find_models
 from app.service.trim import Trimmer
 from app.settings import Settings
 from mha.errors import Cancelled
@@ -106,10 +106,12 @@ class ServiceCore:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        offers = find_models(settings)  # every folder and store scanned once
+        self.sources = {name: offer.source for name, offer in offers.items()}  # for /api/models
         self.registry: Registry[mha.AttentionModel] = Registry(
-            build_loaders(settings),
+            {name: offer.loader for name, offer in offers.items()},
             default=default_model(settings),
-            checks=build_checks(settings),
+            checks={name: offer.check for name, offer in offers.items() if offer.check is not None},
             retry_seconds=settings.load_retry_seconds,
             retry_max_seconds=settings.load_retry_max_seconds,
         )

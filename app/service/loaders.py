@@ -1,8 +1,11 @@
-"""What the registry can load: name -> zero-argument loader, and the cheap startup file checks."""
+"""What the registry can load: every model on offer, found in one look at the folders and stores, each
+with its loader, its cheap startup check and where it comes from (its source in /api/models)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -11,13 +14,34 @@ import torch
 import mha
 from app.registry import scan_models_dir
 from app.settings import Settings
-from mha.loading import gguf_checkpoint
+from mha.loading import gguf_checkpoint, stores
+from mha.loading.convert import CONVERTERS
+
+logger = logging.getLogger(__name__)
 
 Loader = Callable[[], mha.AttentionModel]
+Check = Callable[[], object]
 
 # The size of the "random" model (our layers, untrained weights), documented in /api/models and README.
 RANDOM_MODEL = "random"
 RANDOM_SIZE = {"layers": 4, "heads": 8, "embed_dim": 256}
+
+# Where a model comes from, as /api/models says it and the page's menu groups it.
+BUNDLED, MODELS_DIR, OPERATOR = "bundled", "models_dir", "operator"
+OLLAMA, LMSTUDIO, HUGGINGFACE = "ollama", "lmstudio", "huggingface"
+# The stores, lowest precedence first: a name two stores hold is the later one's (README "Model stores").
+STORES = (HUGGINGFACE, LMSTUDIO, OLLAMA)
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One model on offer: where it comes from, how to load it, its cheap check (None: none) and the
+    checkpoint it reads (None: built in, or refused)."""
+
+    source: str
+    loader: Loader
+    check: Check | None = None
+    path: str | Path | None = None
 
 
 def default_model(settings: Settings) -> str:
@@ -25,49 +49,94 @@ def default_model(settings: Settings) -> str:
     return settings.default_model or mha.DEFAULT_MODEL_NAME
 
 
-def build_loaders(settings: Settings) -> dict[str, Loader]:
-    """name -> zero-argument loader. Operator entries override scanned ones, which override built-ins."""
+def find_models(settings: Settings) -> dict[str, Offer]:
+    """name -> Offer, every folder and store scanned once. Precedence, highest first: the operator's
+    entries (HEADSCOPE_MODELS), the models folder's, the built-in ones, then the stores' (ollama, LM
+    Studio, Hugging Face): a found-by-itself model never hides one that was put there on purpose.
+
+    A check reads headers only (mha.describe_checkpoint: no tensor, no hash), so /api/models names a
+    broken file, and each entry's family, size and quantization, before any request loads it."""
     dtype = None if settings.dtype == "auto" else getattr(torch, settings.dtype)
-    loaders: dict[str, Loader] = {
-        mha.DEFAULT_MODEL_NAME: partial(mha.load_pretrained, device=settings.device, dtype=dtype)
-    }
+    load = partial(mha.load_pretrained, device=settings.device, dtype=dtype)
+    offers: dict[str, Offer] = {}
+
+    def add(source: str, found: Mapping[str, str | Path], refused: Mapping[str, str]) -> None:
+        for name, why in refused.items():
+            _replace(offers, name, Offer(source, partial(_refuse, why), partial(_refuse, why)))
+        for name, path in found.items():
+            check = partial(mha.describe_checkpoint, str(path))
+            _replace(offers, name, Offer(source, partial(load, str(path), name=name), check, path))
+
+    for source, scan in _store_scans(settings):
+        add(source, scan.found, scan.refused)
+    offers[mha.DEFAULT_MODEL_NAME] = Offer(BUNDLED, load, partial(mha.describe_checkpoint, None))
     if (bundled := bundled_llm(settings)) is not None:
-        loaders[mha.BUNDLED_LLM_NAME] = partial(
-            mha.load_pretrained, str(bundled), device=settings.device, dtype=dtype, name=mha.BUNDLED_LLM_NAME
-        )
+        # its header only at startup: the conversion waits for its first request
+        add(BUNDLED, {mha.BUNDLED_LLM_NAME: bundled}, {})
     if settings.random_model:
-        loaders[RANDOM_MODEL] = partial(
+        random = partial(
             mha.random_model, **RANDOM_SIZE, causal=False, seed=0, device=settings.device, name=RANDOM_MODEL
         )
-    for name, path in operator_paths(settings).items():
-        loaders[name] = partial(
-            mha.load_pretrained, str(path), device=settings.device, dtype=dtype, name=name
+        offers[RANDOM_MODEL] = Offer(BUNDLED, random)
+    if settings.models_dir is not None:
+        folder = scan_models_dir(settings.models_dir)
+        add(MODELS_DIR, folder.found, folder.refused)
+    add(OPERATOR, settings.models, {})
+    return offers
+
+
+def _replace(offers: dict[str, Offer], name: str, offer: Offer) -> None:
+    if (hidden := offers.get(name)) is not None and hidden.source != offer.source:
+        logger.info("model %r of %s is hidden by the one of %s", name, hidden.source, offer.source)
+    offers[name] = offer
+
+
+def _store_scans(settings: Settings) -> list[tuple[str, stores.StoreScan]]:
+    """Each store's scan, in STORES order; none with HEADSCOPE_DISCOVER=false. A store folder that is set
+    but missing, or that cannot be read, is logged and skipped: the service still starts."""
+    if not settings.discover:
+        return []
+    huggingface = partial(stores.huggingface, families=frozenset(CONVERTERS))
+    folders: dict[str, tuple[Path | None, Callable[[], Path | None], Callable[[Path], stores.StoreScan]]] = {
+        HUGGINGFACE: (settings.hf_cache, stores.default_hf_cache, huggingface),
+        LMSTUDIO: (settings.lmstudio_models, stores.default_lmstudio_models, stores.lmstudio),
+        OLLAMA: (settings.ollama_models, stores.default_ollama_models, stores.ollama),
+    }
+    scans = []
+    for source in STORES:
+        given, default, scan = folders[source]
+        folder = given if given is not None else default()
+        if folder is None:
+            continue
+        if not folder.is_dir():
+            logger.warning("the %s store %s is not a folder: not scanned", source, folder)
+            continue
+        try:
+            found = scan(folder)
+        except OSError as exc:
+            logger.warning("the %s store %s could not be read (%s): not scanned", source, folder, exc)
+            continue
+        logger.info(
+            "%s store %s: %d models, %d refused", source, folder, len(found.found), len(found.refused)
         )
-    for name, why in refused_paths(settings).items():
-        loaders[name] = partial(_refuse, why)
-    return loaders
+        scans.append((source, found))
+    return scans
+
+
+def build_loaders(settings: Settings) -> dict[str, Loader]:
+    """name -> zero-argument loader (find_models' precedence)."""
+    return {name: offer.loader for name, offer in find_models(settings).items()}
+
+
+def build_checks(settings: Settings) -> dict[str, Check]:
+    """name -> the cheap check of a model (find_models)."""
+    return {name: offer.check for name, offer in find_models(settings).items() if offer.check is not None}
 
 
 def _refuse(why: str) -> mha.AttentionModel:
-    """The loader and the check of a models-folder entry that is not a model: its reason, in /api/models."""
+    """The loader and the check of a folder's or store's entry that is not a model: its reason, in
+    /api/models."""
     raise mha.CheckpointNotFoundError(why)
-
-
-def build_checks(settings: Settings) -> dict[str, Callable[[], object]]:
-    """name -> the cheap check of an operator's checkpoint (milliseconds: files and weight headers, no
-    tensor read), run at startup so /api/models names a missing config, a truncated, damaged or mis-shaped
-    weights file, weights of another family or a missing vocabulary before any request loads it; it
-    returns what architecture it is (so the page offers a target box before the model is loaded)."""
-    paths: dict[str, str | Path] = {}
-    if (bundled := bundled_llm(settings)) is not None:
-        paths[mha.BUNDLED_LLM_NAME] = bundled  # its header only: the conversion waits for its first request
-    paths.update(operator_paths(settings))
-    # checkpoint_architecture runs check_checkpoint's checks (mha.loading.checkpoint_files.check_files).
-    checks: dict[str, Callable[[], object]] = {
-        name: partial(mha.checkpoint_architecture, str(path)) for name, path in paths.items()
-    }
-    checks.update({name: partial(_refuse, why) for name, why in refused_paths(settings).items()})
-    return checks
 
 
 def bundled_llm(settings: Settings) -> Path | None:
@@ -76,19 +145,7 @@ def bundled_llm(settings: Settings) -> Path | None:
     return gguf_checkpoint.bundled_llm_file() if settings.bundled_llm else None
 
 
-def operator_paths(settings: Settings) -> dict[str, str | Path]:
-    """name -> checkpoint of every model the operator registers (HEADSCOPE_MODELS_DIR, HEADSCOPE_MODELS)."""
-    paths: dict[str, str | Path] = {}
-    if settings.models_dir is not None:
-        paths.update(scan_models_dir(settings.models_dir).found)
-    paths.update(settings.models)  # operator entries override scanned ones
-    return paths
-
-
-def refused_paths(settings: Settings) -> dict[str, str]:
-    """name -> why: the models folder's entries that look like models and are not (scan_models_dir), less
-    the names HEADSCOPE_MODELS registers itself."""
-    if settings.models_dir is None:
-        return {}
-    refused = scan_models_dir(settings.models_dir).refused
-    return {name: why for name, why in refused.items() if name not in settings.models}
+def checkpoint_paths(settings: Settings) -> dict[str, str | Path]:
+    """name -> checkpoint of every model read from a file or folder (the bundled LLM, a folder's, a
+    store's, the operator's), in find_models' precedence: what `headscope corpus --model NAME` takes."""
+    return {name: offer.path for name, offer in find_models(settings).items() if offer.path is not None}

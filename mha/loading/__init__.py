@@ -8,6 +8,8 @@
 - ``gguf_checkpoint``: GGUF files through transformers' GGUF utilities; ``model_cache``,
   ``config_snapshot``: the conversion cache and the config kept beside it.
 - ``weight_headers``: weight names and shapes read from file headers, no tensor loaded.
+- ``facts``: ``describe_checkpoint``: family, parameters, quantization and size, from headers alone.
+- ``stores``: the ollama, LM Studio and Hugging Face stores, listed without reading a weight.
 - ``convert/``: one converter per family, Hugging Face names -> ours.
 - ``pretrained``: ``load_pretrained``, ``random_model`` (and ``checkpoint_architecture``): the loading API.
 - ``attention_model``: ``AttentionModel``, the one object the service holds (attend, head effects, trace).

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -59,6 +60,7 @@ GGUF_SUFFIX = ".gguf"
 _MAGIC = b"GGUF"  # every GGUF file's first four bytes
 # The cache folder's kind: a new version when what a conversion writes changes, so older folders are unused
 CACHE_KIND = "gguf-v1"
+FILE_TYPE_KEY = "general.file_type"  # llama.cpp's LlamaFileType: the file's quantization as a whole
 _NOT_TAKEN = frozenset({"t5"})  # see supported_architectures
 # One lock per file content (its SHA-256): a file is converted once however many load it at once, and
 # never waits for another file's conversion.
@@ -75,6 +77,9 @@ class Header(NamedTuple):
     architecture: str  # general.architecture, llama.cpp's name (llama, qwen2, gemma2, ...)
     name: str | None  # general.name
     tensor_types: dict[str, int]  # ggml type name (F16, Q4_1, ...) -> how many tensors are of it
+    parameters: int = 0  # weights in all, from the tensors' shapes
+    # general.file_type as llama.cpp names it (Q4_K_M, F16, ...), else the type holding the most weights
+    quantization: str | None = None
 
 
 def supported_architectures() -> list[str]:
@@ -180,20 +185,36 @@ def read_header(file: Path) -> Header:
         )
     if not tensors:
         raise CheckpointNotFoundError(f"{file} is a GGUF file without tensors")
-    check_config(file, arch, fields, [tensor for tensor, _, _ in tensors])
+    check_config(file, arch, fields, [tensor for tensor, _, _, _ in tensors])
     types: dict[str, int] = {}
-    for tensor, kind, end in tensors:
+    weights: dict[str, int] = {}  # ggml type name -> weights stored in it
+    for tensor, kind, end, count in tensors:
         if end > size:
             raise CheckpointNotFoundError(
                 f"{file} is cut short: tensor {tensor} ends at byte {end:,}, past the file's {size:,} bytes"
             )
         types[kind] = types.get(kind, 0) + 1
-    return Header(arch, name, types)
+        weights[kind] = weights.get(kind, 0) + count
+    quantization = _file_type(fields.get(FILE_TYPE_KEY)) or max(weights, key=weights.__getitem__)
+    return Header(arch, name, types, sum(weights.values()), quantization)
 
 
-def _header_fields(file: Path) -> tuple[str, str | None, list[tuple[str, str, int]], dict[str, Any]]:
-    """(general.architecture, general.name, [(tensor, ggml type name, the byte it ends at)], the config
-    fields check_config reads).
+def _file_type(value: object) -> str | None:
+    """llama.cpp's name for a general.file_type ("MOSTLY_Q4_K_M" -> "Q4_K_M"); None for none or unknown."""
+    from gguf import LlamaFileType
+
+    try:
+        name = LlamaFileType(int(value)).name  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
+    return name.removeprefix("MOSTLY_").removeprefix("ALL_")
+
+
+def _header_fields(
+    file: Path,
+) -> tuple[str, str | None, list[tuple[str, str, int, int]], dict[str, Any]]:
+    """(general.architecture, general.name, [(tensor, ggml type name, the byte it ends at, its weights)],
+    the config fields check_config reads and general.file_type).
 
     transformers' own GGUF reader first: it leaves the vocabulary's strings unread, milliseconds where
     gguf's GGUFReader reads them one by one (3 s for SmolLM2's 49,152 tokens and as many merges). It sizes
@@ -206,11 +227,17 @@ def _header_fields(file: Path) -> tuple[str, str | None, list[tuple[str, str, in
         metadata, _ = read_gguf_metadata(str(file))
         header = GgufHeader.from_file(str(file))
         tensors = [
-            (t.name, GGMLQuantizationType(t.ggml_type).name, header.data_start + t.offset + t.nbytes)
+            (
+                t.name,
+                GGMLQuantizationType(t.ggml_type).name,
+                header.data_start + t.offset + t.nbytes,
+                math.prod(t.shape),
+            )
             for t in header.tensors
         ]
         name = metadata.get("general.name")
-        fields = {key: metadata[key] for key in config_keys(header.architecture) if key in metadata}
+        keys = (*config_keys(header.architecture), FILE_TYPE_KEY)
+        fields = {key: metadata[key] for key in keys if key in metadata}
         return header.architecture, None if name is None else str(name), tensors, fields
     except Exception:  # noqa: S110 (GGUFReader reads the file again, and its error is the one raised)
         pass
@@ -219,9 +246,13 @@ def _header_fields(file: Path) -> tuple[str, str | None, list[tuple[str, str, in
     if field is None:
         raise ValueError("no general.architecture in its metadata")
     named = reader.fields.get("general.name")
-    tensors = [(t.name, t.tensor_type.name, int(t.data_offset) + int(t.n_bytes)) for t in reader.tensors]
+    tensors = [
+        (t.name, t.tensor_type.name, int(t.data_offset) + int(t.n_bytes), int(t.n_elements))
+        for t in reader.tensors
+    ]
     arch = str(field.contents())
-    fields = {key: reader.fields[key].contents() for key in config_keys(arch) if key in reader.fields}
+    keys = (*config_keys(arch), FILE_TYPE_KEY)
+    fields = {key: reader.fields[key].contents() for key in keys if key in reader.fields}
     return arch, None if named is None else str(named.contents()), tensors, fields
 
 

@@ -22,6 +22,8 @@ def make_settings(**overrides: object) -> Settings:
         "allowed_hosts": ["testserver"],
         # Only tests/app/test_bundled_llm.py asks for it: the model lists elsewhere stay those named.
         "bundled_llm": False,
+        # No store found by itself: a test that wants one passes discover=True and its own tmp folders.
+        "discover": False,
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]

@@ -64,6 +64,12 @@ def test_models_lists_default_loaded_and_random_lazy(client: TestClient) -> None
         "pretrained": True,
         "loaded": True,
         "error": None,
+        # what its files' headers say, from the startup check (issue 34)
+        "source": "bundled",
+        "header_family": "bert",
+        "parameters": 22_713_728,
+        "quantization": "F32",
+        "size_bytes": 90_868_376,
     }
     assert "random" in by_name
 

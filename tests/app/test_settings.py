@@ -139,3 +139,28 @@ def test_thread_default_follows_the_container_quota(tmp_path: Path, monkeypatch:
     (paths["cgroup_root"] / "cpu.max").write_text("400000 100000")
     monkeypatch.setattr("app.settings.available_cpus", lambda: available_cpus(**paths))
     assert Settings(max_concurrency=2).threads == 2  # 4 CPUs shared by 2 forwards
+
+
+def test_store_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Issue 34 item 3: each store's folder, and the one switch that turns discovery off."""
+    defaults = Settings(_env_prefix="NOPE_")
+    assert defaults.discover is True
+    assert (defaults.ollama_models, defaults.lmstudio_models, defaults.hf_cache) == (None, None, None)
+    monkeypatch.setenv("HEADSCOPE_DISCOVER", "false")
+    monkeypatch.setenv("HEADSCOPE_OLLAMA_MODELS", str(tmp_path / "ollama"))
+    monkeypatch.setenv("HEADSCOPE_LMSTUDIO_MODELS", str(tmp_path / "lmstudio"))
+    monkeypatch.setenv("HEADSCOPE_HF_CACHE", str(tmp_path / "hub"))
+    s = Settings()
+    assert s.discover is False
+    assert (s.ollama_models, s.lmstudio_models, s.hf_cache) == (
+        tmp_path / "ollama",
+        tmp_path / "lmstudio",
+        tmp_path / "hub",
+    )
+    with pytest.raises(ValidationError):
+        Settings(discover="perhaps")
+
+
+def test_tests_never_discover_the_machines_own_stores() -> None:
+    """tests/conftest.py turns discovery off for every Settings() and server a test makes."""
+    assert Settings().discover is False

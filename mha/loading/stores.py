@@ -1,0 +1,279 @@
+"""The model stores people already have, found without anyone naming a file: ollama, LM Studio and the
+Hugging Face hub cache. Each scan lists name -> the file or folder to load, and name -> why an entry that
+looks like a model cannot be one; it reads folder listings, ollama's small JSON manifests and
+config.json files, never a weight (the headers are read by the caller's cheap check).
+
+Only what a store holds is read. A name is never a path: it is what the store calls the model
+(`ollama run`'s name, LM Studio's publisher/model/file, a repo id), and the path behind it comes from the
+scan. Every link, and every digest an ollama manifest names, is resolved and followed only where it stays
+inside the store's folder; one leading out is listed as refused with its reason, as a models folder's
+is (app.registry.scan_models_dir). A FIFO, device or socket is never opened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "HF_SNAPSHOT_FILES",
+    "MANIFEST_MAX_BYTES",
+    "OLLAMA_MODEL_LAYER",
+    "StoreScan",
+    "default_hf_cache",
+    "default_lmstudio_models",
+    "default_ollama_models",
+    "file_kind",
+    "huggingface",
+    "lmstudio",
+    "ollama",
+]
+
+# ollama's own rules, from github.com/ollama/ollama (read at fb30760, 2026-08): manifest/paths.go
+# (`BlobsPath`: a digest is "sha256:" or "sha256-" and 64 hex digits; the blob is blobs/sha256-<hex>),
+# manifest/manifest.go (`Manifests`: manifests/<host>/<namespace>/<model>/<tag>, JSON of schemaVersion,
+# config and layers of mediaType, digest, size), server/images.go (the GGUF is the layer of mediaType
+# application/vnd.ollama.image.model), types/model/name.go (`DisplayShortest`: the name `ollama run` takes,
+# host and namespace dropped where they are registry.ollama.ai and library) and envconfig/config.go
+# (`Models`: $OLLAMA_MODELS, else ~/.ollama/models; the Linux service's user keeps /usr/share/ollama/...).
+OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
+_OLLAMA_DIGEST = re.compile(r"sha256[:-]([0-9a-fA-F]{64})")
+_OLLAMA_HOST, _OLLAMA_NAMESPACE = "registry.ollama.ai", "library"
+MANIFEST_MAX_BYTES = 1 << 20  # an ollama manifest is ~1 KB; a config.json tens of KB
+HF_SNAPSHOT_FILES = 10_000  # files one snapshot may hold before it is refused unread (real ones: ~20)
+_GGUF = ".gguf"
+_GGUF_MAGIC = b"GGUF"
+
+
+@dataclass
+class StoreScan:
+    """What a store scan found: `found` name -> the path to load, `refused` name -> why not, a sentence."""
+
+    found: dict[str, Path] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)
+
+
+def default_ollama_models(home: Path | None = None) -> Path | None:
+    """ollama's models folder: $OLLAMA_MODELS, else ~/.ollama/models or the Linux service's
+    /usr/share/ollama/.ollama/models, the first that exists; None where none does."""
+    home = Path.home() if home is None else home
+    candidates = [Path(os.environ["OLLAMA_MODELS"])] if os.environ.get("OLLAMA_MODELS") else []
+    candidates += [home / ".ollama" / "models", Path("/usr/share/ollama/.ollama/models")]
+    return next((c for c in candidates if c.is_dir()), None)
+
+
+def default_lmstudio_models(home: Path | None = None) -> Path | None:
+    """LM Studio's models folder, ~/.lmstudio/models, where it exists."""
+    folder = (Path.home() if home is None else home) / ".lmstudio" / "models"
+    return folder if folder.is_dir() else None
+
+
+def default_hf_cache() -> Path | None:
+    """The hub cache huggingface_hub uses (its own constant: HF_HUB_CACHE, else $HF_HOME/hub, else
+    ~/.cache/huggingface/hub, read from the environment when huggingface_hub is imported), where it exists."""
+    try:
+        from huggingface_hub import constants
+
+        folder = Path(constants.HF_HUB_CACHE)
+    except ImportError:  # the same rule without it
+        home = os.environ.get("HF_HOME") or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
+        )
+        folder = Path(os.environ.get("HF_HUB_CACHE") or os.path.join(home, "hub"))
+    return folder if folder.is_dir() else None
+
+
+def file_kind(path: Path) -> str | None:
+    """None for a regular file (links followed), else what `path` is, for a sentence."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    kinds = {stat.S_ISDIR: "a folder", stat.S_ISFIFO: "a FIFO", stat.S_ISCHR: "a character device",
+             stat.S_ISBLK: "a block device", stat.S_ISSOCK: "a socket"}  # fmt: skip
+    return next((kind for test, kind in kinds.items() if test(mode)), "not a regular file")
+
+
+def _inside(path: Path, root: Path) -> str | None:
+    """None where `path`, its links followed, stays inside `root` (resolved) and exists; else why not."""
+    target = path.resolve()
+    if not target.is_relative_to(root):
+        return f"{path.name} leads to {target}, outside the store {root}: links are followed only inside it"
+    if not target.exists():
+        return f"{path.name} leads to {target}, which does not exist"
+    return None
+
+
+def _folders(folder: Path, root: Path) -> list[Path]:
+    """The subfolders of `folder` that stay inside `root` (sorted); unreadable ones are skipped."""
+    try:
+        children = sorted(folder.iterdir())
+    except OSError:
+        return []
+    return [c for c in children if c.is_dir() and c.resolve().is_relative_to(root)]
+
+
+def _small_json(file: Path, what: str) -> Any:
+    """`file` parsed as JSON, read only if it is a regular file of at most MANIFEST_MAX_BYTES; ValueError
+    with a sentence otherwise."""
+    if (kind := file_kind(file)) is not None:
+        raise ValueError(f"its {what} is {kind}, not a file")
+    with file.open("rb") as f:
+        data = f.read(MANIFEST_MAX_BYTES + 1)
+    if len(data) > MANIFEST_MAX_BYTES:
+        raise ValueError(f"its {what} is over {MANIFEST_MAX_BYTES:,} bytes: not a real one")
+    try:
+        return json.loads(data)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise ValueError(f"its {what} is not JSON ({exc})") from None
+
+
+# -- ollama ------------------------------------------------------------------------------------------
+
+
+def ollama(store: Path) -> StoreScan:
+    """Every manifest under store/manifests/<host>/<namespace>/<model>/<tag>, by the name `ollama run` takes
+    (`qwen2.5:7b`; `hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M`), found: its model layer's blob."""
+    scan = StoreScan()
+    root = store.resolve()
+    manifests = store / "manifests"
+    if not manifests.is_dir():
+        return scan
+    for host in _folders(manifests, root):
+        for namespace in _folders(host, root):
+            for model in _folders(namespace, root):
+                for tag in sorted(model.iterdir()):
+                    if tag.is_dir() and not tag.is_symlink():
+                        continue  # ollama's layout has no deeper level
+                    name = _ollama_name(host.name, namespace.name, model.name, tag.name)
+                    try:
+                        scan.found[name] = _ollama_blob(tag, root)
+                    except ValueError as exc:
+                        scan.refused[name] = f"ollama's {name}: {exc}"
+    return scan
+
+
+def _ollama_name(host: str, namespace: str, model: str, tag: str) -> str:
+    """types/model/name.go's DisplayShortest."""
+    if host.lower() != _OLLAMA_HOST:
+        return f"{host}/{namespace}/{model}:{tag}"
+    if namespace.lower() != _OLLAMA_NAMESPACE:
+        return f"{namespace}/{model}:{tag}"
+    return f"{model}:{tag}"
+
+
+def _ollama_blob(manifest: Path, root: Path) -> Path:
+    """The blob a manifest's model layer names, inside the store; ValueError with a sentence otherwise."""
+    if (outside := _inside(manifest, root)) is not None:
+        raise ValueError(f"its manifest {outside}")
+    document = _small_json(manifest, "manifest")
+    layers = document.get("layers") if isinstance(document, dict) else None
+    if not isinstance(layers, list):
+        raise ValueError("its manifest has no list of layers")
+    digests = [
+        layer.get("digest")
+        for layer in layers
+        if isinstance(layer, dict) and layer.get("mediaType") == OLLAMA_MODEL_LAYER
+    ]
+    if not digests:
+        raise ValueError(f"its manifest has no {OLLAMA_MODEL_LAYER} layer (no GGUF weights)")
+    digest = digests[0]
+    # The digest becomes a file name: only ollama's own form, so "sha256:../../etc/passwd" never does.
+    match = _OLLAMA_DIGEST.fullmatch(digest) if isinstance(digest, str) else None
+    if match is None:
+        raise ValueError(f"its model layer's digest {str(digest)[:100]!r} is not sha256:<64 hex digits>")
+    blob = root / "blobs" / f"sha256-{match.group(1)}"
+    if not blob.exists() and not blob.is_symlink():
+        raise ValueError(f"its model blob {blob.name} is missing (an interrupted pull?)")
+    if (outside := _inside(blob, root)) is not None:
+        raise ValueError(f"its model blob {outside}")
+    if (kind := file_kind(blob)) is not None:
+        raise ValueError(f"its model blob {blob.name} is {kind}, not a GGUF file")
+    with blob.open("rb") as f:  # a blob has no suffix: its first bytes say what it is
+        if f.read(len(_GGUF_MAGIC)) != _GGUF_MAGIC:
+            raise ValueError(f"its model blob {blob.name} is not a GGUF file (no GGUF magic)")
+    return blob
+
+
+# -- LM Studio ---------------------------------------------------------------------------------------
+
+
+def lmstudio(store: Path) -> StoreScan:
+    """Every store/<publisher>/<model>/<file>.gguf, as <publisher>/<model>/<file less .gguf>."""
+    scan = StoreScan()
+    root = store.resolve()
+    for publisher in _folders(store, root):
+        for model in _folders(publisher, root):
+            try:
+                files = sorted(f for f in model.iterdir() if f.suffix.lower() == _GGUF)
+            except OSError:
+                continue
+            for file in files:
+                name = f"{publisher.name}/{model.name}/{file.stem}"
+                why = _inside(file, root) or (
+                    f"{file.name} is {kind}, not a GGUF file" if (kind := file_kind(file)) else None
+                )
+                if why is None:
+                    scan.found[name] = file
+                else:
+                    scan.refused[name] = f"LM Studio's {name}: {why}"
+    return scan
+
+
+# -- Hugging Face ------------------------------------------------------------------------------------
+
+
+def huggingface(cache: Path, families: frozenset[str]) -> StoreScan:
+    """Every snapshot (models--org--name/snapshots/<rev>/) whose config.json is of one of `families`: the
+    one refs/main names (else the newest) under its repo id (`Qwen/Qwen2.5-0.5B-Instruct`), the others
+    under repo@rev. A snapshot's files are links into ../../blobs: one leading out of the cache refuses the
+    snapshot. Repos of other families, and folders without a config.json (datasets, GGUF-only repos), are
+    not models we convert and are left out."""
+    scan = StoreScan()
+    root = cache.resolve()
+    for repo in _folders(cache, root):
+        if not repo.name.startswith("models--"):
+            continue
+        repo_id = repo.name.removeprefix("models--").replace("--", "/")
+        snapshots = [s for s in _folders(repo / "snapshots", root) if os.path.lexists(s / "config.json")]
+        main = _ref(repo / "refs" / "main", root)
+        newest = max(snapshots, key=lambda s: (s.name == main, s.stat().st_mtime), default=None)
+        for snapshot in snapshots:
+            name = repo_id if snapshot == newest else f"{repo_id}@{snapshot.name}"
+            try:
+                if _hf_family(snapshot, root) in families:
+                    scan.found[name] = snapshot
+            except ValueError as exc:
+                scan.refused[name] = f"Hugging Face's {name}: {exc}"
+    return scan
+
+
+def _ref(file: Path, root: Path) -> str | None:
+    """The revision a refs/ file names (a commit hash), or None."""
+    if _inside(file, root) is not None or file_kind(file) is not None:
+        return None
+    with file.open("rb") as f:
+        return f.read(100).decode("ascii", "replace").strip()
+
+
+def _hf_family(snapshot: Path, root: Path) -> str | None:
+    """The snapshot's config.json model_type, once every file of it is known to stay inside the cache."""
+    count = 0
+    for folder, dirs, files in os.walk(snapshot, followlinks=False):
+        for entry in (*dirs, *files):
+            path = Path(folder) / entry
+            count += 1
+            if count > HF_SNAPSHOT_FILES:
+                raise ValueError(f"it holds over {HF_SNAPSHOT_FILES:,} files: not a model snapshot")
+            if path.is_symlink() and (why := _inside(path, root)) is not None:
+                raise ValueError(why)
+    config = _small_json(snapshot / "config.json", "config.json")
+    family = config.get("model_type") if isinstance(config, dict) else None
+    return family if isinstance(family, str) else None

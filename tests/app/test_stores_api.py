@@ -1,0 +1,126 @@
+"""The stores found by themselves, as the service lists and serves them (issue 34 item 3): stand-in ollama,
+LM Studio and Hugging Face stores in tmp folders, every folder set explicitly so that the machine's own
+stores are never looked at."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from gguf_files import write_gguf
+from store_files import OLLAMA_MODEL, hf_snapshot, lmstudio_model, ollama_manifest, ollama_model
+
+from app.main import create_app
+from app.settings import Settings
+from mha.loading import model_cache
+
+LIBRARY = ("registry.ollama.ai", "library")
+TEXT = "The cat sat on the mat."
+
+
+def store_folders(root: Path) -> dict[str, Path]:
+    """The three store settings, each an (empty) tmp folder of its own under `root`."""
+    folders = {key: root / key for key in ("ollama_models", "lmstudio_models", "hf_cache")}
+    for folder in folders.values():
+        folder.mkdir(parents=True, exist_ok=True)
+    return folders
+
+
+@pytest.fixture(scope="module")
+def stores_root(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoints: dict[str, Path]) -> Path:
+    root = tmp_path_factory.mktemp("stores")
+    folders = store_folders(root)
+    tiny = write_gguf(tiny_checkpoints["llama"], root / "tiny.gguf", qtype="Q8_0")
+    bert_arch = write_gguf(tiny_checkpoints["llama"], root / "other.gguf", architecture="bert")
+    ollama = folders["ollama_models"]
+    ollama_model(ollama, (*LIBRARY, "tiny", "q8"), tiny)
+    ollama_model(ollama, (*LIBRARY, "other", "latest"), bert_arch)
+    ollama_model(ollama, (*LIBRARY, "notgguf", "latest"), b"just some text, not a model")
+    ollama_manifest(ollama, (*LIBRARY, "text", "latest"), "not json")
+    ollama_manifest(
+        ollama, (*LIBRARY, "gone", "latest"), [{"mediaType": OLLAMA_MODEL, "digest": "sha256:" + "0" * 64}]
+    )
+    ollama_manifest(
+        ollama,
+        (*LIBRARY, "escape", "latest"),
+        [{"mediaType": OLLAMA_MODEL, "digest": "sha256:../../etc/passwd"}],
+    )
+    # the same name in a models folder: the folder's entry wins over the store's
+    ollama_model(ollama, (*LIBRARY, "clash", "latest"), tiny)
+    (root / "models").mkdir()
+    (root / "models" / "clash:latest.gguf").write_bytes(b"GGUF" + bytes(4))
+    lmstudio_model(folders["lmstudio_models"], "pub", "Tiny-GGUF", "tiny-Q8_0.gguf", tiny)
+    hf_snapshot(folders["hf_cache"], "org/tiny-qwen2", tiny_checkpoints["qwen2"])
+    return root
+
+
+@pytest.fixture(scope="module")
+def client(stores_root: Path, make_settings: Callable[..., Settings]) -> Iterator[TestClient]:
+    settings = make_settings(discover=True, models_dir=stores_root / "models", **store_folders(stores_root))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(model_cache.CACHE_ENV, str(stores_root / "headscope-cache"))
+        with TestClient(create_app(settings)) as test_client:
+            yield test_client
+
+
+def entries(client: TestClient) -> dict[str, Any]:
+    response = client.get("/api/models")
+    assert response.status_code == 200
+    return {m["name"]: m for m in response.json()["models"]}
+
+
+def test_every_store_is_listed_with_its_facts_before_loading(client: TestClient, stores_root: Path) -> None:
+    models = entries(client)
+    tiny = models["tiny:q8"]
+    assert (tiny["source"], tiny["header_family"], tiny["quantization"], tiny["loaded"]) == (
+        "ollama",
+        "llama",
+        "Q8_0",
+        False,
+    )
+    assert tiny["size_bytes"] == (stores_root / "tiny.gguf").stat().st_size and tiny["parameters"] > 0
+    assert tiny["architecture"] == "decoder" and tiny["error"] is None
+    lms = models["pub/Tiny-GGUF/tiny-Q8_0"]
+    assert (lms["source"], lms["parameters"]) == ("lmstudio", tiny["parameters"])
+    hf = models["org/tiny-qwen2"]
+    assert (hf["source"], hf["header_family"], hf["error"]) == ("huggingface", "qwen2", None)
+    assert models["all-MiniLM-L6-v2"]["source"] == "bundled" and models["all-MiniLM-L6-v2"]["parameters"] > 0
+    assert models["clash:latest"]["source"] == "models_dir"  # the models folder over the store
+
+
+def test_entries_that_cannot_load_are_listed_with_their_reason(client: TestClient) -> None:
+    models = entries(client)
+    reasons = {
+        "other:latest": "architecture 'bert'",
+        "notgguf:latest": "is not a GGUF file",
+        "text:latest": "not JSON",
+        "gone:latest": "is missing",
+        "escape:latest": "is not sha256:<64 hex digits>",
+    }
+    for name, reason in reasons.items():
+        assert models[name]["error"] is not None and reason in models[name]["error"], (name, models[name])
+        assert models[name]["source"] == "ollama"
+        r = client.post("/api/attention", json={"text": TEXT, "model": name})
+        assert r.status_code == 503 and reason in r.json()["detail"], (name, r.text)
+
+
+def test_a_store_model_answers_by_its_name(client: TestClient) -> None:
+    for name in ("tiny:q8", "org/tiny-qwen2"):
+        r = client.post("/api/attention/compact", json={"text": TEXT, "model": name})
+        assert r.status_code == 200, (name, r.text[:300])
+    assert entries(client)["tiny:q8"]["loaded"] is True
+
+
+def test_precedence_and_the_switch(stores_root: Path, make_settings: Callable[..., Settings]) -> None:
+    from app.service.loaders import find_models
+
+    folders = store_folders(stores_root)
+    mine = stores_root / "tiny.gguf"
+    offers = find_models(make_settings(discover=True, models={"tiny:q8": mine}, **folders))
+    assert offers["tiny:q8"].source == "operator" and offers["tiny:q8"].path == mine
+    assert offers["org/tiny-qwen2"].source == "huggingface"
+    off = find_models(make_settings(discover=False, **folders))
+    assert {offer.source for offer in off.values()} == {"bundled"}

@@ -1,0 +1,172 @@
+"""The ollama, LM Studio and Hugging Face stores (mha.loading.stores), and what describe_checkpoint reads
+of their entries: stand-in stores in tmp folders, never the machine's own."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from gguf_files import write_gguf
+from store_files import OLLAMA_MODEL, REVISION, hf_snapshot, lmstudio_model, ollama_manifest, ollama_model
+
+from mha import describe_checkpoint
+from mha.loading import stores
+from mha.loading.convert import CONVERTERS
+
+LIBRARY = ("registry.ollama.ai", "library")
+HEX = "ab" * 32
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tiny_checkpoints: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Llama as a Q8_0 GGUF (its norms F32)."""
+    return write_gguf(tiny_checkpoints["llama"], tmp_path_factory.mktemp("gguf") / "tiny.gguf", qtype="Q8_0")
+
+
+def test_ollama_names_are_what_ollama_run_takes(tmp_path: Path, tiny_gguf: Path) -> None:
+    blob = ollama_model(tmp_path, (*LIBRARY, "qwen2.5", "7b"), tiny_gguf)
+    ollama_model(tmp_path, ("hf.co", "bartowski", "Llama-3.2-1B-Instruct-GGUF", "Q4_K_M"), b"GGUF other")
+    ollama_model(tmp_path, ("registry.ollama.ai", "someone", "mine", "latest"), b"GGUF mine")
+    scan = stores.ollama(tmp_path)
+    assert sorted(scan.found) == [
+        "hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M",
+        "qwen2.5:7b",
+        "someone/mine:latest",
+    ]
+    assert scan.found["qwen2.5:7b"] == blob and scan.refused == {}
+    facts = describe_checkpoint(scan.found["qwen2.5:7b"])  # a blob without .gguf: its magic says GGUF
+    assert facts is not None and (facts.family, facts.architecture) == ("llama", "decoder")
+    assert facts.size_bytes == tiny_gguf.stat().st_size and facts.quantization == "Q8_0"
+
+
+def test_describe_counts_the_weights_of_a_gguf_and_a_folder(
+    tiny_checkpoints: dict[str, Path], tiny_gguf: Path
+) -> None:
+    from safetensors.torch import load_file
+
+    folder = tiny_checkpoints["llama"]
+    weights = sum(t.numel() for t in load_file(folder / "model.safetensors").values())
+    gguf_facts, folder_facts = describe_checkpoint(tiny_gguf), describe_checkpoint(folder)
+    assert folder_facts is not None and folder_facts.parameters == weights
+    assert (
+        folder_facts.family == "llama"
+        and folder_facts.size_bytes == (folder / "model.safetensors").stat().st_size
+    )
+    # the GGUF holds the same weights (its LM head tied, as the checkpoint's)
+    assert gguf_facts is not None and gguf_facts.parameters == weights
+
+
+def test_ollama_lists_every_broken_entry_with_its_reason(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A manifest that is not JSON, one without a model layer, a missing blob, a digest that would lead
+    outside the store, a blob linking outside: each is refused with a sentence, none is opened."""
+    outside = tmp_path_factory.mktemp("outside")
+    (outside / "secret").write_bytes(b"GGUF secret")
+    ollama_manifest(tmp_path, (*LIBRARY, "text", "latest"), "not json {")
+    ollama_manifest(
+        tmp_path,
+        (*LIBRARY, "nolayer", "latest"),
+        [{"mediaType": "application/vnd.ollama.image.license", "digest": f"sha256:{HEX}"}],
+    )
+    ollama_manifest(
+        tmp_path, (*LIBRARY, "gone", "latest"), [{"mediaType": OLLAMA_MODEL, "digest": f"sha256:{HEX}"}]
+    )
+    for tag, digest in {
+        "dots": "sha256:../../etc/passwd",
+        "absolute": str(outside / "secret"),
+        "number": 7,
+    }.items():
+        ollama_manifest(tmp_path, (*LIBRARY, "escape", tag), [{"mediaType": OLLAMA_MODEL, "digest": digest}])
+    blobs = tmp_path / "blobs"
+    blobs.mkdir(exist_ok=True)
+    (blobs / f"sha256-{'cd' * 32}").symlink_to(outside / "secret")
+    ollama_manifest(
+        tmp_path,
+        (*LIBRARY, "linked", "latest"),
+        [{"mediaType": OLLAMA_MODEL, "digest": f"sha256:{'cd' * 32}"}],
+    )
+    os.mkfifo(blobs / f"sha256-{'ef' * 32}")
+    ollama_manifest(
+        tmp_path, (*LIBRARY, "fifo", "latest"), [{"mediaType": OLLAMA_MODEL, "digest": f"sha256-{'ef' * 32}"}]
+    )
+    (tmp_path / "manifests" / "registry.ollama.ai" / "library" / "link").mkdir()
+    (tmp_path / "manifests" / "registry.ollama.ai" / "library" / "link" / "latest").symlink_to(
+        outside / "secret"
+    )
+    scan = stores.ollama(tmp_path)
+    assert scan.found == {}
+    why = scan.refused
+    assert "not JSON" in why["text:latest"]
+    assert "no application/vnd.ollama.image.model layer" in why["nolayer:latest"]
+    assert "is missing" in why["gone:latest"]
+    for tag in ("dots", "absolute", "number"):
+        assert "is not sha256:<64 hex digits>" in why[f"escape:{tag}"], tag
+    assert "outside the store" in why["linked:latest"] and "outside the store" in why["link:latest"]
+    assert "is a FIFO" in why["fifo:latest"]
+
+
+def test_lmstudio_registers_publisher_model_file(
+    tmp_path: Path, tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    path = lmstudio_model(
+        tmp_path,
+        "lmstudio-community",
+        "Qwen2.5-7B-Instruct-GGUF",
+        "Qwen2.5-7B-Instruct-Q4_K_M.gguf",
+        tiny_gguf,
+    )
+    lmstudio_model(tmp_path, "pub", "model", "README.md", b"not a model")
+    outside = tmp_path_factory.mktemp("far") / "far.gguf"
+    outside.write_bytes(b"GGUF")
+    (tmp_path / "pub" / "model" / "far.gguf").symlink_to(outside)
+    scan = stores.lmstudio(tmp_path)
+    assert scan.found == {"lmstudio-community/Qwen2.5-7B-Instruct-GGUF/Qwen2.5-7B-Instruct-Q4_K_M": path}
+    assert list(scan.refused) == ["pub/model/far"] and "outside the store" in scan.refused["pub/model/far"]
+
+
+def test_huggingface_snapshots_by_repo_id_links_only_inside(
+    tmp_path: Path, tiny_checkpoints: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    families = frozenset(CONVERTERS)
+    snapshot = hf_snapshot(tmp_path, "Qwen/Qwen2.5-0.5B-Instruct", tiny_checkpoints["qwen2"])
+    older = hf_snapshot(
+        tmp_path, "Qwen/Qwen2.5-0.5B-Instruct", tiny_checkpoints["qwen2"], revision="f" * 40, main=False
+    )
+    hf_snapshot(tmp_path, "gpt2", tiny_checkpoints["gpt2"])
+    leaky = hf_snapshot(tmp_path, "evil/leak", tiny_checkpoints["bert"])
+    secret = tmp_path_factory.mktemp("secret") / "weights"
+    secret.write_bytes(b"x")
+    (leaky / "extra.safetensors").symlink_to(secret)
+    other = tmp_path / "models--org--vision" / "snapshots" / REVISION
+    other.mkdir(parents=True)
+    (other / "config.json").write_text(json.dumps({"model_type": "clip"}))  # a family we do not convert
+    broken = tmp_path / "models--org--broken" / "snapshots" / REVISION
+    broken.mkdir(parents=True)
+    (broken / "config.json").write_text("{ nope")
+    (tmp_path / "datasets--org--data" / "snapshots").mkdir(parents=True)
+    scan = stores.huggingface(tmp_path, families)
+    assert scan.found == {
+        "Qwen/Qwen2.5-0.5B-Instruct": snapshot,
+        f"Qwen/Qwen2.5-0.5B-Instruct@{older.name}": older,
+        "gpt2": tmp_path / "models--gpt2" / "snapshots" / REVISION,
+    }
+    assert set(scan.refused) == {"evil/leak", "org/broken"}
+    assert "outside the store" in scan.refused["evil/leak"] and "not JSON" in scan.refused["org/broken"]
+    facts = describe_checkpoint(snapshot)
+    assert facts is not None and facts.family == "qwen2" and facts.parameters
+
+
+def test_default_folders_follow_each_tools_own_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OLLAMA_MODELS", raising=False)
+    assert stores.default_ollama_models(tmp_path) in (None, Path("/usr/share/ollama/.ollama/models"))
+    (tmp_path / ".ollama" / "models").mkdir(parents=True)
+    assert stores.default_ollama_models(tmp_path) == tmp_path / ".ollama" / "models"
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "elsewhere"))
+    (tmp_path / "elsewhere").mkdir()
+    assert stores.default_ollama_models(tmp_path) == tmp_path / "elsewhere"
+    assert stores.default_lmstudio_models(tmp_path) is None
+    (tmp_path / ".lmstudio" / "models").mkdir(parents=True)
+    assert stores.default_lmstudio_models(tmp_path) == tmp_path / ".lmstudio" / "models"
