@@ -27,6 +27,7 @@ __all__ = [
     "PROVENANCE",
     "TOKENIZER_VOCABULARIES",
     "Checked",
+    "check_conversion",
     "check_directory",
     "check_files",
     "is_conversion",
@@ -123,10 +124,12 @@ def _check_tokenizer_files(directory: Path) -> None:
 
 
 def check_directory(directory: Path) -> tuple[dict[str, Any], Converter, list[Path]]:
-    """Config, converter and weight files of a checkpoint directory, or the error loading it would give."""
+    """Config, converter and weight files of a checkpoint directory, or the error loading it would give. A
+    GGUF file's cached config and tokenizer (is_conversion) has no weight files: its tensors are read from
+    the GGUF itself (mha.loading.gguf_weights)."""
     config = _read_config_json(directory)
     converter = for_model_type(config.get("model_type"), source=str(directory / "config.json"))
-    weights = weight_files(directory)
+    weights = [] if is_conversion(directory) else weight_files(directory)
     _check_tokenizer_files(directory)
     return config, converter, weights
 
@@ -153,6 +156,15 @@ def check_files(directory: Path) -> Checked:
     if shapes is not None:
         check_shapes(shapes, converter.key_map(config), config, family=converter.family)
     return Checked(converter, files, hf_config, config)
+
+
+def check_conversion(directory: Path) -> Checked:
+    """A GGUF file's cached config and tokenizer (mha.loading.gguf_checkpoint: no weight files, the tensors
+    are read from the GGUF itself): config.json of a family we convert, read as its config, and the
+    tokenizer's vocabulary; `weights` is empty."""
+    _, converter, weights = check_directory(directory)
+    hf_config, config = read_config(directory, converter)
+    return Checked(converter, weights, hf_config, config)
 
 
 def _check_family(

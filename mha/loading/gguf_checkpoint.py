@@ -1,27 +1,24 @@
-"""GGUF files (llama.cpp's format: ollama, LM Studio) as checkpoints: found, checked, converted once.
+"""GGUF files (llama.cpp's format: ollama, LM Studio) as checkpoints: found, checked, read in place.
 
 No GGUF parser of our own. transformers' GGUF reader (or, for what it does not size, gguf's GGUFReader,
 llama.cpp's) reads the header for the cheap check: the architecture, each tensor's type and extent.
-transformers' GGUF utilities do the conversion: load_gguf_checkpoint gives the config and the dequantized
-tensors under Hugging Face names, AutoTokenizer(gguf_file=...) the tokenizer. What they give is written as
-an ordinary checkpoint directory (config.json, model.safetensors, tokenizer files with the chat template)
-in the cache (mha.loading.model_cache), keyed by the file's SHA-256 and checked as any is
-(mha.loading.checkpoint_files), and mha.loading.checkpoint and mha.loading.convert read that directory as
-they read any: the first load of a file converts it (seconds to minutes: every tensor dequantized to
-float32), later ones read the cached directory.
+transformers' GGUF utilities give what is slow to rebuild from it: load_gguf_checkpoint the config, its
+GGUF name map each tensor's transformers name, AutoTokenizer(gguf_file=...) the tokenizer. Those are kept
+in the cache (mha.loading.model_cache) as a checkpoint directory without weights (config.json, the
+tokenizer files with the chat template, gguf.json, gguf_names.json), keyed by the SHA-256 of the file's
+header: everything the folder holds comes from the header alone, and hashing it takes milliseconds where
+hashing a 5 GB file takes seconds. The tensors are never converted: mha.loading.gguf_weights reads them
+from the file itself at each load, quantized matrices staying as their ggml blocks.
 """
 
 from __future__ import annotations
 
-import functools
+import hashlib
 import json
 import logging
 import math
-import os
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -32,10 +29,11 @@ from mha.errors import (
     CheckpointNotFoundError,
     UnsupportedCheckpointError,
 )
-from mha.loading import model_cache
-from mha.loading.checkpoint_files import PROVENANCE, Checked, check_files, is_conversion
-from mha.loading.convert import CONVERTERS
+from mha.loading import gguf_weights, model_cache
+from mha.loading.checkpoint_files import PROVENANCE, Checked, check_conversion, is_conversion
+from mha.loading.convert import CONVERTERS, check_shapes
 from mha.loading.gguf_bounds import check_bounds, check_config, config_keys
+from mha.loading.gguf_reading import one_reading
 
 __all__ = [
     "BUNDLED_LLM_NAME",
@@ -48,8 +46,11 @@ __all__ = [
     "cached_directory",
     "checkpoint_directory",
     "find_gguf",
+    "header_digest",
     "is_conversion",
     "read_header",
+    "Names",
+    "read_names",
     "source_name",
     "supported_architectures",
 ]
@@ -59,10 +60,13 @@ logger = logging.getLogger(__name__)
 GGUF_SUFFIX = ".gguf"
 _MAGIC = b"GGUF"  # every GGUF file's first four bytes
 # The cache folder's kind: a new version when what a conversion writes changes, so older folders are unused
-CACHE_KIND = "gguf-v1"
+# (gguf-v1 held every tensor dequantized to float32; gguf-v2 holds no tensor)
+CACHE_KIND = "gguf-v2"
 FILE_TYPE_KEY = "general.file_type"  # llama.cpp's LlamaFileType: the file's quantization as a whole
+NAMES = "gguf_names.json"  # in the cache folder: llama.cpp's tensor names -> transformers'
+_HEADER_HASH = "sha256"
 _NOT_TAKEN = frozenset({"t5"})  # see supported_architectures
-# One lock per file content (its SHA-256): a file is converted once however many load it at once, and
+# One lock per header content (its SHA-256): a file is read once however many load it at once, and
 # never waits for another file's conversion.
 _FILE_LOCKS: dict[str, threading.Lock] = {}
 _FILE_LOCKS_GUARD = threading.Lock()
@@ -257,35 +261,52 @@ def _header_fields(
 
 
 def architecture(file: Path) -> str:
-    """What a GGUF file holds ("decoder": every architecture we take from GGUF is one), without converting
-    it: its cached conversion is checked where its digest is known (milliseconds), else its header
-    (read_header's checks)."""
-    folder = cached_directory(file, hash_file=False)
-    if folder is not None:
-        try:
-            check_files(folder)
-            return "decoder"
-        except CheckpointError:
-            pass  # a damaged cache entry: loading writes it anew; the file itself decides here
+    """What a GGUF file holds ("decoder": every architecture we take from GGUF is one), from its header
+    (read_header's checks), without reading a tensor or the cache."""
     read_header(file)
     return "decoder"
 
 
-def cached_directory(file: Path, *, hash_file: bool = True) -> Path | None:
-    """The cached conversion of `file`, if there is one. hash_file=False looks only where the file's
-    digest is already remembered (hashing a large file takes seconds)."""
-    digest = model_cache.file_digest(file) if hash_file else model_cache.known_digest(file)
-    return None if digest is None else model_cache.cached_folder(CACHE_KIND, digest)
+def header_digest(file: Path) -> str:
+    """The SHA-256 of the file's header (every byte before its tensor data): what the cache is keyed by."""
+    _, data_start = gguf_weights.tensor_table(file)
+    with file.open("rb") as f:
+        return hashlib.new(_HEADER_HASH, f.read(data_start)).hexdigest()
+
+
+def cached_directory(file: Path) -> Path | None:
+    """The cached config and tokenizer of `file`, if there are any."""
+    return model_cache.cached_folder(CACHE_KIND, header_digest(file))
+
+
+class Names(NamedTuple):
+    """What the cache keeps for reading the tensors as transformers does (mha.loading.gguf_weights)."""
+
+    names: dict[str, str]  # llama.cpp's tensor name -> transformers'
+    processor_config: dict[str, Any]  # load_gguf_checkpoint's config, which its tensor processor reads
+
+
+def read_names(folder: Path) -> Names:
+    """The names a cache folder keeps; a missing or damaged file is a CheckpointNotFoundError."""
+    try:
+        kept = json.loads((folder / NAMES).read_text(encoding="utf-8"))
+        names, processor_config = kept["names"], kept["processor_config"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointNotFoundError(f"{folder / NAMES} is unreadable: {exc}") from exc
+    if not isinstance(names, dict) or not isinstance(processor_config, dict):
+        raise CheckpointNotFoundError(f"{folder / NAMES} is not a map of tensor names")
+    return Names({str(k): str(v) for k, v in names.items()}, processor_config)
 
 
 def checkpoint_directory(file: Path) -> Path:
-    """A checkpoint directory holding `file` converted: the cached one, or one converted now (and cached;
+    """A directory holding `file`'s config and tokenizer: the cached one, or one written now (and cached;
     where the cache cannot be written, a temporary one, with a warning). Raises what read_header does,
-    and a CheckpointError for a file transformers cannot convert or whose tensors our family's key map
-    refuses: nothing half-converted is ever cached."""
-    digest = model_cache.file_digest(file)
-    with _file_lock(digest):  # a second load of the same content waits, then finds it cached
-        return _cached_or_converted(file, digest)
+    and a CheckpointError for a file transformers cannot read: nothing half-written is ever cached. The
+    tensors are read from `file` itself (mha.loading.gguf_weights), never from here."""
+    header = read_header(file)
+    digest = header_digest(file)
+    with _file_lock(digest):  # a second load of the same header waits, then finds it cached
+        return _cached_or_converted(file, header, digest)
 
 
 def _file_lock(digest: str) -> threading.Lock:
@@ -293,52 +314,51 @@ def _file_lock(digest: str) -> threading.Lock:
         return _FILE_LOCKS.setdefault(digest, threading.Lock())
 
 
-def _cached_or_converted(file: Path, digest: str) -> Path:
+def _cached_or_converted(file: Path, header: Header, digest: str) -> Path:
     folder = model_cache.cached_folder(CACHE_KIND, digest)
     if folder is not None:
         try:
-            check_files(folder)
+            check_conversion(folder)
+            read_names(folder)
             return folder
-        except CheckpointError as exc:  # damaged since it was written: convert again
+        except CheckpointError as exc:  # damaged since it was written: write it again
             logger.warning(
-                "the cached conversion of %s in %s is unusable (%s): converting again", file, folder, exc
+                "the cached config of %s in %s is unusable (%s): reading it again", file, folder, exc
             )
             model_cache.discard(folder)
-    header = read_header(file)
     logger.info(
-        "converting %s (GGUF %s: %s) once; later loads read the cache",
-        file,
-        header.architecture,
-        header.tensor_types,
+        "reading the config and tokenizer of %s (GGUF %s) once; later loads read the cache", file, header
     )
     write = _convert(file, header, digest)
     try:
         return model_cache.publish_folder(CACHE_KIND, digest, write)
     except OSError as exc:  # not even a temporary folder could be written
-        raise CheckpointError(f"{file} could not be converted: no folder to write it to ({exc})") from exc
+        raise CheckpointError(f"{file} could not be read: no folder to write its config to ({exc})") from exc
 
 
 def _convert(file: Path, header: Header, digest: str) -> Callable[[Path], None]:
-    """`file` converted in memory (config, dequantized tensors, tokenizer), and a function that writes
-    it as a checkpoint directory and checks that directory as loading will (check_files)."""
-    from safetensors.torch import save_file
-
+    """`file`'s config, name map and tokenizer read, and a function that writes them as a checkpoint
+    directory without weights and checks it as loading will (check_conversion)."""
     try:
-        hf_config, tensors, tokenizer = _read(file)
+        hf_config, names, tokenizer = _read(file)
     except CheckpointError:
         raise
-    except NotImplementedError as exc:  # a tensor type gguf cannot dequantize
-        raise UnsupportedCheckpointError(f"{file} could not be converted: {exc}") from exc
     except Exception as exc:  # transformers and gguf raise ValueError, KeyError, TypeError... for bad files
         why = " ".join(str(exc).split())
-        raise CheckpointNotFoundError(f"{file} could not be converted: {type(exc).__name__}: {why}") from exc
+        raise CheckpointNotFoundError(f"{file} could not be read: {type(exc).__name__}: {why}") from exc
 
     def write(folder: Path) -> None:
         hf_config.save_pretrained(folder)
-        save_file(tensors, str(folder / "model.safetensors"))
         tokenizer.save_pretrained(folder)
+        kept = {"names": names.names, "processor_config": names.processor_config}
+        (folder / NAMES).write_text(json.dumps(kept, indent=1, default=repr) + "\n", encoding="utf-8")
         (folder / PROVENANCE).write_text(json.dumps(_provenance(file, header, digest), indent=2) + "\n")
-        checked = check_files(folder)  # the names and shapes our key map wants: a mis-shaped file fails here
+        checked = check_conversion(folder)
+        # the tensors' names and shapes, from the header, against our key map: a mis-shaped file fails here
+        shapes = gguf_weights.hf_shapes(file, header.architecture, names.processor_config, names.names)
+        check_shapes(
+            shapes, checked.converter.key_map(checked.config), checked.config, family=checked.converter.family
+        )
         _keep_config(folder, checked)
 
     return write
@@ -368,94 +388,33 @@ def _keep_config(folder: Path, checked: Checked) -> None:
         (folder / config_snapshot.SNAPSHOT).unlink()
 
 
-# What the conversion running in this thread shares: its readers by (path, mode) and its name maps by
-# arguments; None outside a conversion (see _one_reading).
-_SHARED: ContextVar[dict[tuple[Any, ...], Any] | None] = ContextVar("gguf_shared", default=None)
-_PATCH_GUARD = threading.Lock()
-_patched = 0  # conversions in progress, which keep gguf's stand-ins installed
-
-
-@contextmanager
-def _one_reading() -> Iterator[None]:
-    """Within it, gguf's GGUFReader and get_tensor_name_map answer each question of this thread's
-    conversion once.
-
-    transformers' GGUF loader parses the file's metadata anew for the config, for the tensors and for the
-    tokenizer's config (a GGUFReader each: seconds for a 49,152-token vocabulary, read field by field),
-    and builds a fresh gguf name map for every submodule of the model (hundreds). The same file gives the
-    same reader and the same arguments the same map, so sharing them is the same conversion in under half
-    the time.
-
-    Why a patch of gguf's module: transformers takes a path, never a reader, and looks both names up in
-    gguf at each call (`from gguf import GGUFReader` inside load_gguf_checkpoint, which AutoTokenizer
-    calls too), so there is nothing to pass them through. The stand-ins are installed while any conversion
-    runs and each looks up the calling thread's own cache (_SHARED, a ContextVar): conversions of
-    different files run at once, each sharing only its own readings, and any other caller (a header check
-    in another thread) gets gguf's own answer."""
-    import gguf
-
-    global _patched
-    token = _SHARED.set({})
-    with _PATCH_GUARD:
-        if _patched == 0:
-            _install(gguf)
-        _patched += 1
-    try:
-        yield
-    finally:
-        _SHARED.reset(token)
-        with _PATCH_GUARD:
-            _patched -= 1
-            if _patched == 0:
-                gguf.GGUFReader, gguf.get_tensor_name_map = _ORIGINAL  # type: ignore[misc]
-
-
-_ORIGINAL: tuple[Any, Any] = (None, None)  # gguf's own GGUFReader and get_tensor_name_map
-
-
-def _install(gguf: Any) -> None:
-    """gguf's GGUFReader and get_tensor_name_map replaced by stand-ins that share within a conversion."""
-    global _ORIGINAL
-    reader, name_map = _ORIGINAL = gguf.GGUFReader, gguf.get_tensor_name_map
-
-    def shared(key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
-        cache = _SHARED.get()
-        if cache is None:  # not this thread's conversion
-            return make()
-        if key not in cache:
-            cache[key] = make()
-        return cache[key]
-
-    def shared_reader(path: str | os.PathLike[str], mode: str = "r") -> Any:
-        return shared(("reader", os.fspath(path), mode), lambda: reader(path, mode))
-
-    @functools.wraps(name_map)
-    def shared_name_map(*args: Any, **kwargs: Any) -> Any:
-        return shared(("names", args, tuple(sorted(kwargs.items()))), lambda: name_map(*args, **kwargs))
-
-    gguf.GGUFReader, gguf.get_tensor_name_map = shared_reader, shared_name_map
-
-
-def _read(file: Path) -> tuple[Any, dict[str, torch.Tensor], Any]:
-    """(transformers config, {Hugging Face name: float32 tensor}, fast tokenizer) of a GGUF file."""
-    with _one_reading():
+def _read(file: Path) -> tuple[Any, Names, Any]:
+    """(transformers config, {llama.cpp's tensor name: transformers'}, fast tokenizer) of a GGUF file."""
+    with one_reading():
         return _read_once(file)
 
 
-def _read_once(file: Path) -> tuple[Any, dict[str, torch.Tensor], Any]:
+def _read_once(file: Path) -> tuple[Any, Names, Any]:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+    from transformers.modeling_gguf_pytorch_utils import (
+        TENSOR_PROCESSORS,
+        TensorProcessor,
+        get_gguf_hf_weights_map,
+        load_gguf_checkpoint,
+    )
 
     parsed = load_gguf_checkpoint(str(file), return_tensors=False)
     fields = {k: v for k, v in parsed["config"].items() if not k.startswith("_")}
     model_type = fields.pop("model_type")
     hf_config = AutoConfig.for_model(model_type, **fields)
-    # load_gguf_checkpoint names the tensors after a model's parameters: an empty one (meta) tells them
+    # transformers names the tensors after a model's parameters: an empty one (meta) tells them
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(hf_config)
-    tensors = load_gguf_checkpoint(str(file), return_tensors=True, model_to_load=skeleton)["tensors"]
+    arch = read_header(file).architecture
+    processor = TENSOR_PROCESSORS.get(arch, TensorProcessor)(config=parsed["config"])
+    names = get_gguf_hf_weights_map(skeleton, processor)
     tokenizer = AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name, local_files_only=True)
-    return hf_config, {name: t.contiguous() for name, t in tensors.items()}, tokenizer
+    return hf_config, Names(dict(names), dict(parsed["config"])), tokenizer
 
 
 def _provenance(file: Path, header: Header, digest: str) -> dict[str, Any]:

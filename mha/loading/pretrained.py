@@ -12,6 +12,7 @@ results, DEFAULT_MODEL_NAME, check_checkpoint, resolve_device).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -26,10 +27,11 @@ from mha.errors import CheckpointNotFoundError
 from mha.loading import checkpoint, gguf_checkpoint
 from mha.loading.attention_model import AttentionModel
 from mha.loading.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint, default_model_path
-from mha.loading.checkpoint_files import check_files
+from mha.loading.checkpoint_files import Checked, check_conversion, check_files
 from mha.loading.convert import Converter, convert_state_dict
 from mha.loading.convert.base import build_network as make_network
 from mha.loading.convert.base import forced_tokens
+from mha.loading.gguf_packed import DEFAULT_DEQUANT_CACHE_BYTES
 from mha.networks.model import Transformer, TransformerConfig
 from mha.networks.result import AttentionResult, ModelInfo, Seq2SeqResult
 from mha.networks.seq2seq import EncoderDecoder, Seq2SeqConfig
@@ -74,11 +76,14 @@ def load_pretrained(
     device: str | torch.device = "auto",
     dtype: str | torch.dtype | None = None,
     name: str | None = None,
+    dequant_cache_bytes: int = DEFAULT_DEQUANT_CACHE_BYTES,
 ) -> AttentionModel:
     """A Hugging Face checkpoint directory (an encoder, a decoder, or an encoder-decoder of
     mha.loading.convert.CONVERTERS), or a GGUF file (or a directory holding one) of an architecture we convert
-    (mha.loading.gguf_checkpoint: converted on first use, read from $HEADSCOPE_CACHE_DIR after), in our
-    layers.
+    (mha.loading.gguf_checkpoint: its config and tokenizer read on first use, from $HEADSCOPE_CACHE_DIR
+    after), in our layers. A GGUF's quantized matrices stay as their ggml blocks, dequantized layer by
+    layer in the forward (mha.loading.gguf_packed); up to `dequant_cache_bytes` of dequantized weights
+    are kept between forwards.
 
     path None or "all-MiniLM-L6-v2" is the embedded default. A path that is not a directory is taken as a
     hub id and fetched only then (needs the network). The tokenizer comes from the checkpoint's own files.
@@ -94,15 +99,19 @@ def load_pretrained(
     torch_dtype = resolve_dtype(dtype, torch_device)
 
     # Reads no tensor: a broken checkpoint fails here, cheaply.
-    converter, weight_files, hf_config, config = check_files(directory)
+    checked = check_conversion(directory) if gguf_file else check_files(directory)
+    converter, weight_files, hf_config, config = checked
     if isinstance(config, Seq2SeqConfig):
         config = _with_generation_config(config, directory)
     # Before the weights: fails cheaply.
     tokenizer = checkpoint.load_tokenizer(directory, config.vocab_size, slow=converter.slow_tokenizer)
+    gguf_head: Callable[[], torch.Tensor | None] | None = None
+    if gguf_file is not None:
+        built, gguf_head = _gguf_network(gguf_file, directory, checked, dequant_cache_bytes)
+    else:
+        built = build_network(config, converter, weight_files)
     # As transformers places it: T5 in float16 keeps its feed-forward output projections in float32.
-    network = cast_network(
-        build_network(config, converter, weight_files), device=torch_device, dtype=torch_dtype
-    )
+    network = cast_network(built, device=torch_device, dtype=torch_dtype)
     _refuse_non_finite(network, gguf_file or directory)
     info = ModelInfo.of(config, name=name, family=converter.family, device=torch_device, dtype=torch_dtype)
     chat_template = bool(getattr(tokenizer, "chat_template", None))
@@ -113,12 +122,15 @@ def load_pretrained(
     lm_head = logits_bias = None
     if isinstance(network, EncoderDecoder):
         # As transformers 5 loads them: the checkpoint's own head where it has one, else the tied one.
-        lm_head = partial(_lm_head_weight, network.decoder, weight_files, False, converter.lm_head)
+        lm_head = partial(
+            _lm_head_weight, network.decoder, partial(_read_tensor, weight_files, converter.lm_head), False
+        )
         if converter.logits_bias is not None:
             logits_bias = partial(checkpoint.load_tensor, weight_files, converter.logits_bias)
     elif isinstance(config, TransformerConfig) and config.causal:
         tied = bool(getattr(hf_config, "tie_word_embeddings", False))
-        lm_head = partial(_lm_head_weight, network, weight_files, tied, converter.lm_head)
+        read = gguf_head or partial(_read_tensor, weight_files, converter.lm_head)
+        lm_head = partial(_lm_head_weight, network, read, tied)
     eos = getattr(hf_config, "eos_token_id", None)
     return AttentionModel(
         network,
@@ -186,10 +198,37 @@ def build_network(
     return cast("Transformer | EncoderDecoder", network.eval())
 
 
-def _lm_head_weight(network: Transformer, files: list[Path], tied: bool, name: str) -> torch.Tensor:
+def _lm_head_weight(
+    network: Transformer, read: Callable[[], torch.Tensor | None], tied: bool
+) -> torch.Tensor:
     """The checkpoint's LM head, or the token embeddings where it ties them (GPT-2, Gemma, small Qwens)."""
-    weight = None if tied else checkpoint.load_tensor(files, name)
+    weight = None if tied else read()
     return network.embeddings.token.weight.detach() if weight is None else weight
+
+
+def _read_tensor(files: list[Path], name: str) -> torch.Tensor | None:
+    return checkpoint.load_tensor(files, name)
+
+
+def _gguf_network(
+    file: Path, directory: Path, checked: Checked, dequant_cache_bytes: int
+) -> tuple[Transformer | EncoderDecoder, Callable[[], torch.Tensor | None]]:
+    """Our network holding a GGUF's tensors as they are in the file (mha.loading.gguf_weights), and what
+    reads its LM head (dequantized when asked: only a continuation needs it)."""
+    from mha.loading import gguf_weights
+    from mha.loading.gguf_packed import Blocks, DequantBudget
+
+    header = gguf_checkpoint.read_header(file)
+    kept = gguf_checkpoint.read_names(directory)
+    theirs = gguf_weights.read_tensors(file, header.architecture, kept.processor_config, kept.names)
+    budget = DequantBudget(dequant_cache_bytes)
+    network = gguf_weights.gguf_network(checked.config, checked.converter, theirs, budget, source=file)
+    head = theirs.get(checked.converter.lm_head)
+
+    def read() -> torch.Tensor | None:
+        return head.dense() if isinstance(head, Blocks) else head
+
+    return network, read
 
 
 def random_model(

@@ -27,9 +27,11 @@ from mha.errors import (
     CheckpointNotFoundError,
     UnsupportedCheckpointError,
 )
+from mha.loading import gguf_checkpoint
 from mha.loading import model_cache as cache
 from mha.loading.checkpoint import check_checkpoint
 from mha.loading.gguf_checkpoint import CACHE_KIND, supported_architectures
+from mha.loading.gguf_packed import PackedLinear
 from mha.loading.pretrained import checkpoint_architecture
 
 TEXTS = ("The cat sat on the mat. The dog sat on the log.", "Ünïcödé: naïve café, 東京 🙂 and 12345.")
@@ -129,11 +131,15 @@ def test_every_quantization_type_dequantizes(tmp_path: Path) -> None:
     (tmp_path / "mixed").mkdir()
     file = write_gguf(source, tmp_path / "mixed" / "mixed.gguf", types=types)
     ours = load_pretrained(file, device="cpu")
-    cached = cache.cached_folder(CACHE_KIND, cache.file_digest(file))
+    cached = gguf_checkpoint.cached_directory(file)
     assert cached is not None
     written = json.loads((cached / "gguf.json").read_text())["tensor_types"]
     assert set(written) == set(QUANT_TYPES)
     assert all(torch.isfinite(p).all() for p in ours.network.parameters())
+    # q, k and v of another type each (BF16 values, Q8_0 and Q4_0 blocks in layer 0): one fused projection
+    in_proj = ours.network.layers[0].attn.in_proj
+    assert isinstance(in_proj, PackedLinear) and len(set(in_proj.kinds)) == 3
+    assert all(torch.isfinite(m.weight).all() for m in ours.network.modules() if isinstance(m, PackedLinear))
     _check_parity(ours, file)
 
 
@@ -177,7 +183,7 @@ def test_an_architecture_we_do_not_convert_is_refused_by_name(
             UnsupportedCheckpointError, match=f"architecture '{architecture}'.*takes GGUF files of {taken}$"
         ):
             call(file)
-    assert not list((session_cache / CACHE_KIND).glob(f"{cache.file_digest(file)}*"))
+    assert not list((session_cache / CACHE_KIND).glob(f"{gguf_checkpoint.header_digest(file)}*"))
 
 
 def test_the_startup_check_reads_the_header_and_converts_nothing(
@@ -226,7 +232,7 @@ def test_missing_and_misshaped_tensors_are_named_and_nothing_is_cached(
     ) as caught:
         load_pretrained(file, device="cpu")
     assert "layers.0.mlp.up_proj.weight (64, 64)" in str(caught.value)
-    digest = cache.file_digest(file)
+    digest = gguf_checkpoint.header_digest(file)
     assert not list((session_cache / CACHE_KIND).glob(f"*{digest}*"))  # neither published nor left behind
 
 

@@ -1,6 +1,6 @@
-"""The cache of converted GGUF files (mha.loading.model_cache): used on the second load, keyed by content,
-never trusting a write that did not finish, and converting into a temporary folder where it cannot be
-written."""
+"""The cache of GGUF files' configs and tokenizers (mha.loading.model_cache): used on the second load, keyed
+by the header's content, never trusting a write that did not finish, and written into a temporary folder
+where it cannot be written. It holds no tensor: those are read from the file at each load."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import torch
 from gguf_files import write_gguf
 from spies import record_calls
 
@@ -54,16 +55,17 @@ def test_the_second_load_reads_the_cache_and_hashes_nothing(
 ) -> None:
     conversions = _conversions(monkeypatch)
     first = load_pretrained(llama_gguf, device="cpu").attend(TEXT).attentions
-    digest = cache.file_digest(llama_gguf)
+    digest = gguf_checkpoint.header_digest(llama_gguf)
     folder = cache_dir / CACHE_KIND / digest
     written = {p.name for p in folder.iterdir()}
     assert {
         "config.json",
-        "model.safetensors",
+        "gguf_names.json",
         "tokenizer.json",
         "tokenizer_config.json",
         "gguf.json",
     } <= written
+    assert not {"model.safetensors", "pytorch_model.bin"} & written  # no tensor: read from the file itself
     assert "chat_template.jinja" in written  # the tiny Llama's chat template, kept
     monkeypatch.setattr(cache, "_digests", {})  # a fresh process: only the digest file on disk remains
 
@@ -76,45 +78,54 @@ def test_the_second_load_reads_the_cache_and_hashes_nothing(
     assert (again == first).all()
 
 
-def test_the_cache_is_keyed_by_content(
+def test_the_cache_is_keyed_by_the_headers_content(
     llama_gguf: Path, cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Everything the folder holds comes from the header: a renamed copy finds it, and new tensor bytes under
+    the same header find it too (and are the ones the model holds)."""
     conversions = _conversions(monkeypatch)
-    load_pretrained(llama_gguf, device="cpu")
+    first = load_pretrained(llama_gguf, device="cpu").attend(TEXT).attentions
     copy = tmp_path / "elsewhere" / "renamed.gguf"
     copy.parent.mkdir()
     shutil.copy(llama_gguf, copy)
     assert load_pretrained(copy, device="cpu").info.name == "renamed"
-    assert len(conversions) == 1  # the same bytes: the same folder
-    copy.write_bytes(copy.read_bytes()[:-4] + b"\x00\x01\x02\x03")  # the last tensor's last bytes changed
+    assert len(conversions) == 1  # the same header: the same folder
+
+    data = bytearray(copy.read_bytes())
+    norm = _tensor_span(copy, "blk.0.attn_norm.weight")
+    data[norm] = bytes(len(data[norm]))  # the first layer's norm weights all 0 (F32 zeros)
+    copy.write_bytes(bytes(data))
+    changed = load_pretrained(copy, device="cpu").attend(TEXT).attentions
+    assert len(conversions) == 1
+    assert not torch.allclose(changed, first)  # the tensors come from the file, not from the cache
+
+
+def test_a_header_changed_in_place_is_read_again(
+    llama_gguf: Path, cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Even with its size and mtime as they were (cp -p, rsync -t, touch -d): keyed by the header's bytes."""
+    conversions = _conversions(monkeypatch)
+    copy = tmp_path / "edited.gguf"
+    shutil.copy(llama_gguf, copy)
     load_pretrained(copy, device="cpu")
-    assert len(conversions) == 2
+    data = bytearray(copy.read_bytes())
+    before = copy.stat()
+    at = bytes(data).index(b"tiny")  # general.name, in the header
+    data[at : at + 4] = b"tinz"
+    with copy.open("r+b") as f:
+        f.write(bytes(data))
+    os.utime(copy, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (copy.stat().st_size, copy.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    load_pretrained(copy, device="cpu")
+    assert conversions == [copy, copy]
     assert len(list((cache_dir / CACHE_KIND).iterdir())) == 2
 
 
-def test_a_file_changed_in_place_is_hashed_and_converted_again(
-    llama_gguf: Path, cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Even with its size and mtime as they were (cp -p, rsync -t, touch -d): its ctime has moved."""
-    conversions = _conversions(monkeypatch)
-    file = tmp_path / "edited.gguf"
-    shutil.copy(llama_gguf, file)
-    load_pretrained(file, device="cpu")
-    before = file.stat()
-    assert cache.known_digest(file) is not None  # remembered: the next load would not hash the file
-    with file.open("r+b") as f:
-        f.seek(-4, os.SEEK_END)
-        f.write(b"\x00\x01\x02\x03")  # the last tensor's last bytes
-    os.utime(file, ns=(before.st_atime_ns, before.st_mtime_ns))
-    after = file.stat()
-    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
-    assert after.st_ino == before.st_ino
-    monkeypatch.setattr(cache, "_digests", {})  # a fresh process
-    load_pretrained(file, device="cpu")
-    assert conversions == [file, file]
-    digest = hashlib.sha256(file.read_bytes()).hexdigest()
-    assert cache.known_digest(file) == digest
-    assert cache.cached_folder(CACHE_KIND, digest) is not None
+def _tensor_span(file: Path, name: str) -> slice:
+    from gguf import GGUFReader
+
+    tensor = next(t for t in GGUFReader(file).tensors if t.name == name)
+    return slice(int(tensor.data_offset), int(tensor.data_offset) + int(tensor.n_bytes))
 
 
 def test_a_digest_is_remembered_only_for_a_file_that_has_settled(
@@ -148,24 +159,22 @@ def test_a_digest_is_remembered_only_for_a_file_that_has_settled(
 def test_an_interrupted_write_leaves_nothing_trusted(
     llama_gguf: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from safetensors import torch as safetensors_torch
-
-    save = safetensors_torch.save_file
+    keep = gguf_checkpoint._keep_config
 
     def killed(*_: object, **__: object) -> None:
         raise KeyboardInterrupt  # as a Ctrl-C or a kill would stop it, mid-write
 
-    monkeypatch.setattr(safetensors_torch, "save_file", killed)
+    monkeypatch.setattr(gguf_checkpoint, "_keep_config", killed)
     with pytest.raises(KeyboardInterrupt):
         load_pretrained(llama_gguf, device="cpu")
     assert list((cache_dir / CACHE_KIND).iterdir()) == []  # the temporary folder went with it
 
     # A writer killed outright (SIGKILL) leaves its temporary folder: it is never read, and removed.
-    digest = cache.file_digest(llama_gguf)
+    digest = gguf_checkpoint.header_digest(llama_gguf)
     abandoned = cache_dir / CACHE_KIND / f".tmp-{digest}-999999999-x"
     abandoned.mkdir()
     (abandoned / "config.json").write_text("{}")
-    monkeypatch.setattr(safetensors_torch, "save_file", save)
+    monkeypatch.setattr(gguf_checkpoint, "_keep_config", keep)
     model = load_pretrained(llama_gguf, device="cpu")
     assert model.attend(TEXT).n > 0
     assert sorted(p.name for p in (cache_dir / CACHE_KIND).iterdir()) == [digest]
@@ -176,8 +185,8 @@ def test_a_damaged_cache_entry_is_converted_again(
 ) -> None:
     conversions = _conversions(monkeypatch)
     expected = load_pretrained(llama_gguf, device="cpu").attend(TEXT).attentions
-    weights = cache_dir / CACHE_KIND / cache.file_digest(llama_gguf) / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[:1000])
+    names = cache_dir / CACHE_KIND / gguf_checkpoint.header_digest(llama_gguf) / "gguf_names.json"
+    names.write_bytes(names.read_bytes()[:100])
     with caplog.at_level(logging.WARNING, logger="mha.loading.gguf_checkpoint"):
         again = load_pretrained(llama_gguf, device="cpu").attend(TEXT).attentions
     assert len(conversions) == 2
@@ -202,7 +211,7 @@ def test_an_unwritable_cache_converts_in_a_temporary_folder_with_one_warning(
     assert "not writable" in warnings[0].getMessage() and cache.CACHE_ENV in warnings[0].getMessage()
     assert len(conversions) == 1
     assert (first.attend(TEXT).attentions == second.attend(TEXT).attentions).all()
-    folder = cache.cached_folder(CACHE_KIND, cache.file_digest(llama_gguf))
+    folder = cache.cached_folder(CACHE_KIND, gguf_checkpoint.header_digest(llama_gguf))
     assert folder is not None and os.path.commonpath([folder, tmp_path]) != str(tmp_path)
 
 

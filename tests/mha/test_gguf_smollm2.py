@@ -42,8 +42,10 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Attention
         patch.setenv(cache.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "headscope-cache"))
         ours = load_pretrained(BUNDLED_LLM_NAME, device="cpu")  # the Python API's name for FILE
         converted = gguf_checkpoint.cached_directory(FILE)
-    assert converted is not None
-    theirs = AutoModelForCausalLM.from_pretrained(str(converted), attn_implementation="eager").eval()
+    assert converted is not None  # its config and tokenizer, kept; the tensors are read from FILE itself
+    theirs = AutoModelForCausalLM.from_pretrained(
+        str(FILE.parent), gguf_file=FILE.name, attn_implementation="eager"
+    ).eval()
     yield ours, theirs, AutoTokenizer.from_pretrained(str(FILE.parent), gguf_file=FILE.name)
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "expected_shapes",
     "forced_tokens",
     "layer_sources",
+    "strip_prefix",
 ]
 
 
@@ -168,7 +169,7 @@ def expected_shapes(config: NetworkConfig) -> dict[str, torch.Size]:
     return dict(shapes)
 
 
-def _strip_prefix(theirs: Mapping[str, V], key_map: KeyMap) -> tuple[dict[str, V], list[str]]:
+def strip_prefix(theirs: Mapping[str, V], key_map: KeyMap) -> tuple[dict[str, V], list[str]]:
     """Drop a task model's prefix; keys outside the base model (its heads) are returned as skipped."""
     wanted = {k for keys in key_map.sources.values() for k in keys}
     best, hits = "", sum(k in wanted for k in theirs)
@@ -195,7 +196,7 @@ def check_shapes(
     """Raise one CheckpointMismatchError listing every missing, unexpected and mis-shaped key of a
     checkpoint whose weights have these names and shapes (their names: a task model's prefix is dropped
     here), as convert_state_dict would; from the shapes alone, so a check reads no tensor."""
-    shapes, _heads = _strip_prefix({k: tuple(v) for k, v in theirs.items()}, key_map)
+    shapes, _heads = strip_prefix({k: tuple(v) for k, v in theirs.items()}, key_map)
     expected = expected_shapes(config)
     ignored = [re.compile(p) for p in key_map.ignored]
     missing: list[str] = []
@@ -237,7 +238,7 @@ def convert_state_dict(
 ) -> dict[str, torch.Tensor]:
     """Their state dict -> ours, or check_shapes' one CheckpointMismatchError listing every problem."""
     check_shapes({k: v.shape for k, v in theirs.items()}, key_map, config, family=family)
-    theirs, _heads = _strip_prefix(theirs, key_map)
+    theirs, _heads = strip_prefix(theirs, key_map)
     ours: dict[str, torch.Tensor] = {}
     for our_key, their_keys in key_map.sources.items():
         parts = [theirs[k].t() if k in key_map.transposed else theirs[k] for k in their_keys]

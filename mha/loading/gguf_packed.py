@@ -1,0 +1,238 @@
+"""A GGUF's quantized matrices kept as the file's ggml blocks, dequantized layer by layer in the forward.
+
+- `Blocks`: one tensor of the file as its rows of ggml blocks, (rows, bytes a row) uint8, a view of the
+  file's memory map (no copy), with the row order transformers' GGUF loader gives it (llama.cpp permutes
+  the rotary q and k rows; transformers' tensor processor says how, and the rows are gathered so).
+- `PackedLinear` and `PackedEmbedding` stand in for nn.Linear and nn.Embedding. Their `weight` is a
+  property that dequantizes on demand, so everything that reads a layer's weight (the single-sequence
+  path, value norms, head ablation, the LM head) works unchanged; the blocks are uint8 buffers, so
+  `.to(device)` moves them and `.to(float16)` leaves them, and the layer dequantizes to the dtype the
+  model runs in. A fused projection whose parts have different ggml types (Q4_K_M's Q6_K attn_v beside
+  Q4_K q and k) dequantizes each part into its rows of one float matrix: no concatenation copy.
+- `DequantBudget`: the bytes of dequantized weights a model keeps between forwards
+  (HEADSCOPE_DEQUANT_CACHE_BYTES in the service). A layer keeps its float weight while the budget has
+  room and dequantizes anew on each use when it has none. Layers are kept in the order first used, and a
+  kept one stays until the model is unloaded or moved: a forward walks the layers in order, where
+  least-recently-used eviction would drop each layer just before its next use.
+
+The dequantizer is transformers' (`transformers.integrations.gguf.dequant.dequantize`, torch ops, on the
+device the blocks are on); for a type its torch code lacks (Q5_0, Q5_1), gguf's numpy one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = [
+    "DEFAULT_DEQUANT_CACHE_BYTES",
+    "Blocks",
+    "DequantBudget",
+    "PackedEmbedding",
+    "PackedLinear",
+    "dequantize",
+]
+
+# What a model keeps dequantized by default: the bundled SmolLM2's layers and tied head in float32
+# (0.54 GB) fit, a 1 B model's (4 GB) do not, so those dequantize on every forward within file + 1 layer.
+DEFAULT_DEQUANT_CACHE_BYTES = 768 << 20
+# Rows dequantized at once: bounds the dequantizer's temporaries (a few times its output) to ~100 MB.
+_CHUNK_VALUES = 1 << 23
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """One tensor of a GGUF as its rows of ggml blocks: `data` (rows, bytes a row) uint8 in the file's
+    order, `rows` the order transformers gives them in (None: the file's), `shape` the (rows, columns)
+    of values, `transposed` where transformers' processor transposes it (GPT-2's Conv1D weights: our
+    converter transposes them back, so the blocks never move)."""
+
+    data: torch.Tensor
+    ggml_type: int
+    shape: tuple[int, int]
+    rows: torch.Tensor | None = None
+    transposed: bool = False
+
+    def t(self) -> Blocks:
+        """The transpose, as convert.base applies it to a Conv1D weight: only the shape it reports turns."""
+        return replace(self, transposed=not self.transposed)
+
+    @property
+    def hf_shape(self) -> tuple[int, ...]:
+        """The shape transformers' tensor has (what a converter's key map checks)."""
+        return self.shape[::-1] if self.transposed else self.shape
+
+    def dense(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """All of it dequantized, (rows, columns) of `dtype`."""
+        out = torch.empty(self.shape, dtype=dtype, device=self.data.device)
+        self.dequantize_into(out)
+        return out
+
+    def dequantize_into(self, out: torch.Tensor) -> None:
+        """Fill `out` (rows, columns) with the values, a chunk of rows at a time."""
+        rows, columns = self.shape
+        step = max(1, _CHUNK_VALUES // columns)
+        for start in range(0, rows, step):
+            chunk = (
+                self.data[start : start + step]
+                if self.rows is None
+                else self.data[self.rows[start : start + step]]
+            )
+            out[start : start + chunk.shape[0]] = dequantize(chunk, self.ggml_type, columns)
+
+
+def dequantize(blocks: torch.Tensor, ggml_type: int, columns: int) -> torch.Tensor:
+    """(rows, bytes a row) uint8 blocks -> (rows, columns) float32, on their device: transformers' torch
+    dequantizer, or gguf's numpy one for a type the former lacks."""
+    from transformers.integrations.gguf.dequant import GGML_BLOCK
+    from transformers.integrations.gguf.dequant import dequantize as torch_dequantize
+
+    rows = blocks.shape[0]
+    if ggml_type in GGML_BLOCK:
+        return torch_dequantize(blocks.reshape(-1), ggml_type, torch.float32).view(rows, columns)
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize as numpy_dequantize
+
+    values = numpy_dequantize(blocks.cpu().numpy(), GGMLQuantizationType(ggml_type))
+    return torch.from_numpy(values.reshape(rows, columns)).to(blocks.device)
+
+
+class DequantBudget:
+    """Bytes of dequantized weights a model may keep; shared by its packed layers, thread-safe."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 0:
+            raise ValueError(f"the dequantized-weight budget ({limit}) must be 0 or more bytes")
+        self.limit = limit
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def take(self, nbytes: int) -> bool:
+        with self._lock:
+            if self.used + nbytes > self.limit:
+                return False
+            self.used += nbytes
+            return True
+
+    def give(self, nbytes: int) -> None:
+        with self._lock:
+            self.used -= nbytes
+
+
+class _Packed(nn.Module):
+    """What PackedLinear and PackedEmbedding share: parts (Blocks or float tensors) filling the rows of one
+    float weight, held as buffers; the dtype it dequantizes to, followed through .to() and .half(); the
+    float weight kept while the budget allows."""
+
+    def __init__(self, parts: list[Blocks | torch.Tensor], columns: int, budget: DequantBudget) -> None:
+        super().__init__()
+        self.kinds: list[int | None] = []
+        self.row_counts: list[int] = []
+        for i, part in enumerate(parts):
+            if isinstance(part, Blocks):
+                self.register_buffer(f"blocks{i}", part.data, persistent=False)
+                self.register_buffer(f"order{i}", part.rows, persistent=False)
+                self.kinds.append(part.ggml_type)
+                self.row_counts.append(part.shape[0])
+            else:
+                self.register_buffer(f"blocks{i}", part, persistent=False)
+                self.kinds.append(None)
+                self.row_counts.append(part.shape[0])
+        self.columns = columns
+        self.budget = budget
+        self.dtype = torch.float32
+        self._kept: torch.Tensor | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """(rows, columns): every part dequantized into its rows, in the model's dtype and device."""
+        kept = self._kept
+        if kept is not None:
+            return kept
+        device = self._buffer("blocks", 0).device
+        out = torch.empty(sum(self.row_counts), self.columns, dtype=self.dtype, device=device)
+        start = 0
+        for i, (kind, count) in enumerate(zip(self.kinds, self.row_counts, strict=True)):
+            data = self._buffer("blocks", i)
+            if kind is None:
+                out[start : start + count] = data
+            else:
+                order = self._buffers.get(f"order{i}")
+                Blocks(data, kind, (count, self.columns), order).dequantize_into(out[start : start + count])
+            start += count
+        with self._lock:
+            if self._kept is None and self.budget.take(out.numel() * out.element_size()):
+                self._kept = out
+        return out
+
+    def _buffer(self, prefix: str, i: int) -> torch.Tensor:
+        found = self._buffers[f"{prefix}{i}"]
+        assert found is not None  # every part registers its blocks
+        return found
+
+    def forget(self) -> None:
+        """Drop the kept float weight (its dtype or device changed), giving its bytes back."""
+        with self._lock:
+            if self._kept is not None:
+                self.budget.give(self._kept.numel() * self._kept.element_size())
+                self._kept = None
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Any:
+        super()._apply(fn, recurse)
+        # The dtype a float weight now gets: what fn makes of one (.to(device, dtype), .half(), .float()).
+        probe = fn(torch.empty(0, dtype=self.dtype))
+        if probe.is_floating_point():
+            self.dtype = probe.dtype
+        self.forget()
+        return self
+
+
+class PackedLinear(_Packed):
+    """nn.Linear whose weight stays as ggml blocks (or float parts beside them), dequantized when used."""
+
+    def __init__(
+        self,
+        parts: list[Blocks | torch.Tensor],
+        in_features: int,
+        bias: torch.Tensor | None,
+        budget: DequantBudget,
+    ) -> None:
+        super().__init__(parts, in_features, budget)
+        self.in_features = in_features
+        self.out_features = sum(self.row_counts)
+        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, ggml_types={self.kinds}"
+
+
+class PackedEmbedding(_Packed):
+    """nn.Embedding whose table stays as ggml blocks: a forward dequantizes only the rows it looks up."""
+
+    def __init__(self, blocks: Blocks, budget: DequantBudget) -> None:
+        super().__init__([blocks], blocks.shape[1], budget)
+        self.num_embeddings, self.embedding_dim = blocks.shape
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if self._kept is not None:
+            return F.embedding(input_ids, self._kept)
+        flat = input_ids.reshape(-1)
+        order = self._buffers.get("order0")
+        rows = flat if order is None else order[flat]
+        data = self._buffer("blocks", 0).index_select(0, rows)
+        assert self.kinds[0] is not None  # an embedding is packed only when its table is blocks
+        values = dequantize(data, self.kinds[0], self.embedding_dim).to(self.dtype)
+        return values.view(*input_ids.shape, self.embedding_dim)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, ggml_type={self.kinds[0]}"

@@ -1,0 +1,82 @@
+"""gguf's GGUFReader and get_tensor_name_map shared within one reading of a GGUF file's config, names
+and tokenizer (mha.loading.gguf_checkpoint), where transformers would build each anew many times.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+__all__ = ["one_reading"]
+
+# What the conversion running in this thread shares: its readers by (path, mode) and its name maps by
+# arguments; None outside a conversion (see one_reading).
+_SHARED: ContextVar[dict[tuple[Any, ...], Any] | None] = ContextVar("gguf_shared", default=None)
+_PATCH_GUARD = threading.Lock()
+_patched = 0  # conversions in progress, which keep gguf's stand-ins installed
+
+
+@contextmanager
+def one_reading() -> Iterator[None]:
+    """Within it, gguf's GGUFReader and get_tensor_name_map answer each question of this thread's
+    conversion once.
+
+    transformers' GGUF loader parses the file's metadata anew for the config, for the tensors and for the
+    tokenizer's config (a GGUFReader each: seconds for a 49,152-token vocabulary, read field by field),
+    and builds a fresh gguf name map for every submodule of the model (hundreds). The same file gives the
+    same reader and the same arguments the same map, so sharing them is the same conversion in under half
+    the time.
+
+    Why a patch of gguf's module: transformers takes a path, never a reader, and looks both names up in
+    gguf at each call (`from gguf import GGUFReader` inside load_gguf_checkpoint, which AutoTokenizer
+    calls too), so there is nothing to pass them through. The stand-ins are installed while any conversion
+    runs and each looks up the calling thread's own cache (_SHARED, a ContextVar): conversions of
+    different files run at once, each sharing only its own readings, and any other caller (a header check
+    in another thread) gets gguf's own answer."""
+    import gguf
+
+    global _patched
+    token = _SHARED.set({})
+    with _PATCH_GUARD:
+        if _patched == 0:
+            _install(gguf)
+        _patched += 1
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+        with _PATCH_GUARD:
+            _patched -= 1
+            if _patched == 0:
+                gguf.GGUFReader, gguf.get_tensor_name_map = _ORIGINAL  # type: ignore[misc]
+
+
+_ORIGINAL: tuple[Any, Any] = (None, None)  # gguf's own GGUFReader and get_tensor_name_map
+
+
+def _install(gguf: Any) -> None:
+    """gguf's GGUFReader and get_tensor_name_map replaced by stand-ins that share within a conversion."""
+    global _ORIGINAL
+    reader, name_map = _ORIGINAL = gguf.GGUFReader, gguf.get_tensor_name_map
+
+    def shared(key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+        cache = _SHARED.get()
+        if cache is None:  # not this thread's conversion
+            return make()
+        if key not in cache:
+            cache[key] = make()
+        return cache[key]
+
+    def shared_reader(path: str | os.PathLike[str], mode: str = "r") -> Any:
+        return shared(("reader", os.fspath(path), mode), lambda: reader(path, mode))
+
+    @functools.wraps(name_map)
+    def shared_name_map(*args: Any, **kwargs: Any) -> Any:
+        return shared(("names", args, tuple(sorted(kwargs.items()))), lambda: name_map(*args, **kwargs))
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = shared_reader, shared_name_map

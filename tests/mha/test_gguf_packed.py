@@ -1,0 +1,137 @@
+"""A GGUF's quantized matrices stay as their ggml blocks (mha.loading.gguf_packed) and still give exactly
+transformers' attention and greedy continuation from the same file, for every ggml type transformers
+dequantizes (and Q5_0, Q5_1, which gguf's numpy dequantizer reads), in the dtype the model is cast to,
+with or without dequantized layers kept between forwards; what reads a layer's weight (value norms, head
+effects) works on them, and a block whose float16 scale is NaN or infinite is refused at load.
+
+The files are a 2-layer Llama whose rows are 256 values long (the K and IQ types' block), every matrix in
+one type: gguf-py quantizes the legacy types, the others are raw blocks whose every byte is below 0x20, so
+each float16 scale field is finite (tests/gguf_files.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from gguf_files import write_gguf
+from tolerances import FORWARD
+
+from mha import load_pretrained
+from mha.errors import CheckpointNotFoundError
+from mha.loading import model_cache as cache
+from mha.loading.gguf_packed import PackedEmbedding, PackedLinear
+
+TEXT = "The cat sat on the mat. The dog sat on the log."
+NEW_TOKENS = 6
+
+
+def _every_type() -> list[str]:
+    """The ggml types transformers' torch dequantizer knows, and the two only gguf's numpy one does."""
+    from transformers.integrations.gguf.dequant import GGML_NAME
+
+    return sorted(GGML_NAME.values()) + ["Q5_0", "Q5_1"]
+
+
+@pytest.fixture(autouse=True)
+def session_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "headscope-cache"))
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from checkpoints import build_long_llama
+
+    root = tmp_path_factory.mktemp("packed-source")
+    return build_long_llama(root / "llama256", layers=2, hidden_size=256, intermediate_size=256)
+
+
+def _file(source: Path, root: Path, qtype: str) -> Path:
+    (root / qtype).mkdir(parents=True, exist_ok=True)
+    return write_gguf(source, root / qtype / f"tiny-{qtype}.gguf", qtype=qtype)
+
+
+def _theirs(file: Path) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(
+        str(file.parent), gguf_file=file.name, attn_implementation="eager"
+    )
+    return model.eval(), AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name)
+
+
+@pytest.mark.parametrize("qtype", _every_type())
+def test_every_type_stays_packed_and_equals_transformers(qtype: str, source: Path, tmp_path: Path) -> None:
+    from gguf import GGMLQuantizationType
+
+    file = _file(source, tmp_path, qtype)
+    ours = load_pretrained(file, device="cpu")
+    kind = int(GGMLQuantizationType[qtype])
+    layer = ours.network.layers[0]
+    for linear in (layer.attn.in_proj, layer.attn.out_proj, layer.ffn.fc_in, layer.ffn.fc_out):
+        assert isinstance(linear, PackedLinear) and set(linear.kinds) == {kind}
+    assert isinstance(ours.network.embeddings.token, PackedEmbedding)
+
+    theirs, tokenizer = _theirs(file)
+    ids = tokenizer(TEXT)["input_ids"]
+    result = ours.attend(TEXT)
+    assert result.token_ids == ids
+    with torch.no_grad():
+        expected = torch.stack(theirs(torch.tensor([ids]), output_attentions=True).attentions)[:, 0]
+    # The same blocks dequantized on both sides (transformers' torch code or gguf's numpy code here, gguf's
+    # numpy code there), each value d·q + m in float32 either way: only the order of the forward's float32
+    # sums differs (FORWARD).
+    torch.testing.assert_close(result.attentions, expected, atol=FORWARD, rtol=0)
+    continued = ours.attend(TEXT, max_new_tokens=NEW_TOKENS)
+    with torch.no_grad():
+        generated = theirs.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=NEW_TOKENS)[0]
+    assert continued.token_ids == generated.tolist()
+
+
+def test_the_kept_layers_change_no_value_and_stay_in_the_budget(source: Path, tmp_path: Path) -> None:
+    file = _file(source, tmp_path, "Q4_K")
+    kept = load_pretrained(file, device="cpu")
+    none = load_pretrained(file, device="cpu", dequant_cache_bytes=0)
+    small = load_pretrained(file, device="cpu", dequant_cache_bytes=256 * 256 * 4 * 3)
+    first = kept.attend(TEXT).attentions
+    assert torch.equal(kept.attend(TEXT).attentions, first)  # the second forward reads the kept layers
+    assert torch.equal(none.attend(TEXT).attentions, first)
+    assert torch.equal(small.attend(TEXT).attentions, first)
+    packed = [m for m in kept.network.modules() if isinstance(m, PackedLinear)]
+    assert all(m._kept is not None for m in packed)
+    assert not any(m._kept is not None for m in none.network.modules() if isinstance(m, PackedLinear))
+    budget = next(m for m in small.network.modules() if isinstance(m, PackedLinear)).budget
+    assert 0 < budget.used <= budget.limit
+
+
+def test_a_dtype_or_device_move_and_what_reads_a_weight_work_on_blocks(source: Path, tmp_path: Path) -> None:
+    file = _file(source, tmp_path, "Q6_K")
+    model = load_pretrained(file, device="cpu")
+    in_proj = model.network.layers[0].attn.in_proj
+    assert isinstance(in_proj, PackedLinear)
+    full = in_proj.weight
+    blocks = in_proj._buffers["blocks0"]
+    model.network.half()  # as cast_network does on a GPU: the blocks stay, the weight follows the dtype
+    assert in_proj._buffers["blocks0"] is blocks and in_proj.weight.dtype == torch.float16
+    assert torch.equal(in_proj.weight, full.half())
+    model.network.float()
+    assert torch.equal(in_proj.weight, full)
+    with_norms = model.attend(TEXT, norms=True)  # value norms read out_proj's weight
+    assert with_norms.norms is not None and torch.isfinite(with_norms.norms).all()
+    effects = model.head_effects(TEXT)  # head ablation
+    assert torch.isfinite(effects.effects).all()
+
+
+def test_a_nan_scale_is_refused_at_load(source: Path, tmp_path: Path) -> None:
+    from gguf import GGUFReader
+
+    file = _file(source, tmp_path, "Q8_0")
+    tensor = next(t for t in GGUFReader(file).tensors if t.name == "blk.1.attn_v.weight")
+    data = bytearray(file.read_bytes())
+    at = int(tensor.data_offset) + 34 * 3  # the fourth block's float16 scale (Q8_0: 2 + 32 bytes a block)
+    data[at : at + 2] = b"\x00\x7e"  # a float16 NaN
+    file.write_bytes(bytes(data))
+    with pytest.raises(CheckpointNotFoundError, match=r"layers\.1\.self_attn\.v_proj\.weight holds 1 NaN"):
+        load_pretrained(file, device="cpu")
