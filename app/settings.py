@@ -92,6 +92,11 @@ class Settings(BaseSettings):
     trace_max_bytes: int = Field(default=2 * 2**30, ge=2**20)
     # Traces kept for zooming (LRU by Trace.nbytes); an evicted one is recomputed when next asked for.
     trace_cache_bytes: int = Field(default=4 * 2**30, ge=2**20)
+    # -- GGUF models (their quantized matrices stay as ggml blocks, dequantized in the forward) --
+    # Bytes of dequantized float weights each GGUF model keeps between forwards: its layers are kept while
+    # they fit and dequantized anew on each forward past that; 0 keeps none. None: mha's default, 768 MiB
+    # (the bundled SmolLM2's 0.54 GB fits: as fast as a float32 model; a 1 B model's 4 GB does not).
+    dequant_cache_bytes: int | None = Field(default=None, ge=0)
     # -- corpus runs (the Corpus view) --
     # A folder of finished `headscope corpus` runs, one subfolder each, read only; None: the view says how
     # to set it. Requests name a run by its subfolder's name, never by a path.

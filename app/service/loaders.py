@@ -57,7 +57,8 @@ def find_models(settings: Settings) -> dict[str, Offer]:
     A check reads headers only (mha.describe_checkpoint: no tensor, no hash), so /api/models names a
     broken file, and each entry's family, size and quantization, before any request loads it."""
     dtype = None if settings.dtype == "auto" else getattr(torch, settings.dtype)
-    load = partial(mha.load_pretrained, device=settings.device, dtype=dtype)
+    budget = settings.dequant_cache_bytes  # None: mha's default
+    load = partial(mha.load_pretrained, device=settings.device, dtype=dtype, dequant_cache_bytes=budget)
     offers: dict[str, Offer] = {}
 
     def add(source: str, found: Mapping[str, str | Path], refused: Mapping[str, str]) -> None:

@@ -76,14 +76,14 @@ def load_pretrained(
     device: str | torch.device = "auto",
     dtype: str | torch.dtype | None = None,
     name: str | None = None,
-    dequant_cache_bytes: int = DEFAULT_DEQUANT_CACHE_BYTES,
+    dequant_cache_bytes: int | None = None,
 ) -> AttentionModel:
     """A Hugging Face checkpoint directory (an encoder, a decoder, or an encoder-decoder of
     mha.loading.convert.CONVERTERS), or a GGUF file (or a directory holding one) of an architecture we convert
     (mha.loading.gguf_checkpoint: its config and tokenizer read on first use, from $HEADSCOPE_CACHE_DIR
     after), in our layers. A GGUF's quantized matrices stay as their ggml blocks, dequantized layer by
     layer in the forward (mha.loading.gguf_packed); up to `dequant_cache_bytes` of dequantized weights
-    are kept between forwards.
+    are kept between forwards (None: DEFAULT_DEQUANT_CACHE_BYTES).
 
     path None or "all-MiniLM-L6-v2" is the embedded default. A path that is not a directory is taken as a
     hub id and fetched only then (needs the network). The tokenizer comes from the checkpoint's own files.
@@ -211,7 +211,7 @@ def _read_tensor(files: list[Path], name: str) -> torch.Tensor | None:
 
 
 def _gguf_network(
-    file: Path, directory: Path, checked: Checked, dequant_cache_bytes: int
+    file: Path, directory: Path, checked: Checked, dequant_cache_bytes: int | None
 ) -> tuple[Transformer | EncoderDecoder, Callable[[], torch.Tensor | None]]:
     """Our network holding a GGUF's tensors as they are in the file (mha.loading.gguf_weights), and what
     reads its LM head (dequantized when asked: only a continuation needs it)."""
@@ -221,7 +221,9 @@ def _gguf_network(
     header = gguf_checkpoint.read_header(file)
     kept = gguf_checkpoint.read_names(directory)
     theirs = gguf_weights.read_tensors(file, header.architecture, kept.processor_config, kept.names)
-    budget = DequantBudget(dequant_cache_bytes)
+    budget = DequantBudget(
+        DEFAULT_DEQUANT_CACHE_BYTES if dequant_cache_bytes is None else dequant_cache_bytes
+    )
     network = gguf_weights.gguf_network(checked.config, checked.converter, theirs, budget, source=file)
     head = theirs.get(checked.converter.lm_head)
 

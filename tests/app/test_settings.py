@@ -58,6 +58,7 @@ def test_http_settings_read_the_environment_with_safe_defaults(monkeypatch: pyte
         ("max_queue", 0),
         ("load_retry_seconds", 0),
         ("malloc_arena_max", -1),
+        ("dequant_cache_bytes", -1),
     ],
 )
 def test_bad_settings_fail_at_startup_naming_the_value(field: str, value: object) -> None:
@@ -164,3 +165,22 @@ def test_store_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch, tm
 def test_tests_never_discover_the_machines_own_stores() -> None:
     """tests/conftest.py turns discovery off for every Settings() and server a test makes."""
     assert Settings().discover is False
+
+
+def test_the_dequantized_weight_budget_reaches_each_gguf_load(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """HEADSCOPE_DEQUANT_CACHE_BYTES is what every load is given; unset, mha's own default applies."""
+    import mha
+    from app.service import loaders
+
+    given: list[dict[str, object]] = []
+    monkeypatch.setattr(mha, "load_pretrained", lambda *_, **options: given.append(options))
+    file = tmp_path / "model.gguf"
+    monkeypatch.setenv("HEADSCOPE_DEQUANT_CACHE_BYTES", "0")
+    for settings, budget in ((Settings(), 0), (Settings(_env_prefix="NOPE_"), None)):
+        assert settings.dequant_cache_bytes == budget
+        offers = loaders.find_models(settings.model_copy(update={"models": {"m": file}, "discover": False}))
+        offers["m"].loader()
+    assert given[0]["dequant_cache_bytes"] == 0
+    assert given[1]["dequant_cache_bytes"] is None
