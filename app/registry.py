@@ -6,6 +6,9 @@ consistent?) that `check_all()` runs at startup, so /api/models names a broken c
 request does. Requests name models only by these registered names; a path or an unknown name is a
 `UnknownModelError` that lists the known names, so no request ever reaches the filesystem.
 
+Each entry has a `state` for /api/models and /api/health: "checking" (its startup check has not run yet),
+"loading", "loaded", "failed" or "available" (checked, loaded on its first request).
+
 A failed check or load is kept as the entry's `error` and tried again on the first request after a
 back-off (`retry_seconds`, doubled after each further failure up to `retry_max_seconds`): a checkpoint
 the operator fixes comes up without a restart, and a broken one costs one attempt per back-off, not one
@@ -41,6 +44,8 @@ class Entry(Generic[M]):
     error: str | None = None
     failures: int = 0  # consecutive failed attempts (check or load) since the last success
     retry_at: float = 0.0  # clock time before which a failed entry is not tried again
+    checked: bool = False  # its check (or a load, which checks first) has run at least once
+    loading: bool = False  # a load is in progress
     # One lock per name: loading model A never waits for model B, and A is never loaded twice.
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -91,13 +96,26 @@ class Registry(Generic[M]):
         return name
 
     def check_all(self) -> None:
-        """Run every entry's check (blocking: call it off the event loop), recording failures as errors."""
+        """Run every entry's check (blocking: call it off the event loop), recording failures as errors.
+        An entry whose lock is taken is skipped: it is being loaded, and a load checks first."""
         for entry in self:
-            if entry.check is None:
+            if entry.check is None or not entry.lock.acquire(blocking=False):
                 continue
-            with entry.lock:
+            try:
                 if entry.model is None and entry.error is None:
                     self._attempt(entry, partial(self._check, entry), "check")
+            finally:
+                entry.lock.release()
+
+    def state(self, entry: Entry[M]) -> str:
+        """What /api/models says of the entry (module docstring)."""
+        if entry.model is not None:
+            return "loaded"
+        if entry.loading:
+            return "loading"
+        if entry.error is not None:
+            return "failed"
+        return "checking" if entry.check is not None and not entry.checked else "available"
 
     def get(self, name: str | None) -> tuple[str, M]:
         """(name, loaded model), loading it on first use; blocking, so call it off the event loop."""
@@ -108,7 +126,11 @@ class Registry(Generic[M]):
             if entry.model is None and (entry.error is None or self._clock() >= entry.retry_at):
                 if entry.error is not None:
                     logger.info("model %r: trying again after failure %d", entry.name, entry.failures)
-                self._attempt(entry, lambda: self._load(entry), "load")
+                entry.loading = True
+                try:
+                    self._attempt(entry, lambda: self._load(entry), "load")
+                finally:
+                    entry.loading = False
         if entry.model is None:
             raise ModelUnavailableError(entry.name, entry.error or "unknown error")
         return entry.name, entry.model
@@ -118,7 +140,10 @@ class Registry(Generic[M]):
 
     def _check(self, entry: Entry[M]) -> None:
         if entry.check is not None:
-            entry.found = entry.check()
+            try:
+                entry.found = entry.check()
+            finally:
+                entry.checked = True
 
     def _load(self, entry: Entry[M]) -> None:
         self._check(entry)  # the cheap check first: its message is the clearer one

@@ -37,7 +37,7 @@ class Settings(BaseSettings):
 
     device: str = "auto"  # auto, cpu, cuda, cuda:N or mps; passed to mha.load_pretrained
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"  # auto lets mha pick per device
-    # Loaded at startup; a registered name. None: the embedded model, registered under mha's name for it.
+    # Loaded at startup, in the background; a registered name. None: the embedded model, under mha's name.
     default_model: str | None = None
     models: dict[str, Path] = Field(default_factory=dict)  # allowlist: name -> checkpoint dir or GGUF file
     models_dir: Path | None = None  # scanned once at startup: each subfolder with config.json, each *.gguf

@@ -90,9 +90,19 @@ class HeadRequest(KindRequest):
 
 
 class Health(BaseModel):
-    status: str = Field(examples=["ok"])
+    status: str = Field(
+        examples=["ok"],
+        description='"ok" once the default model is loaded; "loading" (also 200) while the server answers '
+        'and the default model still loads (a request for it waits for that load); "unavailable" (503) '
+        "when it failed to load (/api/models says why).",
+    )
     model: str = Field(description="The default model.")
     device: str | None = Field(description="Device the default model runs on; null until it is loaded.")
+    loading: list[str] = Field(default_factory=list, description="The models whose load is in progress.")
+    checking: list[str] = Field(
+        default_factory=list,
+        description="The models whose startup check (their files and headers) has not run yet.",
+    )
 
 
 class ModelEntry(BaseModel):
@@ -154,6 +164,13 @@ class ModelEntry(BaseModel):
         "else the type holding the most weights), or a folder's float type (F32, F16, BF16).",
     )
     size_bytes: int | None = Field(default=None, description="Its weight files' size on disk.")
+    state: str = Field(
+        default="available",
+        examples=["loaded"],
+        description='"checking" (its startup check has not run yet), "loading", "loaded", "failed" (`error` '
+        'says why; tried again on a request after a back-off) or "available" (checked; loaded on its '
+        "first request).",
+    )
 
 
 class ModelList(BaseModel):

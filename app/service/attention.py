@@ -64,10 +64,18 @@ class AttentionService(InsightAnswers):
     # -- descriptions ----------------------------------------------------------------------------
 
     def health(self) -> tuple[bool, Health]:
+        """(answering, body): the server answers while the default model loads (status "loading"), and is
+        unavailable (503) only once that load has failed."""
         model = self.registry.loaded(self.registry.default)
-        device = str(model.info.device) if model is not None else None
-        return model is not None, Health(
-            status="ok" if model is not None else "unavailable", model=self.registry.default, device=device
+        states = {entry.name: self.registry.state(entry) for entry in self.registry}
+        failed = states[self.registry.default] == "failed"
+        status = "ok" if model is not None else "unavailable" if failed else "loading"
+        return status != "unavailable", Health(
+            status=status,
+            model=self.registry.default,
+            device=str(model.info.device) if model is not None else None,
+            loading=[name for name, state in states.items() if state == "loading"],
+            checking=[name for name, state in states.items() if state == "checking"],
         )
 
     def models(self) -> ModelList:
@@ -100,6 +108,7 @@ class AttentionService(InsightAnswers):
                     parameters=facts.parameters if facts else None,
                     quantization=facts.quantization if facts else None,
                     size_bytes=facts.size_bytes if facts else None,
+                    state=self.registry.state(entry),
                 )
             )
         return ModelList(default=self.registry.default, models=entries)

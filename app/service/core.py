@@ -1,7 +1,9 @@
 """`ServiceCore`: what every answer of a text is built from. Resolves the model, runs its forwards through
 the model's `Batcher` (the worker threads' side is here too), caches the results and the views of them
 (words, weighting "norm") and shares identical work in flight under one key builder (`cache_key`), and
-runs CPU work in the encoding threads, off the event loop (see the package docstring).
+runs CPU work in the encoding threads, off the event loop (see the package docstring). Models load on
+threads of their own (loads.py), never in the encoding threads, and the startup's work runs in the
+background.
 
 The answers are built on it, one module per route family: attention.py (`AttentionService`, the class the
 routes call), insight.py; traces.py, effects.py and corpus.py hold their own state and are handed the
@@ -21,7 +23,6 @@ from functools import partial
 from typing import Any, TypeVar
 
 import torch
-from anyio import to_thread
 from starlette.exceptions import HTTPException
 
 import mha
@@ -35,6 +36,7 @@ from app.service.batcher import Batcher, Job, QueueFull, background, drop_if_aba
 from app.service.computed import Computed, article, from_result, merge_words, weigh_by_norm
 from app.service.flights import Flights, settled
 from app.service.loaders import default_model, find_models
+from app.service.loads import Loads
 from app.service.trim import Trimmer
 from app.settings import Settings
 from mha.errors import Cancelled
@@ -98,6 +100,8 @@ class Hooks:
     cached: Callable[[Hashable, Callable[[threading.Event], Awaitable[bytes]]], Awaitable[bytes]]
     # cache_get(key): a plain look-up in that cache
     cache_get: Callable[[Hashable], Any]
+    # model(name): the loaded model, awaited while it loads on a loader thread (loads.py)
+    model: Callable[[str], Awaitable[Any]]
 
 
 class ServiceCore:
@@ -127,6 +131,7 @@ class ServiceCore:
             )
             for name in self.registry.names
         }
+        self.loads = Loads(lambda: self.registry)
         self._flights = Flights()
         # Encoding threads of their own, apart from anyio's pool (which sync routes such as /api/health
         # use) and at a lower CPU priority, like the workers: a burst of encodings queues here and never
@@ -135,7 +140,7 @@ class ServiceCore:
         self._trimmer = Trimmer(enabled=settings.malloc_trim, busy=self._busy)
 
     def hooks(self) -> Hooks:
-        return Hooks(self._submit_work, self._off_loop, self._cached, self.cache.get)
+        return Hooks(self._submit_work, self._off_loop, self._cached, self.cache.get, self.loads.model)
 
     def _busy(self) -> bool:
         """Work is in flight (the idle trim waits for it); AttentionService adds its streams and traces."""
@@ -144,25 +149,19 @@ class ServiceCore:
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Called from the lifespan: allocator and thread settings, startup checks, the default model."""
+        """Called from the lifespan: allocator and thread settings; the startup checks and the default
+        model's load start in the background (loads.py), so this returns at once."""
         if self.settings.malloc_arena_max:
             memory.limit_arenas(self.settings.malloc_arena_max)  # before the workers' threads allocate
         # One pool of intra-op threads for the whole process; with max_concurrency forwards in flight
         # more threads than cores only adds contention.
         torch.set_num_threads(self.settings.threads)
         self._encoder_pool()
-        started = time.perf_counter()
-        await to_thread.run_sync(self.registry.check_all)  # cheap; /api/models shows failures at once
-        try:
-            await to_thread.run_sync(self.registry.get, None)
-        except Exception:
-            # Reported by /api/health and /api/models; the rest of the service still answers.
-            logger.exception("default model %r failed to load", self.registry.default)
-        else:
-            logger.info("default model ready in %.1f s", time.perf_counter() - started)
+        self.loads.start()
 
     def stop(self) -> None:
         self._trimmer.cancel()
+        self.loads.stop()
         for batcher in self._batchers.values():
             batcher.close()
         if self._encoder is not None:
@@ -311,9 +310,10 @@ class ServiceCore:
     # -- worker threads --------------------------------------------------------------------------
 
     def _run_batch(self, name: str, jobs: list[Job]) -> None:
-        """Worker thread: load the model if needed, then run the jobs in as few forwards as sensible."""
+        """Worker thread: wait for the model's load if needed, then run the jobs in as few forwards as
+        sensible."""
         try:
-            _, model = self.registry.get(name)
+            model = self.loads.get(name)
         except ServiceError as exc:
             for job in jobs:
                 job.future.set_exception(exc)

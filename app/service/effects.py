@@ -95,7 +95,7 @@ class HeadEffects:
         self.settings = settings
         self.registry = registry
         self._submit, self._off_loop, self._cached = hooks.submit, hooks.off_loop, hooks.cached
-        self._cache_get = hooks.cache_get
+        self._cache_get, self._model = hooks.cache_get, hooks.model
         self._key = key
         self._progress = ProgressStreams(
             lambda done, layers: {"event": "progress", "done": done, "layers": layers},
@@ -115,7 +115,7 @@ class HeadEffects:
                 f"max_new_tokens ({new_tokens}) is over this service's limit "
                 f"({self.settings.max_new_tokens}, HEADSCOPE_MAX_NEW_TOKENS)"
             )
-        _, model = await self._off_loop(self.registry.get, name)  # a loaded model: at once
+        model = await self._model(name)  # loaded on a loader thread; at once once loaded
         info = model.info
         if request.target is not None and info.seq2seq:
             new_tokens = None  # the target is read, nothing written

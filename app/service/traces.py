@@ -216,6 +216,7 @@ class Traces:
         self.budget = TraceBudget(limit, freed=freed)
         self._busy = busy
         self._submit, self._off_loop, self._cached = hooks.submit, hooks.off_loop, hooks.cached
+        self._model = hooks.model
         self._flights = Flights()
         self._progress = ProgressStreams(
             lambda layer, layers: {"event": "progress", "layer": layer, "layers": layers},
@@ -274,7 +275,7 @@ class Traces:
     async def tokens(self, request: TraceRequest) -> bytes:
         """How long an input is, without a forward: the page's choice between /api/attention and a trace."""
         name = self.registry.resolve(request.model)
-        _, model = await self._off_loop(self.registry.get, name)
+        model = await self._model(name)
         await prerender(model, request.text, request.chat)
         limits = (self.settings.tokens_for(model.info.max_tokens), self.max_tokens(model))
         body: bytes = await self._off_loop(tokens_json, name, model, request, limits)
@@ -295,7 +296,7 @@ class Traces:
         key = ("trace", *source)
         hit = self.cache.get(key)
         if hit is None:
-            _, model = await self._off_loop(self.registry.get, name)
+            model = await self._model(name)
             await prerender(model, request.text, request.chat)  # not in the shared encoding threads
             await self._off_loop(self._check_length, model, source)
         return source, key, hit
@@ -335,7 +336,7 @@ class Traces:
     async def _compute(self, source: Source, key: Hashable, abandoned: threading.Event) -> Trace:
         name, text, pair, _, chat = source
         # Counted from admission (its declared peak) to the worker's end; the trace then on its own.
-        _, loaded = await self._off_loop(self.registry.get, name)
+        loaded = await self._model(name)
         n = await self._off_loop(self._check_length, loaded, source)
         need = trace_peak_nbytes(loaded, n, self.settings.threads)
         if self.budget.waiting >= self.settings.max_queue:  # as a model's queue: 503, not a wait without end

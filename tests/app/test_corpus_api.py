@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
+from tests.app.started import serving
 
 LAYERS, HEADS, TEXTS = 2, 3, 12
 
@@ -34,7 +35,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def client(runs: dict[str, object], make_settings: Callable[..., Settings]) -> Iterator[TestClient]:
-    with TestClient(create_app(make_settings(runs_dir=runs["root"]))) as test_client:
+    with serving(create_app(make_settings(runs_dir=runs["root"]))) as test_client:
         yield test_client
 
 
@@ -96,7 +97,7 @@ def test_an_example_is_a_snippet_and_its_line_opens_it_whole(
     values = random_values(3, 1, 1, seed=2)
     values["entropy"][:, 0, 0] = [0.1, 2.9, 0.2]  # the long text ranks first
     write_run(tmp_path / "run", texts, values, format=run_format)
-    with TestClient(create_app(make_settings(runs_dir=tmp_path))) as client:
+    with serving(create_app(make_settings(runs_dir=tmp_path))) as client:
         answer = client.get("/api/corpus/runs/run/heads/0/0", params={"stat": "entropy"}).json()
         first, second = answer["top"][:2]
         assert first["line"] == 2 and first["cut"] is True
@@ -130,7 +131,7 @@ def test_a_bad_record_or_a_shard_gone_is_no_text(
     (tmp_path / "linked" / "shards" / "00000.texts.parquet").symlink_to(
         outside / "shards" / "00000.texts.parquet"
     )
-    with TestClient(create_app(make_settings(runs_dir=tmp_path))) as client:
+    with serving(create_app(make_settings(runs_dir=tmp_path))) as client:
         response = client.get("/api/corpus/runs/holed/texts/2")
         assert response.status_code == 404 and "line 2 of corpus run 'holed' is a bad record" in response.text
         for name in ("run", "linked"):
@@ -190,7 +191,7 @@ def test_what_is_no_run_is_refused_clearly(client: TestClient, path: str, status
 
 
 def test_without_a_runs_dir_the_list_says_how_to_set_it(make_settings: Callable[..., Settings]) -> None:
-    with TestClient(create_app(make_settings())) as client:
+    with serving(create_app(make_settings())) as client:
         answer = client.get("/api/corpus/runs").json()
         assert answer == {"configured": False, "hint": answer["hint"], "runs": []}
         assert "HEADSCOPE_RUNS_DIR" in answer["hint"]
@@ -204,7 +205,7 @@ def test_a_norm_run_says_so_in_the_list_and_its_detail(
     """A --weighting norm run: the list and the run's answer name its weighting, as the page shows it."""
     write_run(tmp_path / "by-norm", sentences(3), random_values(3, 1, 2), weighting="norm")
     write_run(tmp_path / "by-weight", sentences(3), random_values(3, 1, 2), weighting="weight")
-    with TestClient(create_app(make_settings(runs_dir=tmp_path))) as client:
+    with serving(create_app(make_settings(runs_dir=tmp_path))) as client:
         listed = {run["name"]: run["weighting"] for run in client.get("/api/corpus/runs").json()["runs"]}
         assert listed == {"by-norm": "norm", "by-weight": "weight"}
         detail = client.get("/api/corpus/runs/by-norm").json()
@@ -216,7 +217,7 @@ def test_a_run_rewritten_in_place_is_read_afresh(
 ) -> None:
     texts = sentences(4)
     write_run(tmp_path / "run", texts, random_values(4, 1, 2, seed=5))
-    with TestClient(create_app(make_settings(runs_dir=tmp_path))) as client:
+    with serving(create_app(make_settings(runs_dir=tmp_path))) as client:
         before = client.get("/api/corpus/runs/run/heads/0/1", params={"stat": "max"}).json()["values"]
         assert client.get("/api/corpus/runs/run/heads/0/1", params={"stat": "max"}).json()["values"] == before
         again = random_values(4, 1, 2, seed=6)
@@ -232,7 +233,7 @@ def test_a_damaged_run_is_a_clear_409(tmp_path: Path, make_settings: Callable[..
     write_run(tmp_path / "run", sentences(3), random_values(3, 1, 1))
     (tmp_path / "run" / "per_text.parquet").write_bytes(b"not parquet")
     (tmp_path / "run" / "per_head.parquet").write_bytes(b"PAR1")
-    with TestClient(create_app(make_settings(runs_dir=tmp_path))) as client:
+    with serving(create_app(make_settings(runs_dir=tmp_path))) as client:
         for path in ("/api/corpus/runs/run", "/api/corpus/runs/run/heads/0/0?stat=entropy"):
             response = client.get(path)
             assert response.status_code == 409, response.text
@@ -269,7 +270,7 @@ def test_a_run_json_field_of_the_wrong_type_is_a_409_naming_it(
         else:
             parent[where[-1]] = value
         (tmp_path / name / "run.json").write_text(json.dumps(meta))
-    with TestClient(create_app(make_settings(runs_dir=tmp_path))) as client:
+    with serving(create_app(make_settings(runs_dir=tmp_path))) as client:
         for name, (_, _, says) in WRONG_FIELDS.items():
             for path in ("", "/heads/0/0?stat=entropy", "/texts/1"):
                 response = client.get(f"/api/corpus/runs/{name}{path}")

@@ -15,6 +15,7 @@ import mha
 from app import compact
 from app.main import create_app
 from app.settings import Settings
+from tests.app.started import serving
 
 PROMPT = "The cat sat on the mat. The dog"
 
@@ -24,7 +25,7 @@ def decoders(
     tiny_checkpoints: dict[str, Path], make_settings: Callable[..., Settings]
 ) -> Iterator[TestClient]:
     models = {family: tiny_checkpoints[family] for family in DECODER_FAMILIES}
-    with TestClient(create_app(make_settings(models=models, max_new_tokens=6))) as client:
+    with serving(create_app(make_settings(models=models, max_new_tokens=6))) as client:
         yield client
 
 

@@ -22,6 +22,7 @@ from app.schemas.effects import PROGRESS_HEADS, HeadEffectsDone
 from mha.errors import Cancelled
 from tests.app.asgi import Exchange, post
 from tests.app.counting import Counting
+from tests.app.started import serving
 from tests.seq2seq_checkpoints import build_seq2seq_checkpoint
 
 DEFAULT = "all-MiniLM-L6-v2"
@@ -43,7 +44,7 @@ def models(tiny_checkpoints: dict[str, Path], tmp_path_factory: pytest.TempPathF
 
 @pytest.fixture
 def client(make_settings, models: dict[str, Path]) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
-    with TestClient(create_app(make_settings(models=models, max_new_tokens=4))) as test_client:
+    with serving(create_app(make_settings(models=models, max_new_tokens=4))) as test_client:
         yield test_client
 
 

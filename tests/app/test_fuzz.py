@@ -27,7 +27,6 @@ import pytest
 import schemathesis
 from checkpoints import FAMILIES, build_tiny_checkpoints
 from corpus_fixture import STATS, random_values, sentences, write_run
-from fastapi.testclient import TestClient
 from gguf_files import write_gguf
 from hypothesis import HealthCheck, settings
 from schemathesis.config import SchemathesisConfig
@@ -38,6 +37,7 @@ from app.main import create_app
 from app.schemas.common import MAX_TEXT_CHARS, NOT_BLANK
 from app.settings import Settings
 from mha.loading import model_cache
+from tests.app.started import serving
 
 ROOT = Path(__file__).resolve().parents[2]
 # Built at import, as the app is: schemathesis reads the schema, and so starts the app, at collection.
@@ -104,7 +104,7 @@ UNSTATED_RULES = ("send a target or generate: true, not both",)
 def _lifespan() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(model_cache.CACHE_ENV, str(CHECKPOINTS / "headscope-cache"))
-        with TestClient(app):  # the default model is loaded before the first example, as in production
+        with serving(app):  # the default model is loaded before the first example, as in production
             yield
 
 

@@ -13,6 +13,7 @@ from app.main import create_app
 from app.middleware import CSP
 from app.schemas.common import MAX_TEXT_CHARS, NOT_BLANK
 from app.settings import Settings
+from tests.app.started import serving
 
 TEXT = "The cat sat on the mat."
 
@@ -20,7 +21,7 @@ TEXT = "The cat sat on the mat."
 @pytest.fixture(scope="module")
 def local(make_settings: Callable[..., Settings]) -> Iterator[TestClient]:
     """The default settings' host check: no configured names."""
-    with TestClient(create_app(make_settings(allowed_hosts=[], default_model="random"))) as c:
+    with serving(create_app(make_settings(allowed_hosts=[], default_model="random"))) as c:
         yield c
 
 
@@ -70,7 +71,7 @@ def test_a_foreign_host_is_refused_before_anything_runs(local: TestClient, host:
 def test_configured_hosts_and_wildcards(make_settings: Callable[..., Settings]) -> None:
     settings = make_settings(allowed_hosts=["Headscope.Example.ORG", "*.lab.example"], default_model="random")
     assert settings.allowed_hosts == ["headscope.example.org", "*.lab.example"]
-    with TestClient(create_app(settings)) as c:
+    with serving(create_app(settings)) as c:
         for host, status in [
             ("headscope.example.org", 200),
             ("headscope.example.org:443", 200),
@@ -80,7 +81,7 @@ def test_configured_hosts_and_wildcards(make_settings: Callable[..., Settings]) 
             ("localhost", 200),  # local names stay served
         ]:
             assert c.get("/api/health", headers={"Host": host}).status_code == status, host
-    with TestClient(create_app(make_settings(allowed_hosts=["*"], default_model="random"))) as c:
+    with serving(create_app(make_settings(allowed_hosts=["*"], default_model="random"))) as c:
         assert c.get("/api/health", headers={"Host": "anything.example"}).status_code == 200
 
 
@@ -207,7 +208,7 @@ def test_an_unexpected_error_is_a_json_500_with_the_security_headers(
     make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     app = create_app(make_settings(default_model="random"))
-    with TestClient(app) as c:
+    with serving(app) as c:
 
         def broken() -> None:
             raise KeyError((1, 1))

@@ -16,6 +16,7 @@ from tolerances import FORWARD, ROUND6, U32, float32_sum, rounded_row_sum, row_s
 from app import compact
 from app.main import create_app
 from mha import analysis
+from tests.app.started import serving
 
 TEXT = "Headscope shows what every head looks at, word by word."
 PAIR = "It is a fine tool."
@@ -229,7 +230,7 @@ def test_flow_over_the_limit_is_422_naming_it(client: TestClient) -> None:
 
 
 def test_flow_limit_is_a_setting(make_settings) -> None:  # type: ignore[no-untyped-def]
-    with TestClient(create_app(make_settings(flow_max_tokens=4))) as c:
+    with serving(create_app(make_settings(flow_max_tokens=4))) as c:
         assert (
             "limited to 4 words" in post(c, "/api/flow", {"text": SHORT, "words": True}, status=422)["detail"]
         )
@@ -361,7 +362,7 @@ def test_openapi_documents_every_insight_route(client: TestClient) -> None:
 def test_gpt2_analysis_rollout_and_words(tiny_checkpoints: dict[str, Path], make_settings) -> None:  # type: ignore[no-untyped-def]
     settings = make_settings(models={"gpt2": tiny_checkpoints["gpt2"]}, default_model="gpt2")
     text = "The cat sat on the mat."
-    with TestClient(create_app(settings)) as c:
+    with serving(create_app(settings)) as c:
         stats = post(c, "/api/analysis", {"text": text})["stats"]
         assert np.array(stats["forward"]).max() == 0  # causal: no weight on later tokens
         rollout = tensor(post(c, "/api/rollout", {"text": text})["rollout"])

@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 import app.main as main
 from app.main import create_app
 from app.settings import get_settings
+from tests.app.started import serving
 
 TEXT = "The cat sat on the mat because it was tired."
 
@@ -26,7 +27,7 @@ def test_cors_closed_by_default(client: TestClient) -> None:
 
 def test_cors_opens_only_to_configured_origins(make_settings) -> None:  # type: ignore[no-untyped-def]
     app = create_app(make_settings(cors_origins=["https://ok.example"]))
-    with TestClient(app) as c:
+    with serving(app) as c:
         ok = c.get("/api/health", headers={"Origin": "https://ok.example"})
         assert ok.headers["access-control-allow-origin"] == "https://ok.example"
         other = c.get("/api/health", headers={"Origin": "https://evil.example"})
@@ -53,7 +54,7 @@ def test_every_operation_documents_the_refusals_of_the_http_layer(client: TestCl
 def test_the_app_answers_after_a_lifespan_restart(make_settings) -> None:  # type: ignore[no-untyped-def]
     app = create_app(make_settings())
     for round_ in range(2):  # shutdown closes the workers; the next startup must get new ones
-        with TestClient(app) as client:
+        with serving(app) as client:
             r = client.post("/api/attention/compact", json={"text": f"restart round {round_}"})
             assert r.status_code == 200
 

@@ -8,11 +8,11 @@ import threading
 import time
 
 import pytest
-from fastapi.testclient import TestClient
 
 import app.service.trim as service_module
 from app import memory
 from app.main import create_app
+from tests.app.started import serving
 
 glibc = pytest.mark.skipif(
     not sys.platform.startswith("linux") or "libc.so" not in (ctypes.util.find_library("c") or ""),
@@ -46,7 +46,7 @@ def test_the_service_trims_once_idle_after_a_large_answer(
     monkeypatch.setattr(service_module, "IDLE_TRIM_SECONDS", 0.05)
     monkeypatch.setattr(service_module, "TRIM_INTERVAL", 3600.0)  # only the idle trim in this test
     app = create_app(make_settings(malloc_trim=enabled))
-    with TestClient(app) as client:
+    with serving(app) as client:
         monkeypatch.setattr(service_module, "LARGE_BYTES", 10**9)  # nothing is large...
         client.post("/api/attention", json={"text": "A small answer."})
         time.sleep(0.3)

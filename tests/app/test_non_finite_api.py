@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
+from tests.app.started import serving
 
 BODY = {"text": "The cat sat on the mat.", "model": "huge"}
 
@@ -27,7 +28,7 @@ def client(
     huge: Path, tiny_checkpoints: dict[str, Path], make_settings: Callable[..., Settings]
 ) -> Iterator[TestClient]:
     settings = make_settings(models={"huge": huge, "llama": tiny_checkpoints["llama"]}, max_new_tokens=4)
-    with TestClient(create_app(settings)) as test_client:
+    with serving(create_app(settings)) as test_client:
         yield test_client
 
 

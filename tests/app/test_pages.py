@@ -16,6 +16,7 @@ from app.main import create_app
 from app.routes.pages import PLOTLY_JS
 from app.service import FLOW_MAX_TOKENS
 from app.settings import Settings
+from tests.app.started import serving
 
 
 class Scripts(HTMLParser):
@@ -80,7 +81,7 @@ def initial_state(client: TestClient) -> dict[str, Any]:
 
 
 def test_page_knows_a_lowered_flow_limit(make_settings: Callable[..., Settings]) -> None:
-    with TestClient(create_app(make_settings(flow_max_tokens=4))) as lowered:
+    with serving(create_app(make_settings(flow_max_tokens=4))) as lowered:
         assert initial_state(lowered)["limits"]["flow_max_tokens"] == 4
 
 

@@ -20,6 +20,7 @@ from app.errors import ModelUnavailableError, UnknownModelError
 from app.main import create_app
 from app.registry import Registry, scan_models_dir
 from app.settings import Settings
+from tests.app.started import serving
 
 TEXT = "Tiny models still attend somewhere."
 
@@ -167,7 +168,7 @@ def test_models_shows_a_failed_check_right_after_startup(make_settings) -> None:
         default=service.registry.default,
         checks={"random": check_random},
     )
-    with TestClient(app) as client:
+    with serving(app) as client:
         entry = next(m for m in client.get("/api/models").json()["models"] if m["name"] == "random")
         assert entry["loaded"] is False and "vocab_size (5)" in entry["error"]  # before any request named it
         r = client.post("/api/attention", json={"text": TEXT, "model": "random"})
@@ -217,7 +218,7 @@ def zoo_client(tiny_checkpoints: dict[str, Path], zoo: Path, make_settings):  # 
     settings = make_settings(
         models={"bert-tiny": tiny_checkpoints["bert"], "gpt2-tiny": tiny_checkpoints["gpt2"]}, models_dir=zoo
     )
-    with TestClient(create_app(settings)) as client:
+    with serving(create_app(settings)) as client:
         yield client
 
 
@@ -270,7 +271,7 @@ def test_a_model_directory_is_not_a_model_name(zoo_client: TestClient, zoo: Path
 def test_a_broken_default_model_leaves_the_service_up(make_settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "config.json").write_text('{"model_type": "bert"}')  # no weights, no tokenizer
     app = create_app(make_settings(models={"bad": tmp_path}, default_model="bad"))
-    with TestClient(app) as client:
+    with serving(app) as client:
         health = client.get("/api/health")
         assert health.status_code == 503 and health.json()["status"] == "unavailable"
         entry = next(m for m in client.get("/api/models").json()["models"] if m["name"] == "bad")
@@ -285,7 +286,7 @@ def test_input_the_model_cannot_read_is_422_not_500(tmp_path: Path, make_setting
 
     # A BERT with one token type cannot read a pair: mha refuses it with an InputError, a client's mistake.
     single = build_checkpoint("bert", tmp_path / "bert-one-type", type_vocab_size=1)
-    with TestClient(create_app(make_settings(models={"one-type": single}))) as client:
+    with serving(create_app(make_settings(models={"one-type": single}))) as client:
         body = {"text": TEXT, "text_pair": "A second sentence.", "model": "one-type"}
         response = client.post("/api/attention", json=body)
         assert response.status_code == 422, response.text
@@ -303,7 +304,7 @@ def test_a_checkpoint_without_vocabulary_is_named_at_startup(  # type: ignore[no
     for file in ("tokenizer.json", "vocab.json", "merges.txt"):
         (broken / file).unlink(missing_ok=True)
     assert (broken / "tokenizer_config.json").exists()
-    with TestClient(create_app(make_settings(models={"gpt2-novocab": broken}))) as client:
+    with serving(create_app(make_settings(models={"gpt2-novocab": broken}))) as client:
         entry = next(m for m in client.get("/api/models").json()["models"] if m["name"] == "gpt2-novocab")
         assert entry["loaded"] is False and "tokenizer" in entry["error"]  # before any request named it
         r = client.post("/api/attention", json={"text": TEXT, "model": "gpt2-novocab"})
@@ -321,7 +322,7 @@ def test_broken_weights_are_named_by_models_right_after_startup(  # type: ignore
     for name, variant in broken.items():
         break_checkpoint(tiny_checkpoints["bert"], tmp_path / name, variant)
     shutil.copytree(tiny_checkpoints["bert"], tmp_path / "good")
-    with TestClient(create_app(make_settings(models_dir=tmp_path))) as client:
+    with serving(create_app(make_settings(models_dir=tmp_path))) as client:
         # Before any request named them: the startup check read each one's headers.
         entries = {m["name"]: m for m in client.get("/api/models").json()["models"]}
         for name, variant in broken.items():
@@ -378,7 +379,7 @@ def test_refused_entries_are_listed_by_the_service(
     os.mkfifo(tmp_path / "pipe.gguf")
     (tmp_path / "zero.gguf").symlink_to("/dev/zero")
     (tmp_path / "tiny.gguf").write_bytes(b"GGUF" + bytes(4))  # a regular file, cut short: the header check
-    with TestClient(create_app(make_settings(models_dir=tmp_path))) as client:
+    with serving(create_app(make_settings(models_dir=tmp_path))) as client:
         entries = {entry["name"]: entry for entry in client.get("/api/models").json()["models"]}
         assert "is a FIFO, not a GGUF file" in entries["pipe"]["error"]
         assert "outside the models folder" in entries["zero"]["error"]

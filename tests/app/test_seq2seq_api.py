@@ -24,6 +24,7 @@ from app.settings import Settings
 from mha import analysis
 from mha.errors import Cancelled
 from tests.app.asgi import Exchange, post
+from tests.app.started import serving
 
 FAMILIES = ("t5", "bart", "marian")
 SOURCE = "the house is small"
@@ -43,7 +44,7 @@ def served(
 
     llama = build_checkpoint("llama", tmp_path_factory.mktemp("llama") / "llama")
     models = {**seq2seq_checkpoints, "llama": llama}
-    with TestClient(create_app(make_settings(models=models, max_new_tokens=MAX_NEW_TOKENS))) as client:
+    with serving(create_app(make_settings(models=models, max_new_tokens=MAX_NEW_TOKENS))) as client:
         yield client
 
 
@@ -76,7 +77,7 @@ def test_models_say_the_architecture_before_loading(
     from app.main import create_app
 
     # Read from each checkpoint's config by the startup check: the page offers a target box at once.
-    with TestClient(create_app(make_settings(models=seq2seq_checkpoints))) as client:
+    with serving(create_app(make_settings(models=seq2seq_checkpoints))) as client:
         entries = {m["name"]: m for m in client.get("/api/models").json()["models"]}
     for family in FAMILIES:
         assert entries[family]["loaded"] is False and entries[family]["architecture"] == "encoder-decoder"

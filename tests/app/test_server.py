@@ -23,6 +23,7 @@ from app import cli
 from app.main import create_app
 from app.server import uvicorn_config
 from app.settings import Settings
+from tests.app.started import serving
 
 GUARD = 30.0  # seconds a client waits for the server to answer or close
 
@@ -166,8 +167,6 @@ def test_serve_applies_the_settings_and_serves_its_bind_address(monkeypatch: pyt
     # One log at one level (the flag overrides the environment), uvicorn's lines in it, its access log off.
     assert (config.log_level, config.log_config, config.access_log) == ("WARNING", None, False)
 
-    from fastapi.testclient import TestClient
-
-    with TestClient(config.app) as client:
+    with serving(config.app) as client:
         for host, status in [("box.internal", 200), ("configured.example", 200), ("other.example", 400)]:
             assert client.get("/api/health", headers={"Host": host}).status_code == status, host

@@ -16,6 +16,7 @@ from store_files import OLLAMA_MODEL, hf_snapshot, lmstudio_model, ollama_manife
 from app.main import create_app
 from app.settings import Settings
 from mha.loading import model_cache
+from tests.app.started import serving
 
 LIBRARY = ("registry.ollama.ai", "library")
 TEXT = "The cat sat on the mat."
@@ -62,7 +63,7 @@ def client(stores_root: Path, make_settings: Callable[..., Settings]) -> Iterato
     settings = make_settings(discover=True, models_dir=stores_root / "models", **store_folders(stores_root))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(model_cache.CACHE_ENV, str(stores_root / "headscope-cache"))
-        with TestClient(create_app(settings)) as test_client:
+        with serving(create_app(settings)) as test_client:
             yield test_client
 
 

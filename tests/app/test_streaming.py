@@ -23,6 +23,7 @@ from app import encoders
 from app.main import create_app
 from tests import tolerances
 from tests.app.asgi import Exchange, post
+from tests.app.started import serving
 
 # ~130 tokens on MiniLM: 6·12·130² ≈ 1.2 M values, above STREAM_VALUES, so this answer is streamed.
 LONG = " ".join(f"Sentence {i} says something new about cats and dogs." for i in range(12))
@@ -38,7 +39,7 @@ def old_json(body: dict[str, Any]) -> bytes:
 
 @pytest.fixture(scope="module")
 def app_client(make_settings) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
-    with TestClient(create_app(make_settings())) as client:
+    with serving(create_app(make_settings())) as client:
         yield client
 
 
@@ -152,7 +153,7 @@ def test_a_streamed_answer_stops_being_encoded_when_its_client_leaves(
 )
 def test_at_most_max_streams_large_answers_are_streamed_at_once(make_settings, second: str) -> None:  # type: ignore[no-untyped-def]
     app = create_app(make_settings(max_streams=1))
-    with TestClient(app) as client:
+    with serving(app) as client:
         service = app.state.service
         slow = client.portal.call(Exchange)
         slow.pause_after_chunks = 1  # a client that stops reading after the first chunk
@@ -178,7 +179,7 @@ def test_a_long_text_with_a_small_answer_gives_back_its_turn_to_stream(make_sett
     # turn must come back: with max_streams=1 a kept turn would leave every later long text waiting forever.
     texts = ["word " * 140, "other " * 120]
     app = create_app(make_settings(max_streams=1))
-    with TestClient(app) as client:
+    with serving(app) as client:
         service = app.state.service
         for text in texts:
             assert len(text) > service_module_core.BATCH_CHARS

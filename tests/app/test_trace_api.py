@@ -22,6 +22,7 @@ from app.service.traces import trace_bytes_per_token, trace_max_tokens, trace_nb
 from mha.errors import Cancelled
 from tests.app.asgi import Exchange, post
 from tests.app.counting import Counting
+from tests.app.started import serving
 from tests.tolerances import ROUND6, U32, quant8
 
 DEFAULT = "all-MiniLM-L6-v2"
@@ -31,7 +32,7 @@ TIMEOUT = 30  # seconds any wait may take before it counts as a failure
 
 @pytest.fixture
 def traced(make_settings) -> Iterator[tuple[TestClient, Counting]]:  # type: ignore[no-untyped-def]
-    with TestClient(create_app(make_settings())) as client:
+    with serving(create_app(make_settings())) as client:
         yield client, Counting(client.app.state.service.registry.loaded(DEFAULT), "trace")
 
 
@@ -141,7 +142,7 @@ def test_an_evicted_trace_is_traced_again_when_next_needed(make_settings) -> Non
     # trace_peak_nbytes), not two.
     budget = 4 * 2**20
     settings = make_settings(trace_max_bytes=budget, trace_cache_bytes=budget)
-    with TestClient(create_app(settings)) as client:
+    with serving(create_app(settings)) as client:
         service = client.app.state.service
         counting = Counting(service.registry.loaded(DEFAULT), "trace")
         first, second = TEXT, TEXT.replace("cats", "birds")
@@ -175,7 +176,7 @@ def test_the_limit_follows_from_the_byte_budget(make_settings, minilm) -> None: 
     limit = trace_max_tokens(minilm, budget)
     assert 0 < limit < 512
     text = "cat " * 300
-    with TestClient(create_app(make_settings(trace_max_bytes=budget, trace_cache_bytes=budget))) as client:
+    with serving(create_app(make_settings(trace_max_bytes=budget, trace_cache_bytes=budget))) as client:
         entry = next(m for m in client.get("/api/models").json()["models"] if m["name"] == DEFAULT)
         assert entry["trace_max_tokens"] == limit and entry["max_tokens"] == 512
         reads = {
@@ -196,7 +197,7 @@ def test_the_limit_follows_from_the_byte_budget(make_settings, minilm) -> None: 
         kept = client.app.state.service.traces.cache.get(("trace", DEFAULT, at_limit, None, 0, False))
         assert kept.nbytes <= trace_nbytes(minilm, limit) < budget
         # Over the model's own limit, and within the budget's: 413 naming the model's limit.
-        with TestClient(create_app(make_settings())) as roomy:
+        with serving(create_app(make_settings())) as roomy:
             detail = roomy.post("/api/trace", json={"text": "cat " * 600}).json()["detail"]
             assert "traces at most 512 tokens (the model's own limit)" in detail
 
@@ -285,7 +286,7 @@ def test_a_decoder_with_grouped_heads_reads_exactly(make_settings, tiny_checkpoi
     model = mha.load_pretrained(tiny_checkpoints["llama"], device="cpu")
     assert model.info.kv_heads < model.info.heads and model.info.causal
     settings = make_settings(models={"llama": tiny_checkpoints["llama"]})
-    with TestClient(create_app(settings)) as client:
+    with serving(create_app(settings)) as client:
         text = TEXT[:90]  # within the tiny checkpoint's 128 positions (its tokenizer splits finely)
         body = {"text": text, "model": "llama"}
         done = lines(client.post("/api/trace", json=body))[-1]

@@ -19,6 +19,7 @@ from app.service.trace_budget import TraceBudget
 from app.service.traces import trace_peak_nbytes
 from mha.trace.windows import Trace
 from tests.app.asgi import Exchange, post
+from tests.app.started import serving
 from tests.app.test_cancellation import wait_until
 
 DEFAULT = "all-MiniLM-L6-v2"
@@ -97,7 +98,7 @@ def test_traces_held_past_the_cache_hold_back_a_new_forward(make_settings) -> No
         " ".join(f"Sentence {i} says something new about {animal} and dogs." for i in range(6))
         for animal in ("cats", "birds", "fish", "cows")
     ]
-    with TestClient(create_app(settings)) as client:
+    with serving(create_app(settings)) as client:
         service = client.app.state.service
         budget = service.traces.budget
         model = service.registry.loaded(DEFAULT)
@@ -134,6 +135,6 @@ def test_the_service_trims_once_idle_after_a_trace(make_settings, monkeypatch: p
     monkeypatch.setattr(trim_module, "IDLE_TRIM_SECONDS", 0.05)
     monkeypatch.setattr(trim_module, "TRIM_INTERVAL", 3600.0)  # only the idle trim in this test
     monkeypatch.setattr(trim_module, "LARGE_BYTES", 10**15)  # no answer counts as large: only the trace
-    with TestClient(create_app(make_settings())) as client:
+    with serving(create_app(make_settings())) as client:
         trace_of(client, "A trace, and then the memory its forward used goes back.")
         wait_until(lambda: bool(trims), "the idle trim after the trace")

@@ -18,6 +18,7 @@ from app import compact
 from app.main import create_app
 from app.settings import Settings
 from mha import analysis
+from tests.app.started import serving
 
 TEXT = "The cat sat on the mat because it was warm."
 NORM = {"text": TEXT, "weighting": "norm"}
@@ -99,7 +100,7 @@ def test_words_take_the_norm_shares_without_totals(client: TestClient) -> None:
 def seq2seq_client(
     seq2seq_checkpoints: dict[str, Path], make_settings: Callable[..., Settings]
 ) -> Iterator[TestClient]:
-    with TestClient(create_app(make_settings(models={"t5": seq2seq_checkpoints["t5"]}))) as client:
+    with serving(create_app(make_settings(models={"t5": seq2seq_checkpoints["t5"]}))) as client:
         yield client
 
 
