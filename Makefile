@@ -54,8 +54,19 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
-test: $(VENV)/.installed-dev chromium lint typecheck jstest
-	$(BIN)/pytest -q
+# Two lanes, one a core. One runs mypy, then tests/app/test_fuzz.py in a pytest process of its own (a
+# third to a half of the suite's pytest time; it shares no state with the other files, and its last test
+# reads only what its own fuzz tests recorded). The other runs every other file in pytest's usual order:
+# the browser tests after tests/app/ in one process (Playwright leaves an asyncio loop running), and no
+# file's models load twice. Lines say "mypy:" or "fuzz:" where they come from the first lane; either lane
+# failing fails the target. A plain `pytest` still runs all of it in one process.
+FUZZ := tests/app/test_fuzz.py
+test: $(VENV)/.installed-dev chromium lint jstest
+	set -o pipefail; \
+	{ $(BIN)/mypy 2>&1 | sed -u 's/^/mypy: /' && $(BIN)/pytest -q $(FUZZ) 2>&1 | sed -u 's/^/fuzz: /'; } & first=$$!; \
+	$(BIN)/pytest -q --ignore=$(FUZZ); rest=$$?; \
+	wait $$first; checked=$$?; \
+	[ $$rest -eq 0 ] && [ $$checked -eq 0 ]
 
 # The page's pure JS (decoding, URL state, rankings, ...) under Node's own test runner: no browser, no npm.
 # The files are named by the shell: Node 18-20 search a directory argument, Node 22 reads it as a pattern.
