@@ -15,6 +15,7 @@ from the request validator (which would mean that schema and validator disagree)
 from __future__ import annotations
 
 import atexit
+import importlib
 import re
 import shutil
 import tempfile
@@ -81,6 +82,33 @@ app = create_app(
         bundled_llm=False,
     )
 )
+
+
+def _as_written(pattern: str, min_length: int | None, max_length: int | None) -> str:
+    return pattern
+
+
+# schemathesis folds a string's length bounds into its pattern before drawing from it: the request texts'
+# NOT_BLANK class (one character that is no blank, anywhere in the text) and maxLength 20,000 (200,000 for
+# the traces) become ^[...]{1,20000}$. That spends most of the fuzz: jsonschema_rs canonicalizes each
+# schema holding such a quantifier in 2-6 s (linear in the bound; ~50 schemas at collection, more as
+# strategies are built), 40 % of this process's time in a py-spy sample. It also narrows the positive
+# draws to texts with no blank at all. Drawn from the pattern as written, with the bounds left to the
+# length filter, the fuzz of one route set is 3.3x faster (120 vs 393 s, under load 11) and draws more
+# cases, long texts at the bounds included (2,056 vs 1,687 requests; 16 vs 9 texts of 20,000 characters
+# or more). The three places that fold (converting a schema, the coverage phase, a pattern's strategy)
+# all call update_quantifier; where a schemathesis version has moved it, nothing is replaced.
+for _folding in (
+    "schemathesis.specs.openapi.converter",
+    "schemathesis.specs.openapi.coverage._operation",
+    "schemathesis.generation.jsonschema.strategy",
+):
+    try:
+        _module = importlib.import_module(_folding)
+    except ModuleNotFoundError:
+        continue
+    if hasattr(_module, "update_quantifier"):
+        _module.update_quantifier = _as_written
 schema = schemathesis.openapi.from_asgi(
     "/openapi.json", app, config=SchemathesisConfig.from_path(ROOT / "schemathesis.toml")
 )
