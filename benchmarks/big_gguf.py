@@ -1,0 +1,298 @@
+"""GGUF files of the sizes people run, kept quantized (issue 34 item 6): Llama-shaped files of random ggml
+blocks in Q4_K_M's mix (Q4_K; Q6_K for attn_v, ffn_down and the output), loaded by ours and, where its
+float32 copy fits, by transformers' from_pretrained(gguf_file=...), on the CPU.
+
+  1b  16 layers, width 2048, feed-forward 8192, 32 query / 8 key-value heads, 128,256 tokens (~0.9 GB)
+  8b  Llama 3 8B: 32 layers, 4096, 14336, 32 / 8 heads, 128,256 tokens (~4.9 GB; --sizes 1b,8b: writing
+      it takes minutes and 5 GB of disk, and one forward dequantizes 7.5 G weights)
+
+Printed for each, each figure in a fresh process (so its peak resident memory, VmHWM, is its own):
+  first load     an empty HEADSCOPE_CACHE_DIR: the header hashed, config, names and tokenizer read once
+  cached load    the same cache: nothing but the header read before the forward
+  attend 128     one 128-token attend after the cached load, split into the time spent dequantizing
+                 (Blocks.dequantize_into) and the rest (the matrix products, attention, norms); with
+                 HEADSCOPE_DEQUANT_CACHE_BYTES' default, and with 0 (every layer dequantized each forward)
+  products only  the same attend with every layer kept dequantized (a budget the size of the float32
+                 model): what the matrix products cost alone, the reference dequantizing is held to
+  peak RSS       beside the goals: 1b <= file + 1.5 GiB, 8b <= 8 GB
+  transformers   from_pretrained(gguf_file=...) (float32, every tensor dequantized at load) and its eager
+                 forward with output_attentions at 128 tokens, where 4 bytes a weight fit in memory
+and the routes for the dequantizing itself, on one 8192 x 2048 Q4_K matrix: transformers' torch code,
+the same under torch.compile, and against it the 128-token product.
+
+    .venv/bin/python benchmarks/big_gguf.py [--sizes 1b] [--folder /tmp] [--keep] [--no-theirs]
+
+The files are deleted at the end unless --keep. Check `df -h` and free memory first: the 8b file is 4.9 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+Q4_K, Q6_K = 12, 14  # ggml type ids
+SIZES = {
+    "1b": {"layers": 16, "width": 2048, "ffn": 8192, "heads": 32, "kv_heads": 8, "vocab": 128_256},
+    "8b": {"layers": 32, "width": 4096, "ffn": 14_336, "heads": 32, "kv_heads": 8, "vocab": 128_256},
+}
+TOKENS = 128
+TEXT = " ".join(["the quick brown fox jumps over the lazy dog"] * 40)
+
+
+def write_file(path: Path, size: str) -> None:
+    """A Llama GGUF of random blocks in Q4_K_M's mix, streamed tensor by tensor (never all in memory)."""
+    import gguf
+
+    shape = SIZES[size]
+    width, ffn, heads, kv = shape["width"], shape["ffn"], shape["heads"], shape["kv_heads"]
+    head_dim = width // heads
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name(f"random-llama-{size}")
+    writer.add_block_count(shape["layers"])
+    writer.add_context_length(8192)
+    writer.add_embedding_length(width)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(500_000.0)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_vocab_size(shape["vocab"])
+    # A byte-level BPE of the model's vocabulary size: the 256 byte tokens, one merge, then fillers
+    alphabet = (
+        [chr(c) for c in range(33, 127)]
+        + [chr(c) for c in range(161, 173)]
+        + [chr(c) for c in range(174, 256)]
+    )
+    alphabet += [chr(256 + i) for i in range(256 - len(alphabet))]
+    tokens = [*alphabet, "th"] + [f"<f{i}>" for i in range(shape["vocab"] - len(alphabet) - 1)]
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.NORMAL] * len(tokens))
+    writer.add_token_merges(["t h"])
+    writer.add_bos_token_id(len(tokens) - 2)
+    writer.add_eos_token_id(len(tokens) - 1)
+
+    matrices = [("token_embd.weight", shape["vocab"], width, Q4_K)]
+    for i in range(shape["layers"]):
+        matrices += [
+            (f"blk.{i}.attn_q.weight", width, width, Q4_K),
+            (f"blk.{i}.attn_k.weight", kv * head_dim, width, Q4_K),
+            (f"blk.{i}.attn_v.weight", kv * head_dim, width, Q6_K),
+            (f"blk.{i}.attn_output.weight", width, width, Q4_K),
+            (f"blk.{i}.ffn_gate.weight", ffn, width, Q4_K),
+            (f"blk.{i}.ffn_up.weight", ffn, width, Q4_K),
+            (f"blk.{i}.ffn_down.weight", width, ffn, Q6_K),
+        ]
+    matrices.append(("output.weight", shape["vocab"], width, Q6_K))
+    norms = [f"blk.{i}.{n}.weight" for i in range(shape["layers"]) for n in ("attn_norm", "ffn_norm")]
+    norms.append("output_norm.weight")
+    for name, rows, columns, kind in matrices:
+        elements, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(kind)]
+        row_bytes = columns // elements * nbytes
+        writer.add_tensor_info(
+            name, (rows, row_bytes), np.dtype(np.uint8), rows * row_bytes, gguf.GGMLQuantizationType(kind)
+        )
+    for name in norms:
+        writer.add_tensor_info(name, (width,), np.dtype(np.float32), 4 * width)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    generator = np.random.default_rng(0)
+    for _name, rows, columns, kind in matrices:
+        elements, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(kind)]
+        # Every byte below 0x20: each float16 scale field is finite and small (tests/gguf_files.py)
+        writer.write_tensor_data(
+            generator.integers(0, 0x20, (rows, columns // elements * nbytes), dtype=np.uint8)
+        )
+    for _ in norms:
+        writer.write_tensor_data(np.ones(width, dtype=np.float32))
+    writer.close()
+
+
+CHILD = r"""
+import json, os, sys, time
+start = time.perf_counter()
+import torch
+from mha import load_pretrained
+from mha.loading import gguf_packed
+spent = [0.0]
+into = gguf_packed.Blocks.dequantize_into
+def timed(self, out):
+    began = time.perf_counter()
+    into(self, out)
+    spent[0] += time.perf_counter() - began
+gguf_packed.Blocks.dequantize_into = timed
+FILE, BUDGET, TEXT, N = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+budget = None if BUDGET == "default" else int(BUDGET)
+began = time.perf_counter()
+model = load_pretrained(FILE, device="cpu", dequant_cache_bytes=budget)
+loaded = time.perf_counter() - began
+out = {"load": loaded, "process": time.perf_counter() - start}
+if N:
+    for run in ("first", "second"):
+        spent[0] = 0.0
+        began = time.perf_counter()
+        model.attend(TEXT, max_tokens=N, hidden_state=False)
+        out[run] = time.perf_counter() - began
+        out[run + "_dequant"] = spent[0]
+status = open("/proc/self/status").read().split("\n")
+out["hwm"] = next(int(l.split()[1]) for l in status if l.startswith("VmHWM")) / 1024
+print(json.dumps(out))
+"""
+
+THEIRS = r"""
+import json, sys, time
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+FILE, TEXT, N = sys.argv[1], sys.argv[2], int(sys.argv[3])
+folder, name = FILE.rsplit("/", 1)
+began = time.perf_counter()
+model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, attn_implementation="eager").eval()
+tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+out = {"load": time.perf_counter() - began}
+ids = tokenizer(TEXT, truncation=True, max_length=N, return_tensors="pt")
+for run in ("first", "second"):
+    began = time.perf_counter()
+    with torch.no_grad():
+        model.model(**ids, output_attentions=True)
+    out[run] = time.perf_counter() - began
+status = open("/proc/self/status").read().split("\n")
+out["hwm"] = next(int(l.split()[1]) for l in status if l.startswith("VmHWM")) / 1024
+print(json.dumps(out))
+"""
+
+
+def child(script: str, *args: str, cache: str) -> dict[str, float]:
+    env = {**os.environ, "HEADSCOPE_CACHE_DIR": cache, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"a child failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def dequant_routes(repeats: int = 3) -> None:
+    """transformers' dequantizer on one 8192 x 2048 Q4_K matrix, plain and under torch.compile, against the
+    128-token product with the same matrix."""
+    import torch
+    from transformers.integrations.gguf.dequant import dequantize
+
+    rows, columns = 8192, 2048
+    blocks = torch.randint(0, 0x20, (rows, columns // 256 * 144), dtype=torch.uint8)
+    x = torch.randn(TOKENS, columns)
+    weight = dequantize(blocks.reshape(-1), Q4_K).view(rows, columns)
+
+    def best(call: object) -> float:
+        times = []
+        for _ in range(repeats):
+            began = time.perf_counter()
+            call()  # type: ignore[operator]
+            times.append(time.perf_counter() - began)
+        return min(times)
+
+    plain = best(lambda: dequantize(blocks.reshape(-1), Q4_K))
+    product = best(lambda: x @ weight.T)
+    print(
+        f"\nQ4_K {rows} x {columns}: dequantize {plain * 1000:.0f} ms, "
+        f"128-token product {product * 1000:.0f} ms (dequantize / product {plain / product:.2f})"
+    )
+    try:
+        compiled = torch.compile(dequantize, dynamic=False)
+        began = time.perf_counter()
+        compiled(blocks.reshape(-1), Q4_K)
+        compile_seconds = time.perf_counter() - began
+        fast = best(lambda: compiled(blocks.reshape(-1), Q4_K))
+        print(
+            f"  torch.compile: {fast * 1000:.0f} ms after a {compile_seconds:.0f} s compile "
+            f"(dequantize / product {fast / product:.2f})"
+        )
+    except Exception as exc:  # no C++ compiler, or inductor refusing an op
+        print(f"  torch.compile: not available here ({type(exc).__name__}: {str(exc)[:120]})")
+    print(
+        "  product read from the blocks: transformers' GgufLinear.mul_mat_vec needs the ggml-org hub kernel "
+        "(CUDA/Metal, fetched from the network): none on this CPU"
+    )
+
+
+def run(size: str, folder: Path, *, theirs: bool, keep: bool) -> None:
+    import hashlib
+
+    from mha.loading.gguf_checkpoint import header_digest
+
+    path = folder / f"random-llama-{size}.gguf"
+    began = time.perf_counter()
+    write_file(path, size)
+    file_mib = path.stat().st_size / 2**20
+    print(f"\n== {size}: {path} {file_mib:,.0f} MiB, written in {time.perf_counter() - began:.0f} s")
+    began = time.perf_counter()
+    with path.open("rb") as f:
+        hashlib.file_digest(f, "sha256")
+    whole = time.perf_counter() - began
+    began = time.perf_counter()
+    header_digest(path)
+    print(
+        f"SHA-256 of the whole file {whole:.1f} s ({file_mib / whole:,.0f} MiB/s); of its header "
+        f"{(time.perf_counter() - began) * 1000:.0f} ms (what the cache is keyed by)"
+    )
+    try:
+        with tempfile.TemporaryDirectory() as cache:
+            first = child(CHILD, str(path), "default", TEXT, "0", cache=cache)
+            cached = child(CHILD, str(path), "default", TEXT, str(TOKENS), cache=cache)
+            none = child(CHILD, str(path), "0", TEXT, str(TOKENS), cache=cache)
+            every = child(CHILD, str(path), str(1 << 40), TEXT, str(TOKENS), cache=cache)
+        print(
+            f"load: first {first['load']:.1f} s (process {first['process']:.1f} s), "
+            f"cached {cached['load']:.1f} s (process {cached['process']:.1f} s)"
+        )
+        print("| attend 128 tokens | forward | dequantizing | the rest | peak RSS MiB | goal MiB |")
+        print("|---|---|---|---|---|---|")
+        goal = file_mib + 1536 if size == "1b" else 8000 / 1.048576
+        for label, got in (("default budget", cached), ("budget 0", none), ("every layer kept", every)):
+            for which in ("first", "second"):
+                rest = got[which] - got[which + "_dequant"]
+                print(
+                    f"| {label}, {which} | {got[which]:.1f} s | {got[which + '_dequant']:.1f} s "
+                    f"| {rest:.1f} s | {got['hwm']:,.0f} | {goal:,.0f} |"
+                )
+        products = every["second"]
+        print(f"dequantizing / products (budget 0, second forward): {none['second_dequant'] / products:.2f}")
+        if theirs:
+            got = child(THEIRS, str(path), TEXT, str(TOKENS), cache="")
+            print(
+                f"transformers: load {got['load']:.1f} s, "
+                f"forward {got['first']:.1f} / {got['second']:.1f} s, peak RSS {got['hwm']:,.0f} MiB"
+            )
+    finally:
+        if not keep:
+            path.unlink(missing_ok=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1b", help="comma-separated: 1b, 8b")
+    parser.add_argument("--folder", type=Path, default=Path(tempfile.gettempdir()))
+    parser.add_argument("--keep", action="store_true", help="keep the written files")
+    parser.add_argument("--no-theirs", action="store_true", help="skip transformers")
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dequant_routes()
+    for size in args.sizes.split(","):
+        theirs = not args.no_theirs and size == "1b"  # 8b in float32: 32 GB
+        run(size, args.folder, theirs=theirs, keep=args.keep)
+
+
+if __name__ == "__main__":
+    main()
