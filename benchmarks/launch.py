@@ -3,8 +3,9 @@
     from launch import launch_chromium, serve             # a script in benchmarks/ (its own folder)
     from benchmarks.launch import launch_chromium, serve  # tests (the repository root is on sys.path)
 
-`serve` runs uvicorn on a free loopback port, waits for GET /api/health to say "ok" and stops the server on
-exit; `launch_chromium` starts /usr/bin/chromium (never a downloaded browser) headless, offline-quiet.
+`serve` runs uvicorn on a free loopback port, waits for GET /api/health to say "ok" (the default model
+loaded; it answers 200 "loading" before) and stops the server on exit; `launch_chromium` starts
+/usr/bin/chromium (never a downloaded browser) headless, offline-quiet.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,13 +47,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def healthy(base: str) -> bool:
-    """True when GET {base}/api/health answers {"status": "ok"}."""
+def health(base: str) -> dict[str, Any] | None:
+    """GET {base}/api/health's body when it answers 200, else None (not listening yet, or 503)."""
     try:
         with urllib.request.urlopen(f"{base}/api/health", timeout=5) as response:  # noqa: S310 (loopback)
-            return bool(json.load(response).get("status") == "ok")
+            return dict(json.load(response))
     except (OSError, ValueError):
-        return False
+        return None
+
+
+def healthy(base: str) -> bool:
+    """True when GET {base}/api/health answers {"status": "ok"}: the default model is loaded."""
+    return (health(base) or {}).get("status") == "ok"
 
 
 @dataclass(frozen=True)
@@ -68,11 +74,14 @@ def serve(
     log: Path | None = None,
     uvicorn_args: Sequence[str] = (),
     start_s: float = 180,
+    until: Callable[[str], bool] = healthy,
+    poll_s: float = HEALTH_POLL_S,
 ) -> Iterator[Server]:
     """`app.main:app` under uvicorn on a free port, healthy before it is yielded, stopped after.
 
     `env` adds to os.environ; `log` takes the server's output (else it shares this process's); `start_s`
-    bounds the wait for health (loading the default model on a busy machine takes a while).
+    bounds the wait for health (loading the default model on a busy machine takes a while); `until(base)`
+    says when the server is up (`healthy`, polled every `poll_s`).
     Raises RuntimeError when the server exits or stays unhealthy, naming the log.
     """
     port = free_port()
@@ -93,12 +102,12 @@ def serve(
         )
         try:
             deadline = time.monotonic() + start_s
-            while not healthy(base):
+            while not until(base):
                 if process.poll() is not None:
                     raise RuntimeError(f"uvicorn exited with {process.returncode}{where}")
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"server not healthy after {start_s:g} s{where}")
-                time.sleep(HEALTH_POLL_S)
+                time.sleep(poll_s)
             yield Server(process, base)
         finally:
             process.terminate()
