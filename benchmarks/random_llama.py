@@ -94,11 +94,11 @@ def hooked_forward(network: Transformer, ids: torch.Tensor, attend: Attend) -> t
     position_ids = network.position_ids(ids)
     with torch.no_grad():
         x = network.embeddings(ids, position_ids, None)
-        rotary = network.rotary(position_ids, x.dtype)
-        for layer in cast("list[Block]", network.layers):
+        rotaries = network.rotaries(position_ids, x.dtype)
+        for layer, rotary in zip(cast("list[Block]", network.layers), rotaries, strict=True):
             attn = layer.attn
 
-            def hook(h: torch.Tensor, attn=attn) -> torch.Tensor:
+            def hook(h: torch.Tensor, attn=attn, rotary=rotary) -> torch.Tensor:
                 q, k, v = attn.heads(h, h, h, True, rotary)  # (1, H, n, D), (1, H_kv, n, D) x 2
                 out = attend(q, k, v, attn.scale)  # (1, H, n, D)
                 return attn.out_proj(out.transpose(1, 2).reshape(h.shape[0], h.shape[1], -1))

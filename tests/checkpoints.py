@@ -10,7 +10,9 @@ drawn away from 1 and 0, so a forgotten one fails parity.
 
 The decoders are what the issue asks of them: hidden 64, 4 query heads over 2 KV heads, 3 layers; llama3
 RoPE scaling on Llama, a sliding window shorter than the test texts on Mistral (every layer), Qwen2 (layers
-1 and 2) and Gemma 2 (its alternate layers, with soft-capping), biases on Qwen2, q/k norm on Qwen3.
+1 and 2) and Gemma 2 (its alternate layers, with soft-capping), biases on Qwen2, q/k norm on Qwen3; Gemma 3
+with local layers 0 and 2 around a global one, each kind with its own rope (the global one linearly
+scaled), and q/k norms.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 import torch
 
 ENCODER_FAMILIES = ("bert", "roberta", "distilbert", "gpt2")
-DECODER_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "phi3")
+DECODER_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3")
 FAMILIES = ENCODER_FAMILIES + DECODER_FAMILIES
 # The rotary decoders' shape; SLIDING_WINDOW is shorter than every test text but "Hi."
 D_HIDDEN, D_HEADS, D_KV_HEADS, D_LAYERS, D_FFN, D_MAX_POSITIONS = 64, 4, 2, 3, 96, 128
@@ -98,8 +100,23 @@ _DECODERS: dict[str, tuple[str, dict[str, Any]]] = {
             "final_logit_softcapping": 30.0,
         },
     ),
+    "gemma3": (
+        "Gemma3Text",
+        {
+            "head_dim": 16,
+            "sliding_window": SLIDING_WINDOW,
+            "query_pre_attn_scalar": 24,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+            "rope_parameters": {
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 8.0},
+            },
+        },
+    ),
     "phi3": ("Phi3", {}),
 }
+# The Gemma families' RMSNorm scales by 1 + w: their norm weights drawn around 0
+_GEMMA = ("gemma2", "gemma3")
 
 
 def sharpen(
@@ -171,11 +188,12 @@ def _decoder(family: str, directory: Path, seed: int, **config: Any) -> torch.nn
         chat_template=CHAT_TEMPLATES.get(family),
         max_length=fields["max_position_embeddings"],
     )
-    model: torch.nn.Module = getattr(tf, f"{name}ForCausalLM")(
+    # Gemma 3's text model is Gemma3ForCausalLM over a Gemma3TextConfig
+    model: torch.nn.Module = getattr(tf, f"{name.removesuffix('Text')}ForCausalLM")(
         getattr(tf, f"{name}Config")(vocab_size=vocab, **fields)
     )
     # Norm weights near their identity: 1, or 0 for Gemma's 1 + w
-    sharpen(model, seed, is_norm=lambda p: "norm" in p, identity=0.0 if family == "gemma2" else 1.0)
+    sharpen(model, seed, is_norm=lambda p: "norm" in p, identity=0.0 if family in _GEMMA else 1.0)
     return model
 
 

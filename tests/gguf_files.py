@@ -28,9 +28,12 @@ ARCHITECTURES = {
     "qwen2": "qwen2",
     "qwen3": "qwen3",
     "gemma2": "gemma2",
+    "gemma3": "gemma3",
     "phi3": "phi3",
     "gpt2": "gpt2",
 }
+# Gemma's RMSNorm scales by 1 + w (llama.cpp stores the sum) and its head is tied to the embeddings
+_GEMMA = ("gemma2", "gemma3")
 # GPT-2's Conv1D weights are stored [in, out]; llama.cpp writes them [out, in] as every other matrix
 _GPT2_TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
@@ -109,7 +112,7 @@ def write_gguf(
     from safetensors.torch import load_file
 
     config = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
-    family = config["model_type"]
+    family = config["model_type"].removesuffix("_text")  # Gemma 3's text model: gemma3_text
     arch = ARCHITECTURES[family]
     layers = config.get("num_hidden_layers", config.get("n_layer"))
     name_map = gguf.get_tensor_name_map(
@@ -125,13 +128,13 @@ def write_gguf(
         base, suffix = key.rsplit(".", 1)
         target = name_map.get_name(base)
         if target is None:
-            if family == "gemma2" and key == "lm_head.weight":
+            if family in _GEMMA and key == "lm_head.weight":
                 continue  # GGUF's Gemma ties its head to the embeddings: there is no output tensor
             raise KeyError(f"no GGUF name for {key}")
         array = tensor.to(torch.float32).numpy()
         if arch == "llama" and target.endswith(("attn_q", "attn_k")):
             array = _permute(array, heads if target.endswith("attn_q") else kv_heads)
-        if family == "gemma2" and "norm" in target:
+        if family in _GEMMA and "norm" in target:
             array = array + 1.0  # Gemma's RMSNorm scales by 1 + w; llama.cpp stores the sum
         if family == "gpt2" and key.endswith(_GPT2_TRANSPOSED):
             array = array.T.copy()
@@ -154,7 +157,7 @@ def write_gguf(
         rope = config.get("rope_parameters") or {}
         writer.add_rope_freq_base(rope.get("rope_theta", config.get("rope_theta", 10000.0)))
         writer.add_rope_dimension_count(head_dim)
-    if family == "gemma2":
+    if family in _GEMMA:
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
         writer.add_sliding_window(config["sliding_window"])

@@ -109,7 +109,7 @@ class ModelEntry(BaseModel):
     name: str
     family: str | None = Field(
         description="The checkpoint's model_type (bert, roberta, distilbert, gpt2, llama, mistral, qwen2, "
-        "qwen3, gemma2, phi3) or random; null until loaded."
+        "qwen3, gemma2, gemma3, phi3, ...) or random; null until loaded."
     )
     layers: int | None
     heads: int | None

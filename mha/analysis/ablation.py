@@ -193,7 +193,7 @@ def _layer(
     out, _ = layer(
         x,
         prepared.keeps[index],
-        rotary=prepared.rotary,
+        rotary=prepared.rotaries[index],
         need_weights=False,
         weights_out=None,
         bias=prepared.bias,

@@ -40,6 +40,7 @@ class TransformerConfig:
     head_dim: int | None = None  # None: E // H
     positions: str = "learned"  # one of POSITIONS
     rope: Rope | None = None
+    local_rope: Rope | None = None  # the window layers' own rope, where it differs (Gemma 3's local base)
     norm: str = "layer"  # "layer" (LayerNorm) or "rms" (RMSNorm)
     norm_offset: float = 0.0  # Gemma's RMSNorm scales by (1 + w)
     mlp: str = "plain"  # "plain" fc_out(act(fc_in x)) or "gated" down(act(gate x) · up x)
@@ -93,6 +94,8 @@ class TransformerConfig:
             raise ValueError(f"layer_norm_eps ({self.layer_norm_eps}) must be a finite number >= 0")
         if (self.positions == "rotary") != (self.rope is not None):
             raise ValueError("rotary positions need a rope, and a rope needs positions='rotary'")
+        if self.local_rope is not None and not (self.rope is not None and self.window_layers):
+            raise ValueError("a local rope is the window layers' own: it needs a rope and window_layers")
         if self.relative_buckets <= 0 or self.relative_max_distance <= 0:
             raise ValueError(
                 f"relative_buckets ({self.relative_buckets}) and relative_max_distance "

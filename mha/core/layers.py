@@ -175,6 +175,7 @@ class Block(nn.Module):
             scale=config.attention_scale,
             softcap=config.attention_softcap,
             qk_norm_eps=config.layer_norm_eps if config.qk_norm else None,
+            qk_norm_offset=config.norm_offset,
         )
         self.attn_norm = make_norm(config)
         self.ffn = FeedForward(config)

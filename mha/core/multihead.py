@@ -14,7 +14,8 @@ What today's decoder families add, each one small piece:
   as transformers' repeat_kv orders them.
 - `head_dim` other than E // H (Gemma, Qwen3), `scale` other than 1/sqrt(D) (Gemma 2's
   query_pre_attn_scalar), `softcap` on the logits (Gemma 2), `qk_norm_eps` for a per-head RMSNorm of q and
-  k (Qwen3), and `out_bias` apart from the q/k/v `bias` (Qwen2 has the one without the other).
+  k (Qwen3; Gemma 3's scales by 1 + w: `qk_norm_offset`), and `out_bias` apart from the q/k/v `bias`
+  (Qwen2 has the one without the other).
 - rotary positions: `forward(..., rotary=(cos, sin))` rotates q and k (after the q/k norm) as mha.core.rope
 says.
 """
@@ -51,6 +52,7 @@ class MultiHeadAttention(nn.Module):
         scale: float | None = None,
         softcap: float | None = None,
         qk_norm_eps: float | None = None,
+        qk_norm_offset: float = 0.0,
     ) -> None:
         super().__init__()
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
@@ -92,8 +94,8 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(q_width, embed_dim, bias=bias if out_bias is None else out_bias)
         self.q_norm = self.k_norm = None
         if qk_norm_eps is not None:
-            self.q_norm = RMSNorm(self.head_dim, eps=qk_norm_eps)
-            self.k_norm = RMSNorm(self.head_dim, eps=qk_norm_eps)
+            self.q_norm = RMSNorm(self.head_dim, eps=qk_norm_eps, offset=qk_norm_offset)
+            self.k_norm = RMSNorm(self.head_dim, eps=qk_norm_eps, offset=qk_norm_offset)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -39,7 +39,7 @@ class Prepared:
 
     x: torch.Tensor  # (B, T, E): the embeddings, the first layer's input
     keeps: list[torch.Tensor | None]  # each layer's keep-mask (the sliding window's on its layers)
-    rotary: tuple[torch.Tensor, torch.Tensor] | None
+    rotaries: list[tuple[torch.Tensor, torch.Tensor] | None]  # each layer's cos and sin (None: no rope)
     bias: torch.Tensor | None  # T5's relative position bias, every layer's
 
 
@@ -107,13 +107,19 @@ class Transformer(nn.Module):
             device=input_ids.device,
         )
 
-    def rotary(
+    def rotaries(
         self, position_ids: torch.Tensor, dtype: torch.dtype
-    ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """cos and sin (1, T, rotary dim) for every layer and row, or None without rotary positions: a
-        batch is right-padded, so every row's positions are 0..T-1, those of its first."""
-        rope = self.config.rope
-        return None if rope is None else rope.cos_sin(position_ids[:1], dtype=dtype)
+    ) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
+        """Each layer's cos and sin (1, T, rotary dim), or None without rotary positions: the window layers
+        take the config's local rope where it has one (Gemma 3), the others its rope; each table computed
+        once. A batch is right-padded, so every row's positions are 0..T-1, those of its first."""
+        cfg = self.config
+        if cfg.rope is None:
+            return [None] * cfg.num_layers
+        main = cfg.rope.cos_sin(position_ids[:1], dtype=dtype)
+        local = main if cfg.local_rope is None else cfg.local_rope.cos_sin(position_ids[:1], dtype=dtype)
+        windowed = set(cfg.window_layers)
+        return [local if i in windowed else main for i in range(cfg.num_layers)]
 
     def prepare(
         self,
@@ -135,8 +141,8 @@ class Transformer(nn.Module):
             self._keep_mask(input_ids, attention_mask, window=cfg.sliding_window) if windowed else None
         )
         keeps = [window_keep if i in windowed else keep for i in range(cfg.num_layers)]
-        rotary = self.rotary(position_ids, x.dtype)
-        return Prepared(x, keeps, rotary, self.position_bias(input_ids.shape[1]))
+        rotaries = self.rotaries(position_ids, x.dtype)
+        return Prepared(x, keeps, rotaries, self.position_bias(input_ids.shape[1]))
 
     def forward(
         self,
@@ -180,7 +186,7 @@ class Transformer(nn.Module):
         prepared = self.prepare(
             input_ids, attention_mask=attention_mask, segment_ids=segment_ids, position_ids=position_ids
         )
-        x, rotary, bias = prepared.x, prepared.rotary, prepared.bias
+        x, bias = prepared.x, prepared.bias
         rows = _real_rows(attention_mask, prepared.keeps[0] is not None)
 
         group = min(layers_at_once, cfg.num_layers) if on_layers is not None else cfg.num_layers
@@ -200,7 +206,7 @@ class Transformer(nn.Module):
             if cancel is not None and cancel():
                 raise Cancelled(f"forward cancelled before layer {i} of {len(self.layers)}")
             out = None if buffer is None else buffer[i - first]
-            layer_keep = prepared.keeps[i]
+            layer_keep, rotary = prepared.keeps[i], prepared.rotaries[i]
             if i == last and not need_hidden and bias is None:
                 weights = layer.attention_weights(x, layer_keep, rotary=rotary, weights_out=out)
                 if products is not None:  # the value projection alone: still no out_proj, no feed-forward

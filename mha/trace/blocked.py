@@ -378,7 +378,7 @@ def trace_forward(
         x = network.embeddings(input_ids, position_ids, segment_ids)
         if fused is None:
             fused = x.device.type != "cpu" or cuts is None or FUSED_CPU_OVERVIEW
-        rotary = network.rotary(position_ids, x.dtype)
+        rotaries = network.rotaries(position_ids, x.dtype)
         # Every layer's pool writes its slice of the overview: never stacked from per-layer copies.
         into, overview = kept_buffers(cfg, n, x.dtype, x.device, None if cuts is None else len(cuts) - 1)
         last = len(network.layers) - 1
@@ -400,6 +400,7 @@ def trace_forward(
                     n=n,
                     biased=network.relative_bias is not None,
                 )
+            rotary = rotaries[i]
             recorder = _Recorder(
                 layer.attn, rotary, cfg.causal, window, pool, values=i < last, into=into[i], kernel=kernel
             )

@@ -90,8 +90,9 @@ def forward_scratch(
       into at most R' cells [H, R', n] float32 twice over (each cell's reduction, then their stack), and
       the band masks (a byte a cell); each thread past the first pools into its own float32 [H, s, s].
     - or, fused (fused_scratch), the fused kernel's or the overview's, whichever a layer runs.
-    The largest of these, plus what every layer reads: the rotary cos and sin (2 D a token) and the
-    position ids (int64, and their angles' float32 row: 16 bytes a token), and SMALL for what does not
+    The largest of these, plus what every layer reads: the rotary cos and sin (2 D a token, for each table:
+    two where the window layers have a rope of their own, Gemma 3) and the position ids (int64, and each
+    table's angles' float32 row: 16 bytes a token, 4 more a second table), and SMALL for what does not
     grow with n (scalars, the rotary frequencies).
     """
     heads, kv_heads = config.num_heads, config.num_kv_heads or config.num_heads
@@ -120,7 +121,9 @@ def forward_scratch(
     # place, the projection and its rotation freed: a block of at most min(n, NORMS_BLOCK_VALUES / H·D)
     # keys' R_h v (no more values than q), its einsum's copy and the [H, n] norms: within `attention`'s
     # 3 H·D + (H + 2 H_kv)·D a token, which were freed for them.
-    return max(n * value * max(ffn, attention, out_proj), blocks, fused) + n * (value * 2 * dim + 16) + SMALL
+    tables = 1 if config.local_rope is None else 2
+    rotary = n * (tables * value * 2 * dim + 12 + 4 * tables)
+    return max(n * value * max(ffn, attention, out_proj), blocks, fused) + rotary + SMALL
 
 
 def fused_scratch(

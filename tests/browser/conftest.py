@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
 TINY_GPT2 = "tiny-gpt2"
 TINY_LLAMA = "llama-tiny"
+TINY_GEMMA3 = "gemma3-tiny"
 LONG_LLAMA = "llama-long"
 TINY_T5 = "t5-tiny"
 SERVER_START_S = 180  # loading the default model on a busy shared machine can take a while
@@ -66,6 +67,7 @@ def server(
     models = {
         TINY_GPT2: str(tiny_gpt2_dir),
         TINY_LLAMA: str(tiny_checkpoints["llama"]),
+        TINY_GEMMA3: str(tiny_checkpoints["gemma3"]),
         LONG_LLAMA: str(long_llama_dir),
         TINY_T5: str(tiny_t5_dir),
     }

@@ -14,6 +14,9 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from tests.browser.conftest import TINY_GEMMA3
+from tests.checkpoints import SLIDING_WINDOW
+
 pytestmark = pytest.mark.browser
 
 PROMPT = "The cat sat on the mat."
@@ -120,6 +123,28 @@ def test_grid_groups_query_heads_by_kv_head(session: Any, grouped_model: str) ->
     assert thumb(page, 0, 1).get_attribute("title").startswith("layer 0, head 1")
     page.wait_for_function("() => ['ready', 'error'].includes(document.body.dataset.insight)")
     assert "kv group" not in page.locator("#stats-table thead").text_content()
+
+
+def test_gemma3_shows_its_kv_groups_and_its_local_layers_windows(session: Any) -> None:
+    """Gemma 3 (tests/checkpoints.py: local layers 0 and 2 around a global layer 1, a window of
+    SLIDING_WINDOW keys) on the page as Gemma 2 is: its KV groups bracketed, and a local layer's head
+    drawn with the keys its window hides as zeros where the global layer's reach back to the first."""
+    page = session.open()
+    session.run(PROMPT, model=TINY_GEMMA3)
+    assert page.locator("#grid .kv-label").all_text_contents() == ["kv 0", "kv 1"]
+    assert thumb(page, 0, 3).get_attribute("title").startswith("L0 H3 · kv 1")
+    figures = {}
+    for layer in (0, 1):
+        page = open_head(session, TINY_GEMMA3, layer, 0)
+        exact = api(session.base, "/api/attention/head", text=PROMPT, model=TINY_GEMMA3, layer=layer, head=0)
+        assert page.evaluate(FIGURE_JS)["z"] == causal(exact["attention"])
+        figures[layer] = exact["attention"]
+    n = len(figures[0])
+    assert n > SLIDING_WINDOW  # some keys lie outside the window of the last query
+    last = n - 1
+    hidden = range(last - SLIDING_WINDOW + 1)  # keys j <= i - W
+    assert all(figures[0][last][j] == 0.0 for j in hidden)
+    assert all(figures[1][last][j] > 0.0 for j in hidden)
 
 
 def test_hide_first_token_renormalises_the_rows(session: Any, grouped_model: str) -> None:

@@ -40,6 +40,7 @@ PARITY = [(family, q) for family in ("llama", "qwen2", "gemma2") for q in ("F32"
     ("mistral", "Q8_0"),
     ("phi3", "Q8_0"),
     ("qwen3", "Q8_0"),
+    ("gemma3", "Q8_0"),
     ("gpt2", "Q8_0"),
 ]
 # Every type gguf dequantizes that llama.cpp writes for weights, one per matrix of a 2-layer Llama whose
@@ -171,13 +172,13 @@ def test_a_missing_gguf_path_is_not_found(tmp_path: Path) -> None:
         load_pretrained(tmp_path / "absent.gguf")
 
 
-@pytest.mark.parametrize("architecture", ["mamba", "falcon", "gemma3", "qwen2moe", "t5"])
+@pytest.mark.parametrize("architecture", ["mamba", "falcon", "gemma4", "qwen2moe", "t5"])
 def test_an_architecture_we_do_not_convert_is_refused_by_name(
     architecture: str, sources: dict[str, Path], tmp_path: Path, session_cache: Path
 ) -> None:
     file = _written(sources, tmp_path, "llama", "F32", architecture=architecture)
     taken = ", ".join(supported_architectures())
-    assert supported_architectures() == ["gemma2", "gpt2", "llama", "phi3", "qwen2", "qwen3"]
+    assert supported_architectures() == ["gemma2", "gemma3", "gpt2", "llama", "phi3", "qwen2", "qwen3"]
     for call in (load_pretrained, check_checkpoint, checkpoint_architecture):
         with pytest.raises(
             UnsupportedCheckpointError, match=f"architecture '{architecture}'.*takes GGUF files of {taken}$"

@@ -203,7 +203,8 @@ def test_unsupported_architecture_names_the_supported_ones(
     config = json.loads((directory / "config.json").read_text())
     (directory / "config.json").write_text(json.dumps({**config, "model_type": "xlnet"}))
     supported = (
-        "bart, bert, distilbert, gemma2, gpt2, llama, marian, mistral, mt5, phi3, qwen2, qwen3, roberta, t5"
+        "bart, bert, distilbert, gemma2, gemma3, gemma3_text, gpt2, llama, marian, mistral, mt5, phi3, "
+        "qwen2, qwen3, roberta, t5"
     )
     pattern = rf"'xlnet'.*supported: {supported}"
     with pytest.raises(UnsupportedCheckpointError, match=pattern):

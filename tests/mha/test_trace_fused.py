@@ -37,11 +37,13 @@ TEXT = (
 ROW_BLOCK = 8
 FLASH = "fused-flash-cpu"
 # What a CPU trace of TEXT runs, by family: the fused kernel unless a layer soft-caps its logits (Gemma 2)
-# or attends in a sliding window shorter than TEXT (Mistral: every layer; Qwen2 here: layers 1 and 2).
+# or attends in a sliding window shorter than TEXT (Mistral: every layer; Qwen2 here: layers 1 and 2;
+# Gemma 3 here: its local layers 0 and 2 around a global one).
 PATHS = dict.fromkeys(FAMILIES, FLASH) | {
     "mistral": BLOCKED,
     "gemma2": BLOCKED,
     "qwen2": f"{FLASH}+{BLOCKED}",
+    "gemma3": f"{BLOCKED}+{FLASH}",
 }
 
 

@@ -25,6 +25,8 @@ from mha.loading.convert.base import (
 from mha.loading.convert.bert import BERT, ROBERTA
 from mha.loading.convert.distilbert import DISTILBERT
 from mha.loading.convert.gemma2 import GEMMA2
+from mha.loading.convert.gemma3 import GEMMA3
+from mha.loading.convert.gemma3 import MODEL_TYPES as GEMMA3_MODEL_TYPES
 from mha.loading.convert.gpt2 import GPT2
 from mha.loading.convert.llama import LLAMA
 from mha.loading.convert.marian import MARIAN
@@ -59,6 +61,7 @@ CONVERTERS: dict[str, Converter] = {
         QWEN2,
         QWEN3,
         GEMMA2,
+        GEMMA3,
         PHI3,
         T5,
         MT5,
@@ -67,13 +70,16 @@ CONVERTERS: dict[str, Converter] = {
     )
 }
 
+# model_types one family's converter reads besides its own name (Gemma 3's text model)
+_FAMILY_OF = {model_type: GEMMA3.family for model_type in GEMMA3_MODEL_TYPES}
+
 
 def for_model_type(model_type: object, *, source: str = "config.json") -> Converter:
     """The converter of a config.json's `model_type`; any other raises UnsupportedCheckpointError naming
     it (and `source`, where it was read) and listing the supported ones."""
-    converter = CONVERTERS.get(str(model_type))
+    converter = CONVERTERS.get(_FAMILY_OF.get(str(model_type), str(model_type)))
     if converter is None:
-        supported = ", ".join(sorted(CONVERTERS))
+        supported = ", ".join(sorted({*CONVERTERS, *_FAMILY_OF}))
         raise UnsupportedCheckpointError(
             f"model_type {model_type!r} in {source} is not supported; supported: {supported}"
         )

@@ -1,4 +1,4 @@
-"""What the rotary decoder families (Llama, Mistral, Qwen2, Qwen3, Gemma 2, Phi-3) share: the config
+"""What the rotary decoder families (Llama, Mistral, Qwen2, Qwen3, Gemma 2 and 3, Phi-3) share: the config
 fields they name alike, and one key map written as each family's differences.
 
 Their checkpoints name a layer's parts `self_attn.{q,k,v,o}_proj`, `mlp.{gate,up,down}_proj` and the norms
@@ -34,11 +34,16 @@ class DecoderLayout:
 
 
 def decoder_config(
-    cfg: Any, *, family: str, window_layers: tuple[int, ...] | None = None, **fields: Any
+    cfg: Any,
+    *,
+    family: str,
+    window_layers: tuple[int, ...] | None = None,
+    rope: Rope | None = None,
+    **fields: Any,
 ) -> TransformerConfig:
     """A TransformerConfig for a rotary decoder from what its config answers to; `fields` are the
     family's own (biases, scale, soft-cap, ...). `window_layers` None: every layer windowed when the
-    config names a sliding window (Mistral, Phi-3)."""
+    config names a sliding window (Mistral, Phi-3). `rope` None: the config's one rope."""
     heads = cfg.num_attention_heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     window = getattr(cfg, "sliding_window", None)
@@ -63,7 +68,7 @@ def decoder_config(
         dropout=0.0,
         attention_dropout=float(getattr(cfg, "attention_dropout", 0.0) or 0.0),
         positions="rotary",
-        rope=Rope.from_config(cfg.to_dict(), head_dim=head_dim),
+        rope=rope or Rope.from_config(cfg.to_dict(), head_dim=head_dim),
         norm="rms",
         mlp="gated",
         sliding_window=window if window_layers else None,
