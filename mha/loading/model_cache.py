@@ -1,18 +1,19 @@
-"""The cache of converted checkpoints: content-addressed folders under HEADSCOPE_CACHE_DIR.
+"""The cache of what is slow to rebuild from a file: content-addressed folders under HEADSCOPE_CACHE_DIR.
 
-A file converted once (a GGUF: mha.loading.gguf_checkpoint) is kept as a checkpoint directory named by the
-file's SHA-256, so a renamed or copied file finds it and an edited one does not:
+What a GGUF's header gives (mha.loading.gguf_checkpoint: its config, tensor names and tokenizer) is kept as
+a folder named by the SHA-256 of that header, so a renamed or copied file finds it and an edited header
+does not; the tensors are never kept here (mha.loading.gguf_weights reads them from the file itself):
 
     $HEADSCOPE_CACHE_DIR/            (default ~/.cache/headscope)
-      gguf-v1/<sha256>/              a published conversion: config.json, model.safetensors, tokenizer files
-      gguf-v1/.tmp-<sha256>-<pid>-*  one being written (or left by a killed writer): never read
-      digests/<key>                  the SHA-256 of a file by its (path, size, mtime, ctime, inode), so a
-                                     second load hashes nothing
+      gguf-v2/<sha256>/              a published folder: config.json, tokenizer files, gguf*.json
+      gguf-v2/.tmp-<sha256>-<pid>-*  one being written (or left by a killed writer): never read
+      digests/<key>                  file_digest's memo: a whole file's SHA-256 by its (path, size,
+                                     mtime, ctime, inode), so a second call hashes nothing
 
 A folder is written under a temporary name and renamed into place only once whole (a rename is atomic on
 one file system), so an interrupted write leaves nothing a later load trusts. Where the cache folder
-cannot be written, the conversion goes to a temporary folder of this process instead (removed at exit),
-with one warning.
+cannot be written, the folder goes to a temporary one of this process instead (removed at exit), with one
+warning.
 """
 
 from __future__ import annotations
