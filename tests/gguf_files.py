@@ -101,12 +101,15 @@ def write_gguf(
     architecture: str | None = None,
     name: str = "tiny",
     tensors: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]] | None = None,
+    vocab: int | None = None,
 ) -> Path:
     """Write `checkpoint` (a tiny random checkpoint directory of checkpoints.py) as a GGUF file at `out`.
 
     qtype: the matrices' type (F32, F16, BF16, Q8_0, Q4_0, ...); `types` gives some tensors (by GGUF name)
     another. `architecture` overrides general.architecture (a file of an architecture we do not take);
     `tensors` edits the GGUF-named arrays before they are written (a tensor left out, a shape changed).
+    `vocab`: the vocabulary grown to this many entries (tokens "w" + hex, their embedding and LM head rows
+    random), for what a large vocabulary costs.
     """
     import gguf
     from safetensors.torch import load_file
@@ -141,6 +144,13 @@ def write_gguf(
         arrays[f"{target}.{suffix}"] = array
     if tensors is not None:
         arrays = tensors(arrays)
+    tokenizer = _tokenizer_fields(checkpoint)
+    if vocab is not None:
+        grown = vocab - len(tokenizer["tokens"])
+        tokenizer["tokens"] = tokenizer["tokens"] + [f"w{i:06x}" for i in range(grown)]
+        rows = np.random.default_rng(0).standard_normal((grown, hidden)).astype(np.float32) * 0.02
+        for name in ("token_embd.weight", "output.weight"):
+            arrays[name] = np.concatenate([arrays[name], rows])
 
     writer = gguf.GGUFWriter(str(out), architecture or arch)
     writer.add_name(name)
@@ -162,7 +172,6 @@ def write_gguf(
         writer.add_value_length(head_dim)
         writer.add_sliding_window(config["sliding_window"])
 
-    tokenizer = _tokenizer_fields(checkpoint)
     writer.add_tokenizer_model("gpt2")
     writer.add_token_list(tokenizer["tokens"])
     writer.add_token_types(

@@ -1,0 +1,63 @@
+"""The memory model of a GGUF file's first load (issue 33 item 5): what load_pretrained of a GGUF adds to
+the process's peak resident memory, as a fixed part, a part per vocabulary entry and a part per weight.
+
+The one place it is stated: the README quotes these constants, and tests/mha/test_load_memory.py loads a
+GGUF of 2^17 vocabulary entries in a fresh process and holds its peak to `load_nbytes`. A change to how
+GGUF weights load changes WEIGHT_BYTES here, per ggml type.
+
+Where the bytes go in a first load (mha.loading.gguf_checkpoint: the config, the tensor names and the
+tokenizer, cached; then the network built from the file itself, mha.loading.gguf_weights): gguf's reader
+of the metadata (mha.loading.gguf_reading.lean_reader); transformers' conversion of the vocabulary into a
+fast tokenizer, then that tokenizer read back; the file's pages that loading touches (memory-mapped,
+copy-on-write); float tensors copied to float32; quantized matrices kept as their ggml blocks (the
+dequantized layers a forward keeps come later, bounded by HEADSCOPE_DEQUANT_CACHE_BYTES).
+
+Measured here (docs/design.md, "The memory of a GGUF load"): tiny Llama GGUFs of 2^17 and 2^18
+vocabulary entries at width 16 and of 2^17 at width 128, each loaded in a fresh process. The line through
+them: 94 MiB fixed, 983 bytes an entry, 7.5 bytes an F16 weight; at width 128 an F32 weight took 3.5 bytes,
+a Q8_0 or Q4_0 one 0.8. Each constant below is its measured value rounded up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+__all__ = ["FIXED_BYTES", "VOCAB_ENTRY_BYTES", "WEIGHT_BYTES", "load_nbytes", "load_shape"]
+
+# transformers' model and tokenizer code imported on the way, the meta skeleton, the cache's files
+# (measured 94 MiB).
+FIXED_BYTES = 128 * 2**20
+# One token of tokenizer.ggml.tokens: ~450 bytes in gguf's reader (its length and bytes as two numpy
+# views), the fast tokenizer transformers builds and the one read back from the cache, the token lists
+# load_gguf_checkpoint parses (measured 983).
+VOCAB_ENTRY_BYTES = 1_024
+# One weight, by its ggml type ("*": any type not named, the quantized ones): F16 and BF16 read from the
+# file's pages (2 bytes) and copied to float32 (4), with the conversion's transient beside it (measured 7.5);
+# F32 read as it is (measured 3.5); a quantized type kept as its blocks (at most 1.0625 bytes, Q8_0's;
+# measured 0.8 for Q8_0 and Q4_0).
+WEIGHT_BYTES: Mapping[str, float] = {"F16": 8.0, "BF16": 8.0, "F32": 4.0, "*": 1.25}
+
+
+def load_nbytes(vocab: int, weights: Mapping[str, int]) -> int:
+    """The most a first load of a GGUF of `vocab` vocabulary entries and `weights` (ggml type name ->
+    how many weights are of it) adds to the peak resident memory, by the model above."""
+    per_weight = sum(count * WEIGHT_BYTES.get(kind, WEIGHT_BYTES["*"]) for kind, count in weights.items())
+    return FIXED_BYTES + vocab * VOCAB_ENTRY_BYTES + int(per_weight)
+
+
+def load_shape(file: Path) -> tuple[int, dict[str, int]]:
+    """(vocabulary entries, ggml type name -> weights of it) of a GGUF file, from its header alone
+    (transformers' header reader: milliseconds, the vocabulary's strings left unread)."""
+    from math import prod
+
+    from gguf import GGMLQuantizationType
+    from transformers.integrations.gguf import GgufHeader, read_gguf_metadata
+
+    metadata, _ = read_gguf_metadata(str(file))
+    vocab = metadata.get("tokenizer.ggml.tokens", 0)  # an unread string array reads as its length
+    weights: dict[str, int] = {}
+    for tensor in GgufHeader.from_file(str(file)).tensors:
+        kind = GGMLQuantizationType(tensor.ggml_type).name
+        weights[kind] = weights.get(kind, 0) + prod(tensor.shape)
+    return int(vocab) if isinstance(vocab, int) else len(vocab), weights
