@@ -97,10 +97,23 @@ class Settings(BaseSettings):
     # they fit and dequantized anew on each forward past that; 0 keeps none. None: mha's default, 768 MiB
     # (the bundled SmolLM2's 0.54 GB fits: as fast as a float32 model; a 1 B model's 4 GB does not).
     dequant_cache_bytes: int | None = Field(default=None, ge=0)
+    # -- memory across models --
+    # Bytes the loaded models may hold together (AttentionModel.nbytes: weights, packed blocks, what their
+    # dequantized-weight budgets keep); to load another, the least recently used are unloaded
+    # (app/registry.py). None: MODELS_MEMORY_SHARE of the memory this process may use (the machine's, or a
+    # container's limit), leaving the rest to traces, answers and the runtime. 0: no budget.
+    models_max_bytes: int | None = Field(default=None, ge=0)
     # -- corpus runs (the Corpus view) --
     # A folder of finished `headscope corpus` runs, one subfolder each, read only; None: the view says how
     # to set it. Requests name a run by its subfolder's name, never by a path.
     runs_dir: Path | None = None
+
+    def models_budget(self) -> int | None:
+        """The bytes the loaded models may hold together (models_max_bytes; None: no budget)."""
+        if self.models_max_bytes is not None:
+            return self.models_max_bytes or None
+        memory = memory_limit()
+        return None if memory is None else int(memory * MODELS_MEMORY_SHARE)
 
     def tokens_for(self, model_max_tokens: int) -> int:
         """The most tokens the full-matrix routes read of a model: HEADSCOPE_MAX_TOKENS, capped by its own."""
@@ -178,6 +191,10 @@ def _is_ip(name: str) -> bool:
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 SELF_CGROUP = Path("/proc/self/cgroup")
+MEMINFO = Path("/proc/meminfo")
+# The share of this process's memory the loaded models may hold by default (HEADSCOPE_MODELS_MAX_BYTES):
+# half, the other half for traces (trace_cache_bytes), answers, the dequantizer's scratch and the runtime.
+MODELS_MEMORY_SHARE = 0.5
 
 
 def _default_threads(max_concurrency: int) -> int:
@@ -216,6 +233,44 @@ def cpu_quota(*, cgroup_root: Path = CGROUP_ROOT, self_cgroup: Path = SELF_CGROU
                 for directory in _up_to(mount, path):
                     quotas += _read_quota(directory / "cpu.cfs_quota_us", directory / "cpu.cfs_period_us")
     return min(quotas) if quotas else None
+
+
+def memory_limit(
+    *, cgroup_root: Path = CGROUP_ROOT, self_cgroup: Path = SELF_CGROUP, meminfo: Path = MEMINFO
+) -> int | None:
+    """The bytes of memory this process may use: the machine's (MemTotal), capped by the tightest limit on
+    its cgroup and ancestors (v2 `memory.max`, v1 `memory.limit_in_bytes`: a container's `--memory`);
+    None where neither can be read."""
+    limits: list[int] = []
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                limits.append(int(line.split()[1]) * 1024)  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        lines = self_cgroup.read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        fields = line.split(":", 2)
+        if len(fields) != 3:
+            continue
+        _, controllers, path = fields
+        if controllers == "":
+            files = [d / "memory.max" for d in _up_to(cgroup_root, path)]
+        elif "memory" in controllers.split(","):
+            files = [d / "memory.limit_in_bytes" for d in _up_to(cgroup_root / "memory", path)]
+        else:
+            continue
+        for file in files:
+            try:
+                value = file.read_text().strip()
+            except OSError:
+                continue
+            if value.isdigit() and 0 < int(value) < 2**62:  # "max", or v1's huge "unlimited"
+                limits.append(int(value))
+    return min(limits) if limits else None
 
 
 def _up_to(mount: Path, path: str) -> list[Path]:

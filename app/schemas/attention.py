@@ -169,13 +169,27 @@ class ModelEntry(BaseModel):
         examples=["loaded"],
         description='"checking" (its startup check has not run yet), "loading", "loaded", "failed" (`error` '
         'says why; tried again on a request after a back-off) or "available" (checked; loaded on its '
-        "first request).",
+        "first request; or loaded before and unloaded to make room within memory_budget_bytes).",
+    )
+    memory_bytes: int | None = Field(
+        default=None,
+        description="Bytes the loaded model holds in memory (weights, a GGUF's packed blocks, what it keeps "
+        "dequantized at most); null when not loaded.",
     )
 
 
 class ModelList(BaseModel):
     default: str
     models: list[ModelEntry]
+    memory_budget_bytes: int | None = Field(
+        default=None,
+        description="Bytes the loaded models may hold together (HEADSCOPE_MODELS_MAX_BYTES); to load "
+        "another, the least recently used are unloaded. Null: no budget.",
+    )
+    memory_held_bytes: int = Field(
+        default=0,
+        description="Bytes the loaded models hold now, with unloaded ones still answering requests.",
+    )
 
 
 class AttentionHeader(BaseModel):

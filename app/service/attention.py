@@ -109,9 +109,15 @@ class AttentionService(InsightAnswers):
                     quantization=facts.quantization if facts else None,
                     size_bytes=facts.size_bytes if facts else None,
                     state=self.registry.state(entry),
+                    memory_bytes=entry.nbytes if entry.model is not None else None,
                 )
             )
-        return ModelList(default=self.registry.default, models=entries)
+        return ModelList(
+            default=self.registry.default,
+            models=entries,
+            memory_budget_bytes=self.registry.max_bytes,
+            memory_held_bytes=self.registry.held_bytes(),
+        )
 
     @property
     def streams_waiting(self) -> int:

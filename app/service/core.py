@@ -79,6 +79,12 @@ def chars(text: str, pair: str | None, target: str | None = None) -> int:
     return len(text) + len(pair or "") + len(target or "")
 
 
+def _on_disk(found: object) -> int | None:
+    """A lower bound of what a model will hold, before loading it: its weights' size on disk, from what its
+    startup check read (mha.describe_checkpoint); None when the check read no file."""
+    return found.size_bytes if isinstance(found, mha.CheckpointFacts) else None
+
+
 def _is_long(job: Job) -> bool:
     # A continuation runs its own forwards, one per new token: never batched with others; so does an
     # encoder-decoder's target (`_forward` runs an encoder-decoder's batch one job at a time anyway).
@@ -118,6 +124,9 @@ class ServiceCore:
             checks={name: offer.check for name, offer in offers.items() if offer.check is not None},
             retry_seconds=settings.load_retry_seconds,
             retry_max_seconds=settings.load_retry_max_seconds,
+            max_bytes=settings.models_budget(),
+            size_of=lambda model: model.nbytes,
+            estimate=_on_disk,
         )
         self.cache = LRUCache(max_entries=settings.cache_size, max_bytes=settings.cache_max_bytes)
         self._batchers = {

@@ -57,20 +57,28 @@ class Loads(Generic[M]):
         """(name, model) of the registered model `name`: the load in flight, or a new one."""
         with self._lock:
             future = self._in_flight.get(name)
-            if future is None or future.done():
-                future = self._loader_pool().submit(self.registry.get, name)
-                self._in_flight[name] = future
-            return future
+            if future is not None and not future.done():
+                return future
+            future = self._loader_pool().submit(self.registry.get, name)
+            self._in_flight[name] = future
+        # Forgotten once done: a finished future holds the model, which an unload must be able to free.
+        future.add_done_callback(lambda done: self._forget(name, done))
+        return future
+
+    def _forget(self, name: str, done: Future[tuple[str, M]]) -> None:
+        with self._lock:
+            if self._in_flight.get(name) is done:
+                del self._in_flight[name]
 
     def get(self, name: str) -> M:
         """The loaded model (blocking: a worker thread waits here for its model's load)."""
-        model = self.registry.loaded(name)
+        model = self.registry.use(name)
         return model if model is not None else self.future(name).result()[1]
 
     async def model(self, name: str) -> M:
         """The loaded model, awaited on the loop; a caller that goes away leaves the load running for the
         others (shielded)."""
-        model = self.registry.loaded(name)
+        model = self.registry.use(name)
         if model is not None:
             return model
         _, loaded = await asyncio.shield(asyncio.wrap_future(self.future(name)))

@@ -72,6 +72,23 @@ class AttentionModel:
     def __repr__(self) -> str:
         return f"AttentionModel({self.info})"
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes this model holds: its parameters and buffers, each storage once (tied weights share
+        one; a GGUF's packed blocks count as the file's bytes they map), the LM head and logits bias once
+        read, and what its layers may keep dequantized (a packed model's budget, at most)."""
+        from mha.loading.gguf_packed import DequantBudget
+
+        tensors = [*self.network.parameters(), *self.network.buffers()]
+        tensors += [t for t in (self._lm_head, self._logits_bias) if t is not None]
+        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+        budgets = {
+            id(b): b.limit
+            for m in self.network.modules()
+            if isinstance(b := getattr(m, "budget", None), DequantBudget)
+        }
+        return sum(storages.values()) + sum(budgets.values())
+
     def token_limit(self, max_tokens: int | None) -> int:
         """The longest input a call with `max_tokens` takes: the model's own when None; MaxTokensError
         when outside 1..the model's."""

@@ -73,6 +73,7 @@ def test_models_lists_default_loaded_and_random_lazy(client: TestClient) -> None
         "quantization": "F32",
         "size_bytes": 90_868_376,
         "state": "loaded",
+        "memory_bytes": 90_261_504,  # its 22,565,376 weights in float32
     }
     random = by_name["random"]  # no check to run: "available" until its first request loads it
     assert random["state"] == ("loaded" if random["loaded"] else "available")

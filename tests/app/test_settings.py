@@ -9,7 +9,8 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from app.settings import Settings, available_cpus, cpu_quota
+import app.settings as settings_module
+from app.settings import Settings, available_cpus, cpu_quota, memory_limit
 
 
 def test_settings_read_the_headscope_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -127,6 +128,35 @@ def test_cpu_quota_reads_cgroup_v2_and_v1(
     tmp_path: Path, lines: list[str], files: dict[str, str], quota: float | None
 ) -> None:
     assert cpu_quota(**fake_cgroup(tmp_path, lines, files)) == quota
+
+
+@pytest.mark.parametrize(
+    ("lines", "files", "limit"),
+    [
+        (["0::/"], {}, 8 << 30),  # no limit: the machine's MemTotal
+        (["0::/"], {"memory.max": "max\n"}, 8 << 30),
+        (["0::/"], {"memory.max": "2147483648\n"}, 2 << 30),  # a container's --memory 2g
+        (["0::/a/b"], {"a/memory.max": "1073741824", "a/b/memory.max": "4294967296"}, 1 << 30),  # tightest
+        (["5:memory:/docker/x"], {"memory/memory.limit_in_bytes": "3221225472"}, 3 << 30),  # v1
+        (["5:memory:/"], {"memory/memory.limit_in_bytes": "9223372036854771712"}, 8 << 30),  # v1 unlimited
+        (["0::/"], {"memory.max": "lots"}, 8 << 30),
+    ],
+)
+def test_memory_limit_reads_meminfo_and_cgroup_v2_and_v1(
+    tmp_path: Path, lines: list[str], files: dict[str, str], limit: int
+) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(f"MemTotal:       {8 << 20} kB\nMemFree:        1024 kB\n")
+    assert memory_limit(**fake_cgroup(tmp_path, lines, files), meminfo=meminfo) == limit
+
+
+def test_the_models_budget_is_a_stated_share_or_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(settings_module, "memory_limit", lambda: 8 << 30)
+    assert Settings().models_budget() == int((8 << 30) * settings_module.MODELS_MEMORY_SHARE) == 4 << 30
+    assert Settings(models_max_bytes=123).models_budget() == 123
+    assert Settings(models_max_bytes=0).models_budget() is None  # no budget
+    monkeypatch.setattr(settings_module, "memory_limit", lambda: None)
+    assert Settings().models_budget() is None
 
 
 def test_thread_default_follows_the_container_quota(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
