@@ -12,6 +12,7 @@ import ctypes
 import logging
 import mmap
 import sys
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
@@ -110,3 +111,14 @@ class HeapReleaser:
         release_free_memory()
         self._released = True
         return True
+
+
+def held_nbytes(module: torch.nn.Module, extra: Iterable[torch.Tensor | None] = ()) -> int:
+    """The bytes `module` holds: its parameters and buffers and the `extra` tensors, each storage once
+    (tied weights and views share one; a GGUF's packed blocks count as the file's bytes they map), plus
+    what its layers may keep besides: a layer's `budget` (a packed layer's DequantBudget, shared by a
+    model's layers: counted once) at its `limit`."""
+    tensors = [*module.parameters(), *module.buffers(), *(t for t in extra if t is not None)]
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+    budgets = {id(b): b.limit for m in module.modules() if (b := getattr(m, "budget", None)) is not None}
+    return sum(storages.values()) + sum(budgets.values())

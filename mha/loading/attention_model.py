@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from mha._finite import refuse_non_finite
+from mha._memory import held_nbytes
 from mha._transfer import to_device, to_host_packed
 from mha.analysis import ablation
 from mha.errors import MaxTokensError, NotCausalError, TargetNotSupportedError
@@ -74,20 +75,9 @@ class AttentionModel:
 
     @property
     def nbytes(self) -> int:
-        """The bytes this model holds: its parameters and buffers, each storage once (tied weights share
-        one; a GGUF's packed blocks count as the file's bytes they map), the LM head and logits bias once
-        read, and what its layers may keep dequantized (a packed model's budget, at most)."""
-        from mha.loading.gguf_packed import DequantBudget
-
-        tensors = [*self.network.parameters(), *self.network.buffers()]
-        tensors += [t for t in (self._lm_head, self._logits_bias) if t is not None]
-        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
-        budgets = {
-            id(b): b.limit
-            for m in self.network.modules()
-            if isinstance(b := getattr(m, "budget", None), DequantBudget)
-        }
-        return sum(storages.values()) + sum(budgets.values())
+        """The bytes this model holds (mha._memory.held_nbytes): its weights, each storage once, a GGUF's
+        packed blocks, the LM head and logits bias once read, and what its layers may keep dequantized."""
+        return held_nbytes(self.network, (self._lm_head, self._logits_bias))
 
     def token_limit(self, max_tokens: int | None) -> int:
         """The longest input a call with `max_tokens` takes: the model's own when None; MaxTokensError

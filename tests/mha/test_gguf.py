@@ -276,3 +276,23 @@ def test_a_layer_without_tensors_is_named(sources: dict[str, Path], tmp_path: Pa
     file = _written(sources, tmp_path, "llama", "F32", tensors=drop_layer_one)
     with pytest.raises(CheckpointMismatchError, match="no tensors of layer 1$"):
         check_checkpoint(file)
+
+
+def test_a_packed_model_says_what_it_holds(sources: dict[str, Path], tmp_path: Path) -> None:
+    """AttentionModel.nbytes of a GGUF model: its blocks as the file holds them (Q8_0: 34 bytes a block of
+    32 weights), the float tensors, and the bytes its layers may keep dequantized: what the service's
+    memory budget across models counts (app/registry.py)."""
+    from mha.loading.gguf_packed import DequantBudget
+
+    file = _written(sources, tmp_path, "llama", "Q8_0")
+    budget = 1 << 20
+    model = load_pretrained(file, dequant_cache_bytes=budget)
+    network = model.network
+    tensors = [*network.parameters(), *network.buffers()]
+    stored = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
+    budgets = {
+        id(m.budget) for m in network.modules() if isinstance(getattr(m, "budget", None), DequantBudget)
+    }
+    assert len(budgets) == 1  # one budget a model, shared by its layers
+    assert model.nbytes == stored + budget
+    assert stored < file.stat().st_size  # the blocks, no float32 copy: less than the file itself
