@@ -3,7 +3,7 @@
 // fills the form once, when a link is opened.
 
 import { $, el } from "./dom.js";
-import { modelLabel } from "./labels.js";
+import { modelGroups, modelLabel } from "./labels.js";
 import { ENCODER_DECODER } from "./seq2seq.js";
 import { MAX_NEW_TOKENS, parseNewTokens } from "./state.js";
 import { servable } from "./truth.js";
@@ -37,18 +37,24 @@ export function showError(message) {
 export function fillModels(info) {
   models = new Map(info.models.map((m) => [m.name, m]));
   const defaultModel = info.default ?? info.models[0]?.name ?? "";
-  const options = info.models.map((m) => {
-    const label = modelLabel(m);
-    const option = el("option", { text: m.error ? `${label} (unavailable)` : label, attrs: { value: m.name } });
-    if (m.error) {
-      option.disabled = true;
-      option.title = m.error;
-    }
-    return option;
-  });
-  $("model").replaceChildren(...options);
-  $("modelB").replaceChildren(...options.map((option) => option.cloneNode(true)));
+  // One group per source (bundled, models folder, ollama, LM Studio, Hugging Face): a native <optgroup>,
+  // so the menu keeps the select's own keyboard use (arrows, type-ahead) and screen readers name the group.
+  const groups = modelGroups(info.models).map(([title, members]) =>
+    el("optgroup", { attrs: { label: title } }, members.map(modelOption)),
+  );
+  $("model").replaceChildren(...groups);
+  $("modelB").replaceChildren(...groups.map((group) => group.cloneNode(true)));
   return { models, defaultModel };
+}
+
+function modelOption(m) {
+  const label = modelLabel(m);
+  const option = el("option", { text: m.error ? `${label} (unavailable)` : label, attrs: { value: m.name } });
+  if (m.error) {
+    option.disabled = true;
+    option.title = m.error;
+  }
+  return option;
 }
 
 /**

@@ -4,11 +4,62 @@
 import { AGGREGATES, isAggregate } from "./aggregates.js";
 import { isGrouped, kvGroup } from "./decoder.js";
 
-/** "name — 6 layers × 12 heads (causal)", "... × 4 heads over 2 KV heads ..."; a model that is not loaded yet does not know its size. */
+/**
+ * "name — 6 layers × 12 heads (causal)", "... × 4 heads over 2 KV heads ..."; a model that is not loaded yet
+ * does not know its size. What its file's headers said follows: "· llama · 135 M params · Q4_1 · 98 MB".
+ */
 export function modelLabel(m) {
   const grouped = m.kv_heads != null && m.kv_heads < m.heads ? ` over ${m.kv_heads} KV heads` : "";
   const size = m.layers == null ? "loads on first use" : `${m.layers} layers × ${m.heads} heads${grouped}`;
-  return `${m.name} — ${size}${m.causal ? " (causal)" : ""}`;
+  const facts = modelFacts(m);
+  return `${m.name} — ${size}${m.causal ? " (causal)" : ""}${facts ? ` · ${facts}` : ""}`;
+}
+
+/** "llama · 135 M params · Q4_1 · 98 MB": family, parameters, quantization and size on disk, as known. */
+export function modelFacts(m) {
+  const family = m.header_family ?? (m.parameters != null ? m.family : null);
+  const parts = [
+    family,
+    m.parameters != null ? `${scaled(m.parameters, PARAMETER_UNITS)} params` : null,
+    m.quantization,
+    m.size_bytes != null ? scaled(m.size_bytes, BYTE_UNITS) : null,
+  ];
+  return parts.filter((part) => part != null && part !== "").join(" · ");
+}
+
+const PARAMETER_UNITS = ["", " K", " M", " B", " T"];
+const BYTE_UNITS = [" B", " kB", " MB", " GB", " TB"];
+
+/** 134515008 -> "135 M"; two significant digits under 10 ("1.2 B"), as a model's size is usually said. */
+function scaled(value, units) {
+  let unit = 0;
+  while (value >= 999.5 && unit < units.length - 1) {
+    value /= 1000;
+    unit += 1;
+  }
+  const shown = value < 9.95 && unit > 0 ? value.toFixed(1) : String(Math.round(value));
+  return `${shown}${units[unit]}`;
+}
+
+// Where a model comes from (/api/models `source`), in the menu's order, as its group is titled.
+export const MODEL_SOURCES = [
+  ["bundled", "Bundled"],
+  ["operator", "Named by the operator"],
+  ["models_dir", "Models folder"],
+  ["ollama", "ollama"],
+  ["lmstudio", "LM Studio"],
+  ["huggingface", "Hugging Face"],
+];
+
+/** [[group title, [models]]] for the menu: by source in MODEL_SOURCES's order, each group in list order. */
+export function modelGroups(models) {
+  const titles = new Map(MODEL_SOURCES);
+  const groups = new Map(MODEL_SOURCES.map(([source]) => [source, []]));
+  for (const m of models) {
+    const source = titles.has(m.source) ? m.source : "bundled";
+    groups.get(source).push(m);
+  }
+  return [...groups].filter(([, members]) => members.length).map(([source, members]) => [titles.get(source), members]);
 }
 
 /**

@@ -1,0 +1,42 @@
+// The model menu's labels and groups (issue 34): what each model's file says, and where it comes from.
+// Run: node --test tests/js/
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { MODEL_SOURCES, modelFacts, modelGroups, modelLabel } from "../../static/js/labels.js";
+
+test("a model's facts: family, parameters, quantization and size, each as known", () => {
+  const smol = { name: "SmolLM2", layers: null, header_family: "llama", parameters: 134_515_008, quantization: "Q4_1", size_bytes: 98_000_000 };
+  assert.equal(modelFacts(smol), "llama · 135 M params · Q4_1 · 98 MB");
+  assert.equal(modelLabel(smol), "SmolLM2 — loads on first use · llama · 135 M params · Q4_1 · 98 MB");
+  const big = { name: "qwen2.5:7b", layers: 28, heads: 28, kv_heads: 4, causal: true, header_family: "qwen2", parameters: 7_615_616_512, quantization: "Q4_K_M", size_bytes: 4_683_073_184 };
+  assert.equal(modelLabel(big), "qwen2.5:7b — 28 layers × 28 heads over 4 KV heads (causal) · qwen2 · 7.6 B params · Q4_K_M · 4.7 GB");
+  assert.equal(modelFacts({ parameters: 999_600, size_bytes: 1_234 }), "1.0 M params · 1.2 kB");
+  assert.equal(modelFacts({ name: "random", family: "random" }), ""); // nothing read from a file
+  assert.equal(modelLabel({ name: "lazy", layers: null, error: "x" }), "lazy — loads on first use");
+});
+
+test("the menu groups models by source, in a fixed order, empty groups left out", () => {
+  const models = [
+    { name: "q:7b", source: "ollama" },
+    { name: "all-MiniLM-L6-v2", source: "bundled" },
+    { name: "org/repo", source: "huggingface" },
+    { name: "p/m/f", source: "lmstudio" },
+    { name: "mine", source: "models_dir" },
+    { name: "b:1b", source: "ollama" },
+    { name: "old", source: undefined }, // a server before sources: bundled
+  ];
+  const groups = modelGroups(models);
+  assert.deepEqual(
+    groups.map(([title, members]) => [title, members.map((m) => m.name)]),
+    [
+      ["Bundled", ["all-MiniLM-L6-v2", "old"]],
+      ["Models folder", ["mine"]],
+      ["ollama", ["q:7b", "b:1b"]],
+      ["LM Studio", ["p/m/f"]],
+      ["Hugging Face", ["org/repo"]],
+    ],
+  );
+  assert.equal(new Set(MODEL_SOURCES.map(([source]) => source)).size, MODEL_SOURCES.length);
+});
