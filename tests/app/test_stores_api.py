@@ -125,3 +125,27 @@ def test_precedence_and_the_switch(stores_root: Path, make_settings: Callable[..
     assert offers["org/tiny-qwen2"].source == "huggingface"
     off = find_models(make_settings(discover=False, **folders))
     assert {offer.source for offer in off.values()} == {"bundled"}
+
+
+def test_startup_scans_every_folder_and_store_once(
+    stores_root: Path, make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The models folder was scanned four times at startup (loaders and checks, found and refused): now
+    find_models looks at each folder and store once, and the service shares what it found."""
+    from app.service import loaders
+
+    calls: list[str] = []
+
+    def counted(name: str, scan: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            calls.append(name)
+            return scan(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(loaders, "scan_models_dir", counted("models_dir", loaders.scan_models_dir))
+    for store in ("ollama", "lmstudio", "huggingface"):
+        monkeypatch.setattr(loaders.stores, store, counted(store, getattr(loaders.stores, store)))
+    settings = make_settings(discover=True, models_dir=stores_root / "models", **store_folders(stores_root))
+    create_app(settings)
+    assert sorted(calls) == ["huggingface", "lmstudio", "models_dir", "ollama"]
