@@ -35,7 +35,7 @@ from app.service import bodies
 from app.service.batcher import Batcher, Job, QueueFull, background, drop_if_abandoned
 from app.service.computed import Computed, article, from_result, merge_words, weigh_by_norm
 from app.service.flights import Flights, settled
-from app.service.loaders import default_model, find_models
+from app.service.loaders import default_model, find_models, warm_imports
 from app.service.loads import Loads
 from app.service.trim import Trimmer
 from app.settings import Settings
@@ -140,7 +140,7 @@ class ServiceCore:
             )
             for name in self.registry.names
         }
-        self.loads = Loads(lambda: self.registry)
+        self.loads = Loads(lambda: self.registry, prepare=warm_imports)
         self._flights = Flights()
         # Encoding threads of their own, apart from anyio's pool (which sync routes such as /api/health
         # use) and at a lower CPU priority, like the workers: a burst of encodings queues here and never

@@ -86,6 +86,19 @@ def find_models(settings: Settings) -> dict[str, Offer]:
     return offers
 
 
+def warm_imports() -> None:
+    """transformers' lazily imported modules that the startup's checks and the default's load both use,
+    imported once, on one thread, before those threads start: two threads importing them for the first
+    time at once can each meet the other's half-initialised module (seen at startup: "ImportError: cannot
+    import name 'AutoConfig' from 'transformers'", the default model failed and health stayed 503)."""
+    import transformers
+    import transformers.integrations.gguf  # noqa: F401 (imported for the checks of GGUF files)
+    import transformers.modeling_gguf_pytorch_utils  # noqa: F401
+
+    for name in ("AutoConfig", "AutoTokenizer", "PreTrainedTokenizerFast"):
+        getattr(transformers, name)  # a lazy attribute: its module is imported here
+
+
 def _replace(offers: dict[str, Offer], name: str, offer: Offer) -> None:
     if (hidden := offers.get(name)) is not None and hidden.source != offer.source:
         logger.info("model %r of %s is hidden by the one of %s", name, hidden.source, offer.source)

@@ -29,8 +29,11 @@ M = TypeVar("M")
 
 
 class Loads(Generic[M]):
-    def __init__(self, registry: Callable[[], Registry[M]]) -> None:
+    def __init__(
+        self, registry: Callable[[], Registry[M]], *, prepare: Callable[[], object] | None = None
+    ) -> None:
         self._registry = registry  # the service's registry, looked up at each use
+        self._prepare = prepare  # run first by the startup, before its check and load threads start
         self.started = threading.Event()  # the startup's checks and the default's load are done
         self._pool: ThreadPoolExecutor | None = None
         self._in_flight: dict[str, Future[tuple[str, M]]] = {}
@@ -95,6 +98,11 @@ class Loads(Generic[M]):
 
     def _startup(self) -> None:
         started = time.perf_counter()
+        if self._prepare is not None:
+            try:
+                self._prepare()
+            except Exception:  # what it prepares is prepared again, one thread at a time, by those who use it
+                logger.exception("preparing the startup failed")
         default = self.future(self.registry.default)  # beside the checks, on a thread of its own
         try:
             self.registry.check_all()

@@ -149,3 +149,37 @@ def test_startup_scans_every_folder_and_store_once(
     settings = make_settings(discover=True, models_dir=stores_root / "models", **store_folders(stores_root))
     create_app(settings)
     assert sorted(calls) == ["huggingface", "lmstudio", "models_dir", "ollama"]
+
+
+def test_the_startup_imports_transformers_on_one_thread_before_its_check_and_load_threads() -> None:
+    """Two threads importing transformers' lazy modules for the first time at once can each meet the
+    other's half-initialised module (the default failed with "cannot import name 'AutoConfig'" while a
+    store's check read its config): Loads runs `prepare` first, then the default's load and the checks."""
+    import threading
+
+    from app.registry import Registry
+    from app.service.loads import Loads
+
+    order: list[str] = []
+    prepared = threading.Event()
+
+    def load() -> str:
+        order.append("load" if prepared.is_set() else "load before prepare")
+        return "model"
+
+    def check() -> str:
+        order.append("check" if prepared.is_set() else "check before prepare")
+        return "decoder"
+
+    def prepare() -> None:
+        order.append("prepare")
+        prepared.set()
+
+    registry: Registry[str] = Registry({"a": load}, default="a", checks={"a": check})
+    loads = Loads(lambda: registry, prepare=prepare)
+    loads.start()
+    try:
+        assert loads.started.wait(60)
+    finally:
+        loads.stop()
+    assert order[0] == "prepare" and set(order[1:]) == {"check", "load"}, order  # a check, maybe two
