@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 from gguf_files import write_gguf
 from store_files import OLLAMA_MODEL, hf_snapshot, lmstudio_model, ollama_manifest, ollama_model
 
-from benchmarks.launch import serve
+from benchmarks.launch import health, serve
 from mha.loading import model_cache
 
 pytestmark = pytest.mark.browser
@@ -57,6 +58,11 @@ def server(
         model_cache.CACHE_ENV: str(root / "headscope-cache"),
     }
     with serve(env, log=artifacts / "stores-server.log", start_s=180) as running:
+        # health says ok once the default has loaded; the checks that read the stores' headers run beside
+        # that load, and the page shows what they read: wait until none is left
+        deadline = time.monotonic() + 60
+        while (health(running.base) or {}).get("checking", [None]) and time.monotonic() < deadline:
+            time.sleep(0.2)
         yield running.base
 
 
