@@ -18,7 +18,7 @@ from typing import Any
 from mha.core.rope import Rope
 from mha.loading.convert.base import Converter, KeyMap
 from mha.loading.convert.decoder import DecoderLayout, decoder_config, decoder_key_map, layer_types_windows
-from mha.loading.convert.gemma2 import LAYOUT
+from mha.loading.convert.gemma2 import LAYOUT, gemma_fields
 from mha.networks.model import TransformerConfig
 
 __all__ = ["GEMMA3", "MODEL_TYPES"]
@@ -57,14 +57,8 @@ def config_from_hf(cfg: Any) -> TransformerConfig:
         rope=main,
         # The local table only where it differs and some layer reads it (a config of global layers only)
         local_rope=local if windows and local != main else None,
-        attention_bias=bool(getattr(text, "attention_bias", False)),
-        attention_scale=text.query_pre_attn_scalar**-0.5,
-        attention_softcap=getattr(text, "attn_logit_softcapping", None),
-        final_softcap=getattr(text, "final_logit_softcapping", None),
-        embed_scale=text.hidden_size**0.5,
-        norm_offset=1.0,
-        sandwich_norm=True,
         qk_norm=True,
+        **gemma_fields(text),
     )
 
 
