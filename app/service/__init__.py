@@ -28,7 +28,7 @@ from app.service.batcher import Batcher, Job, JobDropped, QueueFull, background
 from app.service.computed import Computed
 from app.service.core import BATCH_CHARS, ModelBusyError, cache_key
 from app.service.flights import CHUNK_BYTES, STREAM_VALUES, Flights, Stream
-from app.service.loaders import RANDOM_MODEL, RANDOM_SIZE, build_checks, build_loaders, default_model
+from app.service.loaders import RANDOM_MODEL, RANDOM_SIZE, default_model
 from mha.analysis import FLOW_MAX_TOKENS
 
 __all__ = [
@@ -48,8 +48,6 @@ __all__ = [
     "QueueFull",
     "Stream",
     "background",
-    "build_checks",
-    "build_loaders",
     "cache_key",
     "default_model",
 ]

@@ -137,16 +137,6 @@ def _store_scans(settings: Settings) -> list[tuple[str, stores.StoreScan]]:
     return scans
 
 
-def build_loaders(settings: Settings) -> dict[str, Loader]:
-    """name -> zero-argument loader (find_models' precedence)."""
-    return {name: offer.loader for name, offer in find_models(settings).items()}
-
-
-def build_checks(settings: Settings) -> dict[str, Check]:
-    """name -> the cheap check of a model (find_models)."""
-    return {name: offer.check for name, offer in find_models(settings).items() if offer.check is not None}
-
-
 def _refuse(why: str) -> mha.AttentionModel:
     """The loader and the check of a folder's or store's entry that is not a model: its reason, in
     /api/models."""
