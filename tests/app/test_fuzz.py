@@ -11,12 +11,17 @@ family, with every `model` the request names set to that family. The answers tha
 may still get (413, and 422 for what depends on the model) are declared in schemathesis.toml, which the
 schemathesis CLI reads too; here a 422 for a schema-valid request must also come from the service, not
 from the request validator (which would mean that schema and validator disagree).
+
+Each failure mode of a model file is a model of its own (HOSTILE, issue 33): one whose chat template fails,
+one whose forward overflows float32. Each is refused with its sentence on every route that reaches it, and
+no answer of any model holds a bare NaN.
 """
 
 from __future__ import annotations
 
 import atexit
 import importlib
+import json
 import re
 import shutil
 import tempfile
@@ -29,6 +34,7 @@ import pytest
 import schemathesis
 from checkpoints import FAMILIES, build_tiny_checkpoints
 from corpus_fixture import STATS, random_values, sentences, write_run
+from edited import overflowing
 from gguf_files import write_gguf
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
@@ -56,7 +62,6 @@ for _family in SEQ2SEQ:
 # folder of this module's own (see _lifespan).
 GGUF = "gguf-llama"
 write_gguf(CHECKPOINTS / "llama", CHECKPOINTS / f"{GGUF}.gguf", qtype="Q8_0")
-MODELS = FAMILIES + SEQ2SEQ + (GGUF,)
 # Store entries that cannot load (issue 34 item 3), each a model of its own in a stand-in ollama store: the
 # models list names each with its reason, and every route that names one answers 503 with that reason.
 STORES = {key: CHECKPOINTS / "stores" / key for key in ("ollama_models", "lmstudio_models", "hf_cache")}
@@ -84,6 +89,21 @@ BROKEN = {
     "bert:latest": "architecture 'bert'",
     "pub/model/cut": "not a readable GGUF file",
 }
+# Failure modes of a model file, each a copy of the tiny Llama: TEMPLATE's chat template raises on a text
+# of odd length and writes past the render's output bound (mha.text.chat) on the others (a loop would cost
+# its time bound and a worker's restart per render: tests/app/test_chat_template_api.py has it), and
+# every request naming it asks for its chat; OVERFLOWING's finite weights overflow float32 in every forward
+# (tests/edited.py). Each value: what every refusal of it says.
+TEMPLATE, OVERFLOWING = "hostile-template", "overflowing"
+HOSTILE = {TEMPLATE: "model's chat template ", OVERFLOWING: f"{OVERFLOWING!r} computed NaN or an infinity"}
+shutil.copytree(CHECKPOINTS / "llama", CHECKPOINTS / TEMPLATE)
+(CHECKPOINTS / TEMPLATE / "chat_template.jinja").write_text(
+    "{% if messages[0].content|length is odd %}{{ raise_exception('no turn of odd length') }}"
+    "{% else %}{{ 'x' * 2000000 }}{% endif %}"
+)
+overflowing(CHECKPOINTS / "llama", CHECKPOINTS / OVERFLOWING)
+NO_FORWARD = ("POST /api/trace/tokens",)  # the one route that reads no model's weights: tokens only
+MODELS = FAMILIES + SEQ2SEQ + (GGUF, *HOSTILE)
 NO_SEQ2SEQ = ("POST /api/trace",)  # the routes an encoder-decoder gets 422 on
 FLOW_MAX_TOKENS = 6
 # A finished corpus run of 2 layers x 2 heads, named where the drawn name is a valid one (see _corpus).
@@ -100,7 +120,7 @@ app = create_app(
         device="cpu",
         threads=1,
         log_level="warning",
-        models={family: CHECKPOINTS / family for family in FAMILIES + SEQ2SEQ}
+        models={family: CHECKPOINTS / family for family in FAMILIES + SEQ2SEQ + tuple(HOSTILE)}
         | {GGUF: CHECKPOINTS / f"{GGUF}.gguf"},
         max_tokens=32,
         flow_max_tokens=FLOW_MAX_TOKENS,
@@ -153,6 +173,8 @@ with_model = schema.exclude(method="GET")
 
 # "POST /path" -> the models that answered it with a 200.
 answered: defaultdict[str, set[str]] = defaultdict(set)
+# "POST /path" -> the HOSTILE models refused there with their sentence (a 422's, or a stream's last line).
+hostile_refused: defaultdict[str, set[str]] = defaultdict(set)
 # What the request validator said while the current example ran (errors.describe_validation).
 refusals: list[str] = []
 # The one refusal of the validator that a schema-valid body may get: a rule between two fields that the
@@ -221,6 +243,7 @@ def test_store_entries_that_cannot_load_are_listed_with_their_reason() -> None:
 
 
 def _check(case, model: str | None) -> None:  # type: ignore[no-untyped-def]
+    family = model  # the walrus below rebinds `model`
     _corpus(case)
     inputs = _inputs(case.body)
     if model is not None:
@@ -248,8 +271,32 @@ def _check(case, model: str | None) -> None:  # type: ignore[no-untyped-def]
             f"{case.method} {case.path}: the schema allows what the validator refused: {unstated} "
             f"(body {str(case.body)[:300]})"
         )
-    if response.status_code == 200:
-        answered[f"{case.method} {case.path}"].update(str(part.get("model")) for part in inputs)
+    route, names = f"{case.method} {case.path}", {str(part.get("model")) for part in inputs}
+    detail = _strict_detail(response, route)
+    if family is None and names & HOSTILE.keys():
+        return  # chat as drawn: the contract above holds; their expectation is the per-family fuzz's
+    hostile_refused[route].update(
+        name for name in names & HOSTILE.keys() if detail and HOSTILE[name] in detail
+    )
+    if response.status_code == 200 and not (names & HOSTILE.keys() and detail):
+        answered[route].update(names)
+
+
+def _strict_detail(response, route: str) -> str | None:  # type: ignore[no-untyped-def]
+    """Fails an answer holding a bare NaN or Infinity (no strict JSON parser reads one); returns the
+    refusal's sentence: a JSON answer's `detail`, or the error event a progress stream ended with."""
+    kind = (response.headers.get("content-type") or [""])[0]  # schemathesis: each header's values
+    if not kind.startswith(("application/json", "application/x-ndjson")):
+        return None  # HSA1 and HTML: no JSON to hold one
+
+    def bare(constant: str) -> None:
+        raise AssertionError(f"{route} answered a bare {constant}: {response.text[:300]}")
+
+    lines = [json.loads(line, parse_constant=bare) for line in response.text.splitlines() if line.strip()]
+    last = lines[-1] if lines else None
+    if isinstance(last, dict) and (response.status_code != 200 or last.get("event") == "error"):
+        return str(last.get("detail"))
+    return None
 
 
 def _schema_valid(case) -> bool:  # type: ignore[no-untyped-def]
@@ -289,6 +336,8 @@ def _steer(part: dict[str, Any], model: str, *, flow: bool) -> None:
     so that most fit its token cap and reach the computation."""
     if part.get("model") is None or part["model"] in app.state.service.registry.names:
         part["model"] = model
+    if model == TEMPLATE and isinstance(part.get("chat", False), bool):  # its template reached each time
+        part["chat"] = True
     if not flow:
         return
     text, pair = part.get("text"), part.get("text_pair")
@@ -302,14 +351,43 @@ def _valid_text(text: str) -> bool:
     return 0 < len(text) <= MAX_TEXT_CHARS and re.search(NOT_BLANK, text) is not None
 
 
+def routes_of() -> list[str]:
+    """Every POST route, as `answered` and `hostile_refused` name them."""
+    return [f"POST {path}" for path, methods in app.openapi()["paths"].items() if "post" in methods]
+
+
 def test_every_route_answered_every_family() -> None:
     if not answered:
         pytest.skip("runs after the fuzz tests above")
-    routes = [f"POST {path}" for path, methods in app.openapi()["paths"].items() if "post" in methods]
-    missing = {
-        route: sorted(set((*FAMILIES, GGUF) if route.startswith(NO_SEQ2SEQ) else MODELS) - answered[route])
+    routes = routes_of()
+    missing = {  # the HOSTILE models have a test of their own, below
+        route: sorted(
+            set((*FAMILIES, GGUF) if route.startswith(NO_SEQ2SEQ) else MODELS)
+            - answered[route]
+            - HOSTILE.keys()
+        )
         for route in routes
     }
     assert not any(missing.values()), f"routes that never answered a family: {missing}"
     corpus = [f"GET {path}" for path in app.openapi()["paths"] if path.startswith("/api/corpus/")]
     assert len(corpus) == 4 and not [route for route in corpus if route not in answered], answered.keys()
+
+
+def test_every_hostile_model_refused_where_reached() -> None:
+    if not any(
+        model in answered[route] | hostile_refused[route] for route in routes_of() for model in HOSTILE
+    ):
+        pytest.skip("runs after the fuzz tests above")
+    routes = routes_of()
+    # A HOSTILE model answers only where it is never reached (OVERFLOWING's tokens, NO_FORWARD), and is
+    # refused with its sentence, never answered, everywhere else: every route renders TEMPLATE's chat.
+    wrong = {
+        route: [
+            model
+            for model in HOSTILE
+            if (model in answered[route], model in hostile_refused[route])
+            != ((True, False) if model == OVERFLOWING and route in NO_FORWARD else (False, True))
+        ]
+        for route in routes
+    }
+    assert not any(wrong.values()), f"hostile models answered, or never refused with their sentence: {wrong}"
