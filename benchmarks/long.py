@@ -56,6 +56,7 @@ from timing import interleaved, timed
 
 from mha.core.layers import Block
 from mha.networks.model import Transformer
+from mha.networks.result import ModelInfo
 from mha.trace.blocked import trace_forward
 from mha.trace.windows import Trace
 
@@ -102,8 +103,22 @@ def windows_and_rows(network: Transformer, n: int, repeats: int) -> tuple[float,
     layers, overview = trace_forward(network, ids)
     traced = (time.perf_counter() - start) * 1000
     attn = cast(Block, network.layers[0]).attn
-    # No tokens or model info: windows and rows read only the layers, the scale and the mask.
-    trace = Trace(None, [""] * n, None, layers, attn.scale, attn.softcap, True, overview)  # type: ignore[arg-type]
+    # No tokens: windows and rows read the layers, the scale and the mask, and the model's name only to
+    # refuse a non-finite value.
+    cfg = network.config
+    info = ModelInfo(
+        "random Llama",
+        "llama",
+        cfg.num_layers,
+        cfg.num_heads,
+        cfg.num_kv_heads or cfg.num_heads,
+        cfg.max_tokens,
+        causal=True,
+        pretrained=False,
+        device="cpu",
+        dtype="float32",
+    )
+    trace = Trace(None, [""] * n, info, layers, attn.scale, attn.softcap, True, overview)  # type: ignore[arg-type]
     gen = torch.Generator().manual_seed(0)
     spots = [
         (int(torch.randint(len(layers), (1,), generator=gen)), int(torch.randint(9, (1,), generator=gen)))
