@@ -243,7 +243,6 @@ def test_store_entries_that_cannot_load_are_listed_with_their_reason() -> None:
 
 
 def _check(case, model: str | None) -> None:  # type: ignore[no-untyped-def]
-    family = model  # the walrus below rebinds `model`
     _corpus(case)
     inputs = _inputs(case.body)
     if model is not None:
@@ -253,7 +252,7 @@ def _check(case, model: str | None) -> None:  # type: ignore[no-untyped-def]
     response = case.call()
     # The one documented 5xx is 503 for a registered model whose checkpoint is broken: here the store
     # entries of BROKEN, each answering with its reason.
-    named = [model for part in inputs if isinstance(model := part.get("model"), str) and model in BROKEN]
+    named = [name for part in inputs if isinstance(name := part.get("model"), str) and name in BROKEN]
     refused = response.status_code == 503 and bool(named)
     if refused:
         assert any(BROKEN[name] in response.json()["detail"] for name in named), response.text[:300]
@@ -273,7 +272,7 @@ def _check(case, model: str | None) -> None:  # type: ignore[no-untyped-def]
         )
     route, names = f"{case.method} {case.path}", {str(part.get("model")) for part in inputs}
     detail = _strict_detail(response, route)
-    if family is None and names & HOSTILE.keys():
+    if model is None and names & HOSTILE.keys():
         return  # chat as drawn: the contract above holds; their expectation is the per-family fuzz's
     hostile_refused[route].update(
         name for name in names & HOSTILE.keys() if detail and HOSTILE[name] in detail
