@@ -226,3 +226,25 @@ def bundled_gguf() -> Path | None:
         return None
     path = Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
     return path if path.is_file() else None
+
+
+def transformers_of(file: Path) -> tuple[Any, Any]:
+    """transformers' own reading of a GGUF file: its eager model (output_attentions) and its tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(
+        str(file.parent), gguf_file=file.name, attn_implementation="eager"
+    )
+    return model.eval(), AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name)
+
+
+def assert_attends_as(ours: Any, theirs: Any, tokenizer: Any, text: str, tolerance: float) -> list[int]:
+    """`ours` reads `text` as transformers' model of the same file does: the same token ids, and every
+    attention within `tolerance`. The token ids."""
+    ids: list[int] = tokenizer(text)["input_ids"]
+    result = ours.attend(text)
+    assert result.token_ids == ids
+    with torch.no_grad():
+        expected = torch.stack(theirs(torch.tensor([ids]), output_attentions=True).attentions)[:, 0]
+    torch.testing.assert_close(result.attentions, expected, atol=tolerance, rtol=0)
+    return ids

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from gguf_files import build_gpt2, build_qwen3, write_gguf
+from gguf_files import assert_attends_as, build_gpt2, build_qwen3, transformers_of, write_gguf
 from tolerances import FORWARD
 
 from mha import AttentionModel, load_pretrained
@@ -86,20 +86,10 @@ def _written(sources: dict[str, Path], root: Path, family: str, qtype: str, **op
 
 
 def _check_parity(ours: AttentionModel, file: Path) -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    theirs = AutoModelForCausalLM.from_pretrained(
-        str(file.parent), gguf_file=file.name, attn_implementation="eager"
-    ).eval()
-    tokenizer = AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name)
+    theirs, tokenizer = transformers_of(file)
     for text in TEXTS:
-        ids = tokenizer(text)["input_ids"]
-        result = ours.attend(text)
-        assert result.token_ids == ids
-        with torch.no_grad():
-            expected = torch.stack(theirs(torch.tensor([ids]), output_attentions=True).attentions)[:, 0]
         # Both hold the same dequantized float32 weights: only the order of float32 sums differs (FORWARD).
-        torch.testing.assert_close(result.attentions, expected, atol=FORWARD, rtol=0)
+        assert_attends_as(ours, theirs, tokenizer, text, FORWARD)
     if tokenizer.chat_template:  # the chat template survives the conversion and the cache
         message = [{"role": "user", "content": TEXTS[0]}]
         rendered = tokenizer.apply_chat_template(message, tokenize=False, add_generation_prompt=True)

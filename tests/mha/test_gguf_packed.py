@@ -12,11 +12,10 @@ each float16 scale field is finite (tests/gguf_files.py).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
-from gguf_files import write_gguf
+from gguf_files import assert_attends_as, transformers_of, write_gguf
 from tolerances import FORWARD
 
 from mha import load_pretrained
@@ -53,15 +52,6 @@ def _file(source: Path, root: Path, qtype: str) -> Path:
     return write_gguf(source, root / qtype / f"tiny-{qtype}.gguf", qtype=qtype)
 
 
-def _theirs(file: Path) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(
-        str(file.parent), gguf_file=file.name, attn_implementation="eager"
-    )
-    return model.eval(), AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name)
-
-
 @pytest.mark.parametrize("qtype", _every_type())
 def test_every_type_stays_packed_and_equals_transformers(qtype: str, source: Path, tmp_path: Path) -> None:
     from gguf import GGMLQuantizationType
@@ -74,16 +64,11 @@ def test_every_type_stays_packed_and_equals_transformers(qtype: str, source: Pat
         assert isinstance(linear, PackedLinear) and set(linear.kinds) == {kind}
     assert isinstance(ours.network.embeddings.token, PackedEmbedding)
 
-    theirs, tokenizer = _theirs(file)
-    ids = tokenizer(TEXT)["input_ids"]
-    result = ours.attend(TEXT)
-    assert result.token_ids == ids
-    with torch.no_grad():
-        expected = torch.stack(theirs(torch.tensor([ids]), output_attentions=True).attentions)[:, 0]
+    theirs, tokenizer = transformers_of(file)
     # The same blocks dequantized on both sides (transformers' torch code or gguf's numpy code here, gguf's
     # numpy code there), each value d·q + m in float32 either way: only the order of the forward's float32
     # sums differs (FORWARD).
-    torch.testing.assert_close(result.attentions, expected, atol=FORWARD, rtol=0)
+    ids = assert_attends_as(ours, theirs, tokenizer, TEXT, FORWARD)
     continued = ours.attend(TEXT, max_new_tokens=NEW_TOKENS)
     with torch.no_grad():
         generated = theirs.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=NEW_TOKENS)[0]
