@@ -18,15 +18,10 @@ test("a model's facts: family, parameters, quantization and size, each as known"
 });
 
 test("the menu groups models by source, in a fixed order, empty groups left out", () => {
-  const models = [
-    { name: "q:7b", source: "ollama" },
-    { name: "all-MiniLM-L6-v2", source: "bundled" },
-    { name: "org/repo", source: "huggingface" },
-    { name: "p/m/f", source: "lmstudio" },
-    { name: "mine", source: "models_dir" },
-    { name: "b:1b", source: "ollama" },
-    { name: "old", source: undefined }, // a server before sources: bundled
-  ];
+  // name: source, in the server's order; "old" has none, as from a server before sources: bundled
+  const sources = { "q:7b": "ollama", "all-MiniLM-L6-v2": "bundled", "org/repo": "huggingface" };
+  Object.assign(sources, { "p/m/f": "lmstudio", mine: "models_dir", "b:1b": "ollama", old: undefined });
+  const models = Object.entries(sources).map(([name, source]) => ({ name, source }));
   const groups = modelGroups(models);
   assert.deepEqual(
     groups.map(([title, members]) => [title, members.map((m) => m.name)]),
