@@ -10,12 +10,13 @@ Each entry has a `state` for /api/models and /api/health: "checking" (its startu
 "loading", "loaded", "failed" or "available" (checked, loaded on its first request).
 
 With `max_bytes`, loaded models are kept least-recently-used within that many bytes (`size_of` a model,
-measured once loaded; `estimate` of what a check found, a lower bound read before loading, such as the
-size on disk). To load one, the models used least recently are unloaded first: the registry drops its
-reference, and the memory is freed once the requests still holding the model have finished (a weak
-reference tells when; until then its bytes still count, and a load waits up to `drain_seconds` for them).
-A model bigger than the whole budget is refused before loading where its estimate says so, else right
-after, with both sizes: a 503, never the process killed for memory.
+measured once loaded; `estimate(name, what its check found)`, read before loading: what the load needs,
+such as a GGUF's predicted first-load memory or the weights' size on disk). To load one, the models used
+least recently are unloaded first: the registry drops its reference, and the memory is freed once the
+requests still holding the model have finished (a weak reference tells when; until then its bytes still
+count, and a load waits up to `drain_seconds` for them). A model bigger than the whole budget is refused
+before loading where its estimate says so, else right after, with both sizes: a 503, never the process
+killed for memory.
 
 A failed check or load is kept as the entry's `error` and tried again on the first request after a
 back-off (`retry_seconds`, doubled after each further failure up to `retry_max_seconds`): a checkpoint
@@ -74,7 +75,7 @@ class Registry(Generic[M]):
         clock: Callable[[], float] = time.monotonic,
         max_bytes: int | None = None,
         size_of: Callable[[M], int] | None = None,
-        estimate: Callable[[object], int | None] | None = None,
+        estimate: Callable[[str, object], int | None] | None = None,
         drain_seconds: float = 30.0,
     ) -> None:
         if default not in loaders:
@@ -193,10 +194,10 @@ class Registry(Generic[M]):
         self._check(entry)  # the cheap check first: its message is the clearer one
         if self.max_bytes is not None:
             # What it held when last loaded, else a lower bound from its check (0: nothing known yet)
-            estimate = self._estimate(entry.found) if self._estimate is not None else None
+            estimate = self._estimate(entry.name, entry.found) if self._estimate is not None else None
             need = max(entry.nbytes, estimate or 0)
             if need > self.max_bytes:
-                raise ModelTooLargeError(entry.name, need, self.max_bytes, "its weights on disk take")
+                raise ModelTooLargeError(entry.name, need, self.max_bytes, "loading it needs")
             self._make_room(entry, need)
         logger.info("loading model %r", entry.name)
         try:

@@ -16,10 +16,11 @@ import gzip
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
@@ -40,6 +41,7 @@ from app.service.loads import Loads
 from app.service.trim import Trimmer
 from app.settings import Settings
 from mha.errors import Cancelled
+from mha.loading import gguf_checkpoint, load_memory
 from mha.networks import translate
 
 logger = logging.getLogger(__name__)
@@ -79,10 +81,21 @@ def chars(text: str, pair: str | None, target: str | None = None) -> int:
     return len(text) + len(pair or "") + len(target or "")
 
 
-def _on_disk(found: object) -> int | None:
-    """A lower bound of what a model will hold, before loading it: its weights' size on disk, from what its
-    startup check read (mha.describe_checkpoint); None when the check read no file."""
-    return found.size_bytes if isinstance(found, mha.CheckpointFacts) else None
+def _load_needs(paths: Mapping[str, str | Path]) -> Callable[[str, object], int | None]:
+    """What loading a registered model needs, read before loading it (Registry's `estimate`): a GGUF's
+    predicted first-load memory (mha.loading.load_memory: from its header, milliseconds; issue 33's stated
+    model of a load), else its weights' size on disk (a lower bound: a folder's weights load at least as
+    large); None when its startup check read no file."""
+
+    def needs(name: str, found: object) -> int | None:
+        if not isinstance(found, mha.CheckpointFacts):
+            return None
+        gguf = gguf_checkpoint.find_gguf(paths.get(name))
+        if gguf is None:
+            return found.size_bytes
+        return max(found.size_bytes, load_memory.load_nbytes(*load_memory.load_shape(gguf)))
+
+    return needs
 
 
 def _is_long(job: Job) -> bool:
@@ -126,7 +139,7 @@ class ServiceCore:
             retry_max_seconds=settings.load_retry_max_seconds,
             max_bytes=settings.models_budget(),
             size_of=lambda model: model.nbytes,
-            estimate=_on_disk,
+            estimate=_load_needs({n: o.path for n, o in offers.items() if o.path is not None}),
         )
         self.cache = LRUCache(max_entries=settings.cache_size, max_bytes=settings.cache_max_bytes)
         self._batchers = {

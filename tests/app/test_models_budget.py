@@ -95,7 +95,10 @@ def test_the_least_recently_used_model_is_unloaded_to_make_room() -> None:
 
 def _on_disk(sizes: dict[str, int]) -> dict[str, object]:
     """Registry options under which each model's check reports its size (as its size on disk would)."""
-    return {"checks": {name: (lambda n=n: n) for name, n in sizes.items()}, "estimate": lambda found: found}
+    return {
+        "checks": {name: (lambda n=n: n) for name, n in sizes.items()},
+        "estimate": lambda _name, found: found,
+    }
 
 
 def test_an_unloaded_model_counts_until_its_requests_in_flight_are_done() -> None:
@@ -146,9 +149,9 @@ def test_a_model_bigger_than_the_whole_budget_is_refused_with_both_sizes() -> No
 
     # Refused before loading where what its check found says so (its size on disk: a lower bound).
     estimated, loads = _registry(
-        10**9, {"small": 40, "huge": 40}, checks={"huge": lambda: 5 * 10**9}, estimate=lambda found: found
+        10**9, {"small": 40, "huge": 40}, checks={"huge": lambda: 5 * 10**9}, estimate=lambda _, found: found
     )
-    with pytest.raises(ModelUnavailableError, match=r"'huge'.*on disk take 5\.00 GB.*budget of 1\.00 GB"):
+    with pytest.raises(ModelUnavailableError, match=r"'huge'.*loading it needs 5\.00 GB.*budget of 1\.00 GB"):
         estimated.get("huge")
     assert loads["huge"] == 0
 
@@ -207,3 +210,32 @@ def test_the_service_keeps_real_models_within_the_budget(tiny_checkpoints: dict[
         assert "does not fit the memory budget" in answer.json()["detail"]
         assert "HEADSCOPE_MODELS_MAX_BYTES" in answer.json()["detail"]
         assert client.get("/api/models").status_code == 200
+
+
+def test_a_gguf_whose_predicted_load_passes_the_budget_is_refused_unread(
+    tiny_checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    """Issue 33's stated model of a load (mha.loading.load_memory), read from the header before loading:
+    a file whose first load would need more than the whole budget is refused with both sizes before it is
+    loaded (the registry's own test shows its loader never runs), and the other models still answer."""
+    from gguf_files import write_gguf
+
+    from mha.loading import load_memory
+
+    file = write_gguf(tiny_checkpoints["llama"], tmp_path / "tiny.gguf", qtype="Q8_0")
+    predicted = load_memory.load_nbytes(*load_memory.load_shape(file))
+    assert predicted > file.stat().st_size  # the tokenizer's conversion and the runtime, beside the blocks
+    budget = predicted - 1
+    settings = make_settings(
+        models={"tiny": str(file), "gpt2": str(tiny_checkpoints["gpt2"])},
+        default_model="gpt2",
+        models_max_bytes=budget,
+    )
+    with serving(create_app(settings)) as client:
+        answer = client.post("/api/attention", json={"text": TEXT, "model": "tiny"})
+        assert answer.status_code == 503
+        detail = answer.json()["detail"]
+        assert f"loading it needs {predicted / 1e9:.2f} GB" in detail and f"{budget / 1e9:.2f} GB" in detail
+        entry = next(m for m in client.get("/api/models").json()["models"] if m["name"] == "tiny")
+        assert entry["loaded"] is False and "HEADSCOPE_MODELS_MAX_BYTES" in entry["error"]
+        assert client.post("/api/attention", json={"text": TEXT, "model": "gpt2"}).status_code == 200
