@@ -175,7 +175,7 @@ def test_a_legacy_pickle_is_left_to_loading(tmp_path: Path, tiny_checkpoints: di
 MISMATCHES = [
     ("bert", "t5", "bert or roberta"),
     ("gpt2", "bert", "gpt2"),
-    ("llama", "gpt2", "gemma2 or llama or mistral or qwen2 or qwen3"),
+    ("llama", "gpt2", "gemma2 or gemma3 or llama or mistral or qwen2 or qwen3"),
     ("distilbert", "llama", "distilbert"),
     ("phi3", "qwen2", "phi3"),
 ]
@@ -204,7 +204,7 @@ def test_each_family_knows_its_own_weights(
     # Families that name their weights alike are told apart by config.json alone; the others by their names.
     alike = [
         {"bert", "roberta"},
-        {"llama", "mistral", "qwen2", "qwen3", "gemma2"},
+        {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3"},
         {"t5", "mt5"},
         {"bart", "marian"},
     ]
