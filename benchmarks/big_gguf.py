@@ -9,11 +9,15 @@ float32 copy fits, by transformers' from_pretrained(gguf_file=...), on the CPU.
 Printed for each, each figure in a fresh process (so its peak resident memory, VmHWM, is its own):
   first load     an empty HEADSCOPE_CACHE_DIR: the header hashed, config, names and tokenizer read once
   cached load    the same cache: nothing but the header read before the forward
-  attend 128     one 128-token attend after the cached load, split into the time spent dequantizing
+  attend 128     two 128-token attends after the cached load, each split into the time spent dequantizing
                  (Blocks.dequantize_into) and the rest (the matrix products, attention, norms); with
-                 HEADSCOPE_DEQUANT_CACHE_BYTES' default, and with 0 (every layer dequantized each forward)
+                 HEADSCOPE_DEQUANT_CACHE_BYTES' default (and the default choice of compiling the
+                 dequantizer: mha.loading.pretrained.compiled_dequant), and with 0 (every layer dequantized
+                 each forward), eager and compiled (the first forward compiles each type, or reads
+                 inductor's disk cache)
   products only  the same attend with every layer kept dequantized (a budget the size of the float32
-                 model): what the matrix products cost alone, the reference dequantizing is held to
+                 model), where that fits in memory (1b): what the matrix products cost alone, the
+                 reference dequantizing is held to; for 8b (28 GB of float32) the rest of the eager forward
   peak RSS       beside the goals: 1b <= file + 1.5 GiB, 8b <= 8 GB
   transformers   from_pretrained(gguf_file=...) (float32, every tensor dequantized at load) and its eager
                  forward with output_attentions at 128 tokens, where 4 bytes a weight fit in memory
@@ -127,17 +131,20 @@ from mha import load_pretrained
 from mha.loading import gguf_packed
 spent = [0.0]
 into = gguf_packed.Blocks.dequantize_into
-def timed(self, out):
+def timed(self, out, **options):
     began = time.perf_counter()
-    into(self, out)
+    into(self, out, **options)
     spent[0] += time.perf_counter() - began
 gguf_packed.Blocks.dequantize_into = timed
-FILE, BUDGET, TEXT, N = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+FILE, BUDGET, TEXT, N, COMPILE = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 budget = None if BUDGET == "default" else int(BUDGET)
+compile = {"auto": None, "0": False, "1": True}[COMPILE]
 began = time.perf_counter()
-model = load_pretrained(FILE, device="cpu", dequant_cache_bytes=budget)
+model = load_pretrained(FILE, device="cpu", dequant_cache_bytes=budget, dequant_compile=compile)
 loaded = time.perf_counter() - began
 out = {"load": loaded, "process": time.perf_counter() - start}
+packed = [m for m in model.network.modules() if isinstance(m, gguf_packed.PackedLinear)]
+out["compiled"] = packed[0].budget.compiled
 if N:
     for run in ("first", "second"):
         spent[0] = 0.0
@@ -223,6 +230,55 @@ def dequant_routes(repeats: int = 3) -> None:
     )
 
 
+def measure(size: str, path: Path, file_mib: float, cache: str) -> None:
+    """Our loads and attends, each row printed as its child ends (an 8 B run takes long)."""
+    first = child(CHILD, str(path), "default", TEXT, "0", "auto", cache=cache)
+    cached = child(CHILD, str(path), "default", TEXT, str(TOKENS), "auto", cache=cache)
+    print(
+        f"load: first {first['load']:.1f} s (process {first['process']:.1f} s, peak RSS {first['hwm']:,.0f} "
+        f"MiB), cached {cached['load']:.1f} s (process {cached['process']:.1f} s)",
+        flush=True,
+    )
+    goal = file_mib + 1536 if size == "1b" else 8000 / 1.048576
+    print("| attend 128 tokens | forward | dequantizing | the rest | peak RSS MiB | goal MiB |")
+    print("|---|---|---|---|---|---|", flush=True)
+
+    def row(label: str, got: dict[str, float]) -> None:
+        for which in ("first", "second"):
+            rest = got[which] - got[which + "_dequant"]
+            print(
+                f"| {label}, {which} | {got[which]:.1f} s | {got[which + '_dequant']:.1f} s "
+                f"| {rest:.1f} s | {got['hwm']:,.0f} | {goal:,.0f} |",
+                flush=True,
+            )
+
+    row(f"default (768 MiB kept, {'compiled' if cached['compiled'] else 'eager'})", cached)
+    eager = child(CHILD, str(path), "0", TEXT, str(TOKENS), "0", cache=cache)
+    row("budget 0, eager", eager)
+    compiled = child(CHILD, str(path), "0", TEXT, str(TOKENS), "1", cache=cache)
+    row("budget 0, compiled", compiled)
+    layers, width, ffn = (SIZES[size][k] for k in ("layers", "width", "ffn"))
+    floats = 4 * layers * (2 * width * width + 2 * width * width // 4 + 3 * width * ffn)
+    if floats < 0.6 * _available():
+        every = child(CHILD, str(path), str(1 << 40), TEXT, str(TOKENS), "0", cache=cache)
+        row("every layer kept", every)
+        products, where = every["second"], "every layer kept, second forward"
+    else:  # 32 GB of float32 for 8 B: what is not dequantizing in the eager forward is the rest
+        products = eager["second"] - eager["second_dequant"]
+        where = f"the rest of budget 0's forward; the {floats / 2**30:.0f} GiB float32 model does not fit"
+    for label, got in (("eager", eager), ("compiled", compiled)):
+        ratio = got["second_dequant"] / products
+        print(f"dequantizing / products, {label} (budget 0, second forward; products: {where}): {ratio:.2f}")
+
+
+def _available() -> int:
+    """MemAvailable, bytes."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
 def run(size: str, folder: Path, *, theirs: bool, keep: bool) -> None:
     import hashlib
 
@@ -230,9 +286,12 @@ def run(size: str, folder: Path, *, theirs: bool, keep: bool) -> None:
 
     path = folder / f"random-llama-{size}.gguf"
     began = time.perf_counter()
-    write_file(path, size)
+    reused = path.exists()  # one --keep left: the same bytes (seed 0)
+    if not reused:
+        write_file(path, size)
     file_mib = path.stat().st_size / 2**20
-    print(f"\n== {size}: {path} {file_mib:,.0f} MiB, written in {time.perf_counter() - began:.0f} s")
+    how = "reused" if reused else f"written in {time.perf_counter() - began:.0f} s"
+    print(f"\n== {size}: {path} {file_mib:,.0f} MiB, {how}", flush=True)
     began = time.perf_counter()
     with path.open("rb") as f:
         hashlib.file_digest(f, "sha256")
@@ -245,26 +304,7 @@ def run(size: str, folder: Path, *, theirs: bool, keep: bool) -> None:
     )
     try:
         with tempfile.TemporaryDirectory() as cache:
-            first = child(CHILD, str(path), "default", TEXT, "0", cache=cache)
-            cached = child(CHILD, str(path), "default", TEXT, str(TOKENS), cache=cache)
-            none = child(CHILD, str(path), "0", TEXT, str(TOKENS), cache=cache)
-            every = child(CHILD, str(path), str(1 << 40), TEXT, str(TOKENS), cache=cache)
-        print(
-            f"load: first {first['load']:.1f} s (process {first['process']:.1f} s), "
-            f"cached {cached['load']:.1f} s (process {cached['process']:.1f} s)"
-        )
-        print("| attend 128 tokens | forward | dequantizing | the rest | peak RSS MiB | goal MiB |")
-        print("|---|---|---|---|---|---|")
-        goal = file_mib + 1536 if size == "1b" else 8000 / 1.048576
-        for label, got in (("default budget", cached), ("budget 0", none), ("every layer kept", every)):
-            for which in ("first", "second"):
-                rest = got[which] - got[which + "_dequant"]
-                print(
-                    f"| {label}, {which} | {got[which]:.1f} s | {got[which + '_dequant']:.1f} s "
-                    f"| {rest:.1f} s | {got['hwm']:,.0f} | {goal:,.0f} |"
-                )
-        products = every["second"]
-        print(f"dequantizing / products (budget 0, second forward): {none['second_dequant'] / products:.2f}")
+            measure(size, path, file_mib, cache)
         if theirs:
             got = child(THEIRS, str(path), TEXT, str(TOKENS), cache="")
             print(

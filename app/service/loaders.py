@@ -58,7 +58,13 @@ def find_models(settings: Settings) -> dict[str, Offer]:
     broken file, and each entry's family, size and quantization, before any request loads it."""
     dtype = None if settings.dtype == "auto" else getattr(torch, settings.dtype)
     budget = settings.dequant_cache_bytes  # None: mha's default
-    load = partial(mha.load_pretrained, device=settings.device, dtype=dtype, dequant_cache_bytes=budget)
+    load = partial(
+        mha.load_pretrained,
+        device=settings.device,
+        dtype=dtype,
+        dequant_cache_bytes=budget,
+        dequant_compile=settings.dequant_compile,
+    )
     offers: dict[str, Offer] = {}
 
     def add(source: str, found: Mapping[str, str | Path], refused: Mapping[str, str]) -> None:

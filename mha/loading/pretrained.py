@@ -20,6 +20,7 @@ from types import SimpleNamespace
 from typing import cast
 
 import torch
+from torch import nn
 
 from mha.core.layers import cast_network
 from mha.devices import resolve_device, resolve_dtype
@@ -31,7 +32,7 @@ from mha.loading.checkpoint_files import Checked, check_conversion, check_files
 from mha.loading.convert import Converter, convert_state_dict
 from mha.loading.convert.base import build_network as make_network
 from mha.loading.convert.base import forced_tokens
-from mha.loading.gguf_packed import DEFAULT_DEQUANT_CACHE_BYTES
+from mha.loading.gguf_packed import DEFAULT_DEQUANT_CACHE_BYTES, Blocks, DequantBudget, PackedLinear
 from mha.networks.model import Transformer, TransformerConfig
 from mha.networks.result import AttentionResult, ModelInfo, Seq2SeqResult
 from mha.networks.seq2seq import EncoderDecoder, Seq2SeqConfig
@@ -55,6 +56,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+# Float32 bytes dequantized on every forward from which the dequantizer is compiled by default
+# (compiled_dequant): eager torch dequantizes ~0.4 GB/s on a 2-core CPU, so 1 GiB is ~2.5 s a forward.
+COMPILE_FROM_BYTES = 1 << 30
+
 
 def checkpoint_architecture(path: str | Path) -> str | None:
     """ "encoder", "decoder" or "encoder-decoder": what a local checkpoint is, from its config (no tensor
@@ -77,13 +82,16 @@ def load_pretrained(
     dtype: str | torch.dtype | None = None,
     name: str | None = None,
     dequant_cache_bytes: int | None = None,
+    dequant_compile: bool | None = None,
 ) -> AttentionModel:
     """A Hugging Face checkpoint directory (an encoder, a decoder, or an encoder-decoder of
     mha.loading.convert.CONVERTERS), or a GGUF file (or a directory holding one) of an architecture we convert
     (mha.loading.gguf_checkpoint: its config and tokenizer read on first use, from $HEADSCOPE_CACHE_DIR
     after), in our layers. A GGUF's quantized matrices stay as their ggml blocks, dequantized layer by
     layer in the forward (mha.loading.gguf_packed); up to `dequant_cache_bytes` of dequantized weights
-    are kept between forwards (None: DEFAULT_DEQUANT_CACHE_BYTES).
+    are kept between forwards (None: DEFAULT_DEQUANT_CACHE_BYTES). `dequant_compile` runs the dequantizer
+    under torch.compile (None: where it pays, on the CPU for a model whose dequantized weights pass that
+    budget, so that it dequantizes on every forward; compiled_dequant).
 
     path None or "all-MiniLM-L6-v2" is the embedded default. A path that is not a directory is taken as a
     hub id and fetched only then (needs the network). The tokenizer comes from the checkpoint's own files.
@@ -107,7 +115,11 @@ def load_pretrained(
     tokenizer = checkpoint.load_tokenizer(directory, config.vocab_size, slow=converter.slow_tokenizer)
     gguf_head: Callable[[], torch.Tensor | None] | None = None
     if gguf_file is not None:
-        built, gguf_head = _gguf_network(gguf_file, directory, checked, dequant_cache_bytes)
+        budget = DequantBudget(
+            DEFAULT_DEQUANT_CACHE_BYTES if dequant_cache_bytes is None else dequant_cache_bytes
+        )
+        built, gguf_head = _gguf_network(gguf_file, directory, checked, budget)
+        budget.compiled = compiled_dequant(built, budget, torch_device, dequant_compile)
     else:
         built = build_network(config, converter, weight_files)
     # As transformers places it: T5 in float16 keeps its feed-forward output projections in float32.
@@ -211,19 +223,15 @@ def _read_tensor(files: list[Path], name: str) -> torch.Tensor | None:
 
 
 def _gguf_network(
-    file: Path, directory: Path, checked: Checked, dequant_cache_bytes: int | None
+    file: Path, directory: Path, checked: Checked, budget: DequantBudget
 ) -> tuple[Transformer | EncoderDecoder, Callable[[], torch.Tensor | None]]:
     """Our network holding a GGUF's tensors as they are in the file (mha.loading.gguf_weights), and what
     reads its LM head (dequantized when asked: only a continuation needs it)."""
     from mha.loading import gguf_weights
-    from mha.loading.gguf_packed import Blocks, DequantBudget
 
     header = gguf_checkpoint.read_header(file)
     kept = gguf_checkpoint.read_names(directory)
     theirs = gguf_weights.read_tensors(file, header.architecture, kept.processor_config, kept.names)
-    budget = DequantBudget(
-        DEFAULT_DEQUANT_CACHE_BYTES if dequant_cache_bytes is None else dequant_cache_bytes
-    )
     network = gguf_weights.gguf_network(checked.config, checked.converter, theirs, budget, source=file)
     head = theirs.get(checked.converter.lm_head)
 
@@ -231,6 +239,26 @@ def _gguf_network(
         return head.dense() if isinstance(head, Blocks) else head
 
     return network, read
+
+
+def compiled_dequant(
+    network: nn.Module, budget: DequantBudget, device: torch.device, wanted: bool | None
+) -> bool:
+    """Whether `network`'s packed layers dequantize under torch.compile (`wanted`; None: where it pays).
+
+    Compiling a ggml type takes 10-40 s once a process (inductor keeps the code on disk: about 2 s in a
+    later one), then dequantizes in a third of the time. That pays where every forward dequantizes much:
+    the float weights past the model's budget (the layers it keeps are dequantized once) are at least
+    COMPILE_FROM_BYTES, about 2.5 s of eager dequantizing a forward here, so the compile is earned back
+    within a few forwards. The bundled SmolLM2 keeps all its layers and never compiles. On CUDA the eager
+    kernels are a small part of a forward and inductor needs Triton: never by default."""
+    if wanted is not None:
+        return wanted
+    floats = sum(
+        module.out_features * module.in_features * 4 if isinstance(module, PackedLinear) else 0
+        for module in network.modules()
+    )
+    return device.type == "cpu" and floats - budget.limit >= COMPILE_FROM_BYTES
 
 
 def random_model(

@@ -120,3 +120,53 @@ def test_a_nan_scale_is_refused_at_load(source: Path, tmp_path: Path) -> None:
     file.write_bytes(bytes(data))
     with pytest.raises(CheckpointNotFoundError, match=r"layers\.1\.self_attn\.v_proj\.weight holds 1 NaN"):
         load_pretrained(file, device="cpu")
+
+
+def test_the_dequantizer_is_compiled_where_a_forward_dequantizes_much(
+    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """compiled_dequant's default: on the CPU, once the float weights past the model's budget reach
+    COMPILE_FROM_BYTES; an explicit choice wins; never by default on CUDA."""
+    from mha.loading import pretrained
+    from mha.loading.gguf_packed import DequantBudget
+    from mha.loading.pretrained import compiled_dequant
+
+    model = load_pretrained(_file(source, tmp_path, "Q8_0"), device="cpu", dequant_cache_bytes=0)
+    budget = next(m for m in model.network.modules() if isinstance(m, PackedLinear)).budget
+    assert budget.compiled is False  # a tiny model dequantizes a few MB a forward: compiling never pays
+    network = model.network
+    floats = sum(m.in_features * m.out_features * 4 for m in network.modules() if isinstance(m, PackedLinear))
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    COMPILE_FROM_BYTES = 1000  # a tiny model's scale of the 1 GiB default
+    monkeypatch.setattr(pretrained, "COMPILE_FROM_BYTES", COMPILE_FROM_BYTES)
+    assert compiled_dequant(network, DequantBudget(floats - COMPILE_FROM_BYTES), cpu, None)
+    assert not compiled_dequant(network, DequantBudget(floats - COMPILE_FROM_BYTES + 1), cpu, None)
+    assert not compiled_dequant(network, DequantBudget(floats), cpu, None)  # every layer kept
+    assert not compiled_dequant(network, DequantBudget(floats - COMPILE_FROM_BYTES), cuda, None)
+    assert compiled_dequant(network, DequantBudget(0), cuda, True)
+    assert not compiled_dequant(network, DequantBudget(floats - COMPILE_FROM_BYTES), cpu, False)
+
+
+def test_the_compiled_dequantizer_gives_the_same_attention(
+    source: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """dequant_compile=True: transformers' dequantizer under torch.compile, bit for bit the eager one's
+    values for Q4_0 (each value is (q - 8) * d, one float32 product of exact operands, rounded once either
+    way), so the same attention; where inductor cannot compile (no C++ compiler) the eager code runs and
+    says so once."""
+    import shutil
+
+    from mha.loading import gguf_packed
+
+    file = _file(source, tmp_path, "Q4_0")
+    eager = load_pretrained(file, device="cpu", dequant_cache_bytes=0, dequant_compile=False)
+    compiled = load_pretrained(file, device="cpu", dequant_cache_bytes=0, dequant_compile=True)
+    assert next(m for m in compiled.network.modules() if isinstance(m, PackedLinear)).budget.compiled
+    with caplog.at_level("WARNING", logger=gguf_packed.__name__):
+        attentions = compiled.attend(TEXT).attentions
+    assert torch.equal(attentions, eager.attend(TEXT).attentions)
+    ran = gguf_packed._COMPILED[(2, "cpu")]  # Q4_0's
+    if shutil.which("c++") or shutil.which("g++"):
+        assert ran is not None, caplog.text
+    else:
+        assert ran is None and "runs uncompiled" in caplog.text
