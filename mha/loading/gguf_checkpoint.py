@@ -34,6 +34,7 @@ from mha.loading.checkpoint_files import PROVENANCE, Checked, check_conversion, 
 from mha.loading.convert import CONVERTERS, check_shapes
 from mha.loading.gguf_bounds import check_bounds, check_config, config_keys
 from mha.loading.gguf_reading import one_reading
+from mha.loading.load_progress import Progress, report
 
 __all__ = [
     "BUNDLED_LLM_NAME",
@@ -65,6 +66,7 @@ CACHE_KIND = "gguf-v2"
 FILE_TYPE_KEY = "general.file_type"  # llama.cpp's LlamaFileType: the file's quantization as a whole
 NAMES = "gguf_names.json"  # in the cache folder: llama.cpp's tensor names -> transformers'
 _HEADER_HASH = "sha256"
+CONVERT_STEPS = 3  # a conversion's steps for its progress: transformers' readings (2), then written
 _NOT_TAKEN = frozenset({"t5"})  # see supported_architectures
 # One lock per header content (its SHA-256): a file is read once however many load it at once, and
 # never waits for another file's conversion.
@@ -298,15 +300,16 @@ def read_names(folder: Path) -> Names:
     return Names({str(k): str(v) for k, v in names.items()}, processor_config)
 
 
-def checkpoint_directory(file: Path) -> Path:
+def checkpoint_directory(file: Path, *, progress: Progress | None = None) -> Path:
     """A directory holding `file`'s config and tokenizer: the cached one, or one written now (and cached;
     where the cache cannot be written, a temporary one, with a warning). Raises what read_header does,
     and a CheckpointError for a file transformers cannot read: nothing half-written is ever cached. The
-    tensors are read from `file` itself (mha.loading.gguf_weights), never from here."""
+    tensors are read from `file` itself (mha.loading.gguf_weights), never from here. `progress(step,
+    CONVERT_STEPS)` is told each step of a conversion (none when the cache has it)."""
     header = read_header(file)
     digest = header_digest(file)
     with _file_lock(digest):  # a second load of the same header waits, then finds it cached
-        return _cached_or_converted(file, header, digest)
+        return _cached_or_converted(file, header, digest, progress)
 
 
 def _file_lock(digest: str) -> threading.Lock:
@@ -314,7 +317,7 @@ def _file_lock(digest: str) -> threading.Lock:
         return _FILE_LOCKS.setdefault(digest, threading.Lock())
 
 
-def _cached_or_converted(file: Path, header: Header, digest: str) -> Path:
+def _cached_or_converted(file: Path, header: Header, digest: str, progress: Progress | None) -> Path:
     folder = model_cache.cached_folder(CACHE_KIND, digest)
     if folder is not None:
         try:
@@ -329,18 +332,20 @@ def _cached_or_converted(file: Path, header: Header, digest: str) -> Path:
     logger.info(
         "reading the config and tokenizer of %s (GGUF %s) once; later loads read the cache", file, header
     )
-    write = _convert(file, header, digest)
+    write = _convert(file, header, digest, progress)
     try:
-        return model_cache.publish_folder(CACHE_KIND, digest, write)
+        published = model_cache.publish_folder(CACHE_KIND, digest, write)
+        report(progress, CONVERT_STEPS, CONVERT_STEPS)
+        return published
     except OSError as exc:  # not even a temporary folder could be written
         raise CheckpointError(f"{file} could not be read: no folder to write its config to ({exc})") from exc
 
 
-def _convert(file: Path, header: Header, digest: str) -> Callable[[Path], None]:
+def _convert(file: Path, header: Header, digest: str, progress: Progress | None) -> Callable[[Path], None]:
     """`file`'s config, name map and tokenizer read, and a function that writes them as a checkpoint
     directory without weights and checks it as loading will (check_conversion)."""
     try:
-        hf_config, names, tokenizer = _read(file)
+        hf_config, names, tokenizer = _read(file, progress)
     except CheckpointError:
         raise
     except Exception as exc:  # transformers and gguf raise ValueError, KeyError, TypeError... for bad files
@@ -388,10 +393,13 @@ def _keep_config(folder: Path, checked: Checked) -> None:
         (folder / config_snapshot.SNAPSHOT).unlink()
 
 
-def _read(file: Path) -> tuple[Any, Names, Any]:
+def _read(file: Path, progress: Progress | None = None) -> tuple[Any, Names, Any]:
     """(transformers config, {llama.cpp's tensor name: transformers'}, fast tokenizer) of a GGUF file."""
+    report(progress, 0, CONVERT_STEPS)
     with one_reading():
-        return _read_once(file)
+        read = _read_once(file)
+    report(progress, 2, CONVERT_STEPS)  # transformers' readings: most of a conversion
+    return read
 
 
 def _read_once(file: Path) -> tuple[Any, Names, Any]:

@@ -26,6 +26,7 @@ from mha.errors import CheckpointNotFoundError
 from mha.loading.convert import Converter, check_shapes
 from mha.loading.convert.base import NetworkConfig, build_network, strip_prefix
 from mha.loading.gguf_packed import Blocks, DequantBudget, PackedEmbedding, PackedLinear, dequantize
+from mha.loading.load_progress import Progress, report
 from mha.networks.model import Transformer
 from mha.networks.seq2seq import EncoderDecoder
 
@@ -96,14 +97,22 @@ def tensor_table(file: Path) -> tuple[list[TensorEntry], int]:
 
 
 def read_tensors(
-    file: Path, architecture: str, hf_config: Mapping[str, Any], names: Mapping[str, str]
+    file: Path,
+    architecture: str,
+    hf_config: Mapping[str, Any],
+    names: Mapping[str, str],
+    *,
+    progress: Progress | None = None,
 ) -> dict[str, Tensor]:
     """transformers' name -> the tensor (float) or its Blocks, of every tensor `names` maps (llama.cpp's
-    name -> transformers'); tensors it does not map are skipped, as transformers skips them."""
+    name -> transformers'); tensors it does not map are skipped, as transformers skips them. progress(i, n)
+    as each of the n tensors is read."""
     processor = _processor(architecture, hf_config)
     blob = np.memmap(file, mode="c", dtype=np.uint8)  # copy-on-write: nothing ever reaches the file
     out: dict[str, Tensor] = {}
-    for entry in tensor_table(file)[0]:
+    entries = tensor_table(file)[0]
+    for i, entry in enumerate(entries):
+        report(progress, i, len(entries))
         raw = blob[entry.start : entry.start + entry.nbytes]
         value: Tensor
         if entry.ggml_type in _FLOATS:
@@ -212,18 +221,21 @@ def gguf_network(
     budget: DequantBudget,
     *,
     source: Path,
+    progress: Progress | None = None,
 ) -> Transformer | EncoderDecoder:
     """Our network for `config` holding `theirs` (read_tensors'): every key problem reported at once
     (convert.check_shapes), a linear layer or embedding with blocks in its weight a PackedLinear or
     PackedEmbedding, every float weight adopted as it is; a block tensor whose float16 scales hold NaN
-    or an infinity refused (CheckpointNotFoundError naming it)."""
+    or an infinity refused (CheckpointNotFoundError naming it). progress(i, n) as each of our n weights
+    is taken (checking a block tensor's scales reads all of its blocks: most of the time here)."""
     key_map = converter.key_map(config)
     shapes = {k: v.hf_shape if isinstance(v, Blocks) else tuple(v.shape) for k, v in theirs.items()}
     check_shapes(shapes, key_map, config, family=converter.family)
     inside, _heads = strip_prefix(theirs, key_map)
     dense: dict[str, torch.Tensor] = {}
     packed: dict[str, list[Blocks | torch.Tensor]] = {}
-    for our_key, their_keys in key_map.sources.items():
+    for i, (our_key, their_keys) in enumerate(key_map.sources.items()):
+        report(progress, i, len(key_map.sources))
         parts = [_transposed(inside[k]) if k in key_map.transposed else inside[k] for k in their_keys]
         if any(isinstance(p, Blocks) for p in parts):
             for their_key, part in zip(their_keys, parts, strict=True):

@@ -33,6 +33,7 @@ from mha.loading.convert import Converter, convert_state_dict
 from mha.loading.convert.base import build_network as make_network
 from mha.loading.convert.base import forced_tokens
 from mha.loading.gguf_packed import DEFAULT_DEQUANT_CACHE_BYTES, Blocks, DequantBudget, PackedLinear
+from mha.loading.load_progress import Progress, Stages, report
 from mha.networks.model import Transformer, TransformerConfig
 from mha.networks.result import AttentionResult, ModelInfo, Seq2SeqResult
 from mha.networks.seq2seq import EncoderDecoder, Seq2SeqConfig
@@ -59,6 +60,12 @@ logger = logging.getLogger(__name__)
 # Float32 bytes dequantized on every forward from which the dequantizer is compiled by default
 # (compiled_dequant): eager torch dequantizes ~0.4 GB/s on a 2-core CPU, so 1 GiB is ~2.5 s a forward.
 COMPILE_FROM_BYTES = 1 << 30
+# A load's stages and their shares of its progress bar (mha.loading.load_progress), from where a first load
+# spends its time: a GGUF's conversion (transformers reading its config and tokenizer: ~70 % of the bundled
+# SmolLM2's first load; dropped when cached), its tensors read, its weights taken (their scales checked),
+# the finite check; a folder's weight files read, most of its load.
+GGUF_STAGES = {"convert": 60, "prepare": 5, "weights": 10, "build": 20, "finite": 5}
+FOLDER_STAGES = {"prepare": 10, "weights": 60, "build": 15, "finite": 15}
 
 
 def checkpoint_architecture(path: str | Path) -> str | None:
@@ -83,6 +90,7 @@ def load_pretrained(
     name: str | None = None,
     dequant_cache_bytes: int | None = None,
     dequant_compile: bool | None = None,
+    progress: Progress | None = None,
 ) -> AttentionModel:
     """A Hugging Face checkpoint directory (an encoder, a decoder, or an encoder-decoder of
     mha.loading.convert.CONVERTERS), or a GGUF file (or a directory holding one) of an architecture we convert
@@ -96,12 +104,18 @@ def load_pretrained(
     path None or "all-MiniLM-L6-v2" is the embedded default. A path that is not a directory is taken as a
     hub id and fetched only then (needs the network). The tokenizer comes from the checkpoint's own files.
     Every failure is a CheckpointError subclass (mha.errors); check_checkpoint(path) finds the ones the
-    files alone show, without loading.
+    files alone show, without loading. `progress(step, steps)`, a plain callable, is told how far the load
+    is as it goes (mha.loading.load_progress: one rising bar over its stages), on the loading thread.
     """
     if path is None or str(path) == DEFAULT_MODEL_NAME:
         name = name or DEFAULT_MODEL_NAME
     gguf_file = gguf_checkpoint.find_gguf(path)
-    directory = checkpoint.local_directory(path) or checkpoint.fetch(str(path))
+    stages = Stages(progress, GGUF_STAGES if gguf_file is not None else FOLDER_STAGES)
+    if gguf_file is not None:
+        directory = gguf_checkpoint.checkpoint_directory(gguf_file, progress=stages.stage("convert"))
+        stages.drop_if_silent("convert")  # found cached: the bar is the tensors'
+    else:
+        directory = checkpoint.local_directory(path) or checkpoint.fetch(str(path))
     name = name or (gguf_checkpoint.source_name(path) if path is not None and gguf_file else directory.name)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
@@ -113,18 +127,20 @@ def load_pretrained(
         config = _with_generation_config(config, directory)
     # Before the weights: fails cheaply.
     tokenizer = checkpoint.load_tokenizer(directory, config.vocab_size, slow=converter.slow_tokenizer)
+    report(stages.stage("prepare"), 1, 1)
     gguf_head: Callable[[], torch.Tensor | None] | None = None
     if gguf_file is not None:
         budget = DequantBudget(
             DEFAULT_DEQUANT_CACHE_BYTES if dequant_cache_bytes is None else dequant_cache_bytes
         )
-        built, gguf_head = _gguf_network(gguf_file, directory, checked, budget)
+        built, gguf_head = _gguf_network(gguf_file, directory, checked, budget, stages)
         budget.compiled = compiled_dequant(built, budget, torch_device, dequant_compile)
     else:
-        built = build_network(config, converter, weight_files)
+        built = build_network(config, converter, weight_files, progress=stages.stage("weights"))
+    report(stages.stage("build"), 1, 1)
     # As transformers places it: T5 in float16 keeps its feed-forward output projections in float32.
     network = cast_network(built, device=torch_device, dtype=torch_dtype)
-    _refuse_non_finite(network, gguf_file or directory)
+    _refuse_non_finite(network, gguf_file or directory, progress=stages.stage("finite"))
     info = ModelInfo.of(config, name=name, family=converter.family, device=torch_device, dtype=torch_dtype)
     chat_template = bool(getattr(tokenizer, "chat_template", None))
     if chat_template:
@@ -144,7 +160,7 @@ def load_pretrained(
         read = gguf_head or partial(_read_tensor, weight_files, converter.lm_head)
         lm_head = partial(_lm_head_weight, network, read, tied)
     eos = getattr(hf_config, "eos_token_id", None)
-    return AttentionModel(
+    model = AttentionModel(
         network,
         tokenizer,
         info=info,
@@ -153,12 +169,16 @@ def load_pretrained(
         eos_ids=[] if eos is None else [eos] if isinstance(eos, int) else list(eos),
         logits_bias=logits_bias,
     )
+    stages.finish()
+    return model
 
 
-def _refuse_non_finite(network: torch.nn.Module, source: Path | str) -> None:
+def _refuse_non_finite(network: torch.nn.Module, source: Path | str, *, progress: Progress | None) -> None:
     """CheckpointNotFoundError naming the first weight that holds NaN or an infinity (in the dtype the
     model runs in): such a network computes nothing exact. One pass over the weights, ~0.1 s a 100 M."""
-    for name, tensor in [*network.named_parameters(), *network.named_buffers()]:
+    tensors = [*network.named_parameters(), *network.named_buffers()]
+    for i, (name, tensor) in enumerate(tensors):
+        report(progress, i, len(tensors))
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             bad = int((~torch.isfinite(tensor)).sum())
             raise CheckpointNotFoundError(
@@ -196,13 +216,20 @@ def _with_generation_config(config: Seq2SeqConfig, directory: Path) -> Seq2SeqCo
 
 
 def build_network(
-    config: TransformerConfig | Seq2SeqConfig, converter: Converter, weight_files: list[Path]
+    config: TransformerConfig | Seq2SeqConfig,
+    converter: Converter,
+    weight_files: list[Path],
+    *,
+    progress: Progress | None = None,
 ) -> Transformer | EncoderDecoder:
     """Our network for `config` holding the checkpoint's weights, converted (every key problem reported
-    at once, mha.loading.convert) and adopted as they are, on the CPU in the checkpoint's dtype."""
-    weights = convert_state_dict(
-        checkpoint.load_weights(weight_files), converter.key_map(config), config, family=converter.family
-    )
+    at once, mha.loading.convert) and adopted as they are, on the CPU in the checkpoint's dtype.
+    progress(i, n) as each of the n weight files is read."""
+    read: dict[str, torch.Tensor] = {}
+    for i, file in enumerate(weight_files):
+        report(progress, i, len(weight_files))
+        read.update(checkpoint.load_weights([file]))
+    weights = convert_state_dict(read, converter.key_map(config), config, family=converter.family)
     with torch.device("meta"):
         network = make_network(config)
     # assign=True adopts the checkpoint's tensors instead of copying into freshly initialised ones.
@@ -223,7 +250,7 @@ def _read_tensor(files: list[Path], name: str) -> torch.Tensor | None:
 
 
 def _gguf_network(
-    file: Path, directory: Path, checked: Checked, budget: DequantBudget
+    file: Path, directory: Path, checked: Checked, budget: DequantBudget, stages: Stages
 ) -> tuple[Transformer | EncoderDecoder, Callable[[], torch.Tensor | None]]:
     """Our network holding a GGUF's tensors as they are in the file (mha.loading.gguf_weights), and what
     reads its LM head (dequantized when asked: only a continuation needs it)."""
@@ -231,8 +258,12 @@ def _gguf_network(
 
     header = gguf_checkpoint.read_header(file)
     kept = gguf_checkpoint.read_names(directory)
-    theirs = gguf_weights.read_tensors(file, header.architecture, kept.processor_config, kept.names)
-    network = gguf_weights.gguf_network(checked.config, checked.converter, theirs, budget, source=file)
+    theirs = gguf_weights.read_tensors(
+        file, header.architecture, kept.processor_config, kept.names, progress=stages.stage("weights")
+    )
+    network = gguf_weights.gguf_network(
+        checked.config, checked.converter, theirs, budget, source=file, progress=stages.stage("build")
+    )
     head = theirs.get(checked.converter.lm_head)
 
     def read() -> torch.Tensor | None:
