@@ -7,7 +7,17 @@ from fastapi.responses import JSONResponse
 
 from app import compact
 from app.deps import ServiceDep
-from app.routes.common import TRUNCATION, ApiRouter, Bits, Scheme, compact_response, described, json_answer
+from app.routes.common import (
+    NDJSON,
+    TRUNCATION,
+    ApiRouter,
+    Bits,
+    Scheme,
+    compact_response,
+    described,
+    json_answer,
+    ndjson_stream,
+)
 from app.schemas.attention import (
     AttentionRequest,
     AttentionResponse,
@@ -18,6 +28,21 @@ from app.schemas.attention import (
 )
 
 router = ApiRouter(tags=["api"])
+
+PROGRESS_DESCRIPTION = f"""
+How far the work for an input has come while its answer is still being computed: the page asks for the
+answer (`POST /api/attention/compact`) as ever and, when it is slow, sends the same body here. The body
+names the input as the answer routes do (`words` and `weighting` are read and ignored: the forward is the
+same). It starts and holds no work: it watches the forward in flight for that input (shared by every
+client asking for it, batched or not) and ends when that work ends. The answer streams as `{NDJSON}`, one
+JSON object a line: `{{"event": "load", "model": name, "step": s, "steps": S}}` while the model loads
+(s of S: one rising bar over the load's stages), `{{"event": "progress", "layer": i, "layers": L,
+"pass": p}}` as layer i (0-based) of the forward starts (p counts the passes of a continuation or an
+encoder-decoder; 0 for a plain forward), the latest of each first, then `{{"event": "done"}}` once nothing
+for the input is in flight, at once when nothing is (the answer is cached, or not asked for yet). To stop
+the work, close the answer's own request: the forward stops before its next layer unless another client
+still waits for it.
+"""
 
 COMPACT_DESCRIPTION = f"""
 The same answer as `POST /api/attention` in a compact binary form (the page's transport), with
@@ -113,6 +138,11 @@ async def attention_compact(
     return await compact_response(
         request, lambda gzipped: service.attention_compact(body, gzipped=gzipped, scheme=scheme, bits=bits)
     )
+
+
+@router.post_ndjson("/attention/progress", description=PROGRESS_DESCRIPTION)
+async def attention_progress(body: AttentionRequest, request: Request, service: ServiceDep) -> Response:
+    return await ndjson_stream(request, service.attention_progress(body))
 
 
 @router.post_compact("/attention/head/compact", description=HEAD_COMPACT_DESCRIPTION)

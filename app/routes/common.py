@@ -94,6 +94,24 @@ class ApiRouter(APIRouter):
             description=description,
         )
 
+    def post_ndjson(
+        self,
+        path: str,
+        *,
+        description: str,
+        summary: str | None = None,
+        responses: dict[int | str, dict[str, Any]] | None = None,
+    ) -> Callable[[F], F]:
+        """POST `path`, answering a progress stream (ndjson_stream), with the documented ERRORS and
+        `responses` besides."""
+        return self.post(
+            path,
+            response_class=ClosingStreamingResponse,
+            responses={**NDJSON_RESPONSES, **(responses or {})},
+            summary=summary,
+            description=description,
+        )
+
 
 def described(*notes: str, **values: object) -> Callable[[F], F]:
     """Make an endpoint's docstring its OpenAPI description (as FastAPI reads it): lines of a paragraph

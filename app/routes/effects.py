@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import Request, Response
 
 from app.deps import ServiceDep
-from app.routes.common import NDJSON, NDJSON_RESPONSES, ApiRouter, ClosingStreamingResponse, ndjson_stream
+from app.routes.common import NDJSON, ApiRouter, ndjson_stream
 from app.schemas.effects import PROGRESS_HEADS, HeadEffectsRequest
 
 router = ApiRouter(tags=["insight"])
@@ -33,10 +33,8 @@ service's `max_tokens` is cut (`truncated`).
 """
 
 
-@router.post(
+@router.post_ndjson(
     "/head-effects",
-    response_class=ClosingStreamingResponse,
-    responses=NDJSON_RESPONSES,
     summary="Which heads matter: the output's change when each head is zeroed",
     description=DESCRIPTION,
 )

@@ -12,9 +12,7 @@ from app.routes.common import (
     COMPACT_RESPONSES,
     ERRORS,
     NDJSON,
-    NDJSON_RESPONSES,
     ApiRouter,
-    ClosingStreamingResponse,
     Scheme,
     compact_response,
     described,
@@ -70,12 +68,7 @@ with reduce "max" was pooled during the forward and costs nothing more.{KEPT}
 """
 
 
-@router.post(
-    "/trace",
-    response_class=ClosingStreamingResponse,
-    responses={**NDJSON_RESPONSES, **TOO_LONG},
-    description=TRACE_DESCRIPTION,
-)
+@router.post_ndjson("/trace", description=TRACE_DESCRIPTION, responses=TOO_LONG)
 async def trace(body: TraceRequest, request: Request, service: ServiceDep) -> Response:
     return await ndjson_stream(request, service.traces.stream(body))
 

@@ -176,6 +176,12 @@ class AttentionService(InsightAnswers):
         )
         return await self._gunzipped_unless(gzipped, body)
 
+    async def attention_progress(self, request: AttentionRequest) -> AsyncIterator[bytes]:
+        """The progress of the work in flight for `request`'s input (work_progress.py), as NDJSON lines;
+        an unknown model or a bad input is raised here, before the stream, for a plain 4xx."""
+        source = self._input(request)
+        return self.progress.watch(source[0], source, partial(self.in_flight, source))
+
     async def head(self, request: HeadRequest) -> bytes:
         view = await self._view(self._input(request), words=request.words, weighting=request.weighting)
         make_body = partial(bodies.head_body, view, request.layer, request.head, kind=request.kind)

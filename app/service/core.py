@@ -39,6 +39,7 @@ from app.service.flights import Flights, settled
 from app.service.loaders import default_model, find_models, warm_imports
 from app.service.loads import Loads
 from app.service.trim import Trimmer
+from app.service.work_progress import WorkProgress
 from app.settings import Settings
 from mha.errors import Cancelled
 from mha.loading import gguf_checkpoint, load_memory
@@ -98,6 +99,11 @@ def _load_needs(paths: Mapping[str, str | Path]) -> Callable[[str, object], int 
     return needs
 
 
+def _source(name: str, job: Job) -> Input:
+    """The input a forward's job is of, as `ServiceCore._input` made it."""
+    return (name, job.text, job.pair, job.new_tokens, job.chat, job.target)
+
+
 def _is_long(job: Job) -> bool:
     # A continuation runs its own forwards, one per new token: never batched with others; so does an
     # encoder-decoder's target (`_forward` runs an encoder-decoder's batch one job at a time anyway).
@@ -129,7 +135,8 @@ class ServiceCore:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        offers = find_models(settings)  # every folder and store scanned once
+        self.progress = WorkProgress()  # loads' and forwards' progress, for those watching (work_progress.py)
+        offers = find_models(settings, progress=self.progress.load_reporter)  # every folder and store, once
         self.sources = {name: offer.source for name, offer in offers.items()}  # for /api/models
         self.registry: Registry[mha.AttentionModel] = Registry(
             {name: offer.loader for name, offer in offers.items()},
@@ -153,7 +160,7 @@ class ServiceCore:
             )
             for name in self.registry.names
         }
-        self.loads = Loads(lambda: self.registry, prepare=warm_imports)
+        self.loads = Loads(lambda: self.registry, prepare=warm_imports, ended=self.progress.load_ended)
         self._flights = Flights()
         # Encoding threads of their own, apart from anyio's pool (which sync routes such as /api/health
         # use) and at a lower CPU priority, like the workers: a burst of encodings queues here and never
@@ -178,6 +185,7 @@ class ServiceCore:
         # One pool of intra-op threads for the whole process; with max_concurrency forwards in flight
         # more threads than cores only adds contention.
         torch.set_num_threads(self.settings.threads)
+        self.progress.bind(asyncio.get_running_loop())
         self._encoder_pool()
         self.loads.start()
 
@@ -193,6 +201,10 @@ class ServiceCore:
     def queued(self, name: str) -> int:
         """Requests waiting for a worker of model `name` (abandoned ones not counted)."""
         return self._batchers[name].queued
+
+    def in_flight(self, source: Input) -> bool:
+        """A forward of `source` is in flight (waiting for its model's load included)."""
+        return any(cache_key(kind, source) in self._flights for kind in ("result", "result.norms"))
 
     # -- caching and sharing ---------------------------------------------------------------------
 
@@ -364,10 +376,16 @@ class ServiceCore:
             return
         limit = self.settings.tokens_for(model.info.max_tokens)
         started = time.perf_counter()
+        sources: list[Hashable] = [_source(name, job) for job in live]
+        step = self.progress.forward(sources, model.info.layers)
 
-        # Between layers (and between new tokens): stop once every client of this batch has gone.
+        # Between layers (and between new tokens): told to whoever watches each input (work_progress.py),
+        # and stop once every client of this batch has gone.
         def cancel() -> bool:
-            return all(job.abandoned.is_set() for job in live)
+            if all(job.abandoned.is_set() for job in live):
+                return True
+            step()
+            return False
 
         try:
             with torch.inference_mode():
@@ -397,6 +415,8 @@ class ServiceCore:
                 return
             live[0].future.set_exception(exc)  # an mha.InputError is mapped to 422 by app/errors.py
             return
+        finally:
+            self.progress.forward_ended(sources)  # the forward is over, however it ended
         # Never log the texts: only sizes and cost.
         logger.debug(
             "model %r: batch of %d in %.1f ms", name, len(live), 1000 * (time.perf_counter() - started)
@@ -405,6 +425,6 @@ class ServiceCore:
             computed = from_result(name, model, result)
             # Cached here too: a batch-mate's result is kept even if its own clients have gone.
             kind = "result" if computed.norms is None else "result.norms"  # as _computed looks them up
-            key = cache_key(kind, (name, job.text, job.pair, job.new_tokens, job.chat, job.target))
+            key = cache_key(kind, _source(name, job))
             self.cache.put(key, computed, size=computed.nbytes)
             job.future.set_result(computed)

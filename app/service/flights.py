@@ -38,6 +38,9 @@ class Flights:
     def __len__(self) -> int:
         return len(self._flights)
 
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._flights
+
     async def join(self, key: Hashable, start: Callable[[threading.Event], Coroutine[Any, Any, T]]) -> T:
         loop = asyncio.get_running_loop()
         flight = self._flights.get(key)

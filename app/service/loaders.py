@@ -16,6 +16,7 @@ from app.registry import scan_models_dir
 from app.settings import Settings
 from mha.loading import gguf_checkpoint, stores
 from mha.loading.convert import CONVERTERS
+from mha.loading.load_progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -49,13 +50,15 @@ def default_model(settings: Settings) -> str:
     return settings.default_model or mha.DEFAULT_MODEL_NAME
 
 
-def find_models(settings: Settings) -> dict[str, Offer]:
+def find_models(settings: Settings, *, progress: Callable[[str], Progress] | None = None) -> dict[str, Offer]:
     """name -> Offer, every folder and store scanned once. Precedence, highest first: the operator's
     entries (HEADSCOPE_MODELS), the models folder's, the built-in ones, then the stores' (ollama, LM
     Studio, Hugging Face): a found-by-itself model never hides one that was put there on purpose.
 
     A check reads headers only (mha.describe_checkpoint: no tensor, no hash), so /api/models names a
-    broken file, and each entry's family, size and quantization, before any request loads it."""
+    broken file, and each entry's family, size and quantization, before any request loads it.
+
+    `progress(name)`: the callable a load of `name` reports its progress to (mha.load_pretrained's)."""
     dtype = None if settings.dtype == "auto" else getattr(torch, settings.dtype)
     budget = settings.dequant_cache_bytes  # None: mha's default
     load = partial(
@@ -67,16 +70,20 @@ def find_models(settings: Settings) -> dict[str, Offer]:
     )
     offers: dict[str, Offer] = {}
 
+    def loader(name: str, *path: str) -> Loader:
+        return partial(load, *path, name=name, progress=None if progress is None else progress(name))
+
     def add(source: str, found: Mapping[str, str | Path], refused: Mapping[str, str]) -> None:
         for name, why in refused.items():
             _replace(offers, name, Offer(source, partial(_refuse, why), partial(_refuse, why)))
         for name, path in found.items():
             check = partial(mha.describe_checkpoint, str(path))
-            _replace(offers, name, Offer(source, partial(load, str(path), name=name), check, path))
+            _replace(offers, name, Offer(source, loader(name, str(path)), check, path))
 
     for source, scan in _store_scans(settings):
         add(source, scan.found, scan.refused)
-    offers[mha.DEFAULT_MODEL_NAME] = Offer(BUNDLED, load, partial(mha.describe_checkpoint, None))
+    default = loader(mha.DEFAULT_MODEL_NAME)
+    offers[mha.DEFAULT_MODEL_NAME] = Offer(BUNDLED, default, partial(mha.describe_checkpoint, None))
     if (bundled := bundled_llm(settings)) is not None:
         # its header only at startup: the conversion waits for its first request
         add(BUNDLED, {mha.BUNDLED_LLM_NAME: bundled}, {})

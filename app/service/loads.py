@@ -30,10 +30,15 @@ M = TypeVar("M")
 
 class Loads(Generic[M]):
     def __init__(
-        self, registry: Callable[[], Registry[M]], *, prepare: Callable[[], object] | None = None
+        self,
+        registry: Callable[[], Registry[M]],
+        *,
+        prepare: Callable[[], object] | None = None,
+        ended: Callable[[str], None] = lambda _name: None,
     ) -> None:
         self._registry = registry  # the service's registry, looked up at each use
         self._prepare = prepare  # run first by the startup, before its check and load threads start
+        self._ended = ended  # told the name when a load ends, however it ends (its progress is over)
         self.started = threading.Event()  # the startup's checks and the default's load are done
         self._pool: ThreadPoolExecutor | None = None
         self._in_flight: dict[str, Future[tuple[str, M]]] = {}
@@ -72,6 +77,7 @@ class Loads(Generic[M]):
         with self._lock:
             if self._in_flight.get(name) is done:
                 del self._in_flight[name]
+        self._ended(name)
 
     def get(self, name: str) -> M:
         """The loaded model (blocking: a worker thread waits here for its model's load)."""
