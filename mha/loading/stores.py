@@ -48,6 +48,7 @@ MANIFEST_MAX_BYTES = 1 << 20  # an ollama manifest is ~1 KB; a config.json tens 
 HF_SNAPSHOT_FILES = 10_000  # files one snapshot may hold before it is refused unread (real ones: ~20)
 _GGUF = ".gguf"
 _GGUF_MAGIC = b"GGUF"
+_SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)  # llama-gguf-split's part names
 
 
 @dataclass
@@ -216,15 +217,28 @@ def lmstudio(store: Path) -> StoreScan:
             except OSError:
                 continue
             for file in files:
-                name = f"{publisher.name}/{model.name}/{file.stem}"
-                why = _inside(file, root) or (
-                    f"{file.name} is {kind}, not a GGUF file" if (kind := file_kind(file)) else None
-                )
-                if why is None:
-                    scan.found[name] = file
-                else:
-                    scan.refused[name] = f"LM Studio's {name}: {why}"
+                _gguf_entry(scan, f"{publisher.name}/{model.name}/{file.stem}", file, root, "LM Studio's")
     return scan
+
+
+def _gguf_entry(scan: StoreScan, name: str, file: Path, root: Path, store: str) -> None:
+    """`file` found under `name`, or refused with why: a link leading out of the store, not a regular
+    file, or one part of a split GGUF (listed once, by its first part)."""
+    split = _SPLIT.search(file.name)
+    if split is not None and int(split[1]) != 1:
+        return
+    why = _inside(file, root) or (
+        f"{file.name} is {kind}, not a GGUF file" if (kind := file_kind(file)) else None
+    )
+    if why is None and split is not None:
+        why = (
+            f"{file.name} is the first of {int(split[2])} parts of a split GGUF; headscope reads a GGUF in "
+            "one file (llama.cpp's `llama-gguf-split --merge` joins them)"
+        )
+    if why is None:
+        scan.found[name] = file
+    else:
+        scan.refused[name] = f"{store} {name}: {why}"
 
 
 # -- Hugging Face ------------------------------------------------------------------------------------
@@ -233,25 +247,41 @@ def lmstudio(store: Path) -> StoreScan:
 def huggingface(cache: Path, families: frozenset[str]) -> StoreScan:
     """Every snapshot (models--org--name/snapshots/<rev>/) whose config.json is of one of `families`: the
     one refs/main names (else the newest) under its repo id (`Qwen/Qwen2.5-0.5B-Instruct`), the others
-    under repo@rev. A snapshot's files are links into ../../blobs: one leading out of the cache refuses the
-    snapshot. Repos of other families, and folders without a config.json (datasets, GGUF-only repos), are
-    not models we convert and are left out."""
+    under repo@rev. And every GGUF file a snapshot holds (a GGUF repo has no config.json), as LM Studio's
+    are named: repo id / its path less .gguf (`bartowski/Llama-3.2-1B-Instruct-GGUF/Llama-3.2-1B-Instruct-
+    Q4_K_M`), a copy in an older snapshot under @rev. A snapshot's files are links into ../../blobs: one
+    leading out of the cache refuses the snapshot (a GGUF: that file). Repos of other families, and
+    folders holding neither (datasets), are not models we convert and are left out."""
     scan = StoreScan()
     root = cache.resolve()
     for repo in _folders(cache, root):
         if not repo.name.startswith("models--"):
             continue
         repo_id = repo.name.removeprefix("models--").replace("--", "/")
-        snapshots = [s for s in _folders(repo / "snapshots", root) if os.path.lexists(s / "config.json")]
         main = _ref(repo / "refs" / "main", root)
-        newest = max(snapshots, key=lambda s: (s.name == main, s.stat().st_mtime), default=None)
+        # refs/main's first, then the newest: the one a name without @rev means
+        snapshots = sorted(
+            _folders(repo / "snapshots", root),
+            key=lambda s: (s.name == main, s.stat().st_mtime),
+            reverse=True,
+        )
+        configured = [s for s in snapshots if os.path.lexists(s / "config.json")]
+        newest = configured[0] if configured else None
         for snapshot in snapshots:
             name = repo_id if snapshot == newest else f"{repo_id}@{snapshot.name}"
             try:
-                if _hf_family(snapshot, root) in families:
+                files = _snapshot_files(snapshot)
+                if snapshot in configured and _hf_family(snapshot, files, root) in families:
                     scan.found[name] = snapshot
             except ValueError as exc:
                 scan.refused[name] = f"Hugging Face's {name}: {exc}"
+                continue
+            for file in files:
+                if file.suffix.lower() == _GGUF:
+                    stem = f"{repo_id}/{file.relative_to(snapshot).with_suffix('').as_posix()}"
+                    if stem in scan.found or stem in scan.refused:  # a newer snapshot's copy has the name
+                        stem = f"{stem}@{snapshot.name}"
+                    _gguf_entry(scan, stem, file, root, "Hugging Face's")
     return scan
 
 
@@ -263,17 +293,21 @@ def _ref(file: Path, root: Path) -> str | None:
         return f.read(100).decode("ascii", "replace").strip()
 
 
-def _hf_family(snapshot: Path, root: Path) -> str | None:
-    """The snapshot's config.json model_type, once every file of it is known to stay inside the cache."""
-    count = 0
+def _snapshot_files(snapshot: Path) -> list[Path]:
+    """Every file and link under `snapshot` (links not followed), at most HF_SNAPSHOT_FILES."""
+    found: list[Path] = []
     for folder, dirs, files in os.walk(snapshot, followlinks=False):
-        for entry in (*dirs, *files):
-            path = Path(folder) / entry
-            count += 1
-            if count > HF_SNAPSHOT_FILES:
-                raise ValueError(f"it holds over {HF_SNAPSHOT_FILES:,} files: not a model snapshot")
-            if path.is_symlink() and (why := _inside(path, root)) is not None:
-                raise ValueError(why)
+        found += (Path(folder) / entry for entry in (*dirs, *files))
+        if len(found) > HF_SNAPSHOT_FILES:
+            raise ValueError(f"it holds over {HF_SNAPSHOT_FILES:,} files: not a model snapshot")
+    return found
+
+
+def _hf_family(snapshot: Path, files: list[Path], root: Path) -> str | None:
+    """The snapshot's config.json model_type, once every file of it is known to stay inside the cache."""
+    for path in files:
+        if path.is_symlink() and (why := _inside(path, root)) is not None:
+            raise ValueError(why)
     config = _small_json(snapshot / "config.json", "config.json")
     family = config.get("model_type") if isinstance(config, dict) else None
     return family if isinstance(family, str) else None

@@ -40,7 +40,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
 from seq2seq_checkpoints import build_seq2seq_checkpoint
-from store_files import OLLAMA_MODEL, lmstudio_model, ollama_manifest, ollama_model
+from store_files import OLLAMA_MODEL, hf_snapshot, lmstudio_model, ollama_manifest, ollama_model
 
 from app import errors
 from app.main import create_app
@@ -81,6 +81,9 @@ ollama_model(
     write_gguf(CHECKPOINTS / "llama", CHECKPOINTS / "bert.gguf", architecture="bert"),
 )
 lmstudio_model(STORES["lmstudio_models"], "pub", "model", "cut.gguf", b"GGUF" + bytes(4))
+(CHECKPOINTS / "split").mkdir()  # a GGUF repo in the hub cache holding a split GGUF
+shutil.copyfile(CHECKPOINTS / f"{GGUF}.gguf", CHECKPOINTS / "split" / "m-00001-of-00002.gguf")
+hf_snapshot(STORES["hf_cache"], "org/split-GGUF", CHECKPOINTS / "split")
 BROKEN = {
     "escape:latest": "is not sha256:<64 hex digits>",
     "text:latest": "is not JSON",
@@ -88,6 +91,7 @@ BROKEN = {
     "notgguf:latest": "is not a GGUF file",
     "bert:latest": "architecture 'bert'",
     "pub/model/cut": "not a readable GGUF file",
+    "org/split-GGUF/m-00001-of-00002": "parts of a split GGUF",
 }
 # Failure modes of a model file, each a copy of the tiny Llama: TEMPLATE's chat template raises on a text
 # of odd length and writes past the render's output bound (mha.text.chat) on the others (a loop would cost

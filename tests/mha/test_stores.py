@@ -170,3 +170,37 @@ def test_default_folders_follow_each_tools_own_rule(tmp_path: Path, monkeypatch:
     assert stores.default_lmstudio_models(tmp_path) is None
     (tmp_path / ".lmstudio" / "models").mkdir(parents=True)
     assert stores.default_lmstudio_models(tmp_path) == tmp_path / ".lmstudio" / "models"
+
+
+def test_huggingface_gguf_files_are_named_as_lm_studio_names_them(tmp_path: Path, tiny_gguf: Path) -> None:
+    """A GGUF repo (no config.json): each file under repo id / its path less .gguf, subfolders kept; a
+    split GGUF listed once, refused with why; a link leading out of the cache refused; an older
+    snapshot's copy of a file under @rev."""
+    repo = "bartowski/Llama-3.2-1B-Instruct-GGUF"
+    checkpoint = tmp_path / "files"
+    checkpoint.mkdir()
+    for name in ("Llama-3.2-1B-Instruct-Q4_K_M.gguf", "big-00001-of-00002.gguf", "big-00002-of-00002.gguf"):
+        (checkpoint / name).write_bytes(tiny_gguf.read_bytes())
+    (checkpoint / "README.md").write_text("a model card")
+    cache = tmp_path / "hub"
+    snapshot = hf_snapshot(cache, repo, checkpoint)
+    older = hf_snapshot(cache, repo, checkpoint, revision="f" * 40, main=False)
+    (snapshot / "Q8_0").mkdir()
+    (snapshot / "Q8_0" / "model-Q8_0.gguf").symlink_to(snapshot / "Llama-3.2-1B-Instruct-Q4_K_M.gguf")
+    (snapshot / "leak.gguf").symlink_to(tiny_gguf)  # outside the cache
+    scan = stores.huggingface(cache, frozenset(CONVERTERS))
+    base = f"{repo}/Llama-3.2-1B-Instruct-Q4_K_M"
+    assert scan.found == {
+        base: snapshot / "Llama-3.2-1B-Instruct-Q4_K_M.gguf",
+        f"{repo}/Q8_0/model-Q8_0": snapshot / "Q8_0" / "model-Q8_0.gguf",
+        f"{base}@{older.name}": older / "Llama-3.2-1B-Instruct-Q4_K_M.gguf",
+    }
+    assert set(scan.refused) == {
+        f"{repo}/big-00001-of-00002",
+        f"{repo}/big-00001-of-00002@{older.name}",
+        f"{repo}/leak",
+    }
+    assert "first of 2 parts of a split GGUF" in scan.refused[f"{repo}/big-00001-of-00002"]
+    assert "outside the store" in scan.refused[f"{repo}/leak"]
+    facts = describe_checkpoint(scan.found[base])
+    assert facts is not None and facts.family == "llama"
