@@ -7,8 +7,6 @@ does not; the tensors are never kept here (mha.loading.gguf_weights reads them f
     $HEADSCOPE_CACHE_DIR/            (default ~/.cache/headscope)
       gguf-v2/<sha256>/              a published folder: config.json, tokenizer files, gguf*.json
       gguf-v2/.tmp-<sha256>-<pid>-*  one being written (or left by a killed writer): never read
-      digests/<key>                  file_digest's memo: a whole file's SHA-256 by its (path, size,
-                                     mtime, ctime, inode), so a second call hashes nothing
 
 A folder is written under a temporary name and renamed into place only once whole (a rename is atomic on
 one file system), so an interrupted write leaves nothing a later load trusts. Where the cache folder
@@ -19,12 +17,10 @@ warning.
 from __future__ import annotations
 
 import atexit
-import hashlib
 import logging
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,8 +29,6 @@ __all__ = [
     "cache_root",
     "cached_folder",
     "discard",
-    "file_digest",
-    "known_digest",
     "publish_folder",
 ]
 
@@ -42,66 +36,13 @@ logger = logging.getLogger(__name__)
 
 CACHE_ENV = "HEADSCOPE_CACHE_DIR"
 _TEMPORARY = ".tmp-"
-# A file's timestamps are the kernel's coarse clock, truncated to its file system's resolution (1 s on some,
-# 2 s on FAT): a digest is remembered only for a file last changed longer ago than that before hashing
-# began, so that a write after the hash cannot leave the stamp as it was (git's "racily clean" entries).
-_SETTLED_NS = 3_000_000_000
-# (path, size, mtime_ns, ctime_ns, inode) -> SHA-256, and digest -> this process's fallback folder
-_Stamp = tuple[str, int, int, int, int]
-_digests: dict[_Stamp, str] = {}
+# digest -> this process's fallback folder
 _fallbacks: dict[str, Path] = {}
 
 
 def cache_root() -> Path:
     """$HEADSCOPE_CACHE_DIR, else ~/.cache/headscope (read at each call: tests and the service set it)."""
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "headscope").expanduser()
-
-
-def file_digest(file: Path) -> str:
-    """The SHA-256 of `file`'s bytes, hashed once per (path, size, mtime, ctime, inode) and remembered on
-    disk: a file changed in place gets a new ctime (which, unlike mtime, nothing can set back), so a stale
-    digest is never used. Not remembered for a file changed while it was hashed or just before."""
-    digest = known_digest(file)
-    if digest is not None:
-        return digest
-    began = time.time_ns()
-    stamp = _stamp(file)
-    with file.open("rb") as f:
-        digest = hashlib.file_digest(f, "sha256").hexdigest()
-    if _stamp(file) != stamp or max(stamp[2], stamp[3]) > began - _SETTLED_NS:
-        return digest  # it may change again without its stamp changing: hashed anew next time
-    memo = _memo(stamp)
-    try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomically(memo, digest)
-    except OSError as exc:  # an unwritable cache: hashed again by the next process, nothing worse
-        logger.debug("could not remember the digest of %s in %s: %s", file, memo, exc)
-    _digests[stamp] = digest
-    return digest
-
-
-def known_digest(file: Path) -> str | None:
-    """`file`'s SHA-256 if file_digest has remembered it for the file as it is now; hashes nothing."""
-    stamp = _stamp(file)
-    if stamp in _digests:
-        return _digests[stamp]
-    try:
-        digest = _memo(stamp).read_text(encoding="ascii").strip()
-    except (OSError, ValueError):
-        return None
-    if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
-        return None
-    _digests[stamp] = digest
-    return digest
-
-
-def _stamp(file: Path) -> _Stamp:
-    stat = file.stat()
-    return (str(file.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
-
-
-def _memo(stamp: _Stamp) -> Path:
-    return cache_root() / "digests" / hashlib.sha256(repr(stamp).encode()).hexdigest()
 
 
 def cached_folder(kind: str, digest: str) -> Path | None:
@@ -184,9 +125,3 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # another user's
         return True
     return True
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(f"{_TEMPORARY}{path.name}-{os.getpid()}")
-    temporary.write_text(text, encoding="ascii")
-    os.replace(temporary, path)

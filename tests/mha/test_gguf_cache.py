@@ -23,19 +23,15 @@ from mha.loading import model_cache as cache
 from mha.loading.gguf_checkpoint import CACHE_KIND
 
 TEXT = "The cat sat on the mat."
-SETTLED_NS = cache._SETTLED_NS
 TIMEOUT_S = 120  # a bound on a wait that must end, so a broken lock fails the test instead of hanging it
 
 
 @pytest.fixture
 def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty cache for the test, and no digest remembered in this process (as in a fresh one). The
-    test's files count as settled, as a file downloaded long ago does: their digests are remembered."""
+    """An empty cache for the test, and no fallback folder remembered in this process (as in a fresh one)."""
     folder = tmp_path / "cache"
     monkeypatch.setenv(cache.CACHE_ENV, str(folder))
-    monkeypatch.setattr(cache, "_digests", {})
     monkeypatch.setattr(cache, "_fallbacks", {})
-    monkeypatch.setattr(cache, "_SETTLED_NS", 0)
     return folder
 
 
@@ -67,12 +63,12 @@ def test_the_second_load_reads_the_cache_and_hashes_nothing(
     } <= written
     assert not {"model.safetensors", "pytorch_model.bin"} & written  # no tensor: read from the file itself
     assert "chat_template.jinja" in written  # the tiny Llama's chat template, kept
-    monkeypatch.setattr(cache, "_digests", {})  # a fresh process: only the digest file on disk remains
+    monkeypatch.setattr(cache, "_fallbacks", {})  # a fresh process: only the cache on disk remains
 
     def no_hashing(*_: object) -> None:
         raise AssertionError("hashed again")
 
-    monkeypatch.setattr(cache.hashlib, "file_digest", no_hashing)
+    monkeypatch.setattr(hashlib, "file_digest", no_hashing)  # no whole file is hashed
     again = load_pretrained(llama_gguf, device="cpu").attend(TEXT).attentions
     assert conversions == [llama_gguf]
     assert (again == first).all()
@@ -128,34 +124,6 @@ def _tensor_span(file: Path, name: str) -> slice:
     return slice(int(tensor.data_offset), int(tensor.data_offset) + int(tensor.n_bytes))
 
 
-def test_a_digest_is_remembered_only_for_a_file_that_has_settled(
-    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A write in the same tick of the file system's clock as the one before leaves the stamp as it was, so
-    a file changed just before it was hashed, or while it was, is hashed again next time."""
-    monkeypatch.setattr(cache, "_SETTLED_NS", SETTLED_NS)
-    file = tmp_path / "new.gguf"
-    file.write_bytes(b"GGUF" + bytes(4096))
-    stat = file.stat()
-    assert cache.file_digest(file) == hashlib.sha256(file.read_bytes()).hexdigest()
-    assert cache.known_digest(file) is None
-    file.write_bytes(b"GGUF" + bytes(range(256)) * 16)  # as long, its times set back as they were
-    os.utime(file, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert cache.file_digest(file) == hashlib.sha256(file.read_bytes()).hexdigest()
-
-    monkeypatch.setattr(cache, "_SETTLED_NS", 0)
-    read = cache.hashlib.file_digest
-
-    def written_meanwhile(f: object, name: str) -> object:
-        digest = read(f, name)  # type: ignore[arg-type]
-        file.write_bytes(b"GGUF" + bytes(5000))
-        return digest
-
-    monkeypatch.setattr(cache.hashlib, "file_digest", written_meanwhile)
-    cache.file_digest(file)
-    assert cache.known_digest(file) is None
-
-
 def test_an_interrupted_write_leaves_nothing_trusted(
     llama_gguf: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -200,7 +168,6 @@ def test_an_unwritable_cache_converts_in_a_temporary_folder_with_one_warning(
     # Under a file, no folder can be made, whoever runs the test (root ignores permission bits).
     (tmp_path / "a-file").write_text("")
     monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "a-file" / "cache"))
-    monkeypatch.setattr(cache, "_digests", {})
     monkeypatch.setattr(cache, "_fallbacks", {})
     conversions = _conversions(monkeypatch)
     with caplog.at_level(logging.WARNING):
