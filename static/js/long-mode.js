@@ -11,6 +11,7 @@ import { selectionLabel } from "./labels.js";
 import { LongDetail } from "./long-detail.js";
 import { LongText } from "./long-text.js";
 import { fetchOverview, fetchTokens, streamTrace, utf8Length } from "./trace-api.js";
+import { hideBar, layerView, showBar } from "./work-progress.js";
 
 /** "4,003 tokens, every head pooled to 128 × 128 (max)"; an input of s tokens is drawn as it is. */
 export function longSummary(n, s, reduce) {
@@ -81,26 +82,12 @@ export class LongMode {
 
   /** Progress: "Layer 12 of 30" and the bar, as layer 11 (0-based) starts; null: before the first. */
   showProgress(event) {
-    const bar = $("traceBar");
-    $("traceProgress").hidden = false;
-    if (!event) {
-      $("traceLabel").textContent = "Starting the trace…";
-      bar.removeAttribute("value"); // indeterminate until the first layer starts
-      bar.removeAttribute("aria-valuenow");
-      return;
-    }
-    const text = `Layer ${event.layer + 1} of ${event.layers}`;
-    $("traceLabel").textContent = text;
-    bar.max = event.layers;
-    bar.value = event.layer;
-    bar.setAttribute("aria-valuemax", String(event.layers));
-    bar.setAttribute("aria-valuenow", String(event.layer));
-    bar.setAttribute("aria-valuetext", text);
+    showBar(event ? layerView(event) : { text: "Starting the trace…" }); // indeterminate until layer 0
   }
 
   hideProgress() {
     this.active = null;
-    $("traceProgress").hidden = true;
+    hideBar();
   }
 
   /** Trace `query` (its layers shown as they run), then read its overview: the long run, not yet drawn. */

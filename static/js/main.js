@@ -31,6 +31,7 @@ import { Notices, ignoredNotice, markStale, modelBNotice, modelNotice, refreshMo
 import { bindScrollCue, reveal } from "./viewport.js";
 import { weightingOf } from "./weighting.js";
 import { WrittenView } from "./written.js";
+import { watchWork } from "./work-progress.js";
 
 // A first visit (no text in the URL) starts from an example, run like any other: the URL then holds it.
 initState({ ...readState(), ...firstExample(window.location.search) });
@@ -96,7 +97,10 @@ async function run() {
     const { limits = {} } = readInitialState();
     const limit = tokenLimit(known.models.get(query.model), limits) ?? limits.max_tokens;
     let long = await measure(query, { limit, signal });
-    const full = long ? null : await fetchCompact(query, { signal });
+    // A slow answer shows its model's load, then its layers and Cancel, while it is awaited.
+    const loaded = known.models.get(query.model || known.defaultModel)?.loaded;
+    const stopWatch = long ? null : watchWork(query, { loaded });
+    const full = long ? null : await fetchCompact(query, { signal }).finally(() => stopWatch?.());
     if (signal.aborted) return;
     // Template tokens took it over the limit (an encoder-decoder's cut is flagged, never traced).
     if (full?.truncated && !isSeq2seq(full)) long = await measure(query, { truncated: true, signal });
@@ -235,7 +239,10 @@ async function runLong(query, count, signal) {
   document.body.dataset.state = "ready";
 }
 
-/** Cancel: the trace's stream is closed (the server stops before its next layer); what was shown stays. */
+/**
+ * Cancel: the run's requests are closed (a trace's stream, or the answer a slow forward computes: the server
+ * stops before its next layer); what was shown stays.
+ */
 function cancel() {
   if (!controller || controller.signal.aborted) return;
   controller.abort();

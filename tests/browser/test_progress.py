@@ -1,0 +1,215 @@
+"""A slow answer's progress on the page (static/js/work-progress.js, POST /api/attention/progress): a slow
+load shows its bar, a slow forward its layers and a Cancel that stops the server's work (by keyboard, on a
+phone's width), and a fast answer shows nothing.
+
+The server runs in this process (uvicorn on a thread), so the tests slow the tiny models down where they
+run: every layer sleeps SLOW["seconds"] (Block.forward), and the tiny Llama's load waits, mid-way through
+its weights, until the test lets it go on. No big file is read.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+from app.main import create_app
+from app.settings import Settings
+from benchmarks.launch import free_port, healthy
+from mha.core.layers import Block
+from mha.loading import checkpoint
+from tests.browser.conftest import SERVER_START_S, PageSession
+
+pytestmark = pytest.mark.browser
+
+SLOW_LOAD = "slow-load"  # the tiny Llama, its load held until released
+LAYERS = 6  # the embedded MiniLM's
+HELD = 4  # the layer (0-based) a slow forward waits at until the test has cancelled it
+SLOW = {"seconds": 0.0}  # each layer's sleep in the server's forwards
+WAIT_MS = 60_000  # a bound on a wait that must end (a busy 2-core machine), never a speed goal
+# The bar's element as the page's `hidden` attribute leaves it, watched from before the run on.
+WATCH_BAR_JS = """() => {
+  const bar = document.querySelector('#trace-progress');
+  window.barShown = false;
+  new MutationObserver(() => { if (!bar.hidden) window.barShown = true; }).observe(bar, { attributes: true });
+}"""
+
+
+class Server:
+    """The app under uvicorn on a thread of this process: `base`, the `service`, and what its forwards did."""
+
+    def __init__(self, app: Any, port: int) -> None:
+        self.base = f"http://127.0.0.1:{port}"
+        self.service = app.state.service
+        self.layers_run = 0  # Block.forward calls, all forwards together
+        self.hold_at: int | None = None  # the layer (counted as layers_run) that waits for `go`
+        self.go = threading.Event()
+        self.ended = threading.Event()  # a forward ended (set by the service's progress bookkeeping)
+        self.release_load = threading.Event()
+
+
+@pytest.fixture(scope="module")
+def slow_server(tiny_checkpoints: dict[str, Path]) -> Iterator[Server]:
+    tiny = tiny_checkpoints["llama"]
+    settings = Settings(
+        device="cpu",
+        threads=1,
+        log_level="warning",
+        models={SLOW_LOAD: tiny},
+        allowed_hosts=["127.0.0.1"],
+        bundled_llm=False,
+        discover=False,
+    )
+    app = create_app(settings)
+    port = free_port()
+    running = Server(app, port)
+    with pytest.MonkeyPatch.context() as patch:
+        forward, load_weights = Block.forward, checkpoint.load_weights
+
+        def slow_forward(self: Block, *args: Any, **kwargs: Any) -> Any:
+            running.layers_run += 1
+            time.sleep(SLOW["seconds"])
+            if running.layers_run == running.hold_at:
+                assert running.go.wait(WAIT_MS / 1000)
+            return forward(self, *args, **kwargs)
+
+        def held(files: list[Path]) -> Any:
+            if files[0].is_relative_to(tiny):
+                assert running.release_load.wait(WAIT_MS / 1000)
+            return load_weights(files)
+
+        patch.setattr(Block, "forward", slow_forward)
+        patch.setattr(checkpoint, "load_weights", held)
+        ended = running.service.progress.forward_ended
+
+        def forward_ended(keys: Any) -> None:
+            ended(keys)
+            running.ended.set()
+
+        patch.setattr(running.service.progress, "forward_ended", forward_ended)
+        uvicorn_server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        thread = threading.Thread(target=uvicorn_server.run, daemon=True)
+        thread.start()
+        try:
+            deadline = time.monotonic() + SERVER_START_S
+            while not healthy(running.base):
+                assert time.monotonic() < deadline and thread.is_alive(), "the server never became healthy"
+                time.sleep(0.2)
+            yield running
+        finally:
+            running.release_load.set()
+            running.go.set()
+            uvicorn_server.should_exit = True
+            thread.join(30)
+
+
+def page_of(browser: Any, server: Server, **context: Any) -> Iterator[PageSession]:
+    browser_context = browser.new_context(**context)
+    page = browser_context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    tracked = PageSession(page, server.base)
+    tracked.open()
+    page.evaluate(WATCH_BAR_JS)
+    yield tracked
+    browser_context.close()
+    assert tracked.errors == [], f"uncaught page errors: {tracked.errors}"
+    assert all(url.startswith(server.base + "/") for url in tracked.requests), tracked.requests
+
+
+@pytest.fixture
+def desktop(browser: Any, slow_server: Server) -> Iterator[PageSession]:
+    yield from page_of(browser, slow_server, viewport={"width": 1440, "height": 900})
+
+
+@pytest.fixture
+def phone(browser: Any, slow_server: Server) -> Iterator[PageSession]:
+    phone = {"viewport": {"width": 390, "height": 844}, "device_scale_factor": 3, "is_mobile": True}
+    yield from page_of(browser, slow_server, **phone, has_touch=True)
+
+
+def start_run(session: PageSession, text: str, model: str | None = None) -> None:
+    """Fill the form and press Run, without waiting for the answer."""
+    page = session.page
+    page.fill("#text", text)
+    if model is not None:
+        page.select_option("#model", model)
+    page.evaluate("document.body.dataset.state = 'idle'")
+    page.click("#run")
+
+
+def progress_asked(session: PageSession) -> int:
+    return sum("/api/attention/progress" in url for url in session.requests)
+
+
+def test_a_fast_answer_shows_no_progress(desktop: PageSession) -> None:
+    SLOW["seconds"] = 0.0
+    desktop.run("A quick sentence answers at once.")
+    assert progress_asked(desktop) == 0  # no watch even started
+    assert desktop.page.evaluate("window.barShown") is False
+    assert desktop.page.locator("#trace-progress").is_hidden()
+
+
+def test_a_slow_forward_shows_its_layers_and_cancel_by_keyboard_stops_it(
+    phone: PageSession, slow_server: Server
+) -> None:
+    page, server = phone.page, slow_server
+    # Each layer 0.5 s, and the 5th (index 4) held until the test lets it go: past the 2 s after which the
+    # layers show, whatever the machine's load.
+    SLOW["seconds"] = 0.5
+    server.ended.clear()
+    server.go.clear()
+    before = server.layers_run
+    server.hold_at = before + HELD + 1
+    try:
+        start_run(phone, "A slow forward, watched layer by layer, then cancelled.")
+        # The bar follows the layers: the held one is the latest told.
+        page.wait_for_function(
+            f"() => document.querySelector('#trace-label').textContent === 'Layer {HELD + 1} of {LAYERS}'"
+        )
+        assert page.locator("#trace-bar").get_attribute("aria-valuemax") == str(LAYERS)
+        assert page.locator("#trace-bar").get_attribute("aria-valuenow") == str(HELD)
+        # Cancel fits the phone's width and is reached by keyboard: the next tab stop after Run.
+        box = page.locator("#trace-cancel").bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390
+        page.focus("#run")
+        page.keyboard.press("Tab")
+        assert page.evaluate("document.activeElement.id") == "trace-cancel"
+        page.keyboard.press("Enter")
+        page.wait_for_function("() => document.querySelector('#status').textContent === 'Cancelled'")
+        assert page.evaluate("document.body.dataset.state") == "idle"
+        assert page.locator("#trace-progress").is_hidden() and page.locator("#error").is_hidden()
+        assert page.locator("#run").is_enabled()
+        # The server's forward stops before its next layer: the held one ends, and none after it starts.
+        server.go.set()
+        assert server.ended.wait(WAIT_MS / 1000)
+        assert server.layers_run - before == HELD + 1 < LAYERS
+    finally:
+        SLOW["seconds"] = 0.0
+        server.hold_at = None
+        server.go.set()
+    # The page is usable again: the next run answers.
+    phone.run("The page answers again after a cancel.")
+    assert phone.page.locator("#grid .thumb").count() > 0
+
+
+def test_a_slow_load_shows_its_bar_until_the_model_is_ready(
+    desktop: PageSession, slow_server: Server
+) -> None:
+    SLOW["seconds"] = 0.0
+    page, server = desktop.page, slow_server
+    start_run(desktop, "The cat sat.", model=SLOW_LOAD)
+    page.wait_for_function(
+        f"() => document.querySelector('#trace-label').textContent.startsWith('Loading {SLOW_LOAD}: ')"
+    )
+    assert page.locator("#trace-progress").is_visible()
+    assert int(page.locator("#trace-bar").get_attribute("aria-valuenow") or -1) >= 0
+    server.release_load.set()
+    desktop.wait_ready()
+    assert page.locator("#trace-progress").is_hidden()
+    assert re.search(r"\d+ layers", page.locator("#status").text_content() or "")
