@@ -34,7 +34,8 @@ How far the work for an input has come while its answer is still being computed:
 answer (`POST /api/attention/compact`) as ever and, when it is slow, sends the same body here. The body
 names the input as the answer routes do (`words` and `weighting` are read and ignored: the forward is the
 same). It starts and holds no work: it watches the forward in flight for that input (shared by every
-client asking for it, batched or not) and ends when that work ends. The answer streams as `{NDJSON}`, one
+client asking for it, batched or not) and its model's load (whoever asked for it), and ends when that work
+ends. The answer streams as `{NDJSON}`, one
 JSON object a line: `{{"event": "load", "model": name, "step": s, "steps": S}}` while the model loads
 (s of S: one rising bar over the load's stages), `{{"event": "progress", "layer": i, "layers": L,
 "pass": p}}` as layer i (0-based) of the forward starts (p counts the passes of a continuation or an

@@ -203,8 +203,10 @@ class ServiceCore:
         return self._batchers[name].queued
 
     def in_flight(self, source: Input) -> bool:
-        """A forward of `source` is in flight (waiting for its model's load included)."""
-        return any(cache_key(kind, source) in self._flights for kind in ("result", "result.norms"))
+        """Work for `source` is in flight: its forward (waiting for its model's load included), or its
+        model's load, whoever asked for it (a long input's token count waits for it too)."""
+        forward = any(cache_key(kind, source) in self._flights for kind in ("result", "result.norms"))
+        return forward or self.loads.loading(source[0])
 
     # -- caching and sharing ---------------------------------------------------------------------
 

@@ -79,6 +79,12 @@ class Loads(Generic[M]):
                 del self._in_flight[name]
         self._ended(name)
 
+    def loading(self, name: str) -> bool:
+        """A load of `name` is in flight (whoever asked for it)."""
+        with self._lock:
+            future = self._in_flight.get(name)
+        return future is not None and not future.done()
+
     def get(self, name: str) -> M:
         """The loaded model (blocking: a worker thread waits here for its model's load)."""
         model = self.registry.use(name)

@@ -93,7 +93,7 @@ class WorkProgress:
     async def watch(self, name: str, key: Hashable, in_flight: Callable[[], bool]) -> AsyncIterator[bytes]:
         """Lines for the input `key` of model `name`: the load's ({"event": "load", ...}) while the model
         loads, then the forward's ({"event": "progress", ...}) as each layer starts, the latest of each
-        first; {"event": "done"} once nothing for `key` is in flight (at once when nothing is)."""
+        first; {"event": "done"} once `in_flight()` says nothing is (at once when nothing is)."""
         queue: asyncio.Queue[Event] = asyncio.Queue()
         keys = [("load", name), key]
         self.watching += 1
@@ -109,7 +109,9 @@ class WorkProgress:
                 except TimeoutError:
                     continue
                 yield line(event)
-            # What the work told before it ended: handed to the loop before its end was (one queue, FIFO).
+            # What the work told before it ended: handed to the loop before its end was (FIFO); a load's end
+            # is read from its thread, so one turn of the loop first runs what is already handed over.
+            await asyncio.sleep(0)
             while not queue.empty():
                 yield line(queue.get_nowait())
             yield line({"event": "done"})

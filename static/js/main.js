@@ -31,7 +31,7 @@ import { Notices, ignoredNotice, markStale, modelBNotice, modelNotice, refreshMo
 import { bindScrollCue, reveal } from "./viewport.js";
 import { weightingOf } from "./weighting.js";
 import { WrittenView } from "./written.js";
-import { watchWork } from "./work-progress.js";
+import { watched } from "./work-progress.js";
 
 // A first visit (no text in the URL) starts from an example, run like any other: the URL then holds it.
 initState({ ...readState(), ...firstExample(window.location.search) });
@@ -96,11 +96,11 @@ async function run() {
   try {
     const { limits = {} } = readInitialState();
     const limit = tokenLimit(known.models.get(query.model), limits) ?? limits.max_tokens;
-    let long = await measure(query, { limit, signal });
-    // A slow answer shows its model's load, then its layers and Cancel, while it is awaited.
+    // A slow answer shows its model's load, then its layers and Cancel, while it is awaited; so does a long
+    // input's token count, which waits for the model's load.
     const loaded = known.models.get(query.model || known.defaultModel)?.loaded;
-    const stopWatch = long ? null : watchWork(query, { loaded });
-    const full = long ? null : await fetchCompact(query, { signal }).finally(() => stopWatch?.());
+    let long = await watched(query, loaded, () => measure(query, { limit, signal }));
+    const full = long ? null : await watched(query, loaded, () => fetchCompact(query, { signal }));
     if (signal.aborted) return;
     // Template tokens took it over the limit (an encoder-decoder's cut is flagged, never traced).
     if (full?.truncated && !isSeq2seq(full)) long = await measure(query, { truncated: true, signal });

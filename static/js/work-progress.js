@@ -87,3 +87,13 @@ export function watchWork(query, { loaded }) {
     hideBar();
   };
 }
+
+/** `work()` awaited with `query`'s work watched meanwhile (watchWork), the watch stopped however it ends. */
+export async function watched(query, loaded, work) {
+  const stop = watchWork(query, { loaded });
+  try {
+    return await work();
+  } finally {
+    stop();
+  }
+}

@@ -177,3 +177,19 @@ def test_a_load_is_told_as_it_goes_then_the_forward(slow_load: tuple[TestClient,
     assert lines[-1] == {"event": "done"}
     service = client.app.state.service
     wait_until(lambda: service.progress._latest == {}, "nothing left of it once both ended")
+
+
+def test_a_load_without_a_forward_is_told_too(slow_load: tuple[TestClient, threading.Event]) -> None:
+    """A long input's token count waits for its model's load: the stream tells that load, then ends."""
+    client, release = slow_load
+    body = {"text": "The cat sat.", "model": "tiny/llama:Q8"}
+    _, counted = start(client, "/api/trace/tokens", body)
+    wait_until(lambda: body["model"] in client.get("/api/health").json()["loading"], "the load starts")
+    watch, watched = start(client, PROGRESS, body)
+    wait_until(lambda: bool(watch.chunks), "the stream tells the load")
+    release.set()
+    assert counted.result(TIMEOUT).status == 200
+    assert watched.result(TIMEOUT).status == 200
+    lines = events(watch.body)
+    assert [line["event"] for line in lines] == ["load"] * (len(lines) - 1) + ["done"]
+    assert lines[-2]["step"] == lines[-2]["steps"]

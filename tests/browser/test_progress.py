@@ -29,6 +29,8 @@ from tests.browser.conftest import SERVER_START_S, PageSession
 pytestmark = pytest.mark.browser
 
 SLOW_LOAD = "slow-load"  # the tiny Llama, its load held until released
+SLOW_LONG = "slow-load-long"  # the same, loaded by a long text's token count first
+LONG_TEXT = "The cat sat on the mat. " * 30  # 720 bytes: past the 512 the page takes without counting
 LAYERS = 6  # the embedded MiniLM's
 HELD = 4  # the layer (0-based) a slow forward waits at until the test has cancelled it
 SLOW = {"seconds": 0.0}  # each layer's sleep in the server's forwards
@@ -61,7 +63,7 @@ def slow_server(tiny_checkpoints: dict[str, Path]) -> Iterator[Server]:
         device="cpu",
         threads=1,
         log_level="warning",
-        models={SLOW_LOAD: tiny},
+        models={SLOW_LOAD: tiny, SLOW_LONG: tiny},
         allowed_hosts=["127.0.0.1"],
         bundled_llm=False,
         discover=False,
@@ -198,14 +200,16 @@ def test_a_slow_forward_shows_its_layers_and_cancel_by_keyboard_stops_it(
     assert phone.page.locator("#grid .thumb").count() > 0
 
 
+@pytest.mark.parametrize(("model", "text"), [(SLOW_LOAD, "The cat sat."), (SLOW_LONG, LONG_TEXT)])
 def test_a_slow_load_shows_its_bar_until_the_model_is_ready(
-    desktop: PageSession, slow_server: Server
+    desktop: PageSession, slow_server: Server, model: str, text: str
 ) -> None:
     SLOW["seconds"] = 0.0
     page, server = desktop.page, slow_server
-    start_run(desktop, "The cat sat.", model=SLOW_LOAD)
+    server.release_load.clear()
+    start_run(desktop, text, model=model)
     page.wait_for_function(
-        f"() => document.querySelector('#trace-label').textContent.startsWith('Loading {SLOW_LOAD}: ')"
+        f"() => document.querySelector('#trace-label').textContent.startsWith('Loading {model}: ')"
     )
     assert page.locator("#trace-progress").is_visible()
     assert int(page.locator("#trace-bar").get_attribute("aria-valuenow") or -1) >= 0
@@ -213,3 +217,6 @@ def test_a_slow_load_shows_its_bar_until_the_model_is_ready(
     desktop.wait_ready()
     assert page.locator("#trace-progress").is_hidden()
     assert re.search(r"\d+ layers", page.locator("#status").text_content() or "")
+    # The long text's load was waited for by its token count (no forward yet), the short one's by its answer.
+    counted = any("/api/trace/tokens" in url for url in desktop.requests)
+    assert counted == (model == SLOW_LONG)
