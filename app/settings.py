@@ -97,8 +97,8 @@ class Settings(BaseSettings):
     # they fit and dequantized anew on each forward past that; 0 keeps none. None: mha's default, 768 MiB
     # (the bundled SmolLM2's 0.54 GB fits: as fast as a float32 model; a 1 B model's 4 GB does not).
     dequant_cache_bytes: int | None = Field(default=None, ge=0)
-    # Whether GGUF models dequantize under torch.compile (a third of the time, after a compile of 10-40 s
-    # per ggml type and process). None: where it pays, on the CPU for a model that passes its
+    # Whether GGUF models dequantize under torch.compile (Q4_K in a quarter of the time, after a compile
+    # of 10-40 s per ggml type and process). None: where it pays, on the CPU for a model that passes its
     # dequant_cache_bytes and so dequantizes on every forward (mha.loading.pretrained.compiled_dequant).
     dequant_compile: bool | None = None
     # -- memory across models --

@@ -17,12 +17,12 @@ Printed for each, each figure in a fresh process (so its peak resident memory, V
                  inductor's disk cache)
   products only  the same attend with every layer kept dequantized (a budget the size of the float32
                  model), where that fits in memory (1b): what the matrix products cost alone, the
-                 reference dequantizing is held to; for 8b (28 GB of float32) the rest of the eager forward
+                 reference dequantizing is held to; for 8b (26 GiB of float32) each forward's own rest
   peak RSS       beside the goals: 1b <= file + 1.5 GiB, 8b <= 8 GB
   transformers   from_pretrained(gguf_file=...) (float32, every tensor dequantized at load) and its eager
                  forward with output_attentions at 128 tokens, where 4 bytes a weight fit in memory
-and the routes for the dequantizing itself, on one 8192 x 2048 Q4_K matrix: transformers' torch code,
-the same under torch.compile, and against it the 128-token product.
+and the routes for the dequantizing itself, per type of the mix on a 1 B layer's shapes: transformers' torch
+code, the same under torch.compile, and against them the 128-token product.
 
     .venv/bin/python benchmarks/big_gguf.py [--sizes 1b] [--folder /tmp] [--keep] [--no-theirs]
 
@@ -188,15 +188,13 @@ def child(script: str, *args: str, cache: str) -> dict[str, float]:
 
 
 def dequant_routes(repeats: int = 3) -> None:
-    """transformers' dequantizer on one 8192 x 2048 Q4_K matrix, plain and under torch.compile, against the
-    128-token product with the same matrix."""
+    """The dequantizing routes, per type of Q4_K_M's mix, on the shapes of a 1 B layer's matrices: our
+    PackedLinear's path (Blocks.dequantize_into, chunked), eager and under torch.compile as the forward
+    runs it, against the 128-token product with the same matrix."""
     import torch
-    from transformers.integrations.gguf.dequant import dequantize
+    from transformers.integrations.gguf.dequant import GGML_BLOCK
 
-    rows, columns = 8192, 2048
-    blocks = torch.randint(0, 0x20, (rows, columns // 256 * 144), dtype=torch.uint8)
-    x = torch.randn(TOKENS, columns)
-    weight = dequantize(blocks.reshape(-1), Q4_K).view(rows, columns)
+    from mha.loading.gguf_packed import Blocks
 
     def best(call: object) -> float:
         times = []
@@ -206,27 +204,33 @@ def dequant_routes(repeats: int = 3) -> None:
             times.append(time.perf_counter() - began)
         return min(times)
 
-    plain = best(lambda: dequantize(blocks.reshape(-1), Q4_K))
-    product = best(lambda: x @ weight.T)
     print(
-        f"\nQ4_K {rows} x {columns}: dequantize {plain * 1000:.0f} ms, "
-        f"128-token product {product * 1000:.0f} ms (dequantize / product {plain / product:.2f})"
+        "\n| matrix | type | eager | compiled (compile s) | 128-token product | eager / product "
+        "| compiled / product |"
     )
-    try:
-        compiled = torch.compile(dequantize, dynamic=False)
+    print("|---|---|---|---|---|---|---|")
+    for kind, rows, columns, what in ((Q4_K, 8192, 2048, "ffn_up"), (Q6_K, 2048, 8192, "ffn_down")):
+        data = torch.randint(0, 0x20, (rows, columns // 256 * GGML_BLOCK[kind][1]), dtype=torch.uint8)
+        blocks = Blocks(data, kind, (rows, columns))
+        out = torch.empty(rows, columns)
+        x = torch.randn(TOKENS, columns)
+        plain = best(lambda: blocks.dequantize_into(out))  # noqa: B023 - called within the iteration
         began = time.perf_counter()
-        compiled(blocks.reshape(-1), Q4_K)
-        compile_seconds = time.perf_counter() - began
-        fast = best(lambda: compiled(blocks.reshape(-1), Q4_K))
+        blocks.dequantize_into(out, compiled=True)  # compiles the type (or reads inductor's disk cache)
+        compiling = time.perf_counter() - began
+        fast = best(lambda: blocks.dequantize_into(out, compiled=True))  # noqa: B023
+        product = best(lambda: x @ out.T)  # noqa: B023
+        name = {Q4_K: "Q4_K", Q6_K: "Q6_K"}[kind]
         print(
-            f"  torch.compile: {fast * 1000:.0f} ms after a {compile_seconds:.0f} s compile "
-            f"(dequantize / product {fast / product:.2f})"
+            f"| {what} {rows} x {columns} | {name} | {plain * 1000:.0f} ms "
+            f"| {fast * 1000:.0f} ms ({compiling:.0f}) | {product * 1000:.0f} ms | {plain / product:.2f} "
+            f"| {fast / product:.2f} |",
+            flush=True,
         )
-    except Exception as exc:  # no C++ compiler, or inductor refusing an op
-        print(f"  torch.compile: not available here ({type(exc).__name__}: {str(exc)[:120]})")
     print(
-        "  product read from the blocks: transformers' GgufLinear.mul_mat_vec needs the ggml-org hub kernel "
-        "(CUDA/Metal, fetched from the network): none on this CPU"
+        "A product read from the blocks: transformers' GgufLinear.mul_mat_vec needs the ggml-org hub kernel "
+        "(CUDA/Metal, fetched from the network): none on this CPU",
+        flush=True,
     )
 
 
@@ -262,13 +266,20 @@ def measure(size: str, path: Path, file_mib: float, cache: str) -> None:
     if floats < 0.6 * _available():
         every = child(CHILD, str(path), str(1 << 40), TEXT, str(TOKENS), "0", cache=cache)
         row("every layer kept", every)
-        products, where = every["second"], "every layer kept, second forward"
-    else:  # 32 GB of float32 for 8 B: what is not dequantizing in the eager forward is the rest
-        products = eager["second"] - eager["second_dequant"]
-        where = f"the rest of budget 0's forward; the {floats / 2**30:.0f} GiB float32 model does not fit"
-    for label, got in (("eager", eager), ("compiled", compiled)):
-        ratio = got["second_dequant"] / products
-        print(f"dequantizing / products, {label} (budget 0, second forward; products: {where}): {ratio:.2f}")
+        for label, got in (("eager", eager), ("compiled", compiled)):
+            ratio = got["second_dequant"] / every["second"]
+            print(
+                f"dequantizing / products, {label} (budget 0 / every layer kept, second forwards): "
+                f"{ratio:.2f}"
+            )
+    else:  # 26 GiB of float32 for 8 B: each forward's own rest (products, attention, norms) stands in
+        for label, got in (("eager", eager), ("compiled", compiled)):
+            ratio = got["second_dequant"] / (got["second"] - got["second_dequant"])
+            print(
+                f"dequantizing / the rest of the same forward, {label} (budget 0, second forward; the "
+                f"{floats / 2**30:.0f} GiB float32 model does not fit; the rest is more than the products, "
+                f"so the products' ratio is higher): {ratio:.2f}"
+            )
 
 
 def _available() -> int:

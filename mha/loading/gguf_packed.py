@@ -19,9 +19,10 @@ The dequantizer is transformers' (`transformers.integrations.gguf.dequant.dequan
 device the blocks are on); for a type its torch code lacks (Q5_0, Q5_1), gguf's numpy one. A model whose
 dequantized weights pass its budget dequantizes on every forward; on the CPU its budget then says
 `compiled`, and transformers' dequantizer runs under torch.compile (one compile per ggml type, shapes
-dynamic; the same values, a third of the time: eager torch runs each of a K-quant's dozen steps as its
-own pass over memory, inductor fuses them into one loop). Where inductor cannot compile (no C++
-compiler), the eager code runs, with one warning.
+dynamic; the same values, Q4_K in a quarter of the time: eager torch runs each of a K-quant's dozen
+steps as its own pass over memory, inductor fuses them into one loop; Q6_K's byte reinterpretations it
+does not fuse, so Q6_K gains little: docs/design.md). Where inductor cannot compile (no C++ compiler),
+the eager code runs, with one warning.
 """
 
 from __future__ import annotations

@@ -278,8 +278,8 @@ def compiled_dequant(
     """Whether `network`'s packed layers dequantize under torch.compile (`wanted`; None: where it pays).
 
     Compiling a ggml type takes 10-40 s once a process (inductor keeps the code on disk: about 2 s in a
-    later one), then dequantizes in a third of the time. That pays where every forward dequantizes much:
-    the float weights past the model's budget (the layers it keeps are dequantized once) are at least
+    later one), then dequantizes Q4_K in a quarter of the time. That pays where every forward dequantizes
+    much: the float weights past the model's budget (the layers it keeps are dequantized once) are at least
     COMPILE_FROM_BYTES, about 2.5 s of eager dequantizing a forward here, so the compile is earned back
     within a few forwards. The bundled SmolLM2 keeps all its layers and never compiles. On CUDA the eager
     kernels are a small part of a forward and inductor needs Triton: never by default."""
