@@ -22,11 +22,14 @@ guarded so that a failure costs only its own rows:
   attend   the SmolLM2-shaped Llama at n = 128 / 512 / 2,048: our forward with every map and no hidden
            state, then its maps copied to the host, against LlamaModel (eager, output_attentions) plus
            the same copy, layer by layer: what a viewer waits for on either side.
+  gguf     issue 34's rows on the device (gpu_gguf.py): a 1 B GGUF in Q4_K_M's mix kept packed on the
+           device, a 128-token attend's dequantizing against its products, the device peak against the
+           file + one layer, and transformers' from_pretrained(gguf_file=) beside it.
 
 --quick scales every size down (texts, tokens, repeats) so that `--device cpu --quick` rehearses the whole
 script here (2.5 minutes on this 2-core machine under load). Half precision on the CPU: our loader refuses
 it there, so bfloat16's network is our float32 one cast (what the loader does on a GPU) and float16 is
-skipped; the output says so. --budget (330 s) bounds the sections together; --only runs some of them.
+skipped; the output says so. --budget (420 s) bounds the sections together; --only runs some of them.
 
     .venv/bin/python benchmarks/gpu.py --device cpu --quick [--standin .gpu/minilm]   (the rehearsal)
     .venv/bin/python benchmarks/gpu.py --prepare --wheels .whl   (here: fills what a call carries)
@@ -63,18 +66,20 @@ for _path in (ROOT, ROOT / "tests"):
     if str(_path) not in sys.path:
         sys.path.append(str(_path))
 
+from gpu_gguf import gguf  # noqa: E402
 from gpu_parity import parity  # noqa: E402
 from gpu_prepare import install_standin, prepare  # noqa: E402
 from gpu_run import OutOfTime, Run, Skipped, table, time_cap  # noqa: E402
 from gpu_speed import attend, corpus, extract_rows, trace  # noqa: E402
 
-# (name, function, cap in seconds): in order of value; the caps add up to under 6 minutes with the set-up.
+# (name, function, cap in seconds): in order of value; the caps add up to under 7 minutes with the set-up.
 SECTIONS: tuple[tuple[str, Callable[[Run], None], float], ...] = (
     ("parity", parity, 60),
     ("trace", trace, 120),
     ("corpus", corpus, 50),
     ("extract", extract_rows, 40),
     ("attend", attend, 45),
+    ("gguf", gguf, 90),
 )
 
 
@@ -108,7 +113,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="cuda (the lent machine) or cpu (the rehearsal)")
     parser.add_argument("--quick", action="store_true", help="every size scaled down: the rehearsal")
     parser.add_argument("--only", nargs="+", choices=[name for name, _, _ in SECTIONS], help="these sections")
-    parser.add_argument("--budget", type=float, default=330.0, help="seconds for all sections together")
+    parser.add_argument("--budget", type=float, default=420.0, help="seconds for all sections together")
     parser.add_argument("--standin", type=Path, help="a folder of MiniLM's tokenizer files: random weights")
     parser.add_argument(
         "--prepare", action="store_true", help="fill --standin (and --wheels) here, then stop"

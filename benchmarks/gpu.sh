@@ -2,7 +2,7 @@
 # benchmarks/gpu.py on a lent GPU machine, in one call (../shared/GPU.md says how to spend it).
 #
 # Here, once:  .venv/bin/python benchmarks/gpu.py --prepare --wheels .whl   (and .whl/ in .git/info/exclude)
-# The call:    run(command="bash benchmarks/gpu.sh", carry=[".whl", ".gpu/minilm"], timeout_s=420)
+# The call:    run(command="bash benchmarks/gpu.sh", carry=[".whl", ".gpu/minilm"], timeout_s=510)
 #
 # The machine has python3 with torch and an older transformers, and no network: the carried wheels
 # (the service's packages, transformers at the tests' version) go into /tmp/site; MiniLM is a stand-in

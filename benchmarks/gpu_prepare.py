@@ -37,6 +37,7 @@ WHEELS = (
     "opentelemetry-api",
     "transformers",
     "regex",
+    "gguf",  # gpu_gguf.py writes its file with gguf.GGUFWriter; transformers reads GGUF through it
 )
 # The SmolLM2-shaped checkpoint's position limit: the trace's largest size.
 
