@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -138,6 +139,9 @@ def _compiled(ggml_type: int, device: torch.device) -> Callable[..., torch.Tenso
             from transformers.integrations.gguf.dequant import dequantize as torch_dequantize
 
             run: Callable[..., torch.Tensor] | None = torch.compile(torch_dequantize, dynamic=True)
+            # Seconds to a minute in which a forward shows no progress: the log says why.
+            logger.info("compiling the GGUF dequantizer for ggml type %d on %s, once", ggml_type, device.type)
+            began = time.perf_counter()
             try:
                 # Compiled here, on two blocks of zeros: a finite, real block of every type.
                 assert run is not None
@@ -152,6 +156,8 @@ def _compiled(ggml_type: int, device: torch.device) -> Callable[..., torch.Tenso
                     str(exc).splitlines()[0][:200] if str(exc) else "",
                 )
                 run = None
+            else:
+                logger.info("compiled it in %.1f s", time.perf_counter() - began)
             _COMPILED[key] = run
     return _COMPILED[key]
 
