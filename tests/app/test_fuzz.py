@@ -7,7 +7,10 @@ here with no other change. Stand-in ollama and LM Studio stores add every way a 
 load (BROKEN), each a model of its own that every route must refuse with a 503 naming its reason. The
 corpus routes read a run folder written by tests/corpus_fixture.py. Each route is fuzzed once as
 schemathesis generates its requests (the schema's `model` is an enum of the registered names) and once per
-family, with every `model` the request names set to that family. The answers that a schema-valid request
+family with the schema-valid requests, every `model` the request names set to that family. Its
+schema-invalid requests run once a route (test_no_invalid_input_breaks_the_contract_on_any_family): the
+request validator refuses one before any model is read, whatever family it names, and one that the
+validator lets through is sent to every family. The answers that a schema-valid request
 may still get (413, and 422 for what depends on the model) are declared in schemathesis.toml, which the
 schemathesis CLI reads too; here a 422 for a schema-valid request must also come from the service, not
 from the request validator (which would mean that schema and validator disagree).
@@ -20,6 +23,7 @@ no answer of any model holds a bare NaN.
 from __future__ import annotations
 
 import atexit
+import copy
 import importlib
 import json
 import re
@@ -37,6 +41,7 @@ from corpus_fixture import STATS, random_values, sentences, write_run
 from edited import overflowing
 from gguf_files import write_gguf
 from hypothesis import HealthCheck, settings
+from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
 from seq2seq_checkpoints import build_seq2seq_checkpoint
@@ -167,15 +172,29 @@ for _folding in (
         continue
     if hasattr(_module, "update_quantifier"):
         _module.update_quantifier = _as_written
-schema = schemathesis.openapi.from_asgi(
-    "/openapi.json", app, config=SchemathesisConfig.from_path(ROOT / "schemathesis.toml")
-)
+
+
+def _schema(*modes: GenerationMode) -> Any:
+    """The app's schema under schemathesis.toml, drawing requests in `modes` (default: both)."""
+    config = SchemathesisConfig.from_path(ROOT / "schemathesis.toml")
+    if modes:
+        config.projects.default.generation.update(modes=list(modes))
+    return schemathesis.openapi.from_asgi("/openapi.json", app, config=config)
+
+
+schema = _schema()
 # As generated: the insight routes (tag "insight") share the attention's inputs and code path up to the
 # analysis, and compare runs two forwards, so they get fewer examples. Per family: the routes that take a
 # model, with fewer examples again (the coverage phase adds its boundary cases to each).
 core = schema.exclude(tag="insight")
 insight = schema.exclude(tag="api")
 with_model = schema.exclude(method="GET")
+# The per-family fuzz, split by mode: each family gets the schema-valid requests; the schema-invalid ones
+# (about 60 a route, most from the coverage phase) are the same requests for every family (derandomize:
+# the same draws, only `model` steered), and the request validator refuses each alike, having no model in
+# it: they run once a route, on every family only where the validator let one through.
+valid_with_model = _schema(GenerationMode.POSITIVE).exclude(method="GET")
+invalid_with_model = _schema(GenerationMode.NEGATIVE).exclude(method="GET")
 
 # "POST /path" -> the models that answered it with a 200.
 answered: defaultdict[str, set[str]] = defaultdict(set)
@@ -225,12 +244,30 @@ def test_no_insight_input_breaks_the_contract(case) -> None:  # type: ignore[no-
 
 
 @pytest.mark.parametrize("family", MODELS)
-@with_model.parametrize()
+@valid_with_model.parametrize()
 # 6 a route and family (beside the coverage phase's boundary cases): the model-free fuzz above draws 50 a
 # route; here each family's own paths are reached, and the suite's 15 minutes leave ~3 for all of them.
 @settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 def test_no_input_breaks_the_contract_on_any_family(case, family: str) -> None:  # type: ignore[no-untyped-def]
     _check(case, family)
+
+
+@invalid_with_model.parametrize()
+@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+def test_no_invalid_input_breaks_the_contract_on_any_family(case) -> None:  # type: ignore[no-untyped-def]
+    """The per-family fuzz's schema-invalid requests, each once, naming a family in turn by route; one
+    that the request validator did not refuse (it reached the service, where the family may matter) is
+    sent to every other family too, as the per-family fuzz sent each."""
+    drawn = copy.deepcopy((case.body, case.path_parameters, case.query))
+    routes = sorted(path for path, methods in app.openapi()["paths"].items() if "post" in methods)
+    turn = routes.index(case.path) % len(MODELS)
+    first, *others = MODELS[turn:] + MODELS[:turn]
+    _check(case, first)
+    if refusals:  # refused by the validator, which reads no model: every family gets this same refusal
+        return
+    for family in others:
+        case.body, case.path_parameters, case.query = copy.deepcopy(drawn)
+        _check(case, family)
 
 
 @with_model.parametrize()
