@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from checkpoints import FAMILIES, build_tiny_checkpoints
+
+if TYPE_CHECKING:
+    from mha import AttentionModel
 
 __all__ = ["FAMILIES"]
 
@@ -29,3 +33,13 @@ def seq2seq_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, P
 
     root = tmp_path_factory.mktemp("seq2seq")
     return {family: build_seq2seq_checkpoint(family, root / family) for family in ("t5", "bart", "marian")}
+
+
+@pytest.fixture(scope="session")
+def minilm() -> AttentionModel:
+    """The embedded default (all-MiniLM-L6-v2) loaded by mha directly, once a session: the reference the
+    service must match, and the corpus tests' model. Tests only read it (one that swaps a method of it
+    does so through monkeypatch, undone after the test)."""
+    from mha import load_pretrained
+
+    return load_pretrained(device="cpu")

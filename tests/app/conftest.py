@@ -39,11 +39,3 @@ def make_settings_fixture() -> Callable[..., Settings]:
 def client() -> Iterator[TestClient]:
     with serving(create_app(make_settings())) as test_client:  # the default loaded, as the tests assume
         yield test_client
-
-
-@pytest.fixture(scope="module")
-def minilm():  # type: ignore[no-untyped-def]
-    """The embedded default loaded by mha directly: the reference the service must match."""
-    import mha
-
-    return mha.load_pretrained(device="cpu")

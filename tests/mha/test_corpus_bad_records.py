@@ -12,7 +12,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mha import load_pretrained
 from mha.corpus import CorpusWorker, read_records, run
 from mha.corpus.source import count_records
 from mha.loading.pretrained import AttentionModel
@@ -21,11 +20,6 @@ DEEP = 100_000  # nesting levels: far past Python's recursion limit (1,000), whi
 NESTED = "invalid JSON: nested too deeply"
 NOT_UTF8 = "not UTF-8"
 SURROGATE = b"\xed\xa0\x80"  # U+D800 as UTF-8 would spell it: a sequence UTF-8 forbids
-
-
-@pytest.fixture(scope="module")
-def minilm() -> AttentionModel:
-    return load_pretrained(device="cpu")
 
 
 def write_jsonl(path: Path) -> dict[int, str]:

@@ -11,7 +11,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mha import load_pretrained
 from mha.corpus import CorpusSettingsError, read_records, run
 from mha.corpus.aggregate import SNIPPET_CHARS
 from mha.corpus.source import ID_MAX_CHARS, MAX_CHARS, count_records
@@ -112,11 +111,6 @@ def test_max_chars_must_be_a_positive_integer(value: object, tmp_path: Path) -> 
 def test_the_default_cap_is_far_above_512_tokens() -> None:
     # MiniLM's WordPiece: 512 tokens of plain English are ~2,500 characters; the default leaves 40x that.
     assert MAX_CHARS >= 40 * 2_500
-
-
-@pytest.fixture(scope="module")
-def minilm() -> AttentionModel:
-    return load_pretrained(device="cpu")
 
 
 @pytest.mark.parametrize("kind", ["txt", "jsonl"])

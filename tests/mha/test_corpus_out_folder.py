@@ -14,18 +14,12 @@ import pyarrow.parquet as pq
 import pytest
 from corpus_files import texts, write_jsonl
 
-from mha import load_pretrained
 from mha.corpus import CorpusInputError, CorpusOutError, CorpusSettingsError, run
 from mha.corpus.shards import shard_directory
 from mha.corpus.source import count_records, read_records
 from mha.loading.pretrained import AttentionModel
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def minilm() -> AttentionModel:
-    return load_pretrained(device="cpu")
 
 
 @pytest.fixture

@@ -29,11 +29,6 @@ from mha.loading.pretrained import AttentionModel
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
-@pytest.fixture(scope="module")
-def minilm() -> AttentionModel:
-    return load_pretrained(device="cpu")
-
-
 def batches(items: list[tuple[str, str | None]], size: int) -> Iterator[tuple[int, dict[str, list]]]:
     """(index, the worker's columns) of consecutive batches, a flagged bad record and a blank text in them."""
     for index, start in enumerate(range(0, len(items), size)):

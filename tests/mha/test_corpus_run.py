@@ -36,11 +36,6 @@ FLOAT64 = 2.0**-53
 
 
 @pytest.fixture(scope="module")
-def minilm() -> AttentionModel:
-    return load_pretrained(device="cpu")
-
-
-@pytest.fixture(scope="module")
 def finished(minilm: AttentionModel, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
     """A finished run over 20 texts and 6 bad lines, 3 shards of 10 records, batches of 4."""
     root = tmp_path_factory.mktemp("run")

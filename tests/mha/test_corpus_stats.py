@@ -124,11 +124,6 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def minilm() -> AttentionModel:
-    return load_pretrained(device="cpu")
-
-
-@pytest.fixture(scope="module")
 def bart(seq2seq_checkpoints: dict[str, Path]) -> AttentionModel:
     return load_pretrained(seq2seq_checkpoints["bart"], device="cpu")
 
