@@ -54,17 +54,22 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
-# Two lanes, one a core. One runs mypy, then tests/app/test_fuzz.py in a pytest process of its own (a
-# third to a half of the suite's pytest time; it shares no state with the other files, and its last test
-# reads only what its own fuzz tests recorded). The other runs every other file in pytest's usual order:
-# the browser tests after tests/app/ in one process (Playwright leaves an asyncio loop running), and no
-# file's models load twice. Lines say "mypy:" or "fuzz:" where they come from the first lane; either lane
-# failing fails the target. A plain `pytest` still runs all of it in one process.
-FUZZ := tests/app/test_fuzz.py
+# Two lanes, one a core, each about half of the suite's pytest time. One runs mypy, then in one pytest
+# process tests/app/test_fuzz.py (it shares no state with the other files, and its last test reads only
+# what its own fuzz tests recorded) and the corpus package's tests (tests/mha/test_corpus_*.py: a Ray
+# cluster, runs in subprocesses; there to even the lanes). The other runs every other file in pytest's usual
+# order: the browser tests after tests/app/ in one process (Playwright leaves an asyncio loop running).
+# Lines say "mypy:" or "first:" where they come from the first lane; either lane failing (mypy included)
+# fails the target. A plain `pytest` still runs all of it in one process. PYTEST_ARGS go to both lanes'
+# pytest (`make test PYTEST_ARGS=--durations=15`: each lane's slowest).
+PYTEST_ARGS ?=
+FIRST_LANE := tests/app/test_fuzz.py $(sort $(wildcard tests/mha/test_corpus_*.py))
 test: $(VENV)/.installed-dev chromium lint jstest
 	set -o pipefail; \
-	{ $(BIN)/mypy 2>&1 | sed -u 's/^/mypy: /' && $(BIN)/pytest -q $(FUZZ) 2>&1 | sed -u 's/^/fuzz: /'; } & first=$$!; \
-	$(BIN)/pytest -q --ignore=$(FUZZ); rest=$$?; \
+	{ $(BIN)/mypy 2>&1 | sed -u 's/^/mypy: /'; typed=$$?; \
+	  $(BIN)/pytest -q $(PYTEST_ARGS) $(FIRST_LANE) 2>&1 | sed -u 's/^/first: /'; tested=$$?; \
+	  [ $$typed -eq 0 ] && [ $$tested -eq 0 ]; } & first=$$!; \
+	$(BIN)/pytest -q $(PYTEST_ARGS) $(addprefix --ignore=,$(FIRST_LANE)); rest=$$?; \
 	wait $$first; checked=$$?; \
 	[ $$rest -eq 0 ] && [ $$checked -eq 0 ]
 
