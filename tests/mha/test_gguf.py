@@ -178,15 +178,24 @@ def test_an_architecture_we_do_not_convert_is_refused_by_name(
 
 
 def test_the_startup_check_reads_the_header_and_converts_nothing(
-    sources: dict[str, Path], tmp_path: Path, session_cache: Path
+    sources: dict[str, Path], tmp_path: Path, session_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import hashlib
+
     file = _written(sources, tmp_path, "qwen2", "Q8_0")
-    assert checkpoint_architecture(file) == "decoder"
-    check_checkpoint(file)
-    assert cache.known_digest(file) is None  # not even hashed
+    own = tmp_path / "own-cache"  # the session's may hold this header's folder from another test
+    monkeypatch.setenv(cache.CACHE_ENV, str(own))
+
+    def no_hashing(*_: object) -> None:
+        raise AssertionError("a whole file hashed")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(hashlib, "file_digest", no_hashing)  # a check never hashes the file
+        assert checkpoint_architecture(file) == "decoder"
+        check_checkpoint(file)
+    assert not own.exists()  # nothing converted, nothing kept
     load_pretrained(file, device="cpu")
-    # (from its header again: the digest of a file this new is not remembered, mha.loading.model_cache)
-    assert checkpoint_architecture(file) == "decoder"
+    assert checkpoint_architecture(file) == "decoder"  # and after a load, from its header again
 
 
 @pytest.mark.parametrize("keep", [4, 200, 2_000, -100])
