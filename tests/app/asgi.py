@@ -1,13 +1,23 @@
-"""Calling the app as the server would, with a client that can hang up: for disconnect tests."""
+"""Calling the app as the server would, with a client that can hang up: for disconnect tests; and
+`run_async`, for a test that runs a coroutine of the service."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.types import ASGIApp, Message
+
+
+def run_async(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """asyncio.run(coroutine) in a thread of its own: after a browser test in the same process,
+    Playwright's sync API leaves an event loop running in this one, where asyncio.run refuses to start."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 @dataclass

@@ -18,7 +18,7 @@ import app.service as service_module
 from app.main import create_app
 from app.service import bodies
 from mha.errors import Cancelled
-from tests.app.asgi import Exchange, post
+from tests.app.asgi import Exchange, post, run_async
 from tests.app.started import serving
 
 DEFAULT = "all-MiniLM-L6-v2"
@@ -251,4 +251,4 @@ def test_the_flights_forget_finished_and_abandoned_work() -> None:
         assert await asyncio.gather(flights.join("k", quick), flights.join("k", quick)) == [2, 2]
         assert len(flights) == 0
 
-    asyncio.run(scenario())
+    run_async(scenario())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from tolerances import FORWARD, ROUND6, U32, float32_sum, rounded_row_sum, row_s
 from app import compact
 from app.main import create_app
 from mha import analysis
+from tests.app.asgi import run_async
 from tests.app.started import serving
 
 TEXT = "Headscope shows what every head looks at, word by word."
@@ -37,7 +37,7 @@ def served(client: TestClient, text: str, pair: str | None = None, *, words: boo
     against mha.analysis on the very same tensor: equal up to the answer's own rounding. That the service's
     attention equals mha's own forward is tests/app/test_api.py's concern."""
     service = client.app.state.service  # type: ignore[attr-defined]
-    return asyncio.run(service._view((MODEL, text, pair, None, False, None), words=words))
+    return run_async(service._view((MODEL, text, pair, None, False, None), words=words))
 
 
 def js_atol(m: int) -> float:

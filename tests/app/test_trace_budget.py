@@ -18,7 +18,7 @@ from app.main import create_app
 from app.service.trace_budget import TraceBudget
 from app.service.traces import trace_peak_nbytes
 from mha.trace.windows import Trace
-from tests.app.asgi import Exchange, post
+from tests.app.asgi import Exchange, post, run_async
 from tests.app.started import serving
 from tests.app.test_cancellation import wait_until
 
@@ -57,7 +57,7 @@ def test_a_reservation_waits_until_it_fits() -> None:
         await asyncio.wait_for(budget.reserve(11), TIMEOUT)
         assert budget.counted == 11
 
-    asyncio.run(scenario())
+    run_async(scenario())
 
 
 def test_a_kept_trace_counts_until_it_is_freed() -> None:
@@ -74,7 +74,7 @@ def test_a_kept_trace_counts_until_it_is_freed() -> None:
         await asyncio.wait_for(waiting, TIMEOUT)
         assert budget.counted == 5
 
-    asyncio.run(scenario())
+    run_async(scenario())
 
 
 def trace_of(client: TestClient, text: str) -> Trace:
