@@ -157,17 +157,23 @@ def slow_load(
         release.set()
 
 
-def test_a_load_is_told_as_it_goes_then_the_forward(slow_load: tuple[TestClient, threading.Event]) -> None:
+def watch_a_held_load(slow_load: tuple[TestClient, threading.Event], path: str) -> list[dict[str, Any]]:
+    """POST `path` for the held model, watch its load from the progress stream once it is loading, release
+    it: the stream's lines, once both requests answered 200."""
     client, release = slow_load
     body = {"text": "The cat sat.", "model": "tiny/llama:Q8"}  # a name with / and :, in the body only
-    _, answer = start(client, "/api/attention/compact", body)
+    _, answer = start(client, path, body)
     wait_until(lambda: body["model"] in client.get("/api/health").json()["loading"], "the load starts")
     watch, watched = start(client, PROGRESS, body)
     wait_until(lambda: bool(watch.chunks), "the stream tells the load")
     release.set()
     assert answer.result(TIMEOUT).status == 200
     assert watched.result(TIMEOUT).status == 200
-    lines = events(watch.body)
+    return events(watch.body)
+
+
+def test_a_load_is_told_as_it_goes_then_the_forward(slow_load: tuple[TestClient, threading.Event]) -> None:
+    lines = watch_a_held_load(slow_load, "/api/attention/compact")
     loads = [line for line in lines if line["event"] == "load"]
     assert loads and {line["model"] for line in loads} == {"tiny/llama:Q8"}
     steps = [line["step"] for line in loads]
@@ -175,21 +181,12 @@ def test_a_load_is_told_as_it_goes_then_the_forward(slow_load: tuple[TestClient,
     first_layer = next(i for i, line in enumerate(lines) if line["event"] == "progress")
     assert first_layer > lines.index(loads[-1])  # the load, then the forward
     assert lines[-1] == {"event": "done"}
-    service = client.app.state.service
+    service = slow_load[0].app.state.service
     wait_until(lambda: service.progress._latest == {}, "nothing left of it once both ended")
 
 
 def test_a_load_without_a_forward_is_told_too(slow_load: tuple[TestClient, threading.Event]) -> None:
     """A long input's token count waits for its model's load: the stream tells that load, then ends."""
-    client, release = slow_load
-    body = {"text": "The cat sat.", "model": "tiny/llama:Q8"}
-    _, counted = start(client, "/api/trace/tokens", body)
-    wait_until(lambda: body["model"] in client.get("/api/health").json()["loading"], "the load starts")
-    watch, watched = start(client, PROGRESS, body)
-    wait_until(lambda: bool(watch.chunks), "the stream tells the load")
-    release.set()
-    assert counted.result(TIMEOUT).status == 200
-    assert watched.result(TIMEOUT).status == 200
-    lines = events(watch.body)
+    lines = watch_a_held_load(slow_load, "/api/trace/tokens")
     assert [line["event"] for line in lines] == ["load"] * (len(lines) - 1) + ["done"]
     assert lines[-2]["step"] == lines[-2]["steps"]
