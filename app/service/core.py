@@ -99,6 +99,12 @@ def _load_needs(paths: Mapping[str, str | Path]) -> Callable[[str, object], int 
     return needs
 
 
+def result_key(source: Input, *, norms: bool) -> tuple[Hashable, ...]:
+    """The key a forward's result is cached and shared in flight under: one with the value norms kept
+    (weighting "norm") apart from one without."""
+    return cache_key("result.norms" if norms else "result", source)
+
+
 def _source(name: str, job: Job) -> Input:
     """The input a forward's job is of, as `ServiceCore._input` made it."""
     return (name, job.text, job.pair, job.new_tokens, job.chat, job.target)
@@ -205,7 +211,7 @@ class ServiceCore:
     def in_flight(self, source: Input) -> bool:
         """Work for `source` is in flight: its forward (waiting for its model's load included), or its
         model's load, whoever asked for it (a long input's token count waits for it too)."""
-        forward = any(cache_key(kind, source) in self._flights for kind in ("result", "result.norms"))
+        forward = any(result_key(source, norms=norms) in self._flights for norms in (False, True))
         return forward or self.loads.loading(source[0])
 
     # -- caching and sharing ---------------------------------------------------------------------
@@ -284,7 +290,7 @@ class ServiceCore:
         "norm": ~10-20 % more forward, so the first view, which shows weights, does not pay it). A result
         with the norms answers for the weights as well."""
         name, text, pair, new_tokens, chat, target = source
-        with_norms = cache_key("result.norms", source)
+        with_norms = result_key(source, norms=True)
         if not norms:
             hit = self.cache.get(with_norms)
             if hit is not None:
@@ -297,7 +303,7 @@ class ServiceCore:
             self._trimmer.answered(computed.nbytes)
             return computed
 
-        return await self._cached(with_norms if norms else cache_key("result", source), forward)
+        return await self._cached(with_norms if norms else result_key(source, norms=False), forward)
 
     def _attend_one(
         self, model: mha.AttentionModel, job: Job, limit: int, cancel: Callable[[], bool]
@@ -426,7 +432,6 @@ class ServiceCore:
         for job, result in zip(live, results, strict=True):
             computed = from_result(name, model, result)
             # Cached here too: a batch-mate's result is kept even if its own clients have gone.
-            kind = "result" if computed.norms is None else "result.norms"  # as _computed looks them up
-            key = cache_key(kind, _source(name, job))
+            key = result_key(_source(name, job), norms=computed.norms is not None)
             self.cache.put(key, computed, size=computed.nbytes)
             job.future.set_result(computed)
