@@ -52,6 +52,14 @@ TOKENS = 128
 TEXT = " ".join(["the quick brown fox jumps over the lazy dog"] * 40)
 
 
+def layer_float_bytes(size: str) -> int:
+    """One layer's matrices in float32: q and o (width x width), k and v (the key-value heads' rows), the
+    feed-forward's gate, up and down."""
+    shape = SIZES[size]
+    width, kv_rows = shape["width"], shape["width"] * shape["kv_heads"] // shape["heads"]
+    return 4 * width * (2 * width + 2 * kv_rows + 3 * shape["ffn"])
+
+
 def write_file(path: Path, size: str) -> None:
     """A Llama GGUF of random blocks in Q4_K_M's mix, streamed tensor by tensor (never all in memory)."""
     import gguf
@@ -261,8 +269,7 @@ def measure(size: str, path: Path, file_mib: float, cache: str) -> None:
     row("budget 0, eager", eager)
     compiled = child(CHILD, str(path), "0", TEXT, str(TOKENS), "1", cache=cache)
     row("budget 0, compiled", compiled)
-    layers, width, ffn = (SIZES[size][k] for k in ("layers", "width", "ffn"))
-    floats = 4 * layers * (2 * width * width + 2 * width * width // 4 + 3 * width * ffn)
+    floats = SIZES[size]["layers"] * layer_float_bytes(size)
     if floats < 0.6 * _available():
         every = child(CHILD, str(path), str(1 << 40), TEXT, str(TOKENS), "0", cache=cache)
         row("every layer kept", every)

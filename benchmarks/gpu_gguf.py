@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import torch
-from big_gguf import SIZES, TEXT, TOKENS, write_file
+from big_gguf import SIZES, TEXT, TOKENS, layer_float_bytes, write_file
 from gpu_run import MiB, Row, Run
 from timing import synchronize
 
@@ -81,8 +81,7 @@ def gguf(run: Run) -> None:
             {"forward_s": forward, "dequantizing_s": dequantizing, "products_s": products},
         )
     )
-    shape = SIZES[size]
-    layer_mib = 4 * shape["width"] * (2 * shape["width"] + 2 * shape["width"] // 4 + 3 * shape["ffn"]) / MiB
+    layer_mib = layer_float_bytes(size) / MiB
     if peak is not None:
         run.add(
             Row(
