@@ -54,16 +54,25 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
-# Two lanes, one a core, each about half of the suite's pytest time. One runs mypy, then in one pytest
-# process tests/app/test_fuzz.py (it shares no state with the other files, and its last test reads only
-# what its own fuzz tests recorded) and the corpus package's tests (tests/mha/test_corpus_*.py: a Ray
-# cluster, runs in subprocesses; there to even the lanes). The other runs every other file in pytest's usual
-# order: the browser tests after tests/app/ in one process (Playwright leaves an asyncio loop running).
+# Two lanes, one a core, each about half of the suite's time. One runs mypy, then in one pytest process
+# tests/app/test_fuzz.py (it shares no state with the other files, and its last test reads only what its own
+# fuzz tests recorded), tests/mha/ but for SmolLM2's file, and tests/app/test_chat_template_api.py, there to
+# even the lanes (measured with --durations=0: ~800 and ~1,040 s before it moved tests/mha/ over). The other
+# runs every other file in pytest's usual order: the browser tests after tests/app/ in one process
+# (Playwright leaves an asyncio loop running), and tests/mha/test_gguf_smollm2.py beside the browser server,
+# which reads the bundled GGUF's conversion that file makes in the lane's temporary folder.
 # Lines say "mypy:" or "first:" where they come from the first lane; either lane failing (mypy included)
 # fails the target. A plain `pytest` still runs all of it in one process. PYTEST_ARGS go to both lanes'
 # pytest (`make test PYTEST_ARGS=--durations=15`: each lane's slowest).
+# Each lane starts on one torch thread (OMP_NUM_THREADS=1; the servers they start inherit it): two
+# processes of two OpenMP threads each on two cores spin-wait against each other, and two copies of three
+# torch-heavy test files took 108 s so against 35 s on one thread each (a 2-core machine). Tests that
+# compare thread counts set theirs with torch.set_num_threads, which this does not cap.
 PYTEST_ARGS ?=
-FIRST_LANE := tests/app/test_fuzz.py $(sort $(wildcard tests/mha/test_corpus_*.py))
+FIRST_LANE := tests/app/test_fuzz.py \
+	$(filter-out tests/mha/test_gguf_smollm2.py,$(sort $(wildcard tests/mha/test_*.py))) \
+	tests/app/test_chat_template_api.py
+test: export OMP_NUM_THREADS = 1
 test: $(VENV)/.installed-dev chromium lint jstest
 	set -o pipefail; \
 	{ $(BIN)/mypy 2>&1 | sed -u 's/^/mypy: /'; typed=$$?; \
