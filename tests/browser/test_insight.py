@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 from tolerances import ROUND6, quant8
+
+from tests.browser.conftest import UNCOMPARED
 
 pytestmark = pytest.mark.browser
 
@@ -257,7 +260,7 @@ def test_flow_draws_for_short_inputs_and_explains_the_limit_for_long_ones(sessio
     assert not page.locator("#flow").is_visible()
 
 
-def test_compare_two_sentences_scores_heads_and_draws_a_b_and_diff(session: Any) -> None:
+def test_compare_two_sentences_scores_heads_and_draws_a_b_and_diff(session: Any, tiny_gpt2_dir: Path) -> None:
     page = session.open()
     page.fill("#text", SENTENCE)
     page.check("#compare")
@@ -312,23 +315,29 @@ def test_compare_two_sentences_scores_heads_and_draws_a_b_and_diff(session: Any)
     assert page.is_checked("#compare") and page.input_value("#text-b") == OTHER
     assert page.locator("#compare-ranking button.chip").count() == 10
 
-    # Another model of another shape cannot be compared: the API's reason, in the alert.
+    # Another model of another shape, not loaded yet (UNCOMPARED: no other test runs it), cannot be
+    # compared: the API's reason, in the alert.
+    config = json.loads((tiny_gpt2_dir / "config.json").read_text())
+    layers, heads = config["n_layer"], config["n_head"]
+    assert (layers, heads) != (L, H)
     page.fill("#text-b", "")
-    page.select_option("#model-b", "random")
+    page.select_option("#model-b", UNCOMPARED)
     session.run(SENTENCE)
     page.wait_for_function("() => !document.querySelector('#error').hidden")
     status, refusal = post(
-        session.base, "/api/compare", {"a": {"text": SENTENCE}, "b": {"text": SENTENCE, "model": "random"}}
+        session.base, "/api/compare", {"a": {"text": SENTENCE}, "b": {"text": SENTENCE, "model": UNCOMPARED}}
     )
-    assert status == 422 and "4 layers x 8 heads" in refusal["detail"]
+    assert status == 422 and f"{layers} layers x {heads} heads" in refusal["detail"]
     assert page.locator("#error").text_content() == f"Could not compare A and B: {refusal['detail']}"
     assert page.locator("#compare-panel").is_hidden()
     # That comparison loaded B's model: its size is known now, so the B menu turns it off, says why, and
     # B falls back to A's model (test_truth.py has the menu from the start).
-    page.wait_for_function("() => document.querySelector('#model-b option[value=random]').disabled")
-    assert "4 layers × 8 heads" in (page.get_attribute("#model-b option[value=random]", "title") or "")
+    option = f'#model-b option[value="{UNCOMPARED}"]'
+    page.wait_for_function(f"() => document.querySelector('{option}').disabled")
+    assert f"{layers} layers × {heads} heads" in (page.get_attribute(option, "title") or "")
     assert page.input_value("#model-b") == page.input_value("#model")
-    assert "B model “random” cannot be compared" in (page.locator("#state-notice").text_content() or "")
+    notice = page.locator("#state-notice").text_content() or ""
+    assert f"B model “{UNCOMPARED}” cannot be compared" in notice
 
 
 def test_markup_stays_literal_in_every_insight_view(session: Any) -> None:
