@@ -66,7 +66,7 @@ typecheck: $(VENV)/.installed-dev
 # pytest (`make test PYTEST_ARGS=--durations=15`: each lane's slowest).
 # Each lane starts on one torch thread (OMP_NUM_THREADS=1; the servers they start inherit it): two
 # processes of two OpenMP threads each on two cores spin-wait against each other, and two copies of three
-# torch-heavy test files took 108 s so against 35 s on one thread each (a 2-core machine). Tests that
+# torch-heavy test files took 108 s that way against 35 s on one thread each (a 2-core machine). Tests that
 # compare thread counts set theirs with torch.set_num_threads, which this does not cap.
 PYTEST_ARGS ?=
 FIRST_LANE := tests/app/test_fuzz.py \
