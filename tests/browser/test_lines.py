@@ -119,6 +119,7 @@ def test_pair_filter_keeps_only_lines_from_a_to_b(desktop: PageSession) -> None:
 def test_a_tap_or_enter_isolates_a_token_and_escape_clears(desktop: PageSession) -> None:
     page = desktop.open()
     desktop.run(A, pair=B)
+    page.wait_for_selector("#head-detail[data-exact=true]")  # else its arrival redraws under the keys below
     all_heads(page)
     for mode in ("layer", "head"):
         page.check(f"#lines-mode input[value={mode}]")
