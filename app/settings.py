@@ -97,10 +97,10 @@ class Settings(BaseSettings):
     # they fit and dequantized anew on each forward past that; 0 keeps none. None: mha's default, 768 MiB
     # (the bundled SmolLM2's 0.54 GB fits: as fast as a float32 model; a 1 B model's 4 GB does not).
     dequant_cache_bytes: int | None = Field(default=None, ge=0)
-    # Whether GGUF models dequantize under torch.compile (Q4_K in a quarter of the time, after a compile
-    # of 10-40 s per ggml type and process). None: where it pays, on the CPU for a model that passes its
-    # dequant_cache_bytes and so dequantizes on every forward (mha.loading.pretrained.compiled_dequant).
-    dequant_compile: bool | None = None
+    # Whether GGUF models dequantize under torch.compile, after a compile of 10-40 s per ggml type and
+    # process: faster for Q5_K and Q4_1, slower for Q6_K (Q4_K_M's attn_v and ffn_down) and the IQ types
+    # (mha.loading.gguf_packed), so off unless asked for.
+    dequant_compile: bool = False
     # -- memory across models --
     # Bytes the loaded models may hold together (AttentionModel.nbytes: weights, packed blocks, what their
     # dequantized-weight budgets keep); to load another, the least recently used are unloaded

@@ -10,11 +10,10 @@ Printed for each, each figure in a fresh process (so its peak resident memory, V
   first load     an empty HEADSCOPE_CACHE_DIR: the header hashed, config, names and tokenizer read once
   cached load    the same cache: nothing but the header read before the forward
   attend 128     two 128-token attends after the cached load, each split into the time spent dequantizing
-                 (Blocks.dequantize_into) and the rest (the matrix products, attention, norms); with
-                 HEADSCOPE_DEQUANT_CACHE_BYTES' default (and the default choice of compiling the
-                 dequantizer: mha.loading.pretrained.compiled_dequant), and with 0 (every layer dequantized
-                 each forward), eager and compiled (the first forward compiles each type, or reads
-                 inductor's disk cache)
+                 (gguf_packed.dequantize) and the rest (the matrix products, attention, norms); with
+                 HEADSCOPE_DEQUANT_CACHE_BYTES' default, and with 0 (every layer dequantized each
+                 forward), eager (the default) and compiled (HEADSCOPE_DEQUANT_COMPILE: the first forward
+                 compiles each type, or reads inductor's disk cache)
   products only  the same attend with every layer kept dequantized (a budget the size of the float32
                  model), where that fits in memory (1b): what the matrix products cost alone, the
                  reference dequantizing is held to; for 8b (26 GiB of float32) each forward's own rest
@@ -138,17 +137,18 @@ import torch
 from mha import load_pretrained
 from mha.loading import gguf_packed
 spent = [0.0]
-into = gguf_packed.Blocks.dequantize_into
-def timed(self, out, **options):
+dequantize = gguf_packed.dequantize  # every chunk of every packed layer, kept or multiplied as it comes
+def timed(*args, **options):
     began = time.perf_counter()
-    into(self, out, **options)
+    values = dequantize(*args, **options)
     spent[0] += time.perf_counter() - began
-gguf_packed.Blocks.dequantize_into = timed
+    return values
+gguf_packed.dequantize = timed
 FILE, BUDGET, TEXT, N, COMPILE = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 budget = None if BUDGET == "default" else int(BUDGET)
-compile = {"auto": None, "0": False, "1": True}[COMPILE]
+options = {} if COMPILE == "auto" else {"dequant_compile": COMPILE == "1"}  # auto: load_pretrained's default
 began = time.perf_counter()
-model = load_pretrained(FILE, device="cpu", dequant_cache_bytes=budget, dequant_compile=compile)
+model = load_pretrained(FILE, device="cpu", dequant_cache_bytes=budget, **options)
 loaded = time.perf_counter() - began
 out = {"load": loaded, "process": time.perf_counter() - start}
 packed = [m for m in model.network.modules() if isinstance(m, gguf_packed.PackedLinear)]
@@ -195,43 +195,54 @@ def child(script: str, *args: str, cache: str) -> dict[str, float]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def dequant_routes(repeats: int = 3) -> None:
+def dequant_routes(repeats: int = 5) -> None:
     """The dequantizing routes, per type of Q4_K_M's mix, on the shapes of a 1 B layer's matrices: our
-    PackedLinear's path (Blocks.dequantize_into, chunked), eager and under torch.compile as the forward
-    runs it, against the 128-token product with the same matrix."""
+    PackedLinear's path (Blocks.dequantize_into) eager in the CPU's chunks (_CPU_CHUNK_VALUES), eager in
+    chunks of 2^23 values (the GPU's, and the CPU's before: their passes leave the cache), and under
+    torch.compile, against the 128-token product with the same matrix; interleaved, the best of `repeats`."""
     import torch
     from transformers.integrations.gguf.dequant import GGML_BLOCK
 
+    from mha.loading import gguf_packed
     from mha.loading.gguf_packed import Blocks
 
-    def best(call: object) -> float:
-        times = []
-        for _ in range(repeats):
+    small = gguf_packed._CPU_CHUNK_VALUES
+
+    def timed(call: object, chunk: int = small) -> float:
+        gguf_packed._CPU_CHUNK_VALUES = chunk
+        try:
             began = time.perf_counter()
             call()  # type: ignore[operator]
-            times.append(time.perf_counter() - began)
-        return min(times)
+            return time.perf_counter() - began
+        finally:
+            gguf_packed._CPU_CHUNK_VALUES = small
 
     print(
-        "\n| matrix | type | eager | compiled (compile s) | 128-token product | eager / product "
-        "| compiled / product |"
+        f"\n| matrix | type | eager, 2^{small.bit_length() - 1} a chunk | eager, 2^23 a chunk "
+        "| compiled (compile s) | 128-token product | eager / product | compiled / product |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for kind, rows, columns, what in ((Q4_K, 8192, 2048, "ffn_up"), (Q6_K, 2048, 8192, "ffn_down")):
         data = torch.randint(0, 0x20, (rows, columns // 256 * GGML_BLOCK[kind][1]), dtype=torch.uint8)
         blocks = Blocks(data, kind, (rows, columns))
         out = torch.empty(rows, columns)
         x = torch.randn(TOKENS, columns)
-        plain = best(lambda: blocks.dequantize_into(out))  # noqa: B023 - called within the iteration
-        began = time.perf_counter()
-        blocks.dequantize_into(out, compiled=True)  # compiles the type (or reads inductor's disk cache)
-        compiling = time.perf_counter() - began
-        fast = best(lambda: blocks.dequantize_into(out, compiled=True))  # noqa: B023
-        product = best(lambda: x @ out.T)  # noqa: B023
+        compiling = timed(lambda: blocks.dequantize_into(out, compiled=True))  # noqa: B023 - compiles the type
+        routes = {
+            "eager": lambda: blocks.dequantize_into(out),  # noqa: B023 - called within the iteration
+            "large": lambda: blocks.dequantize_into(out),  # noqa: B023
+            "compiled": lambda: blocks.dequantize_into(out, compiled=True),  # noqa: B023
+            "product": lambda: x @ out.T,  # noqa: B023
+        }
+        best = dict.fromkeys(routes, float("inf"))
+        for _ in range(repeats + 1):  # the first round warms each route up, and counts only if the best
+            for route, call in routes.items():
+                best[route] = min(best[route], timed(call, 1 << 23 if route == "large" else small))
         name = {Q4_K: "Q4_K", Q6_K: "Q6_K"}[kind]
+        eager, large, fast, product = best["eager"], best["large"], best["compiled"], best["product"]
         print(
-            f"| {what} {rows} x {columns} | {name} | {plain * 1000:.0f} ms "
-            f"| {fast * 1000:.0f} ms ({compiling:.0f}) | {product * 1000:.0f} ms | {plain / product:.2f} "
+            f"| {what} {rows} x {columns} | {name} | {eager * 1000:.0f} ms | {large * 1000:.0f} ms "
+            f"| {fast * 1000:.0f} ms ({compiling:.0f}) | {product * 1000:.0f} ms | {eager / product:.2f} "
             f"| {fast / product:.2f} |",
             flush=True,
         )
@@ -275,9 +286,10 @@ def measure(size: str, path: Path, file_mib: float, cache: str) -> None:
         row("every layer kept", every)
         for label, got in (("eager", eager), ("compiled", compiled)):
             ratio = got["second_dequant"] / every["second"]
+            cost = (got["second"] - every["second"]) / every["second"]
             print(
                 f"dequantizing / products, {label} (budget 0 / every layer kept, second forwards): "
-                f"{ratio:.2f}"
+                f"{ratio:.2f} in the dequantizer; {cost:.2f} in what the forward takes longer"
             )
     else:  # 26 GiB of float32 for 8 B: each forward's own rest (products, attention, norms) stands in
         for label, got in (("eager", eager), ("compiled", compiled)):

@@ -8,7 +8,9 @@
   path, value norms, head ablation, the LM head) works unchanged; the blocks are uint8 buffers, so
   `.to(device)` moves them and `.to(float16)` leaves them, and the layer dequantizes to the dtype the
   model runs in. A fused projection whose parts have different ggml types (Q4_K_M's Q6_K attn_v beside
-  Q4_K q and k) dequantizes each part into its rows of one float matrix: no concatenation copy.
+  Q4_K q and k) dequantizes each part into its rows of one float matrix: no concatenation copy. A
+  PackedLinear that is not kept multiplies its weight a chunk of rows at a time, as each is dequantized,
+  and never makes the whole float weight.
 - `DequantBudget`: the bytes of dequantized weights a model keeps between forwards
   (HEADSCOPE_DEQUANT_CACHE_BYTES in the service). A layer keeps its float weight while the budget has
   room and dequantizes anew on each use when it has none. Layers are kept in the order first used, and a
@@ -16,12 +18,13 @@
   least-recently-used eviction would drop each layer just before its next use.
 
 The dequantizer is transformers' (`transformers.integrations.gguf.dequant.dequantize`, torch ops, on the
-device the blocks are on); for a type its torch code lacks (Q5_0, Q5_1), gguf's numpy one. A model whose
-dequantized weights pass its budget dequantizes on every forward; on the CPU its budget then says
-`compiled`, and transformers' dequantizer runs under torch.compile (one compile per ggml type, shapes
-dynamic; the same values, Q4_K in a quarter of the time: eager torch runs each of a K-quant's dozen
-steps as its own pass over memory, inductor fuses them into one loop; Q6_K's byte reinterpretations it
-does not fuse, so Q6_K gains little: docs/design.md). Where inductor cannot compile (no C++ compiler),
+device the blocks are on); for a type its torch code lacks (Q5_0, Q5_1), gguf's numpy one. It runs a
+chunk of rows at a time, on the CPU a chunk small enough that its dozen passes stay in cache (what decides
+its speed: _CPU_CHUNK_VALUES). `compiled` (opt-in, HEADSCOPE_DEQUANT_COMPILE) runs it under torch.compile
+instead, one compile per ggml type (10-40 s cold), shapes dynamic, the same values. Inductor fuses the
+steps into one loop, which pays for Q5_K and Q4_1, is even for Q4_K and Q2_K, and is 3-5x slower for Q6_K
+and the IQ types, whose byte reinterpretations (`view(torch.int8)`, a float16 field read from the
+blocks) it turns into scalar gathers: docs/design.md. Where inductor cannot compile (no C++ compiler),
 the eager code runs, with one warning.
 """
 
@@ -30,7 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -52,7 +55,12 @@ logger = logging.getLogger(__name__)
 # What a model keeps dequantized by default: the bundled SmolLM2's layers and tied head in float32
 # (0.54 GB) fit, a 1 B model's (4 GB) do not, so those dequantize on every forward within file + 1 layer.
 DEFAULT_DEQUANT_CACHE_BYTES = 768 << 20
-# Rows dequantized at once: bounds the dequantizer's temporaries (a few times its output) to ~100 MB.
+# Values dequantized at once. The dequantizer runs each of a K-quant's dozen steps as its own torch op,
+# a pass over a chunk and its temporaries (a few times its float32 output). On the CPU a chunk of 2^19
+# values (2 MiB out, ~8 MiB with temporaries) keeps those passes in cache: Q4_K and Q6_K dequantize 2.5-4x
+# faster than in chunks of 2^23, whose passes go to memory (docs/design.md). On a GPU the cache is not what
+# limits, kernel launches are: 2^23 values, temporaries bounded to ~100 MB.
+_CPU_CHUNK_VALUES = 1 << 19
 _CHUNK_VALUES = 1 << 23
 
 
@@ -87,16 +95,22 @@ class Blocks:
     def dequantize_into(self, out: torch.Tensor, *, compiled: bool = False) -> None:
         """Fill `out` (rows, columns) with the values, a chunk of rows at a time (`compiled`: see
         dequantize)."""
+        for start, values in self.chunks(compiled=compiled):
+            out[start : start + values.shape[0]] = values
+
+    def chunks(self, *, compiled: bool = False) -> Iterator[tuple[int, torch.Tensor]]:
+        """(first row, those rows' float32 values), a chunk of rows at a time, in transformers' row order
+        (`compiled`: see dequantize)."""
         rows, columns = self.shape
-        step = max(1, _CHUNK_VALUES // columns)
+        at_once = _CPU_CHUNK_VALUES if self.data.device.type == "cpu" else _CHUNK_VALUES
+        step = max(1, at_once // columns)
         for start in range(0, rows, step):
             chunk = (
                 self.data[start : start + step]
                 if self.rows is None
                 else self.data[self.rows[start : start + step]]
             )
-            values = dequantize(chunk, self.ggml_type, columns, compiled=compiled)
-            out[start : start + chunk.shape[0]] = values
+            yield start, dequantize(chunk, self.ggml_type, columns, compiled=compiled)
 
 
 def dequantize(blocks: torch.Tensor, ggml_type: int, columns: int, *, compiled: bool = False) -> torch.Tensor:
@@ -174,6 +188,10 @@ class DequantBudget:
         self.compiled = compiled
         self._lock = threading.Lock()
 
+    def has_room(self, nbytes: int) -> bool:
+        """Whether `nbytes` more would fit now (a hint: take decides)."""
+        return self.used + nbytes <= self.limit
+
     def take(self, nbytes: int) -> bool:
         with self._lock:
             if self.used + nbytes > self.limit:
@@ -219,20 +237,26 @@ class _Packed(nn.Module):
             return kept
         device = self._buffer("blocks", 0).device
         out = torch.empty(sum(self.row_counts), self.columns, dtype=self.dtype, device=device)
-        start = 0
-        for i, (kind, count) in enumerate(zip(self.kinds, self.row_counts, strict=True)):
-            data = self._buffer("blocks", i)
-            if kind is None:
-                out[start : start + count] = data
-            else:
-                order = self._buffers.get(f"order{i}")
-                blocks = Blocks(data, kind, (count, self.columns), order)
-                blocks.dequantize_into(out[start : start + count], compiled=self.budget.compiled)
-            start += count
+        for start, values in self._chunks():
+            out[start : start + values.shape[0]] = values
         with self._lock:
             if self._kept is None and self.budget.take(out.numel() * out.element_size()):
                 self._kept = out
         return out
+
+    def _chunks(self) -> Iterator[tuple[int, torch.Tensor]]:
+        """(first row, those rows of the weight in the model's dtype), a chunk of rows at a time: each
+        part's blocks in Blocks.chunks' chunks, a float part whole."""
+        start = 0
+        for i, (kind, count) in enumerate(zip(self.kinds, self.row_counts, strict=True)):
+            data = self._buffer("blocks", i)
+            if kind is None:
+                yield start, data.to(self.dtype)
+            else:
+                blocks = Blocks(data, kind, (count, self.columns), self._buffers.get(f"order{i}"))
+                for first, values in blocks.chunks(compiled=self.budget.compiled):
+                    yield start + first, values.to(self.dtype)
+            start += count
 
     def _buffer(self, prefix: str, i: int) -> torch.Tensor:
         found = self._buffers[f"{prefix}{i}"]
@@ -272,7 +296,18 @@ class PackedLinear(_Packed):
         self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        nbytes = self.out_features * self.in_features * torch.finfo(self.dtype).bits // 8
+        if self._kept is not None or self.budget.has_room(nbytes):
+            return F.linear(x, self.weight, self.bias)  # kept, or about to be
+        # Not kept: each chunk of rows is multiplied while it is still in cache, and the whole float weight
+        # is never made. Writing it would cost as much again as the dequantizing: its fresh memory faults
+        # in page by page (docs/design.md).
+        bias = self.bias
+        outs = [
+            F.linear(x, values, None if bias is None else bias[start : start + values.shape[0]])
+            for start, values in self._chunks()
+        ]
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, ggml_types={self.kinds}"

@@ -20,7 +20,6 @@ from types import SimpleNamespace
 from typing import cast
 
 import torch
-from torch import nn
 
 from mha.core.layers import cast_network
 from mha.devices import resolve_device, resolve_dtype
@@ -32,7 +31,7 @@ from mha.loading.checkpoint_files import Checked, check_conversion, check_files
 from mha.loading.convert import Converter, convert_state_dict
 from mha.loading.convert.base import build_network as make_network
 from mha.loading.convert.base import forced_tokens
-from mha.loading.gguf_packed import DEFAULT_DEQUANT_CACHE_BYTES, Blocks, DequantBudget, PackedLinear
+from mha.loading.gguf_packed import DEFAULT_DEQUANT_CACHE_BYTES, Blocks, DequantBudget
 from mha.loading.load_progress import Progress, Stages, report
 from mha.networks.model import Transformer, TransformerConfig
 from mha.networks.result import AttentionResult, ModelInfo, Seq2SeqResult
@@ -57,9 +56,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# Float32 bytes dequantized on every forward from which the dequantizer is compiled by default
-# (compiled_dequant): eager torch dequantizes ~0.4 GB/s on a 2-core CPU, so 1 GiB is ~2.5 s a forward.
-COMPILE_FROM_BYTES = 1 << 30
 # A load's stages and their shares of its progress bar (mha.loading.load_progress), from where a first load
 # spends its time: a GGUF's conversion (transformers reading its config and tokenizer: ~70 % of the bundled
 # SmolLM2's first load; dropped when cached), its tensors read, its weights taken (their scales checked),
@@ -89,7 +85,7 @@ def load_pretrained(
     dtype: str | torch.dtype | None = None,
     name: str | None = None,
     dequant_cache_bytes: int | None = None,
-    dequant_compile: bool | None = None,
+    dequant_compile: bool = False,
     progress: Progress | None = None,
 ) -> AttentionModel:
     """A Hugging Face checkpoint directory (an encoder, a decoder, or an encoder-decoder of
@@ -98,8 +94,7 @@ def load_pretrained(
     after), in our layers. A GGUF's quantized matrices stay as their ggml blocks, dequantized layer by
     layer in the forward (mha.loading.gguf_packed); up to `dequant_cache_bytes` of dequantized weights
     are kept between forwards (None: DEFAULT_DEQUANT_CACHE_BYTES). `dequant_compile` runs the dequantizer
-    under torch.compile (None: where it pays, on the CPU for a model whose dequantized weights pass that
-    budget, so that it dequantizes on every forward; compiled_dequant).
+    under torch.compile: opt-in, as it is slower for Q6_K and about even for Q4_K (mha.loading.gguf_packed).
 
     path None or "all-MiniLM-L6-v2" is the embedded default. A path that is not a directory is taken as a
     hub id and fetched only then (needs the network). The tokenizer comes from the checkpoint's own files.
@@ -134,7 +129,7 @@ def load_pretrained(
             DEFAULT_DEQUANT_CACHE_BYTES if dequant_cache_bytes is None else dequant_cache_bytes
         )
         built, gguf_head = _gguf_network(gguf_file, directory, checked, budget, stages)
-        budget.compiled = compiled_dequant(built, budget, torch_device, dequant_compile)
+        budget.compiled = dequant_compile
     else:
         built = build_network(config, converter, weight_files, progress=stages.stage("weights"))
     report(stages.stage("build"), 1, 1)
@@ -270,26 +265,6 @@ def _gguf_network(
         return head.dense() if isinstance(head, Blocks) else head
 
     return network, read
-
-
-def compiled_dequant(
-    network: nn.Module, budget: DequantBudget, device: torch.device, wanted: bool | None
-) -> bool:
-    """Whether `network`'s packed layers dequantize under torch.compile (`wanted`; None: where it pays).
-
-    Compiling a ggml type takes 10-40 s once a process (inductor keeps the code on disk: about 2 s in a
-    later one), then dequantizes Q4_K in a quarter of the time. That pays where every forward dequantizes
-    much: the float weights past the model's budget (the layers it keeps are dequantized once) are at least
-    COMPILE_FROM_BYTES, about 2.5 s of eager dequantizing a forward here, so the compile is earned back
-    within a few forwards. The bundled SmolLM2 keeps all its layers and never compiles. On CUDA the eager
-    kernels are a small part of a forward and inductor needs Triton: never by default."""
-    if wanted is not None:
-        return wanted
-    floats = sum(
-        module.out_features * module.in_features * 4 if isinstance(module, PackedLinear) else 0
-        for module in network.modules()
-    )
-    return device.type == "cpu" and floats - budget.limit >= COMPILE_FROM_BYTES
 
 
 def random_model(

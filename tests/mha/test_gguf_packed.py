@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from gguf_files import assert_attends_as, transformers_of, write_gguf
-from tolerances import FORWARD
+from tolerances import FORWARD, U32
 
 from mha import load_pretrained
 from mha.errors import CheckpointNotFoundError
@@ -122,29 +122,40 @@ def test_a_nan_scale_is_refused_at_load(source: Path, tmp_path: Path) -> None:
         load_pretrained(file, device="cpu")
 
 
-def test_the_dequantizer_is_compiled_where_a_forward_dequantizes_much(
-    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q6_K"])
+def test_the_cpus_small_chunks_give_the_values_of_one_chunk(
+    qtype: str, source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """compiled_dequant's default: on the CPU, once the float weights past the model's budget reach
-    COMPILE_FROM_BYTES; an explicit choice wins; never by default on CUDA."""
-    from mha.loading import pretrained
-    from mha.loading.gguf_packed import DequantBudget
-    from mha.loading.pretrained import compiled_dequant
+    """On the CPU a matrix dequantizes in chunks of rows small enough to stay in cache (_CPU_CHUNK_VALUES):
+    bit for bit the values of the whole matrix at once, the rotary rows' order (a gather per chunk) and a
+    last, shorter chunk included; eager unless compiling is asked for; and the forward's product, chunk by
+    chunk, is the whole weight's up to the order of its sums."""
+    from mha.loading import gguf_packed
 
-    model = load_pretrained(_file(source, tmp_path, "Q8_0"), device="cpu", dequant_cache_bytes=0)
-    budget = next(m for m in model.network.modules() if isinstance(m, PackedLinear)).budget
-    assert budget.compiled is False  # a tiny model dequantizes a few MB a forward: compiling never pays
-    network = model.network
-    floats = sum(m.in_features * m.out_features * 4 for m in network.modules() if isinstance(m, PackedLinear))
-    cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    COMPILE_FROM_BYTES = 1000  # a tiny model's scale of the 1 GiB default
-    monkeypatch.setattr(pretrained, "COMPILE_FROM_BYTES", COMPILE_FROM_BYTES)
-    assert compiled_dequant(network, DequantBudget(floats - COMPILE_FROM_BYTES), cpu, None)
-    assert not compiled_dequant(network, DequantBudget(floats - COMPILE_FROM_BYTES + 1), cpu, None)
-    assert not compiled_dequant(network, DequantBudget(floats), cpu, None)  # every layer kept
-    assert not compiled_dequant(network, DequantBudget(floats - COMPILE_FROM_BYTES), cuda, None)
-    assert compiled_dequant(network, DequantBudget(0), cuda, True)
-    assert not compiled_dequant(network, DequantBudget(floats - COMPILE_FROM_BYTES), cpu, False)
+    model = load_pretrained(_file(source, tmp_path, qtype), device="cpu", dequant_cache_bytes=0)
+    packed = [m for m in model.network.modules() if isinstance(m, PackedLinear)]
+    assert packed and not any(m.budget.compiled for m in packed)
+    ordered = [
+        m for m in packed if any(name.startswith("order") and b is not None for name, b in m.named_buffers())
+    ]
+    assert ordered  # q and k: llama.cpp permuted their rows
+    layers = [ordered[0], packed[-1]]
+    monkeypatch.setattr(gguf_packed, "_CPU_CHUNK_VALUES", 1 << 40)
+    whole = [m.weight for m in layers]
+    monkeypatch.setattr(gguf_packed, "_CPU_CHUNK_VALUES", 3 * 256)  # 3 rows of 256 columns a chunk
+    assert all(m.weight.shape[0] % 3 for m in layers)  # the last chunk is a shorter one
+    for layer, expected in zip(layers, whole, strict=True):
+        assert torch.equal(layer.weight, expected)
+    # A layer not kept multiplies each chunk as it comes and never makes the whole weight. Against one
+    # product with the whole weight only the order of each output's float32 sum of k terms can differ
+    # (another kernel for a 3-row chunk): each sum is within gamma_k·Σ|x·w| of the exact one (Higham's bound).
+    generator = torch.Generator().manual_seed(0)
+    for layer, weight in zip(layers, whole, strict=True):
+        assert layer._kept is None
+        x = torch.randn(5, layer.in_features, generator=generator)
+        k = layer.in_features
+        bound = 2 * k * U32 / (1 - k * U32) * (x.abs() @ weight.abs().T)  # 2 gamma_k: one per side
+        assert ((layer(x) - torch.nn.functional.linear(x, weight)).abs() <= bound).all()
 
 
 def test_the_compiled_dequantizer_gives_the_same_attention(
