@@ -251,6 +251,7 @@ function cancel() {
   $("status").textContent = "Cancelled";
   document.body.dataset.state = "idle";
   if (current) markStale(current.query); // the form holds the cancelled text; the screen still the last run
+  learnSizes(); // a load the cancelled run waited for may have ended: its menu entry says its size
 }
 
 /** Compare's B menu after A's model or a size changed: models of another shape off, with the reason. */
@@ -259,10 +260,13 @@ function refreshB() {
   if (was && $("compare").checked) notices.set("bmodel", modelBNotice(was, known.models, $("model").value));
 }
 
-/** After a comparison B's model is loaded: learn its size, so the B menu can say what pairs with A. */
-async function learnSizes(signal) {
+/**
+ * Learn the sizes of models loaded since the menus were labelled: after a comparison (B's model), a cancel
+ * (a load that went on without a run to answer), and when a menu is about to be read (another tab's load).
+ */
+async function learnSizes(signal = null) {
   const entries = (await fetchModels().catch(() => ({ models: [] }))).models;
-  if (!signal.aborted && learnEntries(entries)) refreshB();
+  if (!signal?.aborted && learnEntries(entries)) refreshB();
 }
 
 function select(layer, head) {
@@ -309,6 +313,7 @@ async function boot() {
   notices.set("link", ignoredNotice(ignoredParams()));
   refreshB();
   $("model").addEventListener("change", refreshB);
+  for (const menu of [$("model"), $("modelB")]) menu.addEventListener("focus", () => learnSizes());
   renderExamples(
     $("examples"),
     ({ text, pair, model, chat = false, newTokens = 0 }) => {

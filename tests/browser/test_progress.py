@@ -25,11 +25,14 @@ from benchmarks.launch import free_port, healthy
 from mha.core.layers import Block
 from mha.loading import checkpoint
 from tests.browser.conftest import SERVER_START_S, PageSession
+from tests.browser.test_page import post
 
 pytestmark = pytest.mark.browser
 
 SLOW_LOAD = "slow-load"  # the tiny Llama, its load held until released
 SLOW_LONG = "slow-load-long"  # the same, loaded by a long text's token count first
+CANCELLED = "loaded-then-cancelled"  # the same, first loaded by a run that is cancelled in its forward
+ELSEWHERE = "loaded-elsewhere"  # the same, first loaded by a request from outside the page
 LONG_TEXT = "The cat sat on the mat. " * 30  # 720 bytes: past the 512 the page takes without counting
 LAYERS = 6  # the embedded MiniLM's
 HELD = 4  # the layer (0-based) a slow forward waits at until the test has cancelled it
@@ -63,7 +66,7 @@ def slow_server(tiny_checkpoints: dict[str, Path]) -> Iterator[Server]:
         device="cpu",
         threads=1,
         log_level="warning",
-        models={SLOW_LOAD: tiny, SLOW_LONG: tiny},
+        models={SLOW_LOAD: tiny, SLOW_LONG: tiny, CANCELLED: tiny, ELSEWHERE: tiny},
         allowed_hosts=["127.0.0.1"],
         bundled_llm=False,
         discover=False,
@@ -224,3 +227,51 @@ def test_a_slow_load_shows_its_bar_until_the_model_is_ready(
     # The long text's load was waited for by its token count (no forward yet), the short one's by its answer.
     counted = any("/api/trace/tokens" in url for url in desktop.requests)
     assert counted == (model == SLOW_LONG)
+
+
+def option_text(page: Any, model: str) -> str:
+    return page.locator(f'#model option[value="{model}"]').text_content() or ""
+
+
+def wait_for_size(page: Any, model: str) -> None:
+    """Until `model`'s menu entry says its size ("… — 2 layers × 4 heads …")."""
+    page.wait_for_function(
+        "(name) => [...document.querySelectorAll('#model option')]"
+        ".find((o) => o.value === name).textContent.includes('layers ×')",
+        arg=model,
+    )
+
+
+def test_a_model_loaded_by_a_cancelled_run_says_its_size(desktop: PageSession, slow_server: Server) -> None:
+    """The run's answer is what tells the menu a model's size; a cancelled run has none, so the page asks
+    the model list, and the entry no longer says "loads on first use"."""
+    page, server = desktop.page, slow_server
+    server.release_load.set()
+    SLOW["seconds"] = 0.5
+    server.ended.clear()
+    server.go.clear()
+    server.hold_at = server.layers_run + 1  # its first layer waits: past the 2 s after which Cancel shows
+    try:
+        assert "loads on first use" in option_text(page, CANCELLED)
+        start_run(desktop, "Loaded, then cancelled in its first layer.", model=CANCELLED)
+        page.click("#trace-cancel")
+        page.wait_for_function("() => document.querySelector('#status').textContent === 'Cancelled'")
+        wait_for_size(page, CANCELLED)
+    finally:
+        SLOW["seconds"] = 0.0
+        server.hold_at = None
+        server.go.set()
+    assert server.ended.wait(WAIT_MS / 1000)
+    assert "loads on first use" not in option_text(page, CANCELLED)
+
+
+def test_a_model_loaded_elsewhere_says_its_size_when_the_menu_is_reached(
+    desktop: PageSession, slow_server: Server
+) -> None:
+    """Another tab (or a script) loads a model: the menu learns its size when it gets the focus."""
+    page = desktop.page
+    slow_server.release_load.set()
+    assert "loads on first use" in option_text(page, ELSEWHERE)
+    post(desktop.base, "/api/attention", {"text": "Loaded from outside the page.", "model": ELSEWHERE})
+    page.focus("#model")
+    wait_for_size(page, ELSEWHERE)
