@@ -5,6 +5,7 @@ float32 copy fits, by transformers' from_pretrained(gguf_file=...), on the CPU.
   1b  16 layers, width 2048, feed-forward 8192, 32 query / 8 key-value heads, 128,256 tokens (~0.9 GB)
   8b  Llama 3 8B: 32 layers, 4096, 14336, 32 / 8 heads, 128,256 tokens (~4.9 GB; --sizes 1b,8b: writing
       it takes minutes and 5 GB of disk, and one forward dequantizes 7.5 G weights)
+  tiny  2 layers, 256, 512, 4 / 2 heads, 1,000 tokens: a rehearsal of the script, in seconds
 
 Printed for each, each figure in a fresh process (so its peak resident memory, VmHWM, is its own):
   first load     an empty HEADSCOPE_CACHE_DIR: the header hashed, config, names and tokenizer read once
@@ -47,6 +48,8 @@ Q4_K, Q6_K = 12, 14  # ggml type ids
 SIZES = {
     "1b": {"layers": 16, "width": 2048, "ffn": 8192, "heads": 32, "kv_heads": 8, "vocab": 128_256},
     "8b": {"layers": 32, "width": 4096, "ffn": 14_336, "heads": 32, "kv_heads": 8, "vocab": 128_256},
+    # A rehearsal (gpu_gguf.py --quick): the same mix in a second, 2 layers and a small vocabulary.
+    "tiny": {"layers": 2, "width": 256, "ffn": 512, "heads": 4, "kv_heads": 2, "vocab": 1000},
 }
 TOKENS = 128
 TEXT = " ".join(["the quick brown fox jumps over the lazy dog"] * 40)
@@ -281,7 +284,7 @@ def measure(size: str, path: Path, file_mib: float, cache: str) -> None:
         f"MiB), cached {cached['load']:.1f} s (process {cached['process']:.1f} s)",
         flush=True,
     )
-    goal = file_mib + 1536 if size == "1b" else 8000 / 1.048576
+    goal = 8000 / 1.048576 if size == "8b" else file_mib + 1536
     print("| attend 128 tokens | forward | dequantizing | the rest | peak RSS MiB | goal MiB |")
     print("|---|---|---|---|---|---|", flush=True)
 
@@ -375,7 +378,7 @@ def run(size: str, folder: Path, *, theirs: bool, keep: bool) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1b", help="comma-separated: 1b, 8b")
+    parser.add_argument("--sizes", default="1b", help="comma-separated: 1b, 8b, tiny")
     parser.add_argument("--folder", type=Path, default=Path(tempfile.gettempdir()))
     parser.add_argument("--keep", action="store_true", help="keep the written files")
     parser.add_argument("--no-theirs", action="store_true", help="skip transformers")
@@ -387,7 +390,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     dequant_routes()
     for size in args.sizes.split(","):
-        theirs = not args.no_theirs and size == "1b"  # 8b in float32: 32 GB
+        theirs = not args.no_theirs and size != "8b"  # 8b in float32: 32 GB
         run(size, args.folder, theirs=theirs, keep=args.keep)
 
 

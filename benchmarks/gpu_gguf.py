@@ -18,12 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from big_gguf import SIZES, TEXT, TOKENS, layer_float_bytes, write_file
+from big_gguf import TEXT, TOKENS, layer_float_bytes, write_file
 from gpu_run import MiB, Row, Run
 from timing import synchronize
-
-# --quick's file: what the rehearsal writes in a second (the same mix, 2 layers, a small vocabulary)
-SIZES.setdefault("tiny", {"layers": 2, "width": 256, "ffn": 512, "heads": 4, "kv_heads": 2, "vocab": 1000})
 
 
 def gguf(run: Run) -> None:
