@@ -183,6 +183,10 @@ export function renderTokenView(container, spec) {
     event.stopPropagation(); // the page's arrow keys move the head selection; here they move in the drawing
   });
 
+  // A redraw (the exact head arriving, a swatch) replaces the drawing: keyboard focus stays in it, or the
+  // next arrow key would move the page's head selection instead of the cursor.
+  const focused = container.contains(document.activeElement);
   container.replaceChildren(root);
+  if (focused) root.focus({ preventScroll: true });
   return { drawn: lines.length, threshold, cut };
 }

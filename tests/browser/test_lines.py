@@ -147,6 +147,29 @@ def test_a_tap_or_enter_isolates_a_token_and_escape_clears(desktop: PageSession)
         assert (after["layer"], after["head"]) == (before["layer"], before["head"])
 
 
+def test_a_redraw_keeps_the_keyboard_in_the_lines(desktop: PageSession) -> None:
+    """The drawing is replaced on each redraw (another filter here; the exact head arriving, in use): the
+    focus goes to the new one, so the next arrow key moves the token cursor, not the head selection."""
+    page = desktop.open()
+    desktop.run(A, pair=B)
+    page.wait_for_selector("#head-detail[data-exact=true]")
+    all_heads(page)
+    page.focus("#token-lines svg")
+    before = parse_qs(urlparse(page.url).query)
+    drawing = page.query_selector("#token-lines svg")
+    # A change that moves no focus: the pair filter set from a script, as the exact head's arrival is.
+    page.evaluate(
+        "() => { const s = document.querySelector('#lines-pairs'); s.value = 'ab'; "
+        "s.dispatchEvent(new Event('change', { bubbles: true })); }"
+    )
+    page.wait_for_function("(old) => !old.isConnected", arg=drawing)
+    assert page.evaluate("document.activeElement === document.querySelector('#token-lines svg')")
+    page.keyboard.press("ArrowDown")
+    assert page.locator("#token-lines text.left.cursor").count() == 1
+    after = parse_qs(urlparse(page.url).query)
+    assert (after["layer"], after["head"]) == (before["layer"], before["head"])
+
+
 def read(page: Any) -> tuple[int, int, str, str, float]:
     text = page.text_content("#lines-readout")
     match = READOUT.match(text or "")
