@@ -250,16 +250,17 @@ def dequant_routes(repeats: int = 5) -> None:
         out = torch.empty(rows, columns)
         x = torch.randn(TOKENS, columns)
         compiling = timed(lambda: blocks.dequantize_into(out, compiled=True))  # noqa: B023 - compiles the type
-        routes = {
-            "eager": lambda: blocks.dequantize_into(out),  # noqa: B023 - called within the iteration
-            "large": lambda: blocks.dequantize_into(out),  # noqa: B023
-            "compiled": lambda: blocks.dequantize_into(out, compiled=True),  # noqa: B023
-            "product": lambda: x @ out.T,  # noqa: B023
+        fill = lambda: blocks.dequantize_into(out)  # noqa: B023, E731 - called within the iteration
+        routes = {  # each route's call, and the chunk it runs in
+            "eager": (fill, small),
+            "large": (fill, 1 << 23),
+            "compiled": (lambda: blocks.dequantize_into(out, compiled=True), small),  # noqa: B023
+            "product": (lambda: x @ out.T, small),  # noqa: B023
         }
         best = dict.fromkeys(routes, float("inf"))
         for _ in range(repeats + 1):  # the first round warms each route up, and counts only if the best
-            for route, call in routes.items():
-                best[route] = min(best[route], timed(call, 1 << 23 if route == "large" else small))
+            for route, (call, chunk) in routes.items():
+                best[route] = min(best[route], timed(call, chunk))
         name = {Q4_K: "Q4_K", Q6_K: "Q6_K"}[kind]
         eager, large, fast, product = best["eager"], best["large"], best["compiled"], best["product"]
         print(
