@@ -56,8 +56,9 @@ typecheck: $(VENV)/.installed-dev
 
 # Two lanes, one a core, each about half of the suite's time. One runs mypy, then in one pytest process
 # tests/app/test_fuzz.py (it shares no state with the other files, and its last test reads only what its own
-# fuzz tests recorded), tests/mha/ but for SmolLM2's file, and tests/app/test_chat_template_api.py, there to
-# even the lanes (measured with --durations=0: ~800 and ~1,040 s before it moved tests/mha/ over). The other
+# fuzz tests recorded), tests/mha/ but for SmolLM2's file, and six more files of tests/app/, there to even
+# the lanes (measured with --durations=0: ~800 and ~1,040 s before it moved tests/mha/ over; ~750 and ~960 s
+# once the fuzz took a third less, before five of those six moved: ~60 s of lane 2's). The other
 # runs every other file in pytest's usual order: the browser tests after tests/app/ in one process
 # (Playwright leaves an asyncio loop running), and tests/mha/test_gguf_smollm2.py beside the browser server,
 # which reads the bundled GGUF's conversion that file makes in the lane's temporary folder.
@@ -71,7 +72,8 @@ typecheck: $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 FIRST_LANE := tests/app/test_fuzz.py \
 	$(filter-out tests/mha/test_gguf_smollm2.py,$(sort $(wildcard tests/mha/test_*.py))) \
-	tests/app/test_chat_template_api.py
+	tests/app/test_chat_template_api.py tests/app/test_streaming.py tests/app/test_access_log.py \
+	tests/app/test_effects_api.py tests/app/test_models_budget.py tests/app/test_trace_api.py
 test: export OMP_NUM_THREADS = 1
 test: $(VENV)/.installed-dev chromium lint jstest
 	set -o pipefail; \
