@@ -234,7 +234,8 @@ CLIENT.trust_env = False
 # Each request as sent (steered) -> how often it was drawn. Steering makes many draws one request: the
 # coverage phase draws each registered name of the `model` enum (~20), and _steer names the family for each.
 # Of the per-family fuzz's calls, 45 % repeated one already sent. The same request to the same app gets the
-# same answer, so each is sent twice (its forward, then the cache's answer) and further draws of it are not.
+# same answer, so each is sent twice (the second time, on a route that caches, the cache answers it) and
+# further draws of it are not.
 sent: Counter[str] = Counter()
 
 # "POST /path" -> the models that answered it with a 200.
@@ -338,7 +339,7 @@ def _check(case, model: str | None) -> None:  # type: ignore[no-untyped-def]
     )
     sent[request] += 1
     if sent[request] > 2:
-        return  # answered and checked twice already, the second time from the cache
+        return  # answered and checked twice already
     refusals.clear()
     response = case.call(session=CLIENT)
     # The one documented 5xx is 503 for a registered model whose checkpoint is broken: here the store
