@@ -57,8 +57,8 @@ typecheck: $(VENV)/.installed-dev
 # Two lanes, one a core, each about half of the suite's time. One runs mypy, then in one pytest process
 # tests/app/test_fuzz.py (it shares no state with the other files, and its last test reads only what its own
 # fuzz tests recorded), tests/mha/ but for SmolLM2's file, and six more files of tests/app/, there to even
-# the lanes (measured with --durations=0: ~800 and ~1,040 s before it moved tests/mha/ over; ~750 and ~960 s
-# once the fuzz took a third less, before five of those six moved: ~60 s of lane 2's). The other
+# the lanes (measured with --durations=0: ~800 and ~1,040 s before it moved tests/mha/ over; the last five,
+# ~60 s of lane 2's, moved when the fuzz took a third less: a fresh clone's lanes then took 14:48 and 15:34). The other
 # runs every other file in pytest's usual order: the browser tests after tests/app/ in one process
 # (Playwright leaves an asyncio loop running), and tests/mha/test_gguf_smollm2.py beside the browser server,
 # which reads the bundled GGUF's conversion that file makes in the lane's temporary folder.
