@@ -32,8 +32,6 @@ WHEELS = (
     "annotated-types",
     "annotated-doc",
     "typing-inspection",
-    "plotly",
-    "narwhals",
     "opentelemetry-api",
     "transformers",
     "regex",

@@ -1,15 +1,16 @@
-"""The page: GET / renders the Jinja2 template; plotly.js is served from the installed plotly package."""
+"""The page: GET / renders the Jinja2 template; plotly.js is served from static/vendor/plotly/ (its VERSION
+says which bundle, and why a partial one)."""
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-import plotly
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
@@ -21,9 +22,22 @@ from app.service import FLOW_MAX_TOKENS
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=Path(__file__).resolve().parents[2] / "templates")
 
-PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
+PLOTLY_JS = Path(__file__).resolve().parents[2] / "static" / "vendor" / "plotly" / "plotly-cartesian.min.js"
 PLOTLY_PATH = "/static/vendor/plotly.min.js"
-# The URL carries the plotly version, so a browser may keep the file until the package changes.
+
+
+def _bundle_version(path: Path) -> str:
+    """The version the bundle's banner names ("plotly.js (cartesian - minified) v4.1.1")."""
+    with path.open(encoding="utf-8") as bundle:
+        banner = re.search(r"plotly\.js .*?v(\d+\.\d+\.\d+)", bundle.read(200))
+    if banner is None:
+        raise RuntimeError(f"{path} names no plotly.js version in its banner")
+    return banner.group(1)
+
+
+# The URL carries the bundle's version, so a browser may keep the file until it changes.
+PLOTLY_VERSION = _bundle_version(PLOTLY_JS)
+PLOTLY_URL = f"{PLOTLY_PATH}?v={PLOTLY_VERSION}"
 PLOTLY_CACHE = "public, max-age=31536000, immutable"
 
 
@@ -49,7 +63,7 @@ def index(request: Request, service: ServiceDep, settings: SettingsDep) -> HTMLR
     context = {
         "data": data,
         "static_prefix": f"{root}/static",
-        "plotly_url": f"{root}{PLOTLY_PATH}?v={plotly.__version__}",
+        "plotly_url": f"{root}{PLOTLY_URL}",
     }
     return templates.TemplateResponse(request, "index.html", context)
 
@@ -58,7 +72,7 @@ def index(request: Request, service: ServiceDep, settings: SettingsDep) -> HTMLR
 def corpus(request: Request) -> HTMLResponse:
     """The Corpus view: finished corpus runs (HEADSCOPE_RUNS_DIR), which it fetches itself."""
     root = request.scope.get("root_path", "")
-    context = {"static_prefix": f"{root}/static", "plotly_url": f"{root}{PLOTLY_PATH}?v={plotly.__version__}"}
+    context = {"static_prefix": f"{root}/static", "plotly_url": f"{root}{PLOTLY_URL}"}
     return templates.TemplateResponse(request, "corpus.html", context)
 
 
@@ -73,7 +87,7 @@ def docs(request: Request) -> HTMLResponse:
 
 @lru_cache(maxsize=1)
 def _plotly_gzip() -> tuple[bytes, str]:
-    # 4.8 MB of JavaScript is ~1.4 MB gzipped: compress once per process, not per request.
+    # 1.5 MB of JavaScript is 0.5 MB gzipped: compress once per process, not per request.
     body = gzip.compress(PLOTLY_JS.read_bytes(), compresslevel=6, mtime=0)
     return body, '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
 
