@@ -25,6 +25,31 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's; `make chromium` installs it
+# Playwright's own --disable-features (playwright-core's chromiumSwitches.ts, 1.65). Chromium keeps only the
+# last --disable-features it is given, so ours repeats them; tests/browser/test_launch.py checks that the
+# installed Playwright asks for no other.
+PLAYWRIGHT_DISABLED_FEATURES = (
+    "AvoidUnnecessaryBeforeUnloadCheckSync",
+    "DestroyProfileOnBrowserClose",
+    "HttpsUpgrades",
+    "HttpsFirstBalancedModeAutoEnable",
+    "LensOverlay",
+    "MediaRouter",
+    "PaintHolding",
+    "ThirdPartyStoragePartitioning",
+    "AvoidCorsURLLoaderRestartOnRedirect",
+    "TcpPortRandomizationWin",
+    "OptimizationHints",
+    "NetworkTimeServiceQuerying",
+    "AimEnabled",
+    "PreconnectToSearch",
+    "msForceBrowserSignIn",
+    "msEdgeUpdateLaunchServicesPreferredVersion",
+)
+# Headless Chromium builds the address bar's two popups (WebUI pages in a renderer of their own) for every
+# window it opens, and a page is a window: in tests/browser/ that renderer took a quarter of all renderer CPU.
+# Nothing headless ever shows them.
+HIDDEN_UI_FEATURES = ("WebUIOmniboxPopup", "WebUIOmniboxAimPopup")
 # No GPU, no QUIC, and none of the background fetches (updates, sync, field trials) a fresh profile makes:
 # the page must never reach past the app's base URL, and the tests watch every request.
 CHROMIUM_ARGS = (
@@ -36,6 +61,7 @@ CHROMIUM_ARGS = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    "--disable-features=" + ",".join(PLAYWRIGHT_DISABLED_FEATURES + HIDDEN_UI_FEATURES),
 )
 HEALTH_POLL_S = 0.3
 
