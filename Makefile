@@ -62,12 +62,12 @@ typecheck: $(VENV)/.installed-dev
 
 # Two lanes, one a core, each about half of the suite's time. One runs mypy, then in one pytest process
 # tests/app/test_fuzz.py (it shares no state with the other files, and its last test reads only what its own
-# fuzz tests recorded), tests/mha/ but for SmolLM2's file, and six more files of tests/app/, there to even
-# the lanes (measured with --durations=0: ~800 and ~1,040 s before it moved tests/mha/ over; the last five,
-# ~60 s of lane 2's, moved when the fuzz took a third less: a fresh clone's lanes then took 14:48 and 15:34). The other
-# runs every other file in pytest's usual order: the browser tests after tests/app/ in one process
-# (Playwright leaves an asyncio loop running), and tests/mha/test_gguf_smollm2.py beside the browser server,
-# which reads the bundled GGUF's conversion that file makes in the lane's temporary folder.
+# fuzz tests recorded) and tests/mha/ but for SmolLM2's file. The other runs every other file in pytest's
+# usual order: the browser tests after tests/app/ in one process (Playwright leaves an asyncio loop
+# running), and tests/mha/test_gguf_smollm2.py beside the browser server, which reads the bundled GGUF's
+# conversion that file makes in the lane's temporary folder. Measured with --durations=0 on a warm venv
+# once the browser tests took a third less CPU: 758 s of tests after mypy (87 s on a fresh clone) and 698 s,
+# with six files of tests/app/ (~83 s) in the first lane; they are back in the second.
 # Lines say "mypy:" or "first:" where they come from the first lane; either lane failing (mypy included)
 # fails the target. A plain `pytest` still runs all of it in one process. PYTEST_ARGS go to both lanes'
 # pytest (`make test PYTEST_ARGS=--durations=15`: each lane's slowest).
@@ -77,9 +77,7 @@ typecheck: $(VENV)/.installed-dev
 # compare thread counts set theirs with torch.set_num_threads, which this does not cap.
 PYTEST_ARGS ?=
 FIRST_LANE := tests/app/test_fuzz.py \
-	$(filter-out tests/mha/test_gguf_smollm2.py,$(sort $(wildcard tests/mha/test_*.py))) \
-	tests/app/test_chat_template_api.py tests/app/test_streaming.py tests/app/test_access_log.py \
-	tests/app/test_effects_api.py tests/app/test_models_budget.py tests/app/test_trace_api.py
+	$(filter-out tests/mha/test_gguf_smollm2.py,$(sort $(wildcard tests/mha/test_*.py)))
 test: export OMP_NUM_THREADS = 1
 test: $(VENV)/.installed-dev chromium lint jstest
 	set -o pipefail; \
