@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -169,6 +170,7 @@ def test_a_cluster_joined_through_ray_address_writes_the_local_engines_files(
         stderr=subprocess.STDOUT,
         text=True,
         env={k: v for k, v in environment.items() if k != "RAY_ADDRESS"},
+        start_new_session=True,  # its own process group: the head's processes, stopped together below
     )
     try:
         assert head.stdout is not None
@@ -192,7 +194,9 @@ def test_a_cluster_joined_through_ray_address_writes_the_local_engines_files(
         assert head.poll() is None and _listening(port), "the engine stopped a cluster it joined"
         assert_same_files(tmp_path / "joined", local_words)
     finally:
-        head.terminate()  # --block: the head's processes stop with it
+        # The cluster is the test's own: killed whole (its agents are in the group; the reaper `--block`
+        # starts stops the rest), not stopped gracefully, which waited ~30 s after a job on its agents.
+        os.killpg(head.pid, signal.SIGKILL)
         head.wait(timeout=60)
 
 
