@@ -67,7 +67,8 @@ typecheck: $(VENV)/.installed-dev
 # running), and tests/mha/test_gguf_smollm2.py beside the browser server, which reads the bundled GGUF's
 # conversion that file makes in the lane's temporary folder. Measured with --durations=0 on a warm venv
 # once the browser tests took a third less CPU: 758 s of tests after mypy (87 s on a fresh clone) and 698 s,
-# with six files of tests/app/ (~83 s) in the first lane; they are back in the second.
+# with six files of tests/app/ (~83 s) in the first lane; they are back in the second, and a fresh clone's
+# lanes then had 682 s of tests after mypy and 752 s.
 # Lines say "mypy:" or "first:" where they come from the first lane; either lane failing (mypy included)
 # fails the target. A plain `pytest` still runs all of it in one process. PYTEST_ARGS go to both lanes'
 # pytest (`make test PYTEST_ARGS=--durations=15`: each lane's slowest).
