@@ -65,10 +65,9 @@ typecheck: $(VENV)/.installed-dev
 # fuzz tests recorded) and tests/mha/ but for SmolLM2's file. The other runs every other file in pytest's
 # usual order: the browser tests after tests/app/ in one process (Playwright leaves an asyncio loop
 # running), and tests/mha/test_gguf_smollm2.py beside the browser server, which reads the bundled GGUF's
-# conversion that file makes in the lane's temporary folder. Measured with --durations=0 on a warm venv
-# once the browser tests took a third less CPU: 758 s of tests after mypy (87 s on a fresh clone) and 698 s,
-# with six files of tests/app/ (~83 s) in the first lane; they are back in the second, and a fresh clone's
-# lanes then had 682 s of tests after mypy and 752 s.
+# conversion that file makes in the lane's temporary folder. A fresh clone's lanes, with only the fuzz and
+# tests/mha/ in the first, had 657 s of tests after mypy (~87 s there) and 769 s: two files of tests/app/
+# (~26 s, test_effects_api and test_models_budget) move over to even them.
 # Lines say "mypy:" or "first:" where they come from the first lane; either lane failing (mypy included)
 # fails the target. A plain `pytest` still runs all of it in one process. PYTEST_ARGS go to both lanes'
 # pytest (`make test PYTEST_ARGS=--durations=15`: each lane's slowest).
@@ -78,7 +77,8 @@ typecheck: $(VENV)/.installed-dev
 # compare thread counts set theirs with torch.set_num_threads, which this does not cap.
 PYTEST_ARGS ?=
 FIRST_LANE := tests/app/test_fuzz.py \
-	$(filter-out tests/mha/test_gguf_smollm2.py,$(sort $(wildcard tests/mha/test_*.py)))
+	$(filter-out tests/mha/test_gguf_smollm2.py,$(sort $(wildcard tests/mha/test_*.py))) \
+	tests/app/test_effects_api.py tests/app/test_models_budget.py
 test: export OMP_NUM_THREADS = 1
 test: $(VENV)/.installed-dev chromium lint jstest
 	set -o pipefail; \
