@@ -66,8 +66,9 @@ typecheck: $(VENV)/.installed-dev
 # usual order: the browser tests after tests/app/ in one process (Playwright leaves an asyncio loop
 # running), and tests/mha/test_gguf_smollm2.py beside the browser server, which reads the bundled GGUF's
 # conversion that file makes in the lane's temporary folder. A fresh clone's lanes, with only the fuzz and
-# tests/mha/ in the first, had 657 s of tests after mypy (~87 s there) and 769 s: two files of tests/app/
-# (~26 s, test_effects_api and test_models_budget) move over to even them.
+# tests/mha/ in the first, had 657 s of tests after mypy (~87 s there; ~45 s since it skips transformers'
+# model packages) and 769 s: four files of tests/app/ (~65 s: test_effects_api, test_models_budget,
+# test_chat_template_api and test_streaming) move over to even them.
 # Lines say "mypy:" or "first:" where they come from the first lane; either lane failing (mypy included)
 # fails the target. A plain `pytest` still runs all of it in one process. PYTEST_ARGS go to both lanes'
 # pytest (`make test PYTEST_ARGS=--durations=15`: each lane's slowest).
@@ -78,7 +79,8 @@ typecheck: $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 FIRST_LANE := tests/app/test_fuzz.py \
 	$(filter-out tests/mha/test_gguf_smollm2.py,$(sort $(wildcard tests/mha/test_*.py))) \
-	tests/app/test_effects_api.py tests/app/test_models_budget.py
+	tests/app/test_effects_api.py tests/app/test_models_budget.py tests/app/test_chat_template_api.py \
+	tests/app/test_streaming.py
 test: export OMP_NUM_THREADS = 1
 test: $(VENV)/.installed-dev chromium lint jstest
 	set -o pipefail; \
