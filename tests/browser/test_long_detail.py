@@ -17,7 +17,7 @@ from checkpoints import build_checkpoint
 
 import mha
 from benchmarks.launch import serve
-from tests.browser.conftest import ARTIFACTS, SERVER_START_S, PageSession, cell_js, zoom_js
+from tests.browser.conftest import ARTIFACTS, SERVER_START_S, VIEWPORT, PageSession, cell_js, zoom_js
 from tests.tolerances import ROUND6, regemm_weight, rounded_row_sum
 
 pytestmark = pytest.mark.browser
@@ -147,7 +147,7 @@ def long_server(long_llama: Path) -> Iterator[str]:
 def shown(browser: Any, long_server: str) -> Iterator[tuple[PageSession, dict[str, Any]]]:
     """The app's page with a LongDetail showing head (LAYER, HEAD) of TEXT's trace; the window requests'
     bodies are kept in page.windows. The page must stay on our server and raise no script errors."""
-    context = browser.new_context(viewport={"width": 1500, "height": 1000})
+    context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()
     page.set_default_timeout(60_000)  # the trace's forward on a busy shared machine
     tracked = PageSession(page, long_server)
