@@ -73,10 +73,8 @@ typecheck: $(VENV)/.installed-dev
 # usual order: the browser tests after tests/app/ in one process (Playwright leaves an asyncio loop
 # running), and tests/mha/test_gguf_smollm2.py beside the browser server, which reads the bundled GGUF's
 # conversion that file makes in the lane's temporary folder. The lanes are evened by hand, by moving files
-# of tests/app/ to the first: a fresh clone with four there (test_effects_api, test_models_budget,
-# test_chat_template_api, test_streaming) had 702 s of tests after mypy (~45 s) and 697 s, then the
-# browser tests' shared profile took ~60 s from the second, so only test_effects_api stays (a fresh clone
-# on the distribution's Python: 523 s of tests after mypy, and 556 s).
+# of tests/app/ to the first (now test_effects_api alone): a fresh clone on the distribution's Python had
+# 523 s of tests there after mypy (~45 s cold), and 556 s in the second.
 # Lines say "mypy:" or "first:" where they come from the first lane; either lane failing (mypy included)
 # fails the target. A plain `pytest` still runs all of it in one process. PYTEST_ARGS go to both lanes'
 # pytest (`make test PYTEST_ARGS=--durations=15`: each lane's slowest).
