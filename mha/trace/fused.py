@@ -30,7 +30,7 @@ from typing import Literal
 
 import torch
 
-__all__ = ["FUSED_KERNELS", "LseOverview", "cell_tokens", "fused_attention", "fused_kernel"]
+__all__ = ["FUSED_KERNELS", "LseOverview", "cell_tokens", "fused_attention", "fused_kernel", "scores_fit"]
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,10 @@ def fused_attention(
     kernel: Kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(output (1, H, n, D), lse (1, H, n) float32) of q (1, H, n, D) over k and v (1, H_kv, n, D), or
-    None where a CUDA kernel refused the shapes (the caller runs the blocked path instead)."""
+    None where a CUDA kernel refused the shapes or a score could overflow float32 (the caller runs the
+    blocked path instead)."""
+    if not scores_fit(q, k, scale):
+        return None
     if kernel == "fused-flash-cpu":
         # Grouped heads as they are: query head h reads key head h // G, as repeat_interleave orders them.
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
@@ -98,6 +101,16 @@ def fused_attention(
     except RuntimeError as error:  # a GPU or shape the kernel does not support: the blocked path is exact
         log.warning("%s refused a layer (%s); it runs blocked", kernel, str(error).splitlines()[0])
         return None
+
+
+def scores_fit(q: torch.Tensor, k: torch.Tensor, scale: float) -> bool:
+    """Whether no score scale·q·k can overflow float32, where the kernels compute scores: |q·k| <= |q||k|
+    (Cauchy-Schwarz), so the largest norms bound every score. Where one could overflow, the blocked path
+    computes the scores and its lse shows it; a kernel's lse need not (the CPU kernel on an AVX-512 machine
+    returned 0 for rows of infinite scores). NaN in q or k fails the test too."""
+    norms = torch.stack([q.norm(dim=-1).amax(), k.norm(dim=-1).amax()]).double().tolist()
+    # Half of float32's largest: the bound's and the GEMM's rounding (relative ~D·2^-24) stay far inside.
+    return bool(scale * norms[0] * norms[1] < torch.finfo(torch.float32).max / 2)
 
 
 def cell_tokens(cuts: list[int]) -> torch.Tensor | None:

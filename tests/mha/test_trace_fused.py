@@ -25,7 +25,7 @@ from mha import AttentionModel, _threads, load_pretrained
 from mha.trace import blocked as trace_module
 from mha.trace import windows
 from mha.trace.blocked import BLOCKED, LayerTrace, trace_forward
-from mha.trace.fused import cell_tokens, fused_kernel
+from mha.trace.fused import cell_tokens, fused_attention, fused_kernel, scores_fit
 from mha.trace.overview import edges
 from mha.trace.windows import Trace
 
@@ -247,6 +247,23 @@ def test_which_kernel_a_layer_takes(
         biased=biased,
     )
     assert got == want
+
+
+def test_a_layer_whose_scores_could_overflow_runs_blocked() -> None:
+    """Scores that could pass float32's largest (|q||k|·scale past it) are left to the blocked path, whose lse
+    shows the overflow; a kernel's need not (the CPU kernel's lse was 0 on an AVX-512 machine). Norms that
+    bound every score inside float32 keep the kernel, however large each score is."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 4, 12, 16, generator=gen) for _ in range(3))
+    scale = 16**-0.5
+    assert fused_attention(FLASH, q, k, v, causal=True, scale=scale) is not None
+    big = 1e30  # each score ~1e60: past float32's ~3.4e38, though each q and k element is finite
+    assert torch.isfinite(q * big).all()
+    assert not scores_fit(q * big, k * big, scale)
+    assert fused_attention(FLASH, q * big, k * big, v, causal=True, scale=scale) is None
+    # |q|·|k|·scale ~1e37: every score is bounded inside float32, so the kernel computes the layer.
+    assert scores_fit(q * 1e18, k * 1e18, scale)
+    assert not scores_fit(q.clone().fill_(float("nan")), k, scale)
 
 
 def test_uneven_cells_repeat_their_last_token() -> None:
