@@ -74,7 +74,8 @@ typecheck: $(VENV)/.installed-dev
 # running), and tests/mha/test_gguf_smollm2.py beside the browser server, which reads the bundled GGUF's
 # conversion that file makes in the lane's temporary folder. The lanes are evened by hand, by moving files
 # of tests/app/ to the first (now test_effects_api alone): a fresh clone on the distribution's Python had
-# 523 s of tests there after mypy (~45 s cold), and 556 s in the second.
+# 523 s of tests there after mypy (~45 s cold), and 556 s in the second; 238 s and 280 s on a faster
+# 2-core machine (AMD EPYC, AVX-512), where the whole `make test` took 5:10.
 # Lines say "mypy:" or "first:" where they come from the first lane; either lane failing (mypy included)
 # fails the target. A plain `pytest` still runs all of it in one process. PYTEST_ARGS go to both lanes'
 # pytest (`make test PYTEST_ARGS=--durations=15`: each lane's slowest).
