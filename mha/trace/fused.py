@@ -104,13 +104,14 @@ def fused_attention(
 
 
 def scores_fit(q: torch.Tensor, k: torch.Tensor, scale: float) -> bool:
-    """Whether no score scale·q·k can overflow float32, where the kernels compute scores: |q·k| <= |q||k|
-    (Cauchy-Schwarz), so the largest norms bound every score. Where one could overflow, the blocked path
-    computes the scores and its lse shows it; a kernel's lse need not (the CPU kernel on an AVX-512 machine
-    returned 0 for rows of infinite scores). NaN in q or k fails the test too."""
-    norms = torch.stack([q.norm(dim=-1).amax(), k.norm(dim=-1).amax()]).double().tolist()
-    # Half of float32's largest: the bound's and the GEMM's rounding (relative ~D·2^-24) stay far inside.
-    return bool(scale * norms[0] * norms[1] < torch.finfo(torch.float32).max / 2)
+    """Whether no score scale·q·k can overflow float32, where the kernels compute scores: a score is a sum
+    of D products, so D·max|q|·max|k|·scale bounds every one (elementwise maxima are exact in any dtype,
+    where a half-precision norm could overflow itself). Where one could overflow, the blocked path computes
+    the scores and its lse shows it; a kernel's lse need not (the CPU kernel on an AVX-512 machine returned
+    0 for rows of infinite scores). NaN in q or k fails the test too."""
+    tops = torch.stack([torch.linalg.vector_norm(t, ord=math.inf).float() for t in (q, k)]).double().tolist()
+    # Half of float32's largest: the GEMM's rounding (relative ~D·2^-24) stays far inside.
+    return bool(q.shape[-1] * tops[0] * tops[1] * scale < torch.finfo(torch.float32).max / 2)
 
 
 def cell_tokens(cuts: list[int]) -> torch.Tensor | None:
