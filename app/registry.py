@@ -166,6 +166,14 @@ class Registry(Generic[M]):
             raise ModelUnavailableError(entry.name, entry.error or "unknown error")
         return entry.name, model
 
+    def retry_in(self, name: str) -> float | None:
+        """Seconds until the failed entry `name` may be tried again (0 once its back-off has passed); None
+        when it has not failed or is loaded."""
+        entry = self._entries[name]
+        if entry.model is not None or entry.error is None:
+            return None
+        return max(0.0, entry.retry_at - self._clock())
+
     def loaded(self, name: str) -> M | None:
         """The model if loaded (a look, not a use: /api/models and health read it)."""
         return self._entries[name].model

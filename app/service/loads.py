@@ -8,6 +8,13 @@ holds only the requests for its own model.
 `start()` returns at once: the startup checks (registry.check_all, milliseconds a file) and the default
 model's warm load run in the background, so /api/health answers from the first moment, saying what is
 still loading or being checked; `started` is set once both are done.
+
+Every load, the startup's and a request's, first runs `prepare` (transformers' lazy imports), once for the
+process and on one thread: transformers' lazy module is not safe to import from two threads at once, and a
+request that came the moment the server answered used to meet the startup's half-done import (issue 48 E1).
+
+A failed load of the default model is tried again by itself once its back-off has passed, so that
+/api/health comes back without a request (a monitor that only polls health would otherwise wait forever).
 """
 
 from __future__ import annotations
@@ -43,6 +50,9 @@ class Loads(Generic[M]):
         self._pool: ThreadPoolExecutor | None = None
         self._in_flight: dict[str, Future[tuple[str, M]]] = {}
         self._lock = threading.Lock()
+        self._prepared = False
+        self._preparing = threading.Lock()  # held while `prepare` runs: every load waits for it
+        self._retries: dict[str, threading.Timer] = {}  # the default's own retry after a failed load
 
     @property
     def registry(self) -> Registry[M]:
@@ -55,6 +65,10 @@ class Loads(Generic[M]):
 
     def stop(self) -> None:
         # A load in progress cannot be stopped; it ends in its own thread, and nothing waits for it.
+        with self._lock:
+            retries, self._retries = list(self._retries.values()), {}
+        for timer in retries:
+            timer.cancel()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
@@ -67,17 +81,58 @@ class Loads(Generic[M]):
             future = self._in_flight.get(name)
             if future is not None and not future.done():
                 return future
-            future = self._loader_pool().submit(self.registry.get, name)
+            future = self._loader_pool().submit(self._load, name)
             self._in_flight[name] = future
         # Forgotten once done: a finished future holds the model, which an unload must be able to free.
         future.add_done_callback(lambda done: self._forget(name, done))
         return future
+
+    def _load(self, name: str) -> tuple[str, M]:
+        self._ready()
+        return self.registry.get(name)
+
+    def _ready(self) -> None:
+        """`prepare`, run once, before any load: a load that comes while it runs waits for it."""
+        if self._prepared or self._prepare is None:
+            return
+        with self._preparing:
+            if self._prepared:
+                return
+            try:
+                self._prepare()
+            except Exception:  # what it prepares is prepared again, one thread at a time, by those who use it
+                logger.exception("preparing the loads failed")
+            self._prepared = True
 
     def _forget(self, name: str, done: Future[tuple[str, M]]) -> None:
         with self._lock:
             if self._in_flight.get(name) is done:
                 del self._in_flight[name]
         self._ended(name)
+        if name == self.registry.default and not done.cancelled() and done.exception() is not None:
+            self._retry_later(name)
+
+    def _retry_later(self, name: str) -> None:
+        """Load `name` again by itself once its back-off has passed (one timer at a time; none after stop)."""
+        delay = self.registry.retry_in(name)
+        if delay is None:
+            return  # not a failure of the model (the budget was busy, say): the next request tries
+        with self._lock:
+            if self._pool is None or name in self._retries:
+                return
+            # A little past the back-off: a timer that fired a hair early would find the entry still waiting.
+            timer = threading.Timer(delay + 0.05, self._retry, (name,))
+            timer.daemon = True
+            self._retries[name] = timer
+        timer.start()
+
+    def _retry(self, name: str) -> None:
+        with self._lock:
+            if self._retries.pop(name, None) is None:
+                return  # stopped meanwhile
+        if self.registry.loaded(name) is None:
+            logger.info("default model %r: loading it again by itself", name)
+            self.future(name)
 
     def loading(self, name: str) -> bool:
         """A load of `name` is in flight (whoever asked for it)."""
@@ -110,12 +165,8 @@ class Loads(Generic[M]):
 
     def _startup(self) -> None:
         started = time.perf_counter()
-        if self._prepare is not None:
-            try:
-                self._prepare()
-            except Exception:  # what it prepares is prepared again, one thread at a time, by those who use it
-                logger.exception("preparing the startup failed")
         default = self.future(self.registry.default)  # beside the checks, on a thread of its own
+        self._ready()  # before the checks, which import transformers too (the default's load waits for it)
         try:
             self.registry.check_all()
             logger.info("startup checks done in %.1f s", time.perf_counter() - started)
