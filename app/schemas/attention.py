@@ -94,7 +94,9 @@ class Health(BaseModel):
         examples=["ok"],
         description='"ok" once the default model is loaded; "loading" (also 200) while the server answers '
         'and the default model still loads (a request for it waits for that load); "unavailable" (503) '
-        "when it failed to load (/api/models says why).",
+        "when it failed to load (/api/models says why; it is loaded again by itself after a back-off); "
+        '"unloaded" (200) when the memory budget unloaded it to make room and nothing loads it now: it loads '
+        "again on its next request.",
     )
     model: str = Field(description="The default model.")
     device: str | None = Field(description="Device the default model runs on; null until it is loaded.")

@@ -64,17 +64,28 @@ class AttentionService(InsightAnswers):
     # -- descriptions ----------------------------------------------------------------------------
 
     def health(self) -> tuple[bool, Health]:
-        """(answering, body): the server answers while the default model loads (status "loading"), and is
-        unavailable (503) only once that load has failed."""
-        model = self.registry.loaded(self.registry.default)
+        """(answering, body): "ok" once the default model is loaded; "loading" while its load is in flight
+        (or the startup has yet to begin it); "unavailable" (503) once that load has failed; "unloaded" when
+        the memory budget has unloaded it and nothing loads it now (it loads again on its next request).
+        Each says what the server is doing, never what it is not (issue 48 E5)."""
+        default = self.registry.default
+        model = self.registry.loaded(default)
         states = {entry.name: self.registry.state(entry) for entry in self.registry}
-        failed = states[self.registry.default] == "failed"
-        status = "ok" if model is not None else "unavailable" if failed else "loading"
+        # A load in flight is "loading" from the moment it is asked for, before its thread gets to it.
+        loading = [n for n, state in states.items() if state == "loading" or self.loads.loading(n)]
+        if model is not None:
+            status = "ok"
+        elif default in loading:
+            status = "loading"
+        elif states[default] == "failed":
+            status = "unavailable"
+        else:
+            status = "loading" if not self.loads.started.is_set() else "unloaded"
         return status != "unavailable", Health(
             status=status,
-            model=self.registry.default,
+            model=default,
             device=str(model.info.device) if model is not None else None,
-            loading=[name for name, state in states.items() if state == "loading"],
+            loading=loading,
             checking=[name for name, state in states.items() if state == "checking"],
         )
 

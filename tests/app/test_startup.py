@@ -7,6 +7,7 @@ Every wait below is on an Event that the test sets; the bounds (STARTUP_S) only 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -123,3 +124,60 @@ def test_a_held_load_holds_only_its_own_model(make_settings: Callable[..., Setti
         assert tokens.status_code == 200 and tokens.json()["n"] > 0, tokens.text
         assert attention.status_code == 200 and attention.json()["model"] == "random"
     assert random.loader.loads == [1]
+
+
+def _poll_health(client: TestClient, status: str) -> dict[str, Any]:
+    """/api/health's body once it says `status`, asking nothing else of the server (a monitor's view)."""
+    deadline = time.monotonic() + STARTUP_S
+    while (body := client.get("/api/health").json())["status"] != status:
+        assert time.monotonic() < deadline, f"health never said {status!r}: {body}"
+        time.sleep(0.02)
+    return body
+
+
+def test_a_failed_default_load_is_tried_again_by_itself(make_settings: Callable[..., Settings]) -> None:
+    """Issue 48 E1: once the default's load failed, health said 503 "unavailable" until some request came
+    after the back-off: a monitor that only polls health (a HEALTHCHECK, a load balancer) never brought it
+    back. Now the default is loaded again by itself once its back-off has passed."""
+    app = create_app(make_settings(load_retry_seconds=0.1, load_retry_max_seconds=0.1))
+    default = _entry(app, DEFAULT)
+    loader, tries = default.loader, []
+
+    def fails_once() -> Any:
+        tries.append(1)
+        if len(tries) == 1:
+            raise OSError("the disk is not mounted yet")
+        return loader()
+
+    default.loader = fails_once
+    with serving(app) as client:
+        assert _poll_health(client, "ok")["device"] == "cpu"
+    assert tries == [1, 1]
+
+
+def test_health_says_unloaded_once_the_budget_unloaded_the_default(
+    make_settings: Callable[..., Settings], minilm: Any
+) -> None:
+    """Issue 48 E5: a budget that holds one model at a time; the random model's request unloads the default.
+    Health then said "loading" with nothing loading; it says "unloaded" (200), and the default's next request
+    loads it again."""
+    from mha import describe_checkpoint
+
+    facts = describe_checkpoint(None)
+    assert facts is not None
+    # Room for the default (what it holds, or its weights on disk, the registry's estimate, whichever is
+    # more) and a MiB: the random model's ~13 MB of weights never fit beside it.
+    app = create_app(make_settings(models_max_bytes=max(minilm.nbytes, facts.size_bytes) + 2**20))
+    with serving(app) as client:
+        assert client.post("/api/attention", json={"text": TEXT, "model": "random"}).status_code == 200
+        health = client.get("/api/health")
+        assert health.status_code == 200
+        assert health.json() == {
+            "status": "unloaded",
+            "model": DEFAULT,
+            "device": None,
+            "loading": [],
+            "checking": [],
+        }
+        assert client.post("/api/attention", json={"text": TEXT}).status_code == 200
+        assert client.get("/api/health").json()["status"] == "ok"
