@@ -14,7 +14,7 @@ import mmap
 import sys
 from collections.abc import Iterable
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -117,8 +117,15 @@ def held_nbytes(module: torch.nn.Module, extra: Iterable[torch.Tensor | None] = 
     """The bytes `module` holds: its parameters and buffers and the `extra` tensors, each storage once
     (tied weights and views share one; a GGUF's packed blocks count as the file's bytes they map), plus
     what its layers may keep besides: a layer's `budget` (a packed layer's DequantBudget, shared by a
-    model's layers: counted once) at its `limit`."""
+    model's layers: counted once) at what it can ever keep, the smaller of its `limit` and every layer of it
+    dequantized (`dequantized_nbytes`): a 10 MB file's model does not count a 768 MiB cache it cannot fill
+    (issue 48 E4; mha.loading.load_memory.held_nbytes predicts this from the header)."""
     tensors = [*module.parameters(), *module.buffers(), *(t for t in extra if t is not None)]
     storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
-    budgets = {id(b): b.limit for m in module.modules() if (b := getattr(m, "budget", None)) is not None}
-    return sum(storages.values()) + sum(budgets.values())
+    limits: dict[int, int] = {}
+    fills: dict[int, int] = {}
+    for layer in module.modules():
+        if (budget := getattr(layer, "budget", None)) is not None:
+            limits[id(budget)] = budget.limit
+            fills[id(budget)] = fills.get(id(budget), 0) + cast(int, layer.dequantized_nbytes)
+    return sum(storages.values()) + sum(min(limit, fills[key]) for key, limit in limits.items())

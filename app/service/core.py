@@ -42,7 +42,7 @@ from app.service.trim import Trimmer
 from app.service.work_progress import WorkProgress
 from app.settings import Settings
 from mha.errors import Cancelled
-from mha.loading import gguf_checkpoint, load_memory
+from mha.loading import gguf_checkpoint, gguf_packed, load_memory
 from mha.networks import translate
 
 logger = logging.getLogger(__name__)
@@ -82,11 +82,16 @@ def chars(text: str, pair: str | None, target: str | None = None) -> int:
     return len(text) + len(pair or "") + len(target or "")
 
 
-def _load_needs(paths: Mapping[str, str | Path]) -> Callable[[str, object], int | None]:
-    """What loading a registered model needs, read before loading it (Registry's `estimate`): a GGUF's
-    predicted first-load memory (mha.loading.load_memory: from its header, milliseconds; issue 33's stated
-    model of a load), else its weights' size on disk (a lower bound: a folder's weights load at least as
-    large); None when its startup check read no file."""
+def _load_needs(
+    paths: Mapping[str, str | Path], *, dequant_cache_bytes: int | None
+) -> Callable[[str, object], int | None]:
+    """What loading a registered model needs, read before loading it (Registry's `estimate`): for a GGUF,
+    the larger of its predicted first-load memory (mha.loading.load_memory: from its header, milliseconds;
+    issue 33's stated model of a load) and what its model holds once loaded, its dequantized-weight cache
+    at what it can fill included, as the registry counts it after the load (issue 48 E4: the two agree, so
+    a model over the budget is refused before it is loaded); else its weights' size on disk (a lower
+    bound: a folder's weights load at least as large); None when its startup check read no file."""
+    cache = gguf_packed.DEFAULT_DEQUANT_CACHE_BYTES if dequant_cache_bytes is None else dequant_cache_bytes
 
     def needs(name: str, found: object) -> int | None:
         if not isinstance(found, mha.CheckpointFacts):
@@ -94,7 +99,8 @@ def _load_needs(paths: Mapping[str, str | Path]) -> Callable[[str, object], int 
         gguf = gguf_checkpoint.find_gguf(paths.get(name))
         if gguf is None:
             return found.size_bytes
-        return max(found.size_bytes, load_memory.load_nbytes(*load_memory.load_shape(gguf)))
+        first_load = load_memory.load_nbytes(*load_memory.load_shape(gguf))
+        return max(found.size_bytes, first_load, load_memory.held_nbytes(gguf, cache))
 
     return needs
 
@@ -152,7 +158,10 @@ class ServiceCore:
             retry_max_seconds=settings.load_retry_max_seconds,
             max_bytes=settings.models_budget(),
             size_of=lambda model: model.nbytes,
-            estimate=_load_needs({n: o.path for n, o in offers.items() if o.path is not None}),
+            estimate=_load_needs(
+                {n: o.path for n, o in offers.items() if o.path is not None},
+                dequant_cache_bytes=settings.dequant_cache_bytes,
+            ),
         )
         self.cache = LRUCache(max_entries=settings.cache_size, max_bytes=settings.cache_max_bytes)
         self._batchers = {

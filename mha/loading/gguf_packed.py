@@ -230,6 +230,12 @@ class _Packed(nn.Module):
         self._lock = threading.Lock()
 
     @property
+    def dequantized_nbytes(self) -> int:
+        """The bytes its float weight takes when kept (what it may take of the budget), in float32 at
+        most: the count of a model's bytes is the same on every device and dtype (mha._memory)."""
+        return sum(self.row_counts) * self.columns * 4
+
+    @property
     def weight(self) -> torch.Tensor:
         """(rows, columns): every part dequantized into its rows, in the model's dtype and device."""
         kept = self._kept

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["FIXED_BYTES", "VOCAB_ENTRY_BYTES", "WEIGHT_BYTES", "load_nbytes", "load_shape"]
+__all__ = ["FIXED_BYTES", "VOCAB_ENTRY_BYTES", "WEIGHT_BYTES", "held_nbytes", "load_nbytes", "load_shape"]
 
 # transformers' model and tokenizer code imported on the way, the meta skeleton, the cache's files
 # (measured 94 MiB).
@@ -61,3 +61,31 @@ def load_shape(file: Path) -> tuple[int, dict[str, int]]:
         kind = GGMLQuantizationType(tensor.ggml_type).name
         weights[kind] = weights.get(kind, 0) + prod(tensor.shape)
     return int(vocab) if isinstance(vocab, int) else len(vocab), weights
+
+
+_FLOATS = frozenset({"F32", "F16", "BF16"})
+
+
+def held_nbytes(file: Path, dequant_cache_bytes: int) -> int:
+    """What a GGUF's model holds once loaded on the CPU, as AttentionModel.nbytes counts it (issue 48 E4),
+    from its header alone: each float tensor as float32, each quantized one as its ggml blocks, and the
+    dequantized-weight cache at what it can ever keep, the smaller of `dequant_cache_bytes` and every
+    quantized matrix in float32. The registry refuses a model over the budget by this, before loading it.
+
+    An upper bound, tight for a real model: it also counts the int64 row order a quantized tensor may keep
+    (Llama's q and k rows, permuted back by transformers) for every quantized tensor (8 bytes a row), which
+    for the bundled SmolLM2 is 1.6 MB over a count of 635 MB."""
+    from math import prod
+
+    from gguf import GGMLQuantizationType
+    from transformers.integrations.gguf import GgufHeader
+
+    weights = quantized = 0
+    for tensor in GgufHeader.from_file(str(file)).tensors:
+        values = prod(tensor.shape)
+        if GGMLQuantizationType(tensor.ggml_type).name in _FLOATS:
+            weights += values * 4
+        else:
+            weights += tensor.nbytes + 8 * (tensor.shape[0] if tensor.shape else 1)
+            quantized += values * 4
+    return weights + min(dequant_cache_bytes, quantized)

@@ -239,3 +239,35 @@ def test_a_gguf_whose_predicted_load_passes_the_budget_is_refused_unread(
         entry = next(m for m in client.get("/api/models").json()["models"] if m["name"] == "tiny")
         assert entry["loaded"] is False and "HEADSCOPE_MODELS_MAX_BYTES" in entry["error"]
         assert client.post("/api/attention", json={"text": TEXT, "model": "gpt2"}).status_code == 200
+
+
+def test_a_gguf_is_counted_as_its_header_predicts_not_with_the_whole_dequant_cache(
+    tiny_checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    """Issue 48 E4: a tiny GGUF's model counted the whole 768 MiB dequantized-weight cache (0.81 GB for a
+    file of kilobytes) once loaded, while its estimate did not: a budget between the two loaded it, refused
+    it, and loaded it again on every retry. Now it counts what its layers can fill, at most what its header
+    predicts (the estimate), and a budget just over its estimate serves it."""
+    from gguf_files import write_gguf
+
+    from mha.loading import load_memory
+    from mha.loading.gguf_packed import DEFAULT_DEQUANT_CACHE_BYTES
+
+    file = write_gguf(tiny_checkpoints["llama"], tmp_path / "tiny.gguf", qtype="Q8_0")
+    estimate = max(
+        load_memory.load_nbytes(*load_memory.load_shape(file)),
+        load_memory.held_nbytes(file, DEFAULT_DEQUANT_CACHE_BYTES),
+    )
+    assert (
+        estimate < DEFAULT_DEQUANT_CACHE_BYTES
+    )  # the budget below sits between the estimate and the old count
+    settings = make_settings(models={"tiny": str(file)}, default_model="tiny", models_max_bytes=estimate + 1)
+    with serving(create_app(settings)) as client:
+        answer = client.post("/api/attention", json={"text": TEXT, "model": "tiny"})
+        assert answer.status_code == 200, answer.text
+        listing = client.get("/api/models").json()
+        entry = next(m for m in listing["models"] if m["name"] == "tiny")
+        assert entry["loaded"] and entry["memory_bytes"] <= load_memory.held_nbytes(
+            file, DEFAULT_DEQUANT_CACHE_BYTES
+        )
+        assert listing["memory_held_bytes"] <= listing["memory_budget_bytes"]

@@ -18,8 +18,9 @@ from tolerances import FORWARD, float32_sum
 
 from mha import BUNDLED_LLM_NAME, AttentionModel, checkpoint_architecture, load_pretrained
 from mha.analysis import POINTER_LABELS, POINTER_THRESHOLD, head_labels, head_stats
-from mha.loading import gguf_checkpoint
+from mha.loading import gguf_checkpoint, load_memory
 from mha.loading import model_cache as cache
+from mha.loading.gguf_packed import DEFAULT_DEQUANT_CACHE_BYTES
 
 FILE = bundled_gguf()
 pytestmark = pytest.mark.skipif(
@@ -131,3 +132,15 @@ def test_the_statistics_label_its_attention_sinks(
     assert ((to_first - POINTER_THRESHOLD).abs() > margin).all()
     others = torch.stack([stats[key] for label, key in POINTER_LABELS.items() if label not in SINK_LABELS])
     assert (others.amax(0)[sink] < POINTER_THRESHOLD - margin).all()
+
+
+def test_what_it_holds_is_what_its_header_predicts(models: tuple[AttentionModel, Any, Any]) -> None:
+    """Issue 48 E4: the count of its bytes (AttentionModel.nbytes) includes its dequantized-weight cache at
+    what its layers can fill (0.54 GB in float32), not the whole 768 MiB budget, and the header's prediction,
+    which the registry refuses by before loading, is never below it. The prediction's only excess is 8 bytes
+    a row of every quantized tensor (the row order only Llama's q and k keep): under 0.5 % here."""
+    ours, _, _ = models
+    assert FILE is not None
+    predicted = load_memory.held_nbytes(FILE, DEFAULT_DEQUANT_CACHE_BYTES)
+    assert ours.nbytes <= predicted <= ours.nbytes * 1.005
+    assert ours.nbytes < FILE.stat().st_size + DEFAULT_DEQUANT_CACHE_BYTES - 100 * 2**20

@@ -1,6 +1,7 @@
 """Memory per load is stated and bounded (issue 33 item 5): a GGUF of 2^17 vocabulary entries, loaded for
 the first time in a fresh process, adds no more to its peak resident memory (VmHWM, as
-benchmarks/resident.py reads it) than mha.loading.load_memory's model says."""
+benchmarks/resident.py reads it) than mha.loading.load_memory's model says; and what a loaded GGUF's model
+holds is never more than its header predicts (issue 48 E4)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import pytest
 from checkpoints import build_checkpoint
 from gguf_files import write_gguf
 
+from mha import load_pretrained
 from mha.loading import model_cache
-from mha.loading.load_memory import load_nbytes, load_shape
+from mha.loading.gguf_packed import DEFAULT_DEQUANT_CACHE_BYTES
+from mha.loading.load_memory import held_nbytes, load_nbytes, load_shape
 
 ROOT = Path(__file__).resolve().parents[2]
 VOCAB = 2**17
@@ -65,3 +68,20 @@ def test_a_first_load_holds_to_the_stated_memory_model(tmp_path: Path) -> None:
     # No margin but the model's own: each of its constants is its measured value rounded up (here 288 MiB
     # against the 247 measured), which the allocator's rounding and the run-to-run spread stay under.
     assert measured["added"] <= load_nbytes(vocab, weights), (measured, load_nbytes(vocab, weights))
+
+
+@pytest.mark.parametrize("qtype", ["F32", "F16", "Q8_0", "Q4_0"])
+@pytest.mark.parametrize("cache", [0, 64 * 2**10, DEFAULT_DEQUANT_CACHE_BYTES])
+def test_what_a_gguf_model_holds_is_at_most_its_header_prediction(
+    tiny_checkpoints: dict[str, Path], tmp_path: Path, qtype: str, cache: int
+) -> None:
+    """The registry refuses a GGUF over the budget by held_nbytes before loading it, and counts nbytes
+    once loaded: the prediction is never below the count, so a model is never loaded and then refused.
+    The dequantized-weight cache counts at what the layers can fill, not the whole budget: a tiny model's
+    count is far below the default's 768 MiB (it counted 0.81 GB for a 9.6 MB file). The 64 KiB cache is
+    smaller than the tiny model's layers in float32, so the count takes the limit there."""
+    file = write_gguf(tiny_checkpoints["llama"], tmp_path / f"{qtype}.gguf", qtype=qtype)
+    model = load_pretrained(file, device="cpu", dequant_cache_bytes=cache)
+    predicted = held_nbytes(file, cache)
+    assert model.nbytes <= predicted, (model.nbytes, predicted)
+    assert model.nbytes < 10 * file.stat().st_size + min(cache, 64 * 2**10)
