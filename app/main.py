@@ -23,7 +23,7 @@ from app.middleware import (
     UnexpectedErrorMiddleware,
 )
 from app.routes import api, corpus, effects, insight, pages, trace
-from app.schemas.common import enumerate_model_names
+from app.schemas.common import bound_new_tokens, enumerate_model_names
 from app.service import AttentionService
 from app.settings import Settings, get_settings
 
@@ -66,7 +66,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = enumerate_model_names(FastAPI.openapi(app), service.registry.names)
+            document = enumerate_model_names(FastAPI.openapi(app), service.registry.names)
+            app.openapi_schema = bound_new_tokens(document, settings.max_new_tokens)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -120,6 +120,20 @@ def enumerate_model_names(openapi: dict[str, Any], names: Iterable[str]) -> dict
     return openapi
 
 
+def bound_new_tokens(openapi: dict[str, Any], maximum: int) -> dict[str, Any]:
+    """Give every `max_new_tokens` property of an OpenAPI document the service's own maximum
+    (HEADSCOPE_MAX_NEW_TOKENS), not the schema's ceiling (MAX_NEW_TOKENS): the document states the bound
+    the service enforces (issue 48), so a client or fuzzer reading it sends only what may be answered."""
+    for component in openapi.get("components", {}).get("schemas", {}).values():
+        field = component.get("properties", {}).get("max_new_tokens")
+        if field is None:
+            continue
+        for branch in [field, *field.get("anyOf", [])]:
+            if branch.get("type") == "integer":
+                branch["maximum"] = min(maximum, branch.get("maximum", maximum))
+    return openapi
+
+
 class ErrorResponse(BaseModel):
     detail: str = Field(examples=["text: text is blank: give at least one non-space character"])
 

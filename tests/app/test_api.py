@@ -265,6 +265,34 @@ def test_the_schema_states_every_bound_in_json_schema_words(client: TestClient) 
     assert (layer["type"], layer["minimum"]) == ("integer", 0)
 
 
+@pytest.mark.parametrize("limit", [None, 5])
+def test_openapi_states_the_new_token_bound_the_service_enforces(limit: int | None) -> None:
+    """Issue 48: the schema said max_new_tokens <= 256 while the service took 32 (HEADSCOPE_MAX_NEW_TOKENS):
+    every body's bound is the service's, and one past it is refused as the document says."""
+    from app.settings import Settings
+    from tests.app.conftest import make_settings
+
+    settings = make_settings() if limit is None else make_settings(max_new_tokens=limit)
+    enforced = Settings.model_fields["max_new_tokens"].default if limit is None else limit
+    with TestClient(create_app(settings)) as bounded:
+        schemas = bounded.get("/openapi.json").json()["components"]["schemas"]
+        bounds = {
+            name: [
+                b.get("maximum")
+                for b in schema["properties"]["max_new_tokens"]["anyOf"]
+                if b["type"] == "integer"
+            ]
+            for name, schema in schemas.items()
+            if "max_new_tokens" in schema.get("properties", {})
+        }
+        assert {"AttentionRequest", "HeadEffectsRequest"} <= set(bounds)
+        assert all(found == [enforced] for found in bounds.values()), bounds
+        over = bounded.post(
+            "/api/attention", json={"text": TEXT, "model": "random", "max_new_tokens": enforced + 1}
+        )
+        assert over.status_code == 422 and "over this service's limit" in over.json()["detail"]
+
+
 # -- the random model -------------------------------------------------------------------------------
 
 
