@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from app.errors import ModelUnavailableError, ServiceError, UnknownModelError
-from mha.loading.stores import file_kind
+from mha.loading.stores import file_kind, resolve_link
 
 logger = logging.getLogger(__name__)
 
@@ -327,8 +327,9 @@ def scan_models_dir(directory: Path) -> Scan:
     `directory`. A scanned folder is read without anyone naming its files one by one, so it must not become
     a way to every file of the machine; a file elsewhere is served when the operator names it
     (HEADSCOPE_MODELS). An entry named *.gguf that is not a regular file (a folder, a FIFO, a device such
-    as a link to /dev/zero, a socket), a dangling link and a link leading outside are listed as `refused`
-    with the reason, and never opened (opening a FIFO would wait forever)."""
+    as a link to /dev/zero, a socket), a dangling link, a link loop and a link leading outside (to a file
+    named *.gguf or to a folder, never looked into) are listed as `refused` with the reason, names and
+    paths quoted, and never opened (opening a FIFO would wait forever)."""
     if not directory.is_dir():
         raise ValueError(f"models_dir {str(directory)!r} is not a directory")
     root = directory.resolve()
@@ -338,24 +339,29 @@ def scan_models_dir(directory: Path) -> Scan:
         gguf = child.suffix.lower() == ".gguf"
         name = child.stem if gguf else child.name
         if child.is_symlink():
-            target = child.resolve()
+            try:
+                target = resolve_link(child)
+            except ValueError as exc:
+                refused[name] = str(exc)
+                continue
             if not target.is_relative_to(root):
-                if gguf or (target.is_dir() and (target / "config.json").is_file()):
+                if gguf or target.is_dir():
                     refused[name] = (
-                        f"{child.name} is a link to {target}, outside the models folder {root}: links are "
-                        "followed only inside it; name the model in HEADSCOPE_MODELS to serve it"
+                        f"{child.name!r} is a link to {str(target)!r}, outside the models folder "
+                        f"{str(root)!r}: links are followed only inside it; name the model in "
+                        "HEADSCOPE_MODELS to serve it"
                     )
                 continue
             if not target.exists():
                 if gguf:
-                    refused[name] = f"{child.name} is a link to {target}, which does not exist"
+                    refused[name] = f"{child.name!r} is a link to {str(target)!r}, which does not exist"
                 continue
         if gguf:
             why = file_kind(child)
             if why is None:
                 found[name] = child
             else:
-                refused[name] = f"{child.name} is {why}, not a GGUF file"
+                refused[name] = f"{child.name!r} is {why}, not a GGUF file"
         elif child.is_dir() and (child / "config.json").is_file():
             found[name] = child
     return Scan(found, refused)

@@ -65,6 +65,8 @@ def _read_config_json(directory: Path) -> dict[str, Any]:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not JSON
         raise CheckpointNotFoundError(f"{path} is unreadable: {exc}") from exc
+    except RecursionError:  # JSON nested deeper than the parser recurses: not a real config
+        raise CheckpointNotFoundError(f"{path} is JSON nested too deeply to be a config") from None
     if not isinstance(config, dict):
         raise CheckpointNotFoundError(f"{path} is not a JSON object")
     return config
@@ -80,7 +82,7 @@ def weight_files(directory: Path) -> list[Path]:
         try:
             weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
             shards = sorted(set(weight_map.values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             message = f"{index} is unreadable (no weight_map of shard names): {exc}"
             raise CheckpointNotFoundError(message) from exc
         # Shards sit next to their index; a name that leads elsewhere is not a shard of this checkpoint.

@@ -190,7 +190,7 @@ def _with_generation_config(config: Seq2SeqConfig, directory: Path) -> Seq2SeqCo
     path = directory / "generation_config.json"
     try:
         settings = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply
         settings = {}  # transformers falls back to config.json's too
     if not isinstance(settings, dict):
         return config

@@ -7,16 +7,22 @@ Only what a store holds is read. A name is never a path: it is what the store ca
 (`ollama run`'s name, LM Studio's publisher/model/file, a repo id), and the path behind it comes from the
 scan. Every link, and every digest an ollama manifest names, is resolved and followed only where it stays
 inside the store's folder; one leading out is listed as refused with its reason, as a models folder's
-is (app.registry.scan_models_dir). A FIFO, device or socket is never opened.
+is (app.registry.scan_models_dir), and so is a folder link leading out, a link loop, a folder that cannot
+be listed and a manifest or config.json that cannot be parsed: one broken entry costs only itself, never
+the scan. A FIFO, device or socket is never opened. A name or path in a reason is quoted (repr), as a
+folder name may hold a newline and the reason reaches the log.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +38,7 @@ __all__ = [
     "huggingface",
     "lmstudio",
     "ollama",
+    "resolve_link",
 ]
 
 # ollama's own rules, from github.com/ollama/ollama (read at fb30760, 2026-08): manifest/paths.go
@@ -102,23 +109,79 @@ def file_kind(path: Path) -> str | None:
     return next((kind for test, kind in kinds.items() if test(mode)), "not a regular file")
 
 
+def resolve_link(path: Path) -> Path:
+    """`path` with every link on its way followed (Path.resolve; the target may not exist); ValueError with
+    a sentence where the system cannot follow them: a link loop, or a chain longer than it follows (40
+    links on Linux), which resolve itself walks to the end."""
+    target: Path | None
+    try:
+        target = path.resolve()
+    except RuntimeError:  # Python 3.11 and 3.12 say "Symlink loop from ..."; 3.13 raises OSError(ELOOP)
+        target = None
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise ValueError(f"{path.name!r} cannot be followed ({exc.strerror})") from None
+        target = None
+    if target is None or _too_many_links(path):
+        raise ValueError(f"{path.name!r} is a link loop, or a chain of links too long to follow")
+    return target
+
+
+def _too_many_links(path: Path) -> bool:
+    try:
+        os.stat(path)
+    except OSError as exc:  # a dangling link, an unreadable folder: the callers' checks of the target say so
+        return exc.errno == errno.ELOOP
+    return False
+
+
 def _inside(path: Path, root: Path) -> str | None:
     """None where `path`, its links followed, stays inside `root` (resolved) and exists; else why not."""
-    target = path.resolve()
+    try:
+        target = resolve_link(path)
+    except ValueError as exc:
+        return str(exc)
     if not target.is_relative_to(root):
-        return f"{path.name} leads to {target}, outside the store {root}: links are followed only inside it"
+        return (
+            f"{path.name!r} leads to {str(target)!r}, outside the store {str(root)!r}: links are followed "
+            "only inside it"
+        )
     if not target.exists():
-        return f"{path.name} leads to {target}, which does not exist"
+        return f"{path.name!r} leads to {str(target)!r}, which does not exist"
     return None
 
 
-def _folders(folder: Path, root: Path) -> list[Path]:
-    """The subfolders of `folder` that stay inside `root` (sorted); unreadable ones are skipped."""
+def _listing(scan: StoreScan, folder: Path, name: str, store: str) -> list[Path]:
+    """What `folder` holds (sorted); where it cannot be listed, nothing, and `name` refused with why. The
+    store's own folder (name "") is the caller's to report: OSError."""
     try:
-        children = sorted(folder.iterdir())
-    except OSError:
+        return sorted(folder.iterdir())
+    except OSError as exc:
+        if not name:
+            raise
+        scan.refused[name] = f"{store} {name!r}: its folder {folder.name!r} cannot be read ({exc.strerror})"
         return []
-    return [c for c in children if c.is_dir() and c.resolve().is_relative_to(root)]
+
+
+def _folders(
+    scan: StoreScan, folder: Path, name: str, root: Path, store: str, named: Callable[[Path], str | None]
+) -> list[Path]:
+    """The subfolders of `folder` (sorted) that stay inside `root`. A link among its entries that loops,
+    dangles or leads out of the store is refused under named(link) with why (None: not an entry of the
+    store's, such as a hub cache's datasets, and skipped), as a file link is: never silently dropped."""
+    kept = []
+    for child in _listing(scan, folder, name, store):
+        if child.is_symlink() and (why := _inside(child, root)) is not None:
+            if (child_name := named(child)) is not None:
+                scan.refused[child_name] = f"{store} {child_name!r}: {why}"
+        elif child.is_dir():
+            kept.append(child)
+    return kept
+
+
+def _under(name: str) -> Callable[[Path], str]:
+    """A folder's entries named by their path in the store: "pub", then "pub/model"."""
+    return lambda child: f"{name}/{child.name}" if name else child.name
 
 
 def _small_json(file: Path, what: str) -> Any:
@@ -126,14 +189,19 @@ def _small_json(file: Path, what: str) -> Any:
     with a sentence otherwise."""
     if (kind := file_kind(file)) is not None:
         raise ValueError(f"its {what} is {kind}, not a file")
-    with file.open("rb") as f:
-        data = f.read(MANIFEST_MAX_BYTES + 1)
+    try:
+        with file.open("rb") as f:
+            data = f.read(MANIFEST_MAX_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"its {what} cannot be read ({exc.strerror})") from None
     if len(data) > MANIFEST_MAX_BYTES:
         raise ValueError(f"its {what} is over {MANIFEST_MAX_BYTES:,} bytes: not a real one")
     try:
         return json.loads(data)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
         raise ValueError(f"its {what} is not JSON ({exc})") from None
+    except RecursionError:  # arrays nested ~100,000 deep fit in 1 MB; the parser recurses per level
+        raise ValueError(f"its {what} is JSON nested too deeply to be a real one") from None
 
 
 # -- ollama ------------------------------------------------------------------------------------------
@@ -141,23 +209,28 @@ def _small_json(file: Path, what: str) -> Any:
 
 def ollama(store: Path) -> StoreScan:
     """Every manifest under store/manifests/<host>/<namespace>/<model>/<tag>, by the name `ollama run` takes
-    (`qwen2.5:7b`; `hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M`), found: its model layer's blob."""
+    (`qwen2.5:7b`; `hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M`), found: its model layer's blob.
+    A host, namespace or model folder that cannot be used is refused by its path under manifests/
+    (`registry.ollama.ai/someone`), the only name it has."""
     scan = StoreScan()
     root = store.resolve()
     manifests = store / "manifests"
+    if manifests.is_symlink() and (why := _inside(manifests, root)) is not None:
+        scan.refused["manifests"] = f"ollama's 'manifests': {why}"
+        return scan
     if not manifests.is_dir():
         return scan
-    for host in _folders(manifests, root):
-        for namespace in _folders(host, root):
-            for model in _folders(namespace, root):
-                for tag in sorted(model.iterdir()):
-                    if tag.is_dir() and not tag.is_symlink():
-                        continue  # ollama's layout has no deeper level
+    for host in _folders(scan, manifests, "", root, "ollama's", _under("")):
+        for namespace in _folders(scan, host, host.name, root, "ollama's", _under(host.name)):
+            path = f"{host.name}/{namespace.name}"
+            for model in _folders(scan, namespace, path, root, "ollama's", _under(path)):
+                # every entry is a tag's manifest (ollama's layout has no deeper level): a folder is refused
+                for tag in _listing(scan, model, f"{path}/{model.name}", "ollama's"):
                     name = _ollama_name(host.name, namespace.name, model.name, tag.name)
                     try:
                         scan.found[name] = _ollama_blob(tag, root)
                     except ValueError as exc:
-                        scan.refused[name] = f"ollama's {name}: {exc}"
+                        scan.refused[name] = f"ollama's {name!r}: {exc}"
     return scan
 
 
@@ -197,9 +270,13 @@ def _ollama_blob(manifest: Path, root: Path) -> Path:
         raise ValueError(f"its model blob {outside}")
     if (kind := file_kind(blob)) is not None:
         raise ValueError(f"its model blob {blob.name} is {kind}, not a GGUF file")
-    with blob.open("rb") as f:  # a blob has no suffix: its first bytes say what it is
-        if f.read(len(_GGUF_MAGIC)) != _GGUF_MAGIC:
-            raise ValueError(f"its model blob {blob.name} is not a GGUF file (no GGUF magic)")
+    try:
+        with blob.open("rb") as f:  # a blob has no suffix: its first bytes say what it is
+            magic = f.read(len(_GGUF_MAGIC))
+    except OSError as exc:
+        raise ValueError(f"its model blob {blob.name} cannot be read ({exc.strerror})") from None
+    if magic != _GGUF_MAGIC:
+        raise ValueError(f"its model blob {blob.name} is not a GGUF file (no GGUF magic)")
     return blob
 
 
@@ -207,17 +284,16 @@ def _ollama_blob(manifest: Path, root: Path) -> Path:
 
 
 def lmstudio(store: Path) -> StoreScan:
-    """Every store/<publisher>/<model>/<file>.gguf, as <publisher>/<model>/<file less .gguf>."""
+    """Every store/<publisher>/<model>/<file>.gguf, as <publisher>/<model>/<file less .gguf>; a publisher
+    or model folder that cannot be used is refused as `publisher` or `publisher/model`."""
     scan = StoreScan()
     root = store.resolve()
-    for publisher in _folders(store, root):
-        for model in _folders(publisher, root):
-            try:
-                files = sorted(f for f in model.iterdir() if f.suffix.lower() == _GGUF)
-            except OSError:
-                continue
-            for file in files:
-                _gguf_entry(scan, f"{publisher.name}/{model.name}/{file.stem}", file, root, "LM Studio's")
+    for publisher in _folders(scan, store, "", root, "LM Studio's", _under("")):
+        for model in _folders(scan, publisher, publisher.name, root, "LM Studio's", _under(publisher.name)):
+            prefix = f"{publisher.name}/{model.name}"
+            for file in _listing(scan, model, prefix, "LM Studio's"):
+                if file.suffix.lower() == _GGUF:
+                    _gguf_entry(scan, f"{prefix}/{file.stem}", file, root, "LM Studio's")
     return scan
 
 
@@ -228,17 +304,17 @@ def _gguf_entry(scan: StoreScan, name: str, file: Path, root: Path, store: str) 
     if split is not None and int(split[1]) != 1:
         return
     why = _inside(file, root) or (
-        f"{file.name} is {kind}, not a GGUF file" if (kind := file_kind(file)) else None
+        f"{file.name!r} is {kind}, not a GGUF file" if (kind := file_kind(file)) else None
     )
     if why is None and split is not None:
         why = (
-            f"{file.name} is the first of {int(split[2])} parts of a split GGUF; headscope reads a GGUF in "
+            f"{file.name!r} is the first of {int(split[2])} parts of a split GGUF; headscope reads a GGUF in "
             "one file (llama.cpp's `llama-gguf-split --merge` joins them)"
         )
     if why is None:
         scan.found[name] = file
     else:
-        scan.refused[name] = f"{store} {name}: {why}"
+        scan.refused[name] = f"{store} {name!r}: {why}"
 
 
 # -- Hugging Face ------------------------------------------------------------------------------------
@@ -254,27 +330,29 @@ def huggingface(cache: Path, families: frozenset[str]) -> StoreScan:
     folders holding neither (datasets), are not models we convert and are left out."""
     scan = StoreScan()
     root = cache.resolve()
-    for repo in _folders(cache, root):
-        if not repo.name.startswith("models--"):
-            continue
-        repo_id = repo.name.removeprefix("models--").replace("--", "/")
+    for repo in _folders(scan, cache, "", root, "Hugging Face's", _repo_id):
+        repo_id = _repo_id(repo)
+        if repo_id is None:
+            continue  # a dataset's or a space's
         main = _ref(repo / "refs" / "main", root)
+        at = partial(_at_revision, repo_id)
+        snapshots = repo / "snapshots"
+        if snapshots.is_symlink() and (why := _inside(snapshots, root)) is not None:
+            scan.refused[repo_id] = f"Hugging Face's {repo_id!r}: {why}"
+            continue
+        listed = _folders(scan, snapshots, repo_id, root, "Hugging Face's", at) if snapshots.is_dir() else []
         # refs/main's first, then the newest: the one a name without @rev means
-        snapshots = sorted(
-            _folders(repo / "snapshots", root),
-            key=lambda s: (s.name == main, s.stat().st_mtime),
-            reverse=True,
-        )
-        configured = [s for s in snapshots if os.path.lexists(s / "config.json")]
+        listed.sort(key=lambda s: (s.name == main, _mtime(s)), reverse=True)
+        configured = [s for s in listed if os.path.lexists(s / "config.json")]
         newest = configured[0] if configured else None
-        for snapshot in snapshots:
-            name = repo_id if snapshot == newest else f"{repo_id}@{snapshot.name}"
+        for snapshot in listed:
+            name = repo_id if snapshot == newest else at(snapshot)
             try:
                 files = _snapshot_files(snapshot)
                 if snapshot in configured and _hf_family(snapshot, files, root) in families:
                     scan.found[name] = snapshot
             except ValueError as exc:
-                scan.refused[name] = f"Hugging Face's {name}: {exc}"
+                scan.refused[name] = f"Hugging Face's {name!r}: {exc}"
                 continue
             for file in files:
                 if file.suffix.lower() == _GGUF:
@@ -285,12 +363,31 @@ def huggingface(cache: Path, families: frozenset[str]) -> StoreScan:
     return scan
 
 
+def _repo_id(repo: Path) -> str | None:
+    """A hub cache folder's repo id (models--org--name: org/name); None for a dataset's or a space's."""
+    return repo.name.removeprefix("models--").replace("--", "/") if repo.name.startswith("models--") else None
+
+
+def _at_revision(repo_id: str, snapshot: Path) -> str:
+    return f"{repo_id}@{snapshot.name}"
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # gone since it was listed: oldest
+        return 0.0
+
+
 def _ref(file: Path, root: Path) -> str | None:
     """The revision a refs/ file names (a commit hash), or None."""
     if _inside(file, root) is not None or file_kind(file) is not None:
         return None
-    with file.open("rb") as f:
-        return f.read(100).decode("ascii", "replace").strip()
+    try:
+        with file.open("rb") as f:
+            return f.read(100).decode("ascii", "replace").strip()
+    except OSError:  # unreadable: no revision is preferred, the newest is used
+        return None
 
 
 def _snapshot_files(snapshot: Path) -> list[Path]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from fastapi.testclient import TestClient
+from hostile_stores import lay_out
 from tolerances import FORWARD_JSON
 
 import mha
@@ -363,10 +364,40 @@ def test_scan_models_dir_names_what_it_refuses_and_follows_links_only_inside(tmp
     assert set(scan.refused) == {"far", "far-folder", "pipe", "zero", "gone", "folder"}
     assert "outside the models folder" in scan.refused["far"] and "HEADSCOPE_MODELS" in scan.refused["far"]
     assert "outside the models folder" in scan.refused["far-folder"]
-    assert scan.refused["pipe"] == "pipe.gguf is a FIFO, not a GGUF file"
-    assert "/dev/zero, outside the models folder" in scan.refused["zero"]
+    assert scan.refused["pipe"] == "'pipe.gguf' is a FIFO, not a GGUF file"
+    assert "'/dev/zero', outside the models folder" in scan.refused["zero"]
     assert "does not exist" in scan.refused["gone"]
-    assert scan.refused["folder"] == "folder.gguf is a folder, not a GGUF file"
+    assert scan.refused["folder"] == "'folder.gguf' is a folder, not a GGUF file"
+
+
+def test_a_hostile_models_folder_costs_only_its_broken_entries(
+    tmp_path: Path, tiny_checkpoints: dict[str, Path]
+) -> None:
+    """Issue 48 (E2, E7): a link loop, a chain of links too long to follow and a folder link leading out
+    are refused with their reason (a loop stopped the start; the folder link vanished), names quoted; a
+    config.json nested too deeply is found here and refused by its check (tests/app/test_stores_api.py)."""
+    gguf = tmp_path / "any.gguf"
+    gguf.write_bytes(b"GGUF")
+    hostile = lay_out(
+        "models_dir", tmp_path / "models", tmp_path / "outside", gguf, tiny_checkpoints["llama"]
+    )
+    scan = scan_models_dir(tmp_path / "models")
+    assert sorted(scan.found) == sorted([*hostile.found, *hostile.failing])
+    assert sorted(scan.refused) == sorted(hostile.refused)
+    for name, why in hostile.refused.items():
+        assert why in scan.refused[name], (name, scan.refused[name])
+    assert not [why for why in scan.refused.values() if "\n" in why]
+
+
+def test_a_folder_link_leading_out_of_the_models_folder_is_refused(tmp_path: Path) -> None:
+    """Issue 48 E7: a folder link leading out was refused only when its target held a config.json (read
+    outside the folder to know it); any other vanished. Now every folder link out is refused, unread."""
+    (tmp_path / "models").mkdir()
+    (tmp_path / "elsewhere" / "weights").mkdir(parents=True)
+    (tmp_path / "models" / "linked").symlink_to(tmp_path / "elsewhere" / "weights")
+    scan = scan_models_dir(tmp_path / "models")
+    assert scan.found == {} and list(scan.refused) == ["linked"]
+    assert "outside the models folder" in scan.refused["linked"]
 
 
 def test_refused_entries_are_listed_by_the_service(

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from gguf_files import write_gguf
+from hostile_stores import KINDS, Hostile, lay_out
 from store_files import OLLAMA_MODEL, hf_snapshot, lmstudio_model, ollama_manifest, ollama_model
 
 from app.main import create_app
@@ -183,3 +184,51 @@ def test_the_startup_imports_transformers_on_one_thread_before_its_check_and_loa
     finally:
         loads.stop()
     assert order[0] == "prepare" and set(order[1:]) == {"check", "load"}, order  # a check, maybe two
+
+
+# Each store's setting, and the models folder's
+FOLDERS = {"ollama": "ollama_models", "lmstudio": "lmstudio_models", "huggingface": "hf_cache"}
+FOLDERS["models_dir"] = "models_dir"
+
+
+@pytest.fixture(scope="module")
+def hostile(
+    tmp_path_factory: pytest.TempPathFactory,
+    tiny_checkpoints: dict[str, Path],
+    make_settings: Callable[..., Settings],
+) -> Iterator[tuple[TestClient, dict[str, Hostile]]]:
+    """One service over a hostile store of each kind and a hostile models folder (tests/hostile_stores.py)."""
+    root = tmp_path_factory.mktemp("hostile")
+    gguf = write_gguf(tiny_checkpoints["llama"], root / "tiny.gguf", qtype="Q8_0")
+    laid = {
+        kind: lay_out(kind, root / kind, root / f"out-{kind}", gguf, tiny_checkpoints["llama"])
+        for kind in KINDS
+    }
+    settings = make_settings(discover=True, **{FOLDERS[kind]: root / kind for kind in KINDS})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(model_cache.CACHE_ENV, str(root / "headscope-cache"))
+        with serving(create_app(settings)) as test_client:
+            yield test_client, laid
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_hostile_store_costs_neither_the_start_nor_another_model(
+    kind: str, hostile: tuple[TestClient, dict[str, Hostile]]
+) -> None:
+    """Issue 48 (E2, E3): link loops, link chains, nested and huge JSON, a manifest that is a folder and
+    folder links leading out stopped the start (a loop, nested JSON) or vanished (a folder link): now the
+    service starts, lists each with its reason (the source it came from), answers a request for one with
+    that reason, and serves the good models beside them."""
+    client, laid = hostile
+    models = entries(client)
+    for name in laid[kind].found:
+        assert (models[name]["source"], models[name]["error"]) == (kind, None), (name, models[name])
+    for name, why in {**laid[kind].refused, **laid[kind].failing}.items():
+        entry = models[name]
+        assert entry["source"] == kind and why in (entry["error"] or ""), (name, entry)
+        r = client.post("/api/attention", json={"text": TEXT, "model": name})
+        assert r.status_code == 503 and why in r.json()["detail"], (name, r.text)
+    good = laid[kind].found[0]
+    r = client.post("/api/attention/compact", json={"text": TEXT, "model": good})
+    assert r.status_code == 200, (good, r.text[:300])
+    assert client.get("/api/health").json()["status"] == "ok"

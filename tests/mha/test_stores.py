@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+from functools import partial
 from pathlib import Path
 
 import pytest
 from gguf_files import write_gguf
+from hostile_stores import lay_out
 from store_files import OLLAMA_MODEL, REVISION, hf_snapshot, lmstudio_model, ollama_manifest, ollama_model
 
 from mha import describe_checkpoint
@@ -204,3 +206,68 @@ def test_huggingface_gguf_files_are_named_as_lm_studio_names_them(tmp_path: Path
     assert "outside the store" in scan.refused[f"{repo}/leak"]
     facts = describe_checkpoint(scan.found[base])
     assert facts is not None and facts.family == "llama"
+
+
+SCANS = {
+    "ollama": stores.ollama,
+    "lmstudio": stores.lmstudio,
+    "huggingface": partial(stores.huggingface, families=frozenset(CONVERTERS)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SCANS))
+def test_a_hostile_store_costs_only_its_broken_entries(
+    kind: str, tmp_path: Path, tiny_checkpoints: dict[str, Path]
+) -> None:
+    """Issue 48 (E2, E3, E6, E7): link loops, link chains, JSON nested 200,000 deep or over the cap, a
+    manifest that is a folder, folder links leading out and names with a newline (tests/hostile_stores.py)
+    neither stop the scan nor hide a good model: each broken entry is refused with its reason, and a
+    reason quotes names and paths, so no newline of a folder's name reaches a log line through it."""
+    gguf = tmp_path / "any.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(60))  # the scans read a blob's magic only
+    hostile = lay_out(kind, tmp_path / "store", tmp_path / "outside", gguf, tiny_checkpoints["llama"])
+    scan = SCANS[kind](tmp_path / "store")
+    assert sorted(scan.found) == sorted(hostile.found)
+    assert sorted(scan.refused) == sorted(hostile.refused)
+    for name, why in hostile.refused.items():
+        assert why in scan.refused[name], (name, scan.refused[name])
+    assert not [why for why in scan.refused.values() if "\n" in why]
+
+
+def test_resolve_link_says_why_a_link_cannot_be_followed(tmp_path: Path) -> None:
+    (tmp_path / "self").symlink_to("self")
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    for link in ("self", "a"):
+        with pytest.raises(ValueError, match=f"'{link}' is a link loop"):
+            stores.resolve_link(tmp_path / link)
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "good").symlink_to("file")
+    assert stores.resolve_link(tmp_path / "good") == (tmp_path / "file").resolve()
+
+
+# (store, the folder link's path in the store, where it leads in `outside`, the name it is refused under)
+FOLDER_LINKS = [
+    ("lmstudio", "outpub", "p", "outpub"),
+    ("lmstudio", "pub/outmodel", "p/m", "pub/outmodel"),
+    ("ollama", "manifests/registry.ollama.ai/someone", "manifests/h/ns", "registry.ollama.ai/someone"),
+    ("ollama", "manifests/h.example/ns/outmodel", "manifests/h/ns/m", "h.example/ns/outmodel"),
+    ("huggingface", "models--org--out", "models--org--m", "org/out"),
+]
+
+
+@pytest.mark.parametrize(("kind", "link", "target", "name"), FOLDER_LINKS)
+def test_a_folder_link_leading_out_is_refused_with_its_reason(
+    kind: str, link: str, target: str, name: str, tmp_path: Path, tiny_checkpoints: dict[str, Path]
+) -> None:
+    """Issue 48 E7: a file link leading out of a store was refused, a folder link vanished without a word:
+    now it is refused too, under its path in the store (the only name it has), and never looked into."""
+    store, outside = tmp_path / "store", tmp_path / "outside"
+    lmstudio_model(outside, "p", "m", "x.gguf", b"GGUF")
+    ollama_model(outside, ("h", "ns", "m", "latest"), b"GGUF")
+    hf_snapshot(outside, "org/m", tiny_checkpoints["llama"])
+    (store / link).parent.mkdir(parents=True)
+    (store / link).symlink_to(outside / target)
+    scan = SCANS[kind](store)
+    assert scan.found == {} and list(scan.refused) == [name]
+    assert "outside the store" in scan.refused[name] and repr(str(outside / target)) in scan.refused[name]
