@@ -136,15 +136,15 @@ def _store_scans(settings: Settings) -> list[tuple[str, stores.StoreScan]]:
         if folder is None:
             continue
         if not folder.is_dir():
-            logger.warning("the %s store %s is not a folder: not scanned", source, folder)
+            logger.warning("the %s store %r is not a folder: not scanned", source, str(folder))
             continue
         try:
             found = scan(folder)
         except OSError as exc:
-            logger.warning("the %s store %s could not be read (%s): not scanned", source, folder, exc)
+            logger.warning("the %s store %r could not be read (%s): not scanned", source, str(folder), exc)
             continue
         logger.info(
-            "%s store %s: %d models, %d refused", source, folder, len(found.found), len(found.refused)
+            "%s store %r: %d models, %d refused", source, str(folder), len(found.found), len(found.refused)
         )
         scans.append((source, found))
     return scans

@@ -134,7 +134,7 @@ def run(
     identity = {"model": job.name, "input": job.input(), "settings": job.settings()}
     previous = _previous_run(job.out, identity)
     if previous is not None and previous.get("complete"):
-        logger.info("%s: this run is already complete; nothing to do", job.out)
+        logger.info("%r: this run is already complete; nothing to do", str(job.out))
         return previous
 
     worker: CorpusWorker | None = None
@@ -152,12 +152,14 @@ def run(
     for folder in (job.out, shard_directory(job.out)):
         removed = remove_temporaries(folder)  # a job killed mid-write (while aggregating, say) left them
         if removed:
-            logger.info("%s: removed %s, left by a job that was stopped", folder, ", ".join(removed))
+            logger.info(
+                "%r: removed %s, left by a job that was stopped", str(folder), ", ".join(map(repr, removed))
+            )
     shards = shard_count(job.records, shard_size)
     done = done_shards(job.out)
     todo = [k for k in range(shards) if k not in done]
     if done:
-        logger.info("%s: resuming, %d of %d shards already done", job.out, shards - len(todo), shards)
+        logger.info("%r: resuming, %d of %d shards already done", str(job.out), shards - len(todo), shards)
     record = {
         "format": FORMAT,
         "complete": False,
@@ -207,8 +209,8 @@ def run(
     )
     _write_json(job.out / "run.json", record)
     logger.info(
-        "%s: %d texts, %d errors, %d truncated",
-        job.out,
+        "%r: %d texts, %d errors, %d truncated",
+        str(job.out),
         counts["texts"],
         counts["errors"],
         counts["truncated"],

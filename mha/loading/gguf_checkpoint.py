@@ -326,11 +326,14 @@ def _cached_or_converted(file: Path, header: Header, digest: str, progress: Prog
             return folder
         except CheckpointError as exc:  # damaged since it was written: write it again
             logger.warning(
-                "the cached config of %s in %s is unusable (%s): reading it again", file, folder, exc
+                "the cached config of %r in %r is unusable (%s): reading it again",
+                str(file),
+                str(folder),
+                exc,
             )
             model_cache.discard(folder)
     logger.info(
-        "reading the config and tokenizer of %s (GGUF %s) once; later loads read the cache", file, header
+        "reading the config and tokenizer of %r (GGUF %s) once; later loads read the cache", str(file), header
     )
     write = _convert(file, header, digest, progress)
     try:
@@ -389,7 +392,9 @@ def _keep_config(folder: Path, checked: Checked) -> None:
     except Exception:  # any failure reading it: no snapshot, config.json is read instead
         same = False
     if not same:
-        logger.debug("%s: the config's snapshot differs from the config; config.json is read instead", folder)
+        logger.debug(
+            "%r: the config's snapshot differs from the config; config.json is read instead", str(folder)
+        )
         (folder / config_snapshot.SNAPSHOT).unlink()
 
 

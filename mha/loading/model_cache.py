@@ -73,12 +73,12 @@ def publish_folder(kind: str, digest: str, write: Callable[[Path], None]) -> Pat
         _remove_abandoned(parent, digest)
         temporary = Path(tempfile.mkdtemp(prefix=f"{_TEMPORARY}{digest}-{os.getpid()}-", dir=parent))
     except OSError as exc:
-        return _fallback(kind, digest, write, f"{parent} is not writable ({exc})")
+        return _fallback(kind, digest, write, f"{str(parent)!r} is not writable ({exc})")
     try:
         write(temporary)
     except OSError as exc:  # the cache's disk (full, read-only): the same write elsewhere may succeed
         shutil.rmtree(temporary, ignore_errors=True)
-        return _fallback(kind, digest, write, f"writing into {parent} failed ({exc})")
+        return _fallback(kind, digest, write, f"writing into {str(parent)!r} failed ({exc})")
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
@@ -95,9 +95,9 @@ def _fallback(kind: str, digest: str, write: Callable[[Path], None], why: str) -
     folder = Path(tempfile.mkdtemp(prefix="headscope-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     logger.warning(
-        "%s: converting into %s for this process only (set %s to a writable folder to keep it)",
+        "%s: converting into %r for this process only (set %s to a writable folder to keep it)",
         why,
-        folder,
+        str(folder),
         CACHE_ENV,
     )
     try:

@@ -141,7 +141,9 @@ def load_pretrained(
     if chat_template:
         chat.prewarm()  # its renders run in a worker process (mha.text.chat): started now, not at first chat
     info = replace(info, chat_template=chat_template, byte_level=is_byte_level(tokenizer))
-    logger.info("loaded %s (%s) from %s on %s", name, converter.family, gguf_file or directory, torch_device)
+    logger.info(
+        "loaded %r (%s) from %r on %s", name, converter.family, str(gguf_file or directory), torch_device
+    )
     lm_head = logits_bias = None
     if isinstance(network, EncoderDecoder):
         # As transformers 5 loads them: the checkpoint's own head where it has one, else the tied one.

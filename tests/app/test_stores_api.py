@@ -4,14 +4,16 @@ stores are never looked at."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from gguf_files import write_gguf
-from hostile_stores import KINDS, Hostile, lay_out
+from hostile_stores import FORGED, KINDS, NEWLINE, Hostile, lay_out
 from store_files import OLLAMA_MODEL, hf_snapshot, lmstudio_model, ollama_manifest, ollama_model
 
 from app.main import create_app
@@ -186,6 +188,34 @@ def test_the_startup_imports_transformers_on_one_thread_before_its_check_and_loa
     assert order[0] == "prepare" and set(order[1:]) == {"check", "load"}, order  # a check, maybe two
 
 
+class Records(logging.Handler):
+    """Every log record at INFO and above while it is installed on the root logger."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def forged(self) -> list[str]:
+        """Messages in which a name's newline would start a line of the log's own format."""
+        return [m for m in (r.getMessage() for r in self.records) if f"\n{FORGED}" in m]
+
+
+@contextmanager
+def recorded() -> Iterator[Records]:
+    records, root = Records(), logging.getLogger()
+    level = root.level
+    root.addHandler(records)
+    root.setLevel(logging.INFO)
+    try:
+        yield records
+    finally:
+        root.removeHandler(records)
+        root.setLevel(level)
+
+
 # Each store's setting, and the models folder's
 FOLDERS = {"ollama": "ollama_models", "lmstudio": "lmstudio_models", "huggingface": "hf_cache"}
 FOLDERS["models_dir"] = "models_dir"
@@ -232,3 +262,30 @@ def test_a_hostile_store_costs_neither_the_start_nor_another_model(
     r = client.post("/api/attention/compact", json={"text": TEXT, "model": good})
     assert r.status_code == 200, (good, r.text[:300])
     assert client.get("/api/health").json()["status"] == "ok"
+
+
+def test_a_store_name_with_a_newline_forges_no_log_line(
+    tmp_path: Path, tiny_checkpoints: dict[str, Path], make_settings: Callable[..., Settings]
+) -> None:
+    """Issue 48 E6: an ollama model folder, an LM Studio publisher and a models folder file named with a
+    newline are served under that name, and no log line writes it raw: mha.loading.pretrained's "loaded
+    %s" started a line of its own with what followed the newline, and so did a broken entry's reason."""
+    gguf = write_gguf(tiny_checkpoints["llama"], tmp_path / "tiny.gguf", qtype="Q8_0")
+    folders = store_folders(tmp_path)
+    ollama_model(folders["ollama_models"], (*LIBRARY, NEWLINE, "latest"), gguf)
+    missing = [{"mediaType": OLLAMA_MODEL, "digest": "sha256:" + "0" * 64}]
+    ollama_manifest(folders["ollama_models"], (*LIBRARY, f"{NEWLINE}-gone", "latest"), missing)
+    lmstudio_model(folders["lmstudio_models"], NEWLINE, "m", "f.gguf", gguf)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / f"{NEWLINE}.gguf").write_bytes(gguf.read_bytes())
+    settings = make_settings(discover=True, models_dir=tmp_path / "models", **folders)
+    with pytest.MonkeyPatch.context() as patch, recorded() as records:
+        patch.setenv(model_cache.CACHE_ENV, str(tmp_path / "headscope-cache"))
+        with serving(create_app(settings)) as client:
+            for name in (f"{NEWLINE}:latest", f"{NEWLINE}/m/f", NEWLINE):
+                r = client.post("/api/attention/compact", json={"text": TEXT, "model": name})
+                assert r.status_code == 200, (name, r.text[:300])
+            r = client.post("/api/attention", json={"text": TEXT, "model": f"{NEWLINE}-gone:latest"})
+            assert r.status_code == 503 and "is missing" in r.json()["detail"]
+    assert any("loaded" in r.getMessage() for r in records.records)  # the lines were written
+    assert records.forged() == []
