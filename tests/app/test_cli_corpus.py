@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from broken_checkpoints import BROKEN_WEIGHTS, break_checkpoint
 from corpus_files import texts, write_jsonl
+from store_files import OLLAMA_MODEL, ollama_manifest
 
 from app import corpus_cli
 from app.cli import main
@@ -318,3 +319,20 @@ def test_a_broken_checkpoint_is_one_line_before_the_input_is_read(
         )
         with pytest.raises(error, match=pattern):
             model_info(job)
+
+
+def test_a_broken_store_entry_gives_its_own_reason(corpus: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    """Issue 48 E8: `--model` naming a store entry the service refuses (an ollama manifest whose blob is
+    missing) said "neither a registered name nor a checkpoint directory"; it gives the service's reason."""
+    store = tmp_path / "ollama"
+    layer = {"mediaType": OLLAMA_MODEL, "digest": "sha256:" + "b" * 64, "size": 1}
+    ollama_manifest(store, ("registry.ollama.ai", "library", "ghost", "latest"), [layer])
+    for key, folder in {"OLLAMA_MODELS": store, "LMSTUDIO_MODELS": tmp_path, "HF_CACHE": tmp_path}.items():
+        monkeypatch.setenv(f"HEADSCOPE_{key}", str(folder))
+    monkeypatch.setenv("HEADSCOPE_DISCOVER", "true")
+    out = tmp_path / "o"
+    code, err = run_cli([str(corpus), "--model", "ghost:latest", "--out", str(out)], capsys)
+    assert code == 2 and not out.exists()
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("headscope corpus: error: model 'ghost:latest' cannot be loaded: ollama's")
+    assert f"its model blob sha256-{'b' * 64} is missing" in last and "neither" not in last
