@@ -49,7 +49,7 @@ export function fillModels(info) {
 
 function modelOption(m) {
   const label = modelLabel(m);
-  const option = el("option", { text: m.error ? `${label} (unavailable)` : label, attrs: { value: m.name } });
+  const option = el("option", { text: label, attrs: { value: m.name } });
   if (m.error) {
     option.disabled = true;
     option.title = m.error;

@@ -7,13 +7,21 @@ import { isGrouped, kvGroup } from "./decoder.js";
 /**
  * "name — 6 layers × 12 heads (causal)", "... × 4 heads over 2 KV heads ..."; a model that is not loaded yet
  * does not know its size. What its file's headers said follows: "· llama · 135 M params · Q4_1 · 98 MB".
+ * A model that cannot load (a broken store entry, a failed load) is only that: "name — unavailable: why",
+ * the reason cut to REASON_CHARS (the option's title holds all of it).
  */
 export function modelLabel(m) {
+  if (m.error) {
+    const why = m.error.length > REASON_CHARS ? `${m.error.slice(0, REASON_CHARS - 1)}…` : m.error;
+    return `${m.name} — unavailable: ${why}`;
+  }
   const grouped = m.kv_heads != null && m.kv_heads < m.heads ? ` over ${m.kv_heads} KV heads` : "";
   const size = m.layers == null ? "loads on first use" : `${m.layers} layers × ${m.heads} heads${grouped}`;
   const facts = modelFacts(m);
   return `${m.name} — ${size}${m.causal ? " (causal)" : ""}${facts ? ` · ${facts}` : ""}`;
 }
+
+const REASON_CHARS = 160; // a menu line, not a paragraph
 
 /** "llama · 135 M params · Q4_1 · 98 MB": family, parameters, quantization and size on disk, as known. */
 export function modelFacts(m) {

@@ -91,7 +91,8 @@ def test_the_menu_groups_models_by_source_with_their_facts(session: Any) -> None
     escape = by_value["escape:latest"]
     assert (
         escape["disabled"]
-        and escape["text"].endswith("(unavailable)")
+        and escape["text"].startswith("escape:latest — unavailable: ")
+        and "loads on first use" not in escape["text"]
         and "sha256:<64 hex digits>" in escape["title"]
     )
     assert [o["value"] for o in groups["LM Studio"]] == ["pub/Tiny-GGUF/tiny-Q8_0"]

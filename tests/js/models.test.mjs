@@ -14,7 +14,15 @@ test("a model's facts: family, parameters, quantization and size, each as known"
   assert.equal(modelLabel(big), "qwen2.5:7b — 28 layers × 28 heads over 4 KV heads (causal) · qwen2 · 7.6 B params · Q4_K_M · 4.7 GB");
   assert.equal(modelFacts({ parameters: 999_600, size_bytes: 1_234 }), "1.0 M params · 1.2 kB");
   assert.equal(modelFacts({ name: "random", family: "random" }), ""); // nothing read from a file
-  assert.equal(modelLabel({ name: "lazy", layers: null, error: "x" }), "lazy — loads on first use");
+});
+
+test("a model that cannot load reads as only unavailable, with its reason", () => {
+  const why = "CheckpointNotFoundError: ollama's 'ghost:latest': its model blob sha256-bb is missing";
+  const broken = { name: "ghost:latest", layers: null, header_family: "llama", size_bytes: 1_000, error: why };
+  assert.equal(modelLabel(broken), `ghost:latest — unavailable: ${why}`);
+  assert.doesNotMatch(modelLabel(broken), /loads on first use/);
+  const long = modelLabel({ name: "x", layers: null, error: "y".repeat(500) });
+  assert.equal(long, `x — unavailable: ${"y".repeat(159)}…`);
 });
 
 test("the menu groups models by source, in a fixed order, empty groups left out", () => {
