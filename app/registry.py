@@ -276,7 +276,7 @@ class Registry(Generic[M]):
             delay = min(self.retry_max_seconds, self.retry_seconds * 2 ** (entry.failures - 1))
             entry.retry_at = self._clock() + delay
             logger.error(
-                "model %r failed its %s: %s (trying again after %.0f s)", entry.name, what, entry.error, delay
+                "model %r failed its %s: %r (trying again after %.0f s)", entry.name, what, entry.error, delay
             )
         else:
             if entry.model is not None:  # a passing check alone proves nothing yet: keep the count

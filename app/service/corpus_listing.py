@@ -147,7 +147,7 @@ class RunListing:
             root = self.root.resolve(strict=True)
             stamps = _scan(root)
         except OSError as error:
-            logger.warning("corpus runs folder %r cannot be read: %s", str(self.root), error)
+            logger.warning("corpus runs folder %r cannot be read: %r", str(self.root), str(error))
             root, stamps = None, {}
         changed = root != self._resolved
         if changed:  # another folder now (a link moved): nothing kept holds
@@ -160,7 +160,7 @@ class RunListing:
                 continue
             found = find(root, name) if root is not None and stamp is not None else None
             if found is not None and found.run is None:
-                logger.warning("corpus run %r is not listed: run.json %s", str(found.folder), found.problem)
+                logger.warning("corpus run %r is not listed: run.json %r", str(found.folder), found.problem)
             now = None if found is None or found.run is None else _encoded(summary(name, found.run, ()))
             changed |= now != (kept[1] if kept is not None else None)
             self._folders[name] = (stamp, now)
@@ -218,7 +218,7 @@ def _read_meta(path: Path, cache: LRUCache | None) -> dict[str, Any] | None:
             if cache is not None:
                 cache.put(key, meta, size=status.st_size)
     except (OSError, ValueError, RecursionError) as error:  # RecursionError: JSON nested too deeply
-        logger.warning("corpus run %r: run.json cannot be read: %s", str(path.parent), error)
+        logger.warning("corpus run %r: run.json cannot be read: %r", str(path.parent), str(error))
         return None
     return meta if isinstance(meta, dict) else None
 

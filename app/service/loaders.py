@@ -143,7 +143,9 @@ def _store_scans(settings: Settings) -> list[tuple[str, stores.StoreScan]]:
         try:
             found = scan(folder)
         except OSError as exc:
-            logger.warning("the %s store %r could not be read (%s): not scanned", source, str(folder), exc)
+            logger.warning(
+                "the %s store %r could not be read (%r): not scanned", source, str(folder), str(exc)
+            )
             continue
         logger.info(
             "%s store %r: %d models, %d refused", source, str(folder), len(found.found), len(found.refused)

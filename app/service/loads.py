@@ -128,7 +128,7 @@ class Loads(Generic[M]):
 
     def _retry(self, name: str) -> None:
         with self._lock:
-            if self._retries.pop(name, None) is None:
+            if self._retries.pop(name, None) is None or self._pool is None:
                 return  # stopped meanwhile
         if self.registry.loaded(name) is None:
             logger.info("default model %r: loading it again by itself", name)

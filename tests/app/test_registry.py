@@ -417,3 +417,17 @@ def test_refused_entries_are_listed_by_the_service(
         assert "not a readable GGUF file" in entries["tiny"]["error"]
         answer = client.post("/api/attention", json={"text": "Hello.", "model": "pipe"})
         assert answer.status_code == 503 and "is a FIFO" in answer.json()["detail"]
+
+
+def test_a_failed_load_logs_its_error_quoted(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 48 E6: a load's error often holds a path from the operator's disk (mha's messages name files
+    unquoted), and a path may hold a newline: the failure's log line writes the error quoted, on one line."""
+
+    def broken() -> object:
+        raise OSError("cannot read /models/evil\n2026-01-01 INFO app: forged")
+
+    registry: Registry[object] = Registry({"evil": broken}, default="evil")
+    with caplog.at_level("ERROR", logger="app.registry"), pytest.raises(ModelUnavailableError):
+        registry.get("evil")
+    (message,) = [r.getMessage() for r in caplog.records if "failed its load" in r.getMessage()]
+    assert "\n" not in message and "evil\\n2026" in message
