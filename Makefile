@@ -73,9 +73,10 @@ typecheck: $(VENV)/.installed-dev
 # usual order: the browser tests after tests/app/ in one process (Playwright leaves an asyncio loop
 # running), and tests/mha/test_gguf_smollm2.py beside the browser server, which reads the bundled GGUF's
 # conversion that file makes in the lane's temporary folder. The lanes are evened by hand, by moving files
-# of tests/app/ to the first (now test_effects_api alone): a fresh clone on the distribution's Python had
-# 523 s of tests there after mypy (~45 s cold), and 556 s in the second; 238 s and 280 s on a faster
-# 2-core machine (AMD EPYC, AVX-512), where the whole `make test` took 5:10.
+# of tests/app/ to the first (now test_effects_api, and test_first_request, a server started in a subprocess:
+# ~20 s): a fresh clone on the distribution's Python had 523 s of tests there after mypy (~45 s cold), and
+# 556 s in the second; 238 s and 280 s on a faster 2-core machine (AMD EPYC, AVX-512), where the whole
+# `make test` took 5:10.
 # Lines say "mypy:" or "first:" where they come from the first lane; either lane failing (mypy included)
 # fails the target. A plain `pytest` still runs all of it in one process. PYTEST_ARGS go to both lanes'
 # pytest (`make test PYTEST_ARGS=--durations=15`: each lane's slowest).
@@ -86,7 +87,7 @@ typecheck: $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 FIRST_LANE := tests/app/test_fuzz.py \
 	$(filter-out tests/mha/test_gguf_smollm2.py,$(sort $(wildcard tests/mha/test_*.py))) \
-	tests/app/test_effects_api.py
+	tests/app/test_effects_api.py tests/app/test_first_request.py
 test: export OMP_NUM_THREADS = 1
 test: $(VENV)/.installed-dev chromium lint jstest
 	set -o pipefail; \
