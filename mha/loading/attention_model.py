@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from mha._finite import refuse_non_finite
+from mha._finite import refuse_non_finite, softmax_rows
 from mha._memory import held_nbytes
 from mha._transfer import to_device, to_host_packed
 from mha.analysis import ablation
@@ -138,7 +138,13 @@ class AttentionModel:
                 norms=norms,
             )
             maps = [translated.attentions, translated.decoder_attentions, translated.cross_attentions]
-            refuse_non_finite(self.info.name, "its attention", maps)
+            states = [translated.hidden_state, translated.decoder_hidden_state]
+            products = [
+                translated.value_products,
+                translated.decoder_value_products,
+                translated.cross_value_products,
+            ]
+            refuse_non_finite(self.info.name, _answer(maps, states, products))
             return translated
         if target is not None:
             raise TargetNotSupportedError(self.info.name, self.info.architecture)
@@ -154,7 +160,8 @@ class AttentionModel:
                 chat,
                 norms=norms,
             )
-            refuse_non_finite(self.info.name, "its attention", [continued.attentions])
+            answer = _answer([continued.attentions], [continued.hidden_state], [continued.value_products])
+            refuse_non_finite(self.info.name, answer)
             return continued
         return self.attend_batch(
             [(text, text_pair)],
@@ -200,7 +207,7 @@ class AttentionModel:
             effects.pooled,
             *(t for s in sections for t in (s.effects, s.steps)),
         ]
-        refuse_non_finite(self.info.name, "its head effects", [t for t in measured if t is not None])
+        refuse_non_finite(self.info.name, {"its head effects": [t for t in measured if t is not None]})
         return effects
 
     def trace(
@@ -290,7 +297,8 @@ class AttentionModel:
             )
             for row, n in enumerate(lengths)
         ]
-        refuse_non_finite(self.info.name, "its attention", [maps for maps, _, _ in parts])
+        answer = _answer([m for m, _, _ in parts], [s for _, s, _ in parts], [v for _, _, v in parts])
+        refuse_non_finite(self.info.name, answer)
         if packed:
             parts = _packed_to_host(parts)
         return [
@@ -433,6 +441,21 @@ class AttentionModel:
 
 
 Parts = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]
+
+
+def _answer(
+    maps: Sequence[torch.Tensor],
+    states: Sequence[torch.Tensor | None],
+    products: Sequence[torch.Tensor | None],
+) -> dict[str, list[torch.Tensor]]:
+    """What an answer holds, as refuse_non_finite checks it: every map by one weight a row (softmax_rows:
+    each is the network's softmax output, whose rows are finite or NaN whole), the hidden states and value
+    products whole (T·E and L·T·H² values, small beside the maps' L·H·T²)."""
+    return {
+        "its attention": [softmax_rows(m) for m in maps],
+        "its hidden state": [s for s in states if s is not None],
+        "its value norms": [p for p in products if p is not None],
+    }
 
 
 def _packed_to_host(parts: list[Parts]) -> list[Parts]:

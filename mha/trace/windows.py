@@ -79,7 +79,7 @@ class Trace:
         # Every window, row and overview is recomputed from these: checked once here, so a model whose values
         # overflowed is refused before the trace is kept (its scores overflowing make a row's lse infinite).
         kept = [t for layer in layers for t in (layer.q, layer.k, layer.lse, layer.norms) if t is not None]
-        refuse_non_finite(info.name, "its trace", kept + ([] if overview is None else [overview.values]))
+        refuse_non_finite(info.name, {"its trace": kept + ([] if overview is None else [overview.values])})
         attn = cast("Block", network.layers[0]).attn
         return cls(encoded, tokens, info, layers, attn.scale, attn.softcap, network.config.causal, overview)
 
@@ -204,7 +204,7 @@ class Trace:
     def _finite(self, values: torch.Tensor) -> torch.Tensor:
         """`values`, recomputed from a trace whose kept tensors were finite, unless a score that its forward
         held finite overflowed here (another order of summation): NonFiniteOutputError then, never NaN."""
-        refuse_non_finite(self.info.name, "its trace", [values])
+        refuse_non_finite(self.info.name, {"its trace": [values]})
         return values
 
 
