@@ -222,7 +222,9 @@ class CorpusWorker:
             values[:, where] = copied[: len(STATS)]  # float32 to float64: exact
             labels[where] = copied[len(STATS)]  # small whole numbers: exact in float32
             # A text whose attention held NaN or an infinity has no statistics: it is recorded as an error,
-            # as the service answers it (mha.errors.NonFiniteOutputError), never as NaN statistics.
+            # as the service answers it (mha.errors.NonFiniteOutputError), never as NaN statistics. Its
+            # entropy sums every weight of each of its rows (a clamped NaN stays NaN), so a NaN anywhere in
+            # its maps is a NaN statistic here: the maps are never read again for it.
             for row in where:
                 if not np.isfinite(values[:, row]).all():
                     values[:, row], labels[row] = np.nan, -1
