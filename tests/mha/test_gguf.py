@@ -277,21 +277,23 @@ def test_a_layer_without_tensors_is_named(sources: dict[str, Path], tmp_path: Pa
         check_checkpoint(file)
 
 
-def test_a_packed_model_says_what_it_holds(sources: dict[str, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("budget", [64 << 10, 1 << 20])
+def test_a_packed_model_says_what_it_holds(sources: dict[str, Path], tmp_path: Path, budget: int) -> None:
     """AttentionModel.nbytes of a GGUF model: its blocks as the file holds them (Q8_0: 34 bytes a block of
-    32 weights), the float tensors, and the bytes its layers may keep dequantized: what the service's
-    memory budget across models counts (app/registry.py)."""
+    32 weights), the float tensors, and the bytes its layers may keep dequantized, at what they can fill
+    (issue 48 E4): the budget where the layers in float32 are more (64 KiB), else those layers (1 MiB is
+    more than the tiny model's ~0.5 MB). What the service's memory budget across models counts."""
     from mha.loading.gguf_packed import DequantBudget
 
     file = _written(sources, tmp_path, "llama", "Q8_0")
-    budget = 1 << 20
     model = load_pretrained(file, dequant_cache_bytes=budget)
     network = model.network
     tensors = [*network.parameters(), *network.buffers()]
     stored = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
-    budgets = {
-        id(m.budget) for m in network.modules() if isinstance(getattr(m, "budget", None), DequantBudget)
-    }
-    assert len(budgets) == 1  # one budget a model, shared by its layers
-    assert model.nbytes == stored + budget
+    packed = [m for m in network.modules() if isinstance(getattr(m, "budget", None), DequantBudget)]
+    assert len({id(m.budget) for m in packed}) == 1  # one budget a model, shared by its layers
+    fill = sum(m.dequantized_nbytes for m in packed)  # every packed layer's weight in float32
+    assert fill == sum(m.weight.numel() * 4 for m in packed)
+    assert model.nbytes == stored + min(budget, fill)
+    assert (fill > budget) == (budget == 64 << 10)  # each case counts what it says
     assert stored < file.stat().st_size  # the blocks, no float32 copy: less than the file itself
