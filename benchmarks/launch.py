@@ -136,12 +136,18 @@ def serve(
                 time.sleep(poll_s)
             yield Server(process, base)
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:  # still busy with queued work (a graceful shutdown waits)
-                process.kill()
-                process.wait()
+            stop(process)
+
+
+def stop(process: subprocess.Popen[bytes], *, timeout: float = 10) -> None:
+    """Stop a server process: SIGTERM, then SIGKILL after `timeout` s if it is still busy with queued
+    work (a graceful shutdown waits for it)."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _chromium() -> str:

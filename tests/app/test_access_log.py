@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from checkpoints import build_long_llama
 
-from benchmarks.launch import free_port, healthy
+from benchmarks.launch import free_port, healthy, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "llama-long"
@@ -84,12 +84,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             time.sleep(0.2)
         yield served
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process, timeout=30)
 
 
 def connect(served: Served, *, receive_buffer: int | None = None) -> tuple[socket.socket, int]:

@@ -24,7 +24,7 @@ import pytest
 from checkpoints import build_checkpoint
 from gguf_files import write_gguf
 
-from benchmarks.launch import free_port
+from benchmarks.launch import free_port, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 GUARD = 120.0  # seconds for the server to start and to answer
@@ -84,12 +84,7 @@ def started(models: dict[str, str], tmp_path: Path) -> Iterator[tuple[str, Path]
                 time.sleep(0.01)
         yield base, log
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process, timeout=30)
 
 
 def test_the_first_request_for_each_kind_of_model_is_answered(started: tuple[str, Path]) -> None:
