@@ -12,6 +12,7 @@ from functools import partial
 
 import mha
 from app import encoders
+from app.registry import Entry
 from app.schemas.attention import AttentionRequest, HeadRequest, Health, ModelEntry, ModelList
 from app.schemas.trace import TraceOverviewRequest
 from app.service import bodies
@@ -70,9 +71,8 @@ class AttentionService(InsightAnswers):
         Each says what the server is doing, never what it is not (issue 48 E5)."""
         default = self.registry.default
         model = self.registry.loaded(default)
-        states = {entry.name: self.registry.state(entry) for entry in self.registry}
-        # A load in flight is "loading" from the moment it is asked for, before its thread gets to it.
-        loading = [n for n, state in states.items() if state == "loading" or self.loads.loading(n)]
+        states = {entry.name: self._state(entry) for entry in self.registry}
+        loading = [name for name, state in states.items() if state == "loading"]
         if model is not None:
             status = "ok"
         elif default in loading:
@@ -88,6 +88,12 @@ class AttentionService(InsightAnswers):
             loading=loading,
             checking=[name for name, state in states.items() if state == "checking"],
         )
+
+    def _state(self, entry: Entry[mha.AttentionModel]) -> str:
+        """The entry's state as /api/models and health say it: the registry's, but "loading" from the moment
+        a load is asked for (it may wait for the loads' one-time preparation before the registry sees it)."""
+        state = self.registry.state(entry)
+        return "loading" if state != "loaded" and self.loads.loading(entry.name) else state
 
     def models(self) -> ModelList:
         entries = []
@@ -119,7 +125,7 @@ class AttentionService(InsightAnswers):
                     parameters=facts.parameters if facts else None,
                     quantization=facts.quantization if facts else None,
                     size_bytes=facts.size_bytes if facts else None,
-                    state=self.registry.state(entry),
+                    state=self._state(entry),
                     memory_bytes=entry.nbytes if entry.model is not None else None,
                 )
             )

@@ -181,3 +181,36 @@ def test_health_says_unloaded_once_the_budget_unloaded_the_default(
         }
         assert client.post("/api/attention", json={"text": TEXT}).status_code == 200
         assert client.get("/api/health").json()["status"] == "ok"
+
+
+def test_a_load_waiting_for_the_imports_is_loading_everywhere(make_settings: Callable[..., Settings]) -> None:
+    """Issue 48 E1: every load first waits for transformers' one-time warm imports. While the startup holds
+    them, the default's load and a request's load of another model are in flight but not yet in the
+    registry: health and /api/models both say "loading" for them, never "checking" or "available", and both
+    requests answer once the imports are done."""
+    app = create_app(make_settings())
+    service = app.state.service
+    warming, release = threading.Event(), threading.Event()
+    warm = service.loads._prepare
+
+    def held() -> None:
+        warming.set()
+        release.wait(STARTUP_S)
+        warm()
+
+    service.loads._prepare = held
+    with TestClient(app) as client, ThreadPoolExecutor(1) as pool:
+        try:
+            assert warming.wait(STARTUP_S)
+            other = pool.submit(client.post, "/api/attention", json={"text": TEXT, "model": "random"})
+            wait_for = time.monotonic() + STARTUP_S
+            while "random" not in (health := client.get("/api/health").json())["loading"]:
+                assert time.monotonic() < wait_for, health
+                time.sleep(0.01)
+            assert (health["status"], health["loading"]) == ("loading", [DEFAULT, "random"])
+            states = {m["name"]: m["state"] for m in client.get("/api/models").json()["models"]}
+            assert states == {DEFAULT: "loading", "random": "loading"}
+        finally:
+            release.set()
+        assert other.result(timeout=STARTUP_S).status_code == 200
+        assert client.post("/api/attention", json={"text": TEXT}).status_code == 200
