@@ -11,7 +11,7 @@ import torch
 
 from mha.errors import NonFiniteOutputError
 
-__all__ = ["all_finite", "refuse_non_finite", "softmax_rows"]
+__all__ = ["all_finite", "refuse_non_finite", "refuse_non_finite_answer", "softmax_rows"]
 
 
 def refuse_non_finite(model: str, parts: Mapping[str, Sequence[torch.Tensor]]) -> None:
@@ -23,6 +23,25 @@ def refuse_non_finite(model: str, parts: Mapping[str, Sequence[torch.Tensor]]) -
         return
     what = next(what for what, part in parts.items() if not _exactly_finite(part))
     raise NonFiniteOutputError(model=model, what=what)
+
+
+def refuse_non_finite_answer(
+    model: str,
+    maps: Sequence[torch.Tensor],
+    states: Sequence[torch.Tensor | None],
+    products: Sequence[torch.Tensor | None],
+) -> None:
+    """refuse_non_finite of what an attend answer holds: every map by one weight a row (softmax_rows: each
+    is the network's softmax output, whose rows are finite or NaN whole), the hidden states and value
+    products whole (T·E and L·T·H² values, small beside the maps' L·H·T²)."""
+    refuse_non_finite(
+        model,
+        {
+            "its attention": [softmax_rows(m) for m in maps],
+            "its hidden state": [s for s in states if s is not None],
+            "its value norms": [p for p in products if p is not None],
+        },
+    )
 
 
 def all_finite(tensors: Sequence[torch.Tensor]) -> bool:

@@ -11,10 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 import torch
 
-__all__ = ["PINNED_MAX_BYTES", "HostCopy", "HostParts", "to_device", "to_host", "to_host_packed"]
+__all__ = [
+    "PINNED_MAX_BYTES",
+    "HostCopy",
+    "HostParts",
+    "rows_to_host",
+    "to_device",
+    "to_host",
+    "to_host_packed",
+]
 
 # Above this a packed copy goes to pageable memory: torch's pinned cache rounds a block up to a power of two
 # and keeps it pinned for the life of the process, which for maps of gigabytes costs more than the faster
@@ -92,3 +101,13 @@ def to_host_packed(parts: Sequence[torch.Tensor], dtype: torch.dtype = torch.flo
         start += size
     pinned = device.type == "cuda" and flat.numel() * flat.element_size() <= PINNED_MAX_BYTES
     return HostParts(to_host(flat) if pinned else HostCopy(flat.to("cpu")), shapes)
+
+
+Row = TypeVar("Row", bound=tuple[torch.Tensor | None, ...])
+
+
+def rows_to_host(rows: list[Row]) -> list[Row]:
+    """Each row's tensors (None where a row has none) on the host, float32, through one packed copy
+    (to_host_packed) for all of them: a batch's per-text (maps, hidden state, value products)."""
+    host = iter(to_host_packed([t for row in rows for t in row if t is not None]).ready())
+    return [cast(Row, tuple(None if t is None else next(host) for t in row)) for row in rows]  # rows' order

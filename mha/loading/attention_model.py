@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from mha._finite import refuse_non_finite, softmax_rows
+from mha._finite import refuse_non_finite, refuse_non_finite_answer
 from mha._memory import held_nbytes
-from mha._transfer import to_device, to_host_packed
+from mha._transfer import rows_to_host, to_device
 from mha.analysis import ablation
 from mha.errors import MaxTokensError, NotCausalError, TargetNotSupportedError
 from mha.loading.convert.base import NetworkConfig
@@ -144,7 +144,7 @@ class AttentionModel:
                 translated.decoder_value_products,
                 translated.cross_value_products,
             ]
-            refuse_non_finite(self.info.name, _answer(maps, states, products))
+            refuse_non_finite_answer(self.info.name, maps, states, products)
             return translated
         if target is not None:
             raise TargetNotSupportedError(self.info.name, self.info.architecture)
@@ -160,8 +160,9 @@ class AttentionModel:
                 chat,
                 norms=norms,
             )
-            answer = _answer([continued.attentions], [continued.hidden_state], [continued.value_products])
-            refuse_non_finite(self.info.name, answer)
+            refuse_non_finite_answer(
+                self.info.name, [continued.attentions], [continued.hidden_state], [continued.value_products]
+            )
             return continued
         return self.attend_batch(
             [(text, text_pair)],
@@ -297,10 +298,11 @@ class AttentionModel:
             )
             for row, n in enumerate(lengths)
         ]
-        answer = _answer([m for m, _, _ in parts], [s for _, s, _ in parts], [v for _, _, v in parts])
-        refuse_non_finite(self.info.name, answer)
+        refuse_non_finite_answer(
+            self.info.name, [m for m, _, _ in parts], [s for _, s, _ in parts], [v for _, _, v in parts]
+        )
         if packed:
-            parts = _packed_to_host(parts)
+            parts = rows_to_host(parts)
         return [
             AttentionResult.of(
                 e,
@@ -438,32 +440,3 @@ class AttentionModel:
         attention_mask = to_device(mask, self.device) if min(lengths) < width else None
         segments = to_device(type_ids, self.device) if self.config.type_vocab_size else None
         return to_device(ids, self.device), attention_mask, segments
-
-
-Parts = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]
-
-
-def _answer(
-    maps: Sequence[torch.Tensor],
-    states: Sequence[torch.Tensor | None],
-    products: Sequence[torch.Tensor | None],
-) -> dict[str, list[torch.Tensor]]:
-    """What an answer holds, as refuse_non_finite checks it: every map by one weight a row (softmax_rows:
-    each is the network's softmax output, whose rows are finite or NaN whole), the hidden states and value
-    products whole (T·E and L·T·H² values, small beside the maps' L·H·T²)."""
-    return {
-        "its attention": [softmax_rows(m) for m in maps],
-        "its hidden state": [s for s in states if s is not None],
-        "its value norms": [p for p in products if p is not None],
-    }
-
-
-def _packed_to_host(parts: list[Parts]) -> list[Parts]:
-    """Every text's (maps, hidden state, value products) on the host through one packed copy, float32."""
-    present = [tensor for text in parts for tensor in text if tensor is not None]
-    host = iter(to_host_packed(present).ready())
-
-    def moved(tensor: torch.Tensor | None) -> torch.Tensor | None:
-        return None if tensor is None else next(host)
-
-    return [(next(host), moved(state), moved(values)) for _, state, values in parts]  # in `present`'s order

@@ -11,7 +11,7 @@ import torch
 from tolerances import FORWARD, float32_sum
 
 from mha import load_pretrained, random_model
-from mha._transfer import HostCopy, to_host_packed
+from mha._transfer import HostCopy, rows_to_host, to_host_packed
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -117,3 +117,20 @@ def test_on_device_results_stay_on_the_device_each_its_own(on_both: tuple[object
         assert k.attentions.untyped_storage().nbytes() == k.attentions.numel() * 4  # owns its storage
         # Two forwards of the same batch on one device: the same kernels, within FORWARD at most.
         torch.testing.assert_close(k.attentions.cpu(), h.attentions, atol=FORWARD, rtol=0)
+
+
+def test_rows_go_to_the_host_in_their_order_with_their_gaps() -> None:
+    """rows_to_host (a CUDA batch's per-text maps, hidden states and value products): each row's tensors come
+    back equal, as float32, in their places, None where a row has none (exact: a copy, a float16 to
+    float32 cast is exact)."""
+    torch.manual_seed(0)
+    rows = [
+        (torch.randn(2, 3, 3), None, torch.randn(4).half()),
+        (torch.randn(2, 5, 5)[:, 1:, 1:], torch.randn(4, 8), None),  # a strided view
+    ]
+    moved = rows_to_host(rows)
+    assert [tuple(t is None for t in row) for row in moved] == [(False, True, False), (False, False, True)]
+    for row, back in zip(rows, moved, strict=True):
+        for t, b in zip(row, back, strict=True):
+            if t is not None:
+                assert b is not None and b.dtype == torch.float32 and torch.equal(b, t.float())

@@ -255,7 +255,7 @@ def test_the_cheap_check_refuses_exactly_what_the_whole_check_would(
                 weight[torch.unravel_index(torch.tensor(weight.numel() // 2), weight.shape)] = value
             for ask in asks:
                 with monkeypatch.context() as unchecked:
-                    unchecked.setattr(attention_model, "refuse_non_finite", lambda *_: None)
+                    unchecked.setattr(attention_model, "refuse_non_finite_answer", lambda *_: None)
                     raw = model.attend(TEXT, **ask)
                 finite = all(bool(torch.isfinite(t).all()) for t in _held(raw))
                 try:
