@@ -44,7 +44,7 @@ class Loads(Generic[M]):
         ended: Callable[[str], None] = lambda _name: None,
     ) -> None:
         self._registry = registry  # the service's registry, looked up at each use
-        self._prepare = prepare  # run first by the startup, before its check and load threads start
+        self._prepare = prepare  # run once, before any load or the startup's checks (_ready)
         self._ended = ended  # told the name when a load ends, however it ends (its progress is over)
         self.started = threading.Event()  # the startup's checks and the default's load are done
         self._pool: ThreadPoolExecutor | None = None
