@@ -99,8 +99,7 @@ def _load_needs(
         gguf = gguf_checkpoint.find_gguf(paths.get(name))
         if gguf is None:
             return found.size_bytes
-        first_load = load_memory.load_nbytes(*load_memory.load_shape(gguf))
-        return max(found.size_bytes, first_load, load_memory.held_nbytes(gguf, cache))
+        return max(found.size_bytes, load_memory.load_need(gguf, cache))
 
     return needs
 

@@ -23,7 +23,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["FIXED_BYTES", "VOCAB_ENTRY_BYTES", "WEIGHT_BYTES", "held_nbytes", "load_nbytes", "load_shape"]
+__all__ = [
+    "FIXED_BYTES",
+    "VOCAB_ENTRY_BYTES",
+    "WEIGHT_BYTES",
+    "held_nbytes",
+    "load_nbytes",
+    "load_need",
+    "load_shape",
+]
 
 # transformers' model and tokenizer code imported on the way, the meta skeleton, the cache's files
 # (measured 94 MiB).
@@ -49,21 +57,7 @@ def load_nbytes(vocab: int, weights: Mapping[str, int]) -> int:
 def load_shape(file: Path) -> tuple[int, dict[str, int]]:
     """(vocabulary entries, ggml type name -> weights of it) of a GGUF file, from its header alone
     (transformers' header reader: milliseconds, the vocabulary's strings left unread)."""
-    from math import prod
-
-    from gguf import GGMLQuantizationType
-    from transformers.integrations.gguf import GgufHeader, read_gguf_metadata
-
-    metadata, _ = read_gguf_metadata(str(file))
-    vocab = metadata.get("tokenizer.ggml.tokens", 0)  # an unread string array reads as its length
-    weights: dict[str, int] = {}
-    for tensor in GgufHeader.from_file(str(file)).tensors:
-        kind = GGMLQuantizationType(tensor.ggml_type).name
-        weights[kind] = weights.get(kind, 0) + prod(tensor.shape)
-    return int(vocab) if isinstance(vocab, int) else len(vocab), weights
-
-
-_FLOATS = frozenset({"F32", "F16", "BF16"})
+    return _vocab(file), _weights(_tensors(file))
 
 
 def held_nbytes(file: Path, dequant_cache_bytes: int) -> int:
@@ -75,17 +69,55 @@ def held_nbytes(file: Path, dequant_cache_bytes: int) -> int:
     An upper bound, tight for a real model: it also counts the int64 row order a quantized tensor may keep
     (Llama's q and k rows, permuted back by transformers) for every quantized tensor (8 bytes a row), which
     for the bundled SmolLM2 is 1.6 MB over a count of 635 MB."""
+    return _held(_tensors(file), dequant_cache_bytes)
+
+
+def load_need(file: Path, dequant_cache_bytes: int) -> int:
+    """What loading a GGUF needs of the models' memory budget, from one read of its header: the larger of
+    its first load's peak (load_nbytes) and what its model holds once loaded (held_nbytes), which is never
+    below what the budget counts for it afterwards."""
+    tensors = _tensors(file)
+    first_load = load_nbytes(_vocab(file), _weights(tensors))
+    return max(first_load, _held(tensors, dequant_cache_bytes))
+
+
+_FLOATS = frozenset({"F32", "F16", "BF16"})
+
+
+def _tensors(file: Path) -> list[tuple[str, int, int, int]]:
+    """(ggml type name, values, bytes in the file, rows) of each tensor of a GGUF, from its tensor table."""
     from math import prod
 
     from gguf import GGMLQuantizationType
     from transformers.integrations.gguf import GgufHeader
 
+    return [
+        (GGMLQuantizationType(t.ggml_type).name, prod(t.shape), t.nbytes, t.shape[0] if t.shape else 1)
+        for t in GgufHeader.from_file(str(file)).tensors
+    ]
+
+
+def _vocab(file: Path) -> int:
+    from transformers.integrations.gguf import read_gguf_metadata
+
+    metadata, _ = read_gguf_metadata(str(file))
+    vocab = metadata.get("tokenizer.ggml.tokens", 0)  # an unread string array reads as its length
+    return int(vocab) if isinstance(vocab, int) else len(vocab)
+
+
+def _weights(tensors: list[tuple[str, int, int, int]]) -> dict[str, int]:
+    weights: dict[str, int] = {}
+    for kind, values, _, _ in tensors:
+        weights[kind] = weights.get(kind, 0) + values
+    return weights
+
+
+def _held(tensors: list[tuple[str, int, int, int]], dequant_cache_bytes: int) -> int:
     weights = quantized = 0
-    for tensor in GgufHeader.from_file(str(file)).tensors:
-        values = prod(tensor.shape)
-        if GGMLQuantizationType(tensor.ggml_type).name in _FLOATS:
+    for kind, values, nbytes, rows in tensors:
+        if kind in _FLOATS:
             weights += values * 4
         else:
-            weights += tensor.nbytes + 8 * (tensor.shape[0] if tensor.shape else 1)
+            weights += nbytes + 8 * rows
             quantized += values * 4
     return weights + min(dequant_cache_bytes, quantized)

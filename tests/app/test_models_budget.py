@@ -254,10 +254,7 @@ def test_a_gguf_is_counted_as_its_header_predicts_not_with_the_whole_dequant_cac
     from mha.loading.gguf_packed import DEFAULT_DEQUANT_CACHE_BYTES
 
     file = write_gguf(tiny_checkpoints["llama"], tmp_path / "tiny.gguf", qtype="Q8_0")
-    estimate = max(
-        load_memory.load_nbytes(*load_memory.load_shape(file)),
-        load_memory.held_nbytes(file, DEFAULT_DEQUANT_CACHE_BYTES),
-    )
+    estimate = load_memory.load_need(file, DEFAULT_DEQUANT_CACHE_BYTES)
     assert (
         estimate < DEFAULT_DEQUANT_CACHE_BYTES
     )  # the budget below sits between the estimate and the old count

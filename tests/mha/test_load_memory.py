@@ -18,7 +18,7 @@ from gguf_files import write_gguf
 from mha import load_pretrained
 from mha.loading import model_cache
 from mha.loading.gguf_packed import DEFAULT_DEQUANT_CACHE_BYTES
-from mha.loading.load_memory import held_nbytes, load_nbytes, load_shape
+from mha.loading.load_memory import held_nbytes, load_nbytes, load_need, load_shape
 
 ROOT = Path(__file__).resolve().parents[2]
 VOCAB = 2**17
@@ -84,4 +84,5 @@ def test_what_a_gguf_model_holds_is_at_most_its_header_prediction(
     model = load_pretrained(file, device="cpu", dequant_cache_bytes=cache)
     predicted = held_nbytes(file, cache)
     assert model.nbytes <= predicted, (model.nbytes, predicted)
+    assert load_need(file, cache) == max(load_nbytes(*load_shape(file)), predicted)  # one header read, both
     assert model.nbytes < 10 * file.stat().st_size + min(cache, 64 * 2**10)
