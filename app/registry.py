@@ -232,7 +232,7 @@ class Registry(Generic[M]):
 
     def _make_room(self, entry: Entry[M], need: int, *, wait: bool = True) -> None:
         """Unload the least recently used models until `need` more bytes fit beside `entry`'s and reserve
-        them; then (`wait`) wait up to drain_seconds for unloaded ones still answering, ModelsBusyError if
+        them; then (`wait`) wait up to drain_seconds for unloaded ones still answering, BudgetHeldError if
         they do not finish."""
         assert self.max_bytes is not None
         deadline = time.monotonic() + self._drain_seconds  # real time, whatever clock the back-off reads
@@ -249,7 +249,7 @@ class Registry(Generic[M]):
                     break
                 if time.monotonic() >= deadline:
                     names = sorted({name for _, _, name in self._draining} | set(self._reserved))
-                    raise ModelsBusyError(entry.name, self.max_bytes, names)
+                    raise BudgetHeldError(entry.name, self.max_bytes, names)
                 self._budget.wait(0.2)
             if need:
                 self._reserved[entry.name] = need
@@ -268,7 +268,7 @@ class Registry(Generic[M]):
         """Run `work` under the entry's lock; on failure record the error and when to try again."""
         try:
             work()
-        except ModelsBusyError:
+        except BudgetHeldError:
             raise  # a passing state of the budget, not the model's failure
         except Exception as exc:  # any failure of an operator's checkpoint must not kill the service
             entry.error = f"{type(exc).__name__}: {exc}"
@@ -293,7 +293,7 @@ class ModelTooLargeError(Exception):
         )
 
 
-class ModelsBusyError(ServiceError):
+class BudgetHeldError(ServiceError):
     """The budget is held by unloaded models whose requests are still running: try again shortly. Not the
     model's failure: nothing is recorded against it."""
 

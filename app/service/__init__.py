@@ -26,7 +26,7 @@ app.settings. Never app.routes.
 from app.service.attention import AttentionService
 from app.service.batcher import Batcher, Job, JobDropped, QueueFull, background
 from app.service.computed import Computed
-from app.service.core import BATCH_CHARS, ModelBusyError, cache_key
+from app.service.core import BATCH_CHARS, TooManyWaitingError, cache_key
 from app.service.flights import CHUNK_BYTES, STREAM_VALUES, Flights, Stream
 from app.service.loaders import RANDOM_MODEL, RANDOM_SIZE, default_model
 from mha.analysis import FLOW_MAX_TOKENS
@@ -44,7 +44,7 @@ __all__ = [
     "Flights",
     "Job",
     "JobDropped",
-    "ModelBusyError",
+    "TooManyWaitingError",
     "QueueFull",
     "Stream",
     "background",

@@ -16,9 +16,9 @@ from app.registry import Entry
 from app.schemas.attention import AttentionRequest, HeadRequest, Health, ModelEntry, ModelList
 from app.schemas.trace import TraceOverviewRequest
 from app.service import bodies
-from app.service.core import BATCH_CHARS, ModelBusyError, cache_key, chars
+from app.service.core import BATCH_CHARS, TooManyWaitingError, cache_key, chars
 from app.service.corpus import CorpusRuns
-from app.service.effects import HeadEffects
+from app.service.effects import HeadAblations
 from app.service.flights import STREAM_VALUES, Stream
 from app.service.insight import InsightAnswers
 from app.service.traces import Traces
@@ -49,11 +49,11 @@ class AttentionService(InsightAnswers):
             self.registry,
             self.hooks(),
             freed=self._trimmer.large_answer_done,  # a trace's forward ended, or a trace was freed
-            busy=ModelBusyError,
+            busy=TooManyWaitingError,
         )
         self.corpus = CorpusRuns(settings.runs_dir, served=lambda: self.registry.names)
         key = partial(cache_key, "head-effects")
-        self.effects = HeadEffects(settings, self.registry, self.hooks(), key=key)
+        self.effects = HeadAblations(settings, self.registry, self.hooks(), key=key)
 
     async def start(self) -> None:
         self._stream_slots = asyncio.Semaphore(self.settings.max_streams)  # on this loop
@@ -194,7 +194,7 @@ class AttentionService(InsightAnswers):
         return await self._gunzipped_unless(gzipped, body)
 
     async def attention_progress(self, request: AttentionRequest) -> AsyncIterator[bytes]:
-        """The progress of the work in flight for `request`'s input (work_progress.py), as NDJSON lines;
+        """The progress of the work in flight for `request`'s input (work_watch.py), as NDJSON lines;
         an unknown model or a bad input is raised here, before the stream, for a plain 4xx."""
         source = self._input(request)
         return self.progress.watch(source[0], source, partial(self.in_flight, source))
@@ -224,7 +224,7 @@ class AttentionService(InsightAnswers):
         if self._stream_slots is None:
             self._stream_slots = asyncio.Semaphore(self.settings.max_streams)
         if self._stream_waiting >= self.settings.max_queue:
-            raise ModelBusyError(
+            raise TooManyWaitingError(
                 f"{self._stream_waiting} large answers are already waiting to be streamed (the limit); "
                 "the compact route (/api/attention/compact) and one head (/api/attention/head) are lighter",
                 max(1, self._stream_waiting // self.settings.max_streams),

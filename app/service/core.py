@@ -39,7 +39,7 @@ from app.service.flights import Flights, settled
 from app.service.loaders import default_model, find_models, warm_imports
 from app.service.loads import Loads
 from app.service.trim import Trimmer
-from app.service.work_progress import WorkProgress
+from app.service.work_watch import WorkWatch
 from app.settings import Settings
 from mha.errors import Cancelled
 from mha.loading import gguf_checkpoint, gguf_packed, load_memory
@@ -58,7 +58,7 @@ V = TypeVar("V", bytes, Computed)
 Input = tuple[str, str, str | None, int | None, bool, str | None]
 
 
-class ModelBusyError(HTTPException):
+class TooManyWaitingError(HTTPException):
     """503 with Retry-After: too many requests already wait (for a model, or to stream a large answer).
     An HTTPException rather than a ServiceError because app/errors.py's ServiceError handler does not
     pass headers; its HTTPException handler does."""
@@ -146,7 +146,7 @@ class ServiceCore:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.progress = WorkProgress()  # loads' and forwards' progress, for those watching (work_progress.py)
+        self.progress = WorkWatch()  # loads' and forwards' progress, for those watching (work_watch.py)
         offers = find_models(settings, progress=self.progress.load_reporter)  # every folder and store, once
         self.sources = {name: offer.source for name, offer in offers.items()}  # for /api/models
         self.registry: Registry[mha.AttentionModel] = Registry(
@@ -284,7 +284,7 @@ class ServiceCore:
         try:
             return self._batchers[name].submit(text, pair, **job)
         except QueueFull as full:
-            raise ModelBusyError(
+            raise TooManyWaitingError(
                 f"model {name!r} is busy: {full.queued} requests are already waiting for it (the limit)",
                 full.retry_after,
             ) from None
@@ -395,7 +395,7 @@ class ServiceCore:
         sources: list[Hashable] = [_source(name, job) for job in live]
         step = self.progress.forward(sources, model.info.layers)
 
-        # Between layers (and between new tokens): told to whoever watches each input (work_progress.py),
+        # Between layers (and between new tokens): told to whoever watches each input (work_watch.py),
         # and stop once every client of this batch has gone.
         def cancel() -> bool:
             if all(job.abandoned.is_set() for job in live):

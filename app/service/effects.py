@@ -1,6 +1,7 @@
-"""Which heads matter: `HeadEffects` runs a model's head ablation (mha.analysis.ablation: model.head_effects,
-each head's output zeroed in turn, L·H/2 forwards' worth) on the model's workers and answers it as NDJSON: a
-progress line per layer for models of more than PROGRESS_HEADS heads, then the result (`HeadEffectsDone`).
+"""Which heads matter: `HeadAblations` runs a model's head ablation (mha.analysis.ablation's
+model.head_effects, each head's output zeroed in turn, L·H/2 forwards' worth, whose result is mha's
+`HeadEffects`) on the model's workers and answers it as NDJSON: a progress line per layer for models of more
+than PROGRESS_HEADS heads, then the result (`HeadEffectsDone`).
 
 The result's line is cached in the service's LRU by (model, text, pair, new tokens, chat, target), and
 identical requests in flight share one computation (the service's `cached`: Flights); each client streaming
@@ -25,10 +26,10 @@ from app.schemas.effects import PROGRESS_HEADS, EffectsSection, HeadEffectsDone,
 from app.service.computed import article
 from app.service.core import Hooks
 from app.service.flights import settled
-from app.service.progress import ProgressStreams
+from app.service.streamed_work import StreamedWork
 from app.service.templates import prerender
 from app.settings import Settings
-from mha.analysis.ablation import HeadEffects as Effects
+from mha.analysis.ablation import HeadEffects
 from mha.errors import NotCausalError
 from mha.networks import translate
 
@@ -43,7 +44,7 @@ def _floats(values: torch.Tensor | None) -> Any:
     return None if values is None else values.tolist()
 
 
-def done_line(name: str, model: mha.AttentionModel, effects: Effects) -> bytes:
+def done_line(name: str, model: mha.AttentionModel, effects: HeadEffects) -> bytes:
     """The result as the stream's last line (encoding thread)."""
     info = model.info
     sections = None
@@ -80,7 +81,7 @@ def done_line(name: str, model: mha.AttentionModel, effects: Effects) -> bytes:
     return done.model_dump_json().encode() + b"\n"
 
 
-class HeadEffects:
+class HeadAblations:
     """The service's head ablations (module docstring), run through the core's `hooks` (core.Hooks);
     `key(source)` is the service's one key builder."""
 
@@ -97,7 +98,7 @@ class HeadEffects:
         self._submit, self._off_loop, self._cached = hooks.submit, hooks.off_loop, hooks.cached
         self._cache_get, self._model = hooks.cache_get, hooks.model
         self._key = key
-        self._progress = ProgressStreams(
+        self._progress = StreamedWork(
             lambda done, layers: {"event": "progress", "done": done, "layers": layers},
             what="the head effects",
             failed="measuring the head effects failed on the server (logged)",
@@ -154,7 +155,7 @@ class HeadEffects:
         name, text, pair, new_tokens, chat, target = source
         report = self._progress.reporter(key)
 
-        def work(model: mha.AttentionModel) -> tuple[mha.AttentionModel, Effects]:
+        def work(model: mha.AttentionModel) -> tuple[mha.AttentionModel, HeadEffects]:
             info = model.info
             heads = info.layers * info.heads
             if info.seq2seq:  # its three attentions' heads

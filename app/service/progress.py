@@ -1,23 +1,16 @@
-"""A long computation's progress streamed as NDJSON to every client waiting for it (traces.py, effects.py):
-a line per step as the worker thread reports it, then the answer's line, or, once the stream has begun, an
-error line. A client that hangs up leaves the computation's flight, which stops it before its next step
-unless another client still waits. Loop-side only, as Flights: no lock."""
+"""What every progress stream shares (streamed_work.py's computations, work_watch.py's watch of the work in
+flight): one NDJSON line writer, and `Listeners`, the queues of the clients listening by key, which worker
+and loader threads feed through the event loop. Threads only hand an event to the loop
+(`call_soon_threadsafe`); the queues are read and changed on the loop alone, so no lock."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
-from typing import Any, TypeVar
+from collections.abc import Hashable
+from typing import Any, Generic, TypeVar
 
-from app.errors import ServiceError
-from mha.errors import Cancelled, InputError
-
-logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
-Progress = tuple[int, int]  # (step, steps): what the event's two fields say
+E = TypeVar("E")
 
 
 def line(event: dict[str, Any]) -> bytes:
@@ -25,81 +18,34 @@ def line(event: dict[str, Any]) -> bytes:
     return json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
-class ProgressStreams:
-    """The clients streaming each computation's progress, by the computation's key. `event(step, steps)` is
-    a progress line's JSON; `what` names the work in an error line ("the trace"), `failed` is the line for
-    an unexpected error (logged with its traceback)."""
+class Listeners(Generic[E]):
+    """key -> the queues of the clients listening to it."""
 
-    def __init__(self, event: Callable[[int, int], dict[str, Any]], *, what: str, failed: str) -> None:
-        self._event = event
-        self._what, self._failed = what, failed
-        # key -> the queues of the clients streaming that computation's progress
-        self._listeners: dict[Hashable, list[asyncio.Queue[Progress | None]]] = {}
+    def __init__(self) -> None:
+        self._queues: dict[Hashable, list[asyncio.Queue[E]]] = {}
 
-    def reporter(self, key: Hashable) -> Callable[[int, int], None]:
-        """report(step, steps), for the worker thread (made on the loop): a progress line to every client
-        streaming `key`."""
-        loop = asyncio.get_running_loop()
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._queues
 
-        def report(step: int, steps: int) -> None:
-            try:
-                loop.call_soon_threadsafe(self._report, key, (step, steps))
-            except RuntimeError:  # the loop is closed: nobody listens any more
-                pass
+    def add(self, key: Hashable, queue: asyncio.Queue[E]) -> None:
+        self._queues.setdefault(key, []).append(queue)
 
-        return report
+    def remove(self, key: Hashable, queue: asyncio.Queue[E]) -> None:
+        queues = self._queues.get(key, [])
+        if queue in queues:
+            queues.remove(queue)
+        if not queues:
+            self._queues.pop(key, None)
 
-    def _report(self, key: Hashable, progress: Progress) -> None:
-        for queue in self._listeners.get(key, ()):
-            queue.put_nowait(progress)
+    def tell(self, loop: asyncio.AbstractEventLoop, key: Hashable, event: E) -> None:
+        """From any thread: `event` to every queue listening to `key`, put there on `loop`."""
+        if key not in self._queues:  # nobody listens: the event costs nothing more
+            return
+        try:
+            loop.call_soon_threadsafe(self._deliver, key, event)
+        except RuntimeError:  # the loop is closed: nobody listens any more
+            pass
 
-    async def events(
-        self,
-        key: Hashable,
-        compute: Callable[[], Awaitable[T]],
-        done: Callable[[T], Awaitable[bytes]],
-        *,
-        hit: T | None = None,
-    ) -> AsyncIterator[bytes]:
-        """compute()'s progress lines, then done(its value), the last line; with a `hit` (a cached value)
-        only done(hit)."""
-        value = hit
-        if value is None:
-            queue: asyncio.Queue[Progress | None] = asyncio.Queue()
-            listeners = self._listeners.setdefault(key, [])
-            listeners.append(queue)
-            task = asyncio.ensure_future(compute())
-            task.add_done_callback(lambda _task: queue.put_nowait(None))
-            try:
-                while (progress := await queue.get()) is not None:
-                    yield line(self._event(*progress))
-                value = task.result()
-            except Exception as exc:  # the stream has started: the error is its last line
-                yield line({"event": "error", "detail": self.detail(exc)})
-                return
-            finally:
-                # Reached too when the client hangs up (the response closes this generator): leaving the
-                # flight stops the work before its next step unless another client still waits.
-                listeners.remove(queue)
-                if not listeners:
-                    self._listeners.pop(key, None)
-                task.cancel()
-                del task  # it holds its value (a trace: counted against the traces' budget)
-        body = await done(value)
-        # A client slow to read the last line must not keep the value alive.
-        del value, hit
-        yield body
-
-    def detail(self, exc: Exception) -> str:
-        """An error line's detail: what a person can act on, never a traceback."""
-        if isinstance(exc, ServiceError):
-            return exc.detail
-        if isinstance(exc, InputError):
-            return str(exc)
-        if isinstance(exc, Cancelled):
-            return f"{self._what} stopped: {exc}"
-        detail = getattr(exc, "detail", None)  # ModelBusyError (503 with Retry-After)
-        if isinstance(detail, str):
-            return detail
-        logger.error("%s failed", self._what, exc_info=exc)
-        return self._failed
+    def _deliver(self, key: Hashable, event: E) -> None:
+        for queue in self._queues.get(key, ()):
+            queue.put_nowait(event)

@@ -36,7 +36,7 @@ from app.schemas.trace import (
 from app.service import bodies
 from app.service.core import Hooks
 from app.service.flights import Flights, settled
-from app.service.progress import ProgressStreams
+from app.service.streamed_work import StreamedWork
 from app.service.templates import prerender
 from app.service.trace_budget import TraceBudget
 from app.settings import Settings
@@ -218,7 +218,7 @@ class Traces:
         self._submit, self._off_loop, self._cached = hooks.submit, hooks.off_loop, hooks.cached
         self._model = hooks.model
         self._flights = Flights()
-        self._progress = ProgressStreams(
+        self._progress = StreamedWork(
             lambda layer, layers: {"event": "progress", "layer": layer, "layers": layers},
             what="the trace",
             failed="the trace failed on the server (logged)",

@@ -15,7 +15,7 @@ import pytest
 import mha
 from app.errors import ModelUnavailableError
 from app.main import create_app
-from app.registry import ModelsBusyError, Registry
+from app.registry import BudgetHeldError, Registry
 from tests.app.conftest import make_settings
 from tests.app.started import serving
 
@@ -129,7 +129,7 @@ def test_a_budget_held_by_requests_that_do_not_end_is_a_503_not_a_failure() -> N
     sizes = {"a": 60, "b": 60}
     registry, loads = _registry(100, sizes, drain_seconds=0.3, **_on_disk(sizes))
     _, in_flight = registry.get("a")
-    with pytest.raises(ModelsBusyError, match=r"model 'b' cannot be loaded yet.*'a'") as refused:
+    with pytest.raises(BudgetHeldError, match=r"model 'b' cannot be loaded yet.*'a'") as refused:
         registry.get("b")
     assert refused.value.status == 503 and loads["b"] == 0
     entry = next(e for e in registry if e.name == "b")

@@ -1,4 +1,4 @@
-"""`WorkProgress`: how far each model's load and each input's forward have come, as the loader and worker
+"""`WorkWatch`: how far each model's load and each input's forward have come, as the loader and worker
 threads report it, streamed as NDJSON to a client watching one input (POST /api/attention/progress).
 
 The page asks for an input's answer as it always does; when that answer is slow, it opens this stream for
@@ -7,7 +7,7 @@ the same input and shows the load's and then the forward's progress, with a Canc
 any work: it watches the work in flight under the input's key, and ends when that work ends.
 
 Threads only write the latest (step, steps) of their key and, when someone listens to that key, hand the
-line to the event loop (`call_soon_threadsafe`): a forward nobody watches pays a dictionary store a layer.
+line to the event loop (progress.Listeners): a forward nobody watches pays a dictionary store a layer.
 The loop reads and subscribes; single dictionary operations are atomic under the GIL, so no lock."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import itertools
 from collections.abc import AsyncIterator, Callable, Hashable
 from typing import Any
 
-from app.service.progress import line
+from app.service.progress import Listeners, line
 from mha.loading.load_progress import Progress
 
 # How often a watcher looks whether the work it watches is still in flight (its lines come at once).
@@ -36,11 +36,14 @@ def layer_event(step: int, layers: int) -> Event:
     return {"event": "progress", "layer": step % layers, "layers": layers, "pass": step // layers}
 
 
-class WorkProgress:
+class WorkWatch:
+    """The latest progress of each load and forward in flight, and the clients watching them (module
+    docstring)."""
+
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._latest: dict[Hashable, Event] = {}  # ("load", name) or an input's key -> its latest line
-        self._listeners: dict[Hashable, list[asyncio.Queue[Event]]] = {}
+        self._listeners: Listeners[Event] = Listeners()
         self.watching = 0  # streams open
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -78,15 +81,8 @@ class WorkProgress:
 
     def _tell(self, key: Hashable, event: Event) -> None:
         self._latest[key] = event
-        if key in self._listeners and self._loop is not None:
-            try:
-                self._loop.call_soon_threadsafe(self._deliver, key, event)
-            except RuntimeError:  # the loop is closed: nobody listens any more
-                pass
-
-    def _deliver(self, key: Hashable, event: Event) -> None:
-        for queue in self._listeners.get(key, ()):
-            queue.put_nowait(event)
+        if self._loop is not None:
+            self._listeners.tell(self._loop, key, event)
 
     # -- loop side -------------------------------------------------------------------------------
 
@@ -98,7 +94,7 @@ class WorkProgress:
         keys = [("load", name), key]
         self.watching += 1
         for each in keys:  # before reading the latest: a line told in between comes twice, never missed
-            self._listeners.setdefault(each, []).append(queue)
+            self._listeners.add(each, queue)
         try:
             for each in keys:
                 if (latest := self._latest.get(each)) is not None:
@@ -118,8 +114,4 @@ class WorkProgress:
         finally:
             self.watching -= 1
             for each in keys:
-                listeners = self._listeners.get(each, [])
-                if queue in listeners:
-                    listeners.remove(queue)
-                if not listeners:
-                    self._listeners.pop(each, None)
+                self._listeners.remove(each, queue)
