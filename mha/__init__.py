@@ -8,7 +8,8 @@ those below it; its docstring says which):
 - ``text``: tokenizing, chat templates (bounded); ``core``: MultiHeadAttention and its parts, the blocks;
 - ``networks``: encoders, decoders, encoder-decoders, results, continuation and translation;
 - ``trace``: long inputs, never n x n; ``analysis``: pure functions over attention maps, head ablation;
-- ``loading``: files -> networks, ``load_pretrained`` -> ``AttentionModel`` (the facade over the above);
+- ``loading``: files -> networks (``LoadedNetwork``);
+- ``model``: the facade over the above: ``load_pretrained`` -> ``AttentionModel`` (attend, trace, effects);
 - ``corpus``: the corpus job, one model loaded per worker.
 """
 
@@ -23,20 +24,12 @@ from mha.errors import (
     TokenizerNotFoundError,
     UnsupportedCheckpointError,
 )
-from mha.loading.attention_model import AttentionModel
 from mha.loading.facts import CheckpointFacts, describe_checkpoint
 from mha.loading.gguf_checkpoint import BUNDLED_LLM_NAME
-from mha.loading.pretrained import (
-    DEFAULT_MODEL_NAME,
-    AttentionResult,
-    ModelInfo,
-    Seq2SeqResult,
-    check_checkpoint,
-    checkpoint_architecture,
-    load_pretrained,
-    random_model,
-)
+from mha.loading.pretrained import DEFAULT_MODEL_NAME, check_checkpoint, checkpoint_architecture
+from mha.model import AttentionModel, load_pretrained, random_model
 from mha.networks.model import Transformer, TransformerConfig
+from mha.networks.result import AttentionResult, ModelInfo, Seq2SeqResult
 
 __all__ = [
     "BUNDLED_LLM_NAME",

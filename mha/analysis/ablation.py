@@ -47,7 +47,7 @@ SECTIONS = ("encoder", "decoder", "cross")  # an encoder-decoder's attentions, a
 
 
 class Ablated(translate.Translator, Protocol):
-    """What head ablation needs of a loaded model (mha.loading.attention_model.AttentionModel), and no
+    """What head ablation needs of a loaded model (mha.model.attention_model.AttentionModel), and no
     more: its network, tokenizer and encoder, its device, and the LM head and logits bias a decoder's or
     an encoder-decoder's next token is read through; what writing a continuation first
     (continuation.Writer) or a target (translate.Translator) needs, which is the same. A protocol, so

@@ -7,8 +7,9 @@
 - ``runner``: ``run(source, model, out, ...)``: the folder checked, the missing shards processed by the
   local engine (``local_engine``) or the Ray engine (``ray_engine``), then aggregated.
 
-May import: ``mha.loading`` (each worker loads its model once), ``mha.analysis``, ``mha.networks``,
-``mha.text``, ``mha.errors`` and ``mha``'s private helpers: the top floor of ``mha``, beside the service.
+May import: ``mha.model`` (each worker loads its model once), ``mha.loading``, ``mha.analysis``,
+``mha.networks``, ``mha.text``, ``mha.errors`` and ``mha``'s private helpers: the top floor of ``mha``, beside
+the service.
 Never web code.
 """
 

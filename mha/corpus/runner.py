@@ -53,9 +53,9 @@ from mha.corpus.shards import (
 from mha.corpus.source import MAX_CHARS, CorpusInputError, input_format
 from mha.corpus.worker import CorpusWorker
 from mha.loading import checkpoint
-from mha.loading.attention_model import AttentionModel
 from mha.loading.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint
 from mha.loading.checkpoint_files import check_files
+from mha.model.attention_model import AttentionModel
 from mha.networks.result import ModelInfo
 
 __all__ = ["FORMAT", "CorpusOutError", "CorpusSettingsError", "model_info", "run"]

@@ -29,8 +29,8 @@ from mha.analysis.words import merge_to_words, word_groups_from, word_index, wor
 from mha.corpus.job import WEIGHTINGS
 from mha.corpus.source import surrogate_problem
 from mha.errors import InputError, NonFiniteOutputError
-from mha.loading.attention_model import AttentionModel
-from mha.loading.pretrained import load_pretrained
+from mha.model import load_pretrained
+from mha.model.attention_model import AttentionModel
 from mha.text.tokenize import Encoded
 
 __all__ = [

@@ -11,10 +11,10 @@
 - ``facts``: ``describe_checkpoint``: family, parameters, quantization and size, from headers alone.
 - ``stores``: the ollama, LM Studio and Hugging Face stores, listed without reading a weight.
 - ``convert/``: one converter per family, Hugging Face names -> ours.
-- ``pretrained``: ``load_pretrained``, ``random_model`` (and ``checkpoint_architecture``): the loading API;
-  ``load_progress``: a load's progress as one bar over its stages, told to a plain callable.
-- ``attention_model``: ``AttentionModel``, the one object the service holds (attend, head effects, trace).
+- ``pretrained``: ``load_network``, ``random_network`` -> ``LoadedNetwork`` (and ``checkpoint_architecture``):
+  the loading API, which the model facade (``mha.model``) wraps; ``load_progress``: a load's progress as one
+  bar over its stages, told to a plain callable.
 
-May import: ``mha.networks``, ``mha.core``, ``mha.text``, ``mha.trace``, ``mha.analysis``,
-``mha.errors``, ``mha.devices`` and ``mha``'s private helpers. Never web code.
+May import: ``mha.networks``, ``mha.core``, ``mha.text``, ``mha.errors``, ``mha.devices`` and ``mha``'s
+private helpers. Never ``mha.analysis``, ``mha.trace`` or ``mha.model`` (above it), nor web code.
 """

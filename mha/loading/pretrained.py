@@ -1,23 +1,22 @@
-"""Pretrained checkpoints in our layers: load_pretrained() and random_model() -> AttentionModel
-(mha.loading.attention_model), whose .attend(text) -> AttentionResult; checkpoint_architecture() says what a
+"""Pretrained checkpoints in our layers: load_network() and random_network() -> LoadedNetwork (our network,
+the checkpoint's tokenizer, what the model is, and what reads its LM head), which the model facade
+(mha.model: load_pretrained, random_model) wraps in an AttentionModel; checkpoint_architecture() says what a
 checkpoint is before loading it.
 
 The checkpoint's own tokenizer (read from its directory) does the tokenization (mha.text.tokenize);
 transformers is used for that and for reading config.json, never for the attention itself. Finding and reading
 the checkpoint's files is mha.loading.checkpoint's, converting its weights to ours mha.loading.convert's.
-This module is the loading API: it re-exports what a caller of load_pretrained meets (AttentionModel, its
-results, DEFAULT_MODEL_NAME, check_checkpoint, resolve_device).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
-from typing import cast
+from typing import Any, cast
 
 import torch
 
@@ -25,7 +24,6 @@ from mha.core.layers import cast_network
 from mha.devices import resolve_device, resolve_dtype
 from mha.errors import CheckpointNotFoundError
 from mha.loading import checkpoint, gguf_checkpoint
-from mha.loading.attention_model import AttentionModel
 from mha.loading.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint, default_model_path
 from mha.loading.checkpoint_files import Checked, check_conversion, check_files
 from mha.loading.convert import Converter, convert_state_dict
@@ -34,24 +32,20 @@ from mha.loading.convert.base import forced_tokens
 from mha.loading.gguf_packed import DEFAULT_DEQUANT_CACHE_BYTES, Blocks, DequantBudget
 from mha.loading.load_progress import Progress, Stages, report
 from mha.networks.model import Transformer, TransformerConfig
-from mha.networks.result import AttentionResult, ModelInfo, Seq2SeqResult
+from mha.networks.result import ModelInfo
 from mha.networks.seq2seq import EncoderDecoder, Seq2SeqConfig
 from mha.text import chat
 from mha.text.tokenize import is_byte_level
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
-    "AttentionModel",
-    "AttentionResult",
-    "ModelInfo",
-    "Seq2SeqResult",
+    "LoadedNetwork",
     "build_network",
     "check_checkpoint",
     "checkpoint_architecture",
     "default_model_path",
-    "load_pretrained",
-    "random_model",
-    "resolve_device",
+    "load_network",
+    "random_network",
 ]
 
 logger = logging.getLogger(__name__)
@@ -62,6 +56,21 @@ logger = logging.getLogger(__name__)
 # the finite check; a folder's weight files read, most of its load.
 GGUF_STAGES = {"convert": 60, "prepare": 5, "weights": 10, "build": 20, "finite": 5}
 FOLDER_STAGES = {"prepare": 10, "weights": 60, "build": 15, "finite": 15}
+
+
+@dataclass(frozen=True)
+class LoadedNetwork:
+    """What a load gives the model facade (mha.model.AttentionModel): the network in eval mode on its device,
+    the checkpoint's tokenizer, and what reads the LM head and logits bias on first use (None: an encoder,
+    which cannot write; only writing text needs them)."""
+
+    network: Transformer | EncoderDecoder
+    tokenizer: Any
+    info: ModelInfo
+    pair_template: bool = True  # whether a text pair gets the tokenizer's pair template ([CLS] a [SEP] b)
+    lm_head: Callable[[], torch.Tensor] | None = None
+    eos_ids: tuple[int, ...] = field(default=())  # the tokens that end a continuation
+    logits_bias: Callable[[], torch.Tensor | None] | None = None
 
 
 def checkpoint_architecture(path: str | Path) -> str | None:
@@ -78,7 +87,7 @@ def checkpoint_architecture(path: str | Path) -> str | None:
     return "encoder-decoder" if isinstance(config, Seq2SeqConfig) else config.architecture
 
 
-def load_pretrained(
+def load_network(
     path: str | Path | None = None,
     *,
     device: str | torch.device = "auto",
@@ -87,7 +96,7 @@ def load_pretrained(
     dequant_cache_bytes: int | None = None,
     dequant_compile: bool = False,
     progress: Progress | None = None,
-) -> AttentionModel:
+) -> LoadedNetwork:
     """A Hugging Face checkpoint directory (an encoder, a decoder, or an encoder-decoder of
     mha.loading.convert.CONVERTERS), or a GGUF file (or a directory holding one) of an architecture we convert
     (mha.loading.gguf_checkpoint: its config and tokenizer read on first use, from $HEADSCOPE_CACHE_DIR
@@ -157,17 +166,17 @@ def load_pretrained(
         read = gguf_head or partial(_read_tensor, weight_files, converter.lm_head)
         lm_head = partial(_lm_head_weight, network, read, tied)
     eos = getattr(hf_config, "eos_token_id", None)
-    model = AttentionModel(
+    loaded = LoadedNetwork(
         network,
         tokenizer,
         info=info,
         pair_template=converter.pair_template,
         lm_head=lm_head,
-        eos_ids=[] if eos is None else [eos] if isinstance(eos, int) else list(eos),
+        eos_ids=() if eos is None else (eos,) if isinstance(eos, int) else tuple(eos),
         logits_bias=logits_bias,
     )
     stages.finish()
-    return model
+    return loaded
 
 
 def _refuse_non_finite(network: torch.nn.Module, source: Path | str, *, progress: Progress | None) -> None:
@@ -269,7 +278,7 @@ def _gguf_network(
     return network, read
 
 
-def random_model(
+def random_network(
     *,
     layers: int = 4,
     heads: int = 8,
@@ -278,7 +287,7 @@ def random_model(
     seed: int = 0,
     device: str | torch.device = "cpu",
     name: str | None = None,
-) -> AttentionModel:
+) -> LoadedNetwork:
     """Our layers with random weights (any size) and the default model's tokenizer: an untrained baseline."""
     from transformers import AutoTokenizer
 
@@ -309,4 +318,4 @@ def random_model(
     name = name or f"random-{'decoder' if causal else 'encoder'}-L{layers}-H{heads}-E{embed_dim}"
     info = ModelInfo.of(config, name=name, family="random", device=torch_device, dtype=torch.float32)
     info = replace(info, byte_level=is_byte_level(tokenizer))
-    return AttentionModel(network, tokenizer, info=info)
+    return LoadedNetwork(network.eval(), tokenizer, info=info)

@@ -26,7 +26,7 @@ __all__ = ["Writer", "attend_continued", "greedy_ids"]
 
 
 class Writer(Protocol):
-    """What continuing a prompt needs of a loaded model (mha.loading.attention_model.AttentionModel)."""
+    """What continuing a prompt needs of a loaded model (mha.model.attention_model.AttentionModel)."""
 
     info: ModelInfo
     network: Transformer

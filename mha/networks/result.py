@@ -1,6 +1,6 @@
 """What a model is (ModelInfo) and what one `attend` gives (AttentionResult), apart from the code that makes
-them, so that mha.loading.pretrained and mha.networks.continuation both build results without importing each
-other."""
+them, so that mha.model.attention_model and mha.networks.continuation both build results without importing
+each other."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ DEFAULT_NEW_TOKENS = 20  # what attend() writes when given neither a target nor 
 
 class Translator(Protocol):
     """What an encoder-decoder's attend needs of a loaded model
-    (mha.loading.attention_model.AttentionModel)."""
+    (mha.model.attention_model.AttentionModel)."""
 
     info: ModelInfo
     network: Any  # an EncoderDecoder

@@ -12,7 +12,7 @@ the identity FlashAttention is built on, so a window, a row or a pooled overview
 memory per trace is O(L·(H + H_kv)·n·D), never O(L·H·n²). At 8,192 tokens on a SmolLM2-135M shape that
 is 0.75 GB, against the 72 GB of every head's full matrix.
 
-    trace = model.trace(text)                    # mha.loading.attention_model.AttentionModel.trace
+    trace = model.trace(text)                    # mha.model.attention_model.AttentionModel.trace
     trace.overview(size=128, reduce="max")       # Pooled: values [L, H, s, s], s = min(size, n)
     trace.window(layer, head, rows=(q0, q1), cols=(k0, k1), max_cells=512, reduce="max")
     trace.row(layer, head, q)                    # [n], one query's exact weights

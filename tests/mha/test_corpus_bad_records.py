@@ -14,7 +14,7 @@ import pytest
 
 from mha.corpus import CorpusWorker, read_records, run
 from mha.corpus.source import count_records
-from mha.loading.pretrained import AttentionModel
+from mha.model import AttentionModel
 
 DEEP = 100_000  # nesting levels: far past Python's recursion limit (1,000), which json's decoder obeys
 NESTED = "invalid JSON: nested too deeply"

@@ -14,7 +14,7 @@ import pytest
 from mha.corpus import CorpusSettingsError, read_records, run
 from mha.corpus.aggregate import SNIPPET_CHARS
 from mha.corpus.source import ID_MAX_CHARS, MAX_CHARS, count_records
-from mha.loading.pretrained import AttentionModel
+from mha.model import AttentionModel
 
 CAP = 100
 # Past the cap in characters, and in bytes past what the .txt reader decodes (4 bytes a character, at most):

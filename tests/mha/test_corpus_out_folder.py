@@ -17,7 +17,7 @@ from corpus_files import texts, write_jsonl
 from mha.corpus import CorpusInputError, CorpusOutError, CorpusSettingsError, run
 from mha.corpus.shards import shard_directory
 from mha.corpus.source import count_records, read_records
-from mha.loading.pretrained import AttentionModel
+from mha.model import AttentionModel
 
 ROOT = Path(__file__).resolve().parents[2]
 

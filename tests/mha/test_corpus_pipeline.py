@@ -24,7 +24,7 @@ from mha.corpus import CorpusWorker, local_engine, run
 from mha.corpus.aggregate import _smallest
 from mha.corpus.local_engine import pipelined
 from mha.corpus.shards import shard_directory
-from mha.loading.pretrained import AttentionModel
+from mha.model import AttentionModel
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

@@ -26,7 +26,7 @@ from mha.corpus import MAX_CHARS, CorpusSettingsError, local_engine, read_record
 from mha.corpus import aggregate as aggregate_module
 from mha.corpus.aggregate import SNIPPET_CHARS, label_column
 from mha.corpus.shards import shard_directory, shard_path
-from mha.loading.pretrained import AttentionModel
+from mha.model import AttentionModel
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARD, BATCH = 10, 4

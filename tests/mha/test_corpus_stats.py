@@ -19,7 +19,7 @@ from mha.analysis.stats import token_masks
 from mha.analysis.words import word_labels
 from mha.corpus import CorpusWorker
 from mha.corpus.worker import padded_groups
-from mha.loading.pretrained import AttentionModel
+from mha.model import AttentionModel
 
 
 def check_against_alone(batched: dict[str, torch.Tensor], alone: list[dict[str, torch.Tensor]], width: int):

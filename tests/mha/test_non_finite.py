@@ -17,7 +17,7 @@ from mha import load_pretrained
 from mha._finite import all_finite, refuse_non_finite, softmax_rows
 from mha.core.attention import attention_weights
 from mha.errors import CheckpointNotFoundError, InputError, NonFiniteOutputError, UnsupportedCheckpointError
-from mha.loading import attention_model
+from mha.model import attention_model
 from mha.networks.result import AttentionResult
 
 TEXT = "The cat sat on the mat."

@@ -21,7 +21,7 @@ from mha import (
     load_pretrained,
     random_model,
 )
-from mha.loading.pretrained import resolve_device
+from mha.devices import resolve_device
 
 
 @pytest.fixture(scope="module")

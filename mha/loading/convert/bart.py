@@ -90,7 +90,7 @@ def config_from_hf(cfg: Any) -> Seq2SeqConfig:
 
 def seq2seq_key_map(config: Seq2SeqConfig, *, embeddings: dict[str, tuple[str, ...]]) -> KeyMap:
     """BART's and Marian's key map: `embeddings` (our embedding weights -> theirs), then each stack's
-    layers; their LM head and logits bias are read only to generate (mha.loading.pretrained)."""
+    layers; their LM head and logits bias are read only to generate (mha.model.attention_model)."""
     sources = dict(embeddings)
     for stack, stack_config in (("encoder", config.encoder), ("decoder", config.decoder)):
         table = {**LAYER, **(CROSS if stack == "decoder" else {})}

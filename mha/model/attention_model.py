@@ -2,7 +2,7 @@
 tokenizer and the device, and every question asked of it: `attend` (and `attend_batch`) -> AttentionResult,
 `head_effects` (mha.analysis.ablation), `trace` (mha.trace), the padded forwards a corpus job runs.
 
-mha.loading.pretrained makes one (load_pretrained, random_model); the tokenization is mha.text.tokenize's,
+mha.model.pretrained makes one (load_pretrained, random_model); the tokenization is mha.text.tokenize's,
 the attention the network's own, never transformers'.
 """
 
