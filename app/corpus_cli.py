@@ -12,7 +12,7 @@ from typing import IO, Any
 
 import mha
 import mha.corpus
-from app.service.loaders import default_model, find_models
+from app.service.offers import default_model, find_models
 from app.settings import Settings
 
 __all__ = ["Progress", "add_parser", "resolve_model", "run_corpus"]

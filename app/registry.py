@@ -1,6 +1,6 @@
 """Name -> model: allowlisted, loaded lazily, once, thread-safe; a broken model is reported, not fatal.
 
-The registry loads nothing itself (of `mha` it uses only a file-kind helper): app/service hands it one
+The registry loads and scans nothing itself (it imports no `mha`): app/service hands it one
 loader per name, and optionally a cheap check per name (are the checkpoint's files there and
 consistent?) that `check_all()` runs at startup, so /api/models names a broken checkpoint before any
 request does. Requests name models only by these registered names; a path or an unknown name is a
@@ -34,11 +34,9 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Generic, TypeVar
 
 from app.errors import ModelUnavailableError, ServiceError, UnknownModelError
-from mha.loading.stores import file_kind, resolve_link
 
 logger = logging.getLogger(__name__)
 
@@ -308,60 +306,3 @@ class BudgetHeldError(ServiceError):
 
 def _gb(nbytes: int) -> str:
     return f"{nbytes / 1e9:.2f} GB"
-
-
-@dataclass(frozen=True)
-class Scan:
-    """What a folder scan found: `found` name -> path, and `refused` name -> why an entry that looks like a
-    model (a *.gguf name, a folder with a config.json) is not one, in a sentence for /api/models."""
-
-    found: dict[str, Path]
-    refused: dict[str, str]
-
-
-def scan_models_dir(directory: Path) -> Scan:
-    """Each subfolder of `directory` holding a config.json, by folder name, and each *.gguf file (an
-    ollama or LM Studio download as it is), by file name less the suffix (sorted, non-recursive).
-
-    The rule for links (README "Models folder"): a link is followed only where it resolves inside
-    `directory`. A scanned folder is read without anyone naming its files one by one, so it must not become
-    a way to every file of the machine; a file elsewhere is served when the operator names it
-    (HEADSCOPE_MODELS). An entry named *.gguf that is not a regular file (a folder, a FIFO, a device such
-    as a link to /dev/zero, a socket), a dangling link, a link loop and a link leading outside (to a file
-    named *.gguf or to a folder, never looked into) are listed as `refused` with the reason, names and
-    paths quoted, and never opened (opening a FIFO would wait forever)."""
-    if not directory.is_dir():
-        raise ValueError(f"models_dir {str(directory)!r} is not a directory")
-    root = directory.resolve()
-    found: dict[str, Path] = {}
-    refused: dict[str, str] = {}
-    for child in sorted(directory.iterdir()):
-        gguf = child.suffix.lower() == ".gguf"
-        name = child.stem if gguf else child.name
-        if child.is_symlink():
-            try:
-                target = resolve_link(child)
-            except ValueError as exc:
-                refused[name] = str(exc)
-                continue
-            if not target.is_relative_to(root):
-                if gguf or target.is_dir():
-                    refused[name] = (
-                        f"{child.name!r} is a link to {str(target)!r}, outside the models folder "
-                        f"{str(root)!r}: links are followed only inside it; name the model in "
-                        "HEADSCOPE_MODELS to serve it"
-                    )
-                continue
-            if not target.exists():
-                if gguf:
-                    refused[name] = f"{child.name!r} is a link to {str(target)!r}, which does not exist"
-                continue
-        if gguf:
-            why = file_kind(child)
-            if why is None:
-                found[name] = child
-            else:
-                refused[name] = f"{child.name!r} is {why}, not a GGUF file"
-        elif child.is_dir() and (child / "config.json").is_file():
-            found[name] = child
-    return Scan(found, refused)

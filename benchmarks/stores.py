@@ -81,7 +81,7 @@ def main() -> None:
     import mha
     from app.main import create_app
     from app.registry import Registry
-    from app.service.loaders import find_models
+    from app.service.offers import find_models
     from app.settings import Settings
 
     root = Path(tempfile.mkdtemp(prefix="headscope-stores-"))

@@ -2,7 +2,7 @@
 Face hub cache) and in the models folder, one entry for each way an entry can be broken (a link loop, a
 chain of links longer than the system follows, JSON nested 200,000 deep or over the size cap, a manifest
 that is a folder, a folder link leading out, a name holding a newline) beside good models that must still
-be found. Shared by tests/mha/test_stores.py and tests/app/test_registry.py (the scans) and
+be found. Shared by tests/mha/test_sources.py and tests/mha/test_sources_folder.py (the scans) and
 tests/app/test_stores_api.py (the service).
 
 `lay_out(kind, folder, outside, gguf, checkpoint)` writes one into `folder` (`outside`: a folder beside it,
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from store_files import OLLAMA_MODEL, REVISION, hf_snapshot, lmstudio_model, ollama_manifest, ollama_model
 
-from mha.loading.stores import MANIFEST_MAX_BYTES
+from mha.loading.sources import MANIFEST_MAX_BYTES
 
 KINDS = ("ollama", "lmstudio", "huggingface", "models_dir")
 # A log line of the service's own format; a folder name can hold a newline but no slash.

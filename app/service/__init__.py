@@ -1,7 +1,7 @@
 """The one package of app/ that uses `mha`: models, inference off the event loop, caching, encoding.
 
 Routes call `AttentionService` (attention.py, built on core.py's `ServiceCore` and insight.py); it resolves
-the model by registered name (the registry, fed by loaders.py) and hands the text to that model's `Batcher`
+the model by registered name (the registry, fed by offers.py) and hands the text to that model's `Batcher`
 (batcher.py): `max_concurrency` worker threads per model, each taking every request waiting at that moment
 (up to `max_batch`) into one padded forward (`model.attend_batch`) under `torch.inference_mode()`. At most
 `max_queue` requests wait per model; beyond that a request gets 503 with Retry-After at once.
@@ -28,7 +28,7 @@ from app.service.batcher import Batcher, Job, JobDropped, QueueFull, background
 from app.service.computed import Computed
 from app.service.core import BATCH_CHARS, TooManyWaitingError, cache_key
 from app.service.flights import CHUNK_BYTES, STREAM_VALUES, Flights, Stream
-from app.service.loaders import RANDOM_MODEL, RANDOM_SIZE, default_model
+from app.service.offers import RANDOM_MODEL, RANDOM_SIZE, default_model
 from mha.analysis import FLOW_MAX_TOKENS
 
 __all__ = [

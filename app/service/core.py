@@ -36,8 +36,8 @@ from app.service import bodies
 from app.service.batcher import Batcher, Job, QueueFull, background, drop_if_abandoned
 from app.service.computed import Computed, article, from_result, merge_words, weigh_by_norm
 from app.service.flights import Flights, settled
-from app.service.loaders import default_model, find_models, warm_imports
-from app.service.loads import Loads
+from app.service.loads import Loads, warm_imports
+from app.service.offers import default_model, find_models
 from app.service.trim import Trimmer
 from app.service.work_watch import WorkWatch
 from app.settings import Settings

@@ -179,3 +179,17 @@ class Loads(Generic[M]):
                 logger.info("default model ready in %.1f s", time.perf_counter() - started)
         finally:
             self.started.set()
+
+
+def warm_imports() -> None:
+    """The `prepare` the service gives Loads: transformers' lazily imported modules that the startup's
+    checks and the default's load both use, imported once, on one thread, before those threads start: two
+    threads importing them for the first time at once can each meet the other's half-initialised module
+    (seen at startup: "ImportError: cannot import name 'AutoConfig' from 'transformers'", the default model
+    failed and health stayed 503)."""
+    import transformers
+    import transformers.integrations.gguf  # noqa: F401 (imported for the checks of GGUF files)
+    import transformers.modeling_gguf_pytorch_utils  # noqa: F401
+
+    for name in ("AutoConfig", "AutoTokenizer", "PreTrainedTokenizerFast"):
+        getattr(transformers, name)  # a lazy attribute: its module is imported here

@@ -9,7 +9,8 @@
   ``config_snapshot``: the conversion cache and the config kept beside it.
 - ``weight_headers``: weight names and shapes read from file headers, no tensor loaded.
 - ``facts``: ``describe_checkpoint``: family, parameters, quantization and size, from headers alone.
-- ``stores``: the ollama, LM Studio and Hugging Face stores, listed without reading a weight.
+- ``sources/``: the one table of model sources (bundled, the operator's names, the models folder, ollama,
+  LM Studio, the Hugging Face cache), each listed without reading a weight, under one rule for links.
 - ``convert/``: one converter per family, Hugging Face names -> ours.
 - ``pretrained``: ``load_network``, ``random_network`` -> ``LoadedNetwork`` (and ``checkpoint_architecture``):
   the loading API, which the model facade (``mha.model``) wraps; ``load_progress``: a load's progress as one

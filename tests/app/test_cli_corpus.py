@@ -199,7 +199,7 @@ def test_an_operator_entry_named_as_the_embedded_model_overrides_it(
     corpus: Path, tmp_path: Path, tiny_checkpoints, monkeypatch, capsys
 ) -> None:
     """HEADSCOPE_MODELS (or a HEADSCOPE_MODELS_DIR folder) naming all-MiniLM-L6-v2 is what the service
-    serves under that name (app/service/loaders.py), so the job measures it too, with or without --model."""
+    serves under that name (app/service/offers.py), so the job measures it too, with or without --model."""
     tiny = tiny_checkpoints["bert"]
     settings = Settings(models={"all-MiniLM-L6-v2": tiny})
     assert corpus_cli.resolve_model("all-MiniLM-L6-v2", settings) == (str(tiny), "all-MiniLM-L6-v2")

@@ -13,13 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 from fastapi.testclient import TestClient
-from hostile_stores import lay_out
 from tolerances import FORWARD_JSON
 
 import mha
 from app.errors import ModelUnavailableError, UnknownModelError
 from app.main import create_app
-from app.registry import Registry, scan_models_dir
+from app.registry import Registry
 from app.settings import Settings
 from tests.app.started import serving
 
@@ -188,17 +187,6 @@ def test_registry_rejects_an_unregistered_default() -> None:
         Registry({"a": lambda: 1}, default="missing")
 
 
-def test_scan_models_dir_registers_folders_with_config(tmp_path: Path) -> None:
-    (tmp_path / "bert-tiny").mkdir()
-    (tmp_path / "bert-tiny" / "config.json").write_text("{}")
-    (tmp_path / "no-config").mkdir()
-    (tmp_path / "file.json").write_text("{}")
-    assert scan_models_dir(tmp_path).found == {"bert-tiny": tmp_path / "bert-tiny"}
-    assert scan_models_dir(tmp_path).refused == {}
-    with pytest.raises(ValueError, match="not a directory"):
-        scan_models_dir(tmp_path / "file.json")
-
-
 # -- through the HTTP API with real (tiny) checkpoints -----------------------------------------------
 
 
@@ -338,66 +326,6 @@ def test_broken_weights_are_named_by_models_right_after_startup(  # type: ignore
                 assert re.search(BROKEN_WEIGHTS[variant][2], r.json()["detail"], re.DOTALL), name
         assert client.post("/api/attention", json={"text": TEXT, "model": "good"}).status_code == 200
         assert client.get("/api/health").json()["status"] == "ok"
-
-
-def test_scan_models_dir_names_what_it_refuses_and_follows_links_only_inside(tmp_path: Path) -> None:
-    """Issue 33 item 6: every *.gguf entry that is not a regular file inside the folder is listed with its
-    reason and never opened; links are followed only where they resolve inside the folder."""
-    import os
-
-    models, elsewhere = tmp_path / "models", tmp_path / "elsewhere"
-    models.mkdir()
-    elsewhere.mkdir()
-    (models / "real.gguf").write_bytes(b"GGUF")
-    (models / "inside.gguf").symlink_to(models / "real.gguf")
-    (elsewhere / "far.gguf").write_bytes(b"GGUF")
-    (models / "far.gguf").symlink_to(elsewhere / "far.gguf")
-    (elsewhere / "far-folder").mkdir()
-    (elsewhere / "far-folder" / "config.json").write_text("{}")
-    (models / "far-folder").symlink_to(elsewhere / "far-folder")
-    os.mkfifo(models / "pipe.gguf")
-    (models / "zero.gguf").symlink_to("/dev/zero")
-    (models / "gone.gguf").symlink_to(models / "missing.gguf")
-    (models / "folder.gguf").mkdir()
-    scan = scan_models_dir(models)
-    assert scan.found == {"inside": models / "inside.gguf", "real": models / "real.gguf"}
-    assert set(scan.refused) == {"far", "far-folder", "pipe", "zero", "gone", "folder"}
-    assert "outside the models folder" in scan.refused["far"] and "HEADSCOPE_MODELS" in scan.refused["far"]
-    assert "outside the models folder" in scan.refused["far-folder"]
-    assert scan.refused["pipe"] == "'pipe.gguf' is a FIFO, not a GGUF file"
-    assert "'/dev/zero', outside the models folder" in scan.refused["zero"]
-    assert "does not exist" in scan.refused["gone"]
-    assert scan.refused["folder"] == "'folder.gguf' is a folder, not a GGUF file"
-
-
-def test_a_hostile_models_folder_costs_only_its_broken_entries(
-    tmp_path: Path, tiny_checkpoints: dict[str, Path]
-) -> None:
-    """Issue 48 (E2, E7): a link loop, a chain of links too long to follow and a folder link leading out
-    are refused with their reason (a loop stopped the start; the folder link vanished), names quoted; a
-    config.json nested too deeply is found here and refused by its check (tests/app/test_stores_api.py)."""
-    gguf = tmp_path / "any.gguf"
-    gguf.write_bytes(b"GGUF")
-    hostile = lay_out(
-        "models_dir", tmp_path / "models", tmp_path / "outside", gguf, tiny_checkpoints["llama"]
-    )
-    scan = scan_models_dir(tmp_path / "models")
-    assert sorted(scan.found) == sorted([*hostile.found, *hostile.failing])
-    assert sorted(scan.refused) == sorted(hostile.refused)
-    for name, why in hostile.refused.items():
-        assert why in scan.refused[name], (name, scan.refused[name])
-    assert not [why for why in scan.refused.values() if "\n" in why]
-
-
-def test_a_folder_link_leading_out_of_the_models_folder_is_refused(tmp_path: Path) -> None:
-    """Issue 48 E7: a folder link leading out was refused only when its target held a config.json (read
-    outside the folder to know it); any other vanished. Now every folder link out is refused, unread."""
-    (tmp_path / "models").mkdir()
-    (tmp_path / "elsewhere" / "weights").mkdir(parents=True)
-    (tmp_path / "models" / "linked").symlink_to(tmp_path / "elsewhere" / "weights")
-    scan = scan_models_dir(tmp_path / "models")
-    assert scan.found == {} and list(scan.refused) == ["linked"]
-    assert "outside the models folder" in scan.refused["linked"]
 
 
 def test_refused_entries_are_listed_by_the_service(

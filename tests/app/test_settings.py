@@ -203,7 +203,7 @@ def test_the_dequantized_weight_budget_reaches_each_gguf_load(
     """HEADSCOPE_DEQUANT_CACHE_BYTES and HEADSCOPE_DEQUANT_COMPILE are what every load is given; unset,
     the budget is mha's default and compiling is off."""
     import mha
-    from app.service import loaders
+    from app.service import offers as offered
 
     given: list[dict[str, object]] = []
     monkeypatch.setattr(mha, "load_pretrained", lambda *_, **options: given.append(options))
@@ -213,7 +213,7 @@ def test_the_dequantized_weight_budget_reaches_each_gguf_load(
     for settings, budget in ((Settings(), 0), (Settings(_env_prefix="NOPE_"), None)):
         assert settings.dequant_cache_bytes == budget
         assert settings.dequant_compile is False  # unset: eager, the faster for Q4_K_M's types
-        offers = loaders.find_models(settings.model_copy(update={"models": {"m": file}, "discover": False}))
+        offers = offered.find_models(settings.model_copy(update={"models": {"m": file}, "discover": False}))
         offers["m"].loader()
     assert given[0]["dequant_cache_bytes"] == 0
     assert given[1]["dequant_cache_bytes"] is None

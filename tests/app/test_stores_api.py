@@ -119,7 +119,7 @@ def test_a_store_model_answers_by_its_name(client: TestClient) -> None:
 
 
 def test_precedence_and_the_switch(stores_root: Path, make_settings: Callable[..., Settings]) -> None:
-    from app.service.loaders import find_models
+    from app.service.offers import find_models
 
     folders = store_folders(stores_root)
     mine = stores_root / "tiny.gguf"
@@ -135,7 +135,9 @@ def test_startup_scans_every_folder_and_store_once(
 ) -> None:
     """The models folder was scanned four times at startup (loaders and checks, found and refused): now
     find_models looks at each folder and store once, and the service shares what it found."""
-    from app.service import loaders
+    from dataclasses import replace
+
+    from mha.loading.sources import table
 
     calls: list[str] = []
 
@@ -146,12 +148,11 @@ def test_startup_scans_every_folder_and_store_once(
 
         return wrapper
 
-    monkeypatch.setattr(loaders, "scan_models_dir", counted("models_dir", loaders.scan_models_dir))
-    for store in ("ollama", "lmstudio", "huggingface"):
-        monkeypatch.setattr(loaders.stores, store, counted(store, getattr(loaders.stores, store)))
+    rows = tuple(replace(source, scan=counted(source.id, source.scan)) for source in table.SOURCES)
+    monkeypatch.setattr(table, "SOURCES", rows)
     settings = make_settings(discover=True, models_dir=stores_root / "models", **store_folders(stores_root))
     create_app(settings)
-    assert sorted(calls) == ["huggingface", "lmstudio", "models_dir", "ollama"]
+    assert sorted(calls) == ["bundled", "huggingface", "lmstudio", "models_dir", "ollama", "operator"]
 
 
 def test_the_startup_imports_transformers_on_one_thread_before_its_check_and_load_threads() -> None:

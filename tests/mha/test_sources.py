@@ -1,5 +1,6 @@
-"""The ollama, LM Studio and Hugging Face stores (mha.loading.stores), and what describe_checkpoint reads
-of their entries: stand-in stores in tmp folders, never the machine's own."""
+"""The table of model sources (mha.loading.sources): the ollama, LM Studio and Hugging Face stores, the models
+folder, and what describe_checkpoint reads of their entries: stand-in stores in tmp folders, never the
+machine's own."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hostile_stores import lay_out
 from store_files import OLLAMA_MODEL, REVISION, hf_snapshot, lmstudio_model, ollama_manifest, ollama_model
 
 from mha import describe_checkpoint
-from mha.loading import stores
+from mha.loading import sources
 from mha.loading.convert import CONVERTERS
 
 LIBRARY = ("registry.ollama.ai", "library")
@@ -31,7 +32,7 @@ def test_ollama_names_are_what_ollama_run_takes(tmp_path: Path, tiny_gguf: Path)
     blob = ollama_model(tmp_path, (*LIBRARY, "qwen2.5", "7b"), tiny_gguf)
     ollama_model(tmp_path, ("hf.co", "bartowski", "Llama-3.2-1B-Instruct-GGUF", "Q4_K_M"), b"GGUF other")
     ollama_model(tmp_path, ("registry.ollama.ai", "someone", "mine", "latest"), b"GGUF mine")
-    scan = stores.ollama(tmp_path)
+    scan = sources.scan_ollama(tmp_path)
     assert sorted(scan.found) == [
         "hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M",
         "qwen2.5:7b",
@@ -98,7 +99,7 @@ def test_ollama_lists_every_broken_entry_with_its_reason(
     (tmp_path / "manifests" / "registry.ollama.ai" / "library" / "link" / "latest").symlink_to(
         outside / "secret"
     )
-    scan = stores.ollama(tmp_path)
+    scan = sources.scan_ollama(tmp_path)
     assert scan.found == {}
     why = scan.refused
     assert "not JSON" in why["text:latest"]
@@ -124,7 +125,7 @@ def test_lmstudio_registers_publisher_model_file(
     outside = tmp_path_factory.mktemp("far") / "far.gguf"
     outside.write_bytes(b"GGUF")
     (tmp_path / "pub" / "model" / "far.gguf").symlink_to(outside)
-    scan = stores.lmstudio(tmp_path)
+    scan = sources.scan_lmstudio(tmp_path)
     assert scan.found == {"lmstudio-community/Qwen2.5-7B-Instruct-GGUF/Qwen2.5-7B-Instruct-Q4_K_M": path}
     assert list(scan.refused) == ["pub/model/far"] and "outside the store" in scan.refused["pub/model/far"]
 
@@ -149,7 +150,7 @@ def test_huggingface_snapshots_by_repo_id_links_only_inside(
     broken.mkdir(parents=True)
     (broken / "config.json").write_text("{ nope")
     (tmp_path / "datasets--org--data" / "snapshots").mkdir(parents=True)
-    scan = stores.huggingface(tmp_path, families)
+    scan = sources.scan_hf_cache(tmp_path, families)
     assert scan.found == {
         "Qwen/Qwen2.5-0.5B-Instruct": snapshot,
         f"Qwen/Qwen2.5-0.5B-Instruct@{older.name}": older,
@@ -163,15 +164,15 @@ def test_huggingface_snapshots_by_repo_id_links_only_inside(
 
 def test_default_folders_follow_each_tools_own_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OLLAMA_MODELS", raising=False)
-    assert stores.default_ollama_models(tmp_path) in (None, Path("/usr/share/ollama/.ollama/models"))
+    assert sources.default_ollama_models(tmp_path) in (None, Path("/usr/share/ollama/.ollama/models"))
     (tmp_path / ".ollama" / "models").mkdir(parents=True)
-    assert stores.default_ollama_models(tmp_path) == tmp_path / ".ollama" / "models"
+    assert sources.default_ollama_models(tmp_path) == tmp_path / ".ollama" / "models"
     monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "elsewhere"))
     (tmp_path / "elsewhere").mkdir()
-    assert stores.default_ollama_models(tmp_path) == tmp_path / "elsewhere"
-    assert stores.default_lmstudio_models(tmp_path) is None
+    assert sources.default_ollama_models(tmp_path) == tmp_path / "elsewhere"
+    assert sources.default_lmstudio_models(tmp_path) is None
     (tmp_path / ".lmstudio" / "models").mkdir(parents=True)
-    assert stores.default_lmstudio_models(tmp_path) == tmp_path / ".lmstudio" / "models"
+    assert sources.default_lmstudio_models(tmp_path) == tmp_path / ".lmstudio" / "models"
 
 
 def test_huggingface_gguf_files_are_named_as_lm_studio_names_them(tmp_path: Path, tiny_gguf: Path) -> None:
@@ -190,7 +191,7 @@ def test_huggingface_gguf_files_are_named_as_lm_studio_names_them(tmp_path: Path
     (snapshot / "Q8_0").mkdir()
     (snapshot / "Q8_0" / "model-Q8_0.gguf").symlink_to(snapshot / "Llama-3.2-1B-Instruct-Q4_K_M.gguf")
     (snapshot / "leak.gguf").symlink_to(tiny_gguf)  # outside the cache
-    scan = stores.huggingface(cache, frozenset(CONVERTERS))
+    scan = sources.scan_hf_cache(cache, frozenset(CONVERTERS))
     base = f"{repo}/Llama-3.2-1B-Instruct-Q4_K_M"
     assert scan.found == {
         base: snapshot / "Llama-3.2-1B-Instruct-Q4_K_M.gguf",
@@ -209,9 +210,9 @@ def test_huggingface_gguf_files_are_named_as_lm_studio_names_them(tmp_path: Path
 
 
 SCANS = {
-    "ollama": stores.ollama,
-    "lmstudio": stores.lmstudio,
-    "huggingface": partial(stores.huggingface, families=frozenset(CONVERTERS)),
+    "ollama": sources.scan_ollama,
+    "lmstudio": sources.scan_lmstudio,
+    "huggingface": partial(sources.scan_hf_cache, families=frozenset(CONVERTERS)),
 }
 
 
@@ -240,10 +241,10 @@ def test_resolve_link_says_why_a_link_cannot_be_followed(tmp_path: Path) -> None
     (tmp_path / "b").symlink_to("a")
     for link in ("self", "a"):
         with pytest.raises(ValueError, match=f"'{link}' is a link loop"):
-            stores.resolve_link(tmp_path / link)
+            sources.resolve_link(tmp_path / link)
     (tmp_path / "file").write_text("x")
     (tmp_path / "good").symlink_to("file")
-    assert stores.resolve_link(tmp_path / "good") == (tmp_path / "file").resolve()
+    assert sources.resolve_link(tmp_path / "good") == (tmp_path / "file").resolve()
 
 
 # (store, the folder link's path in the store, where it leads in `outside`, the name it is refused under)
