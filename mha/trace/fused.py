@@ -8,7 +8,7 @@ sliding window shorter than the input, no logit bias), it gives the lse at the c
     CPU                      aten._scaled_dot_product_flash_attention_for_cpu (grouped heads as they are)
     CUDA, float32            aten._scaled_dot_product_efficient_attention(compute_log_sumexp=True)
     CUDA, float16/bfloat16   aten._scaled_dot_product_flash_attention
-    (docs/fused-trace.md measured the CUDA kernels on an H200; the CUDA branch has not run on a GPU here)
+    (docs/benchmarks.md has the CUDA kernels measured on an H200; the CUDA branch has not run on a GPU here)
 
 The overview's max needs no softmax: the max over a cell of exp(s − lse) is exp of the max over the cell of
 s − lse, so a block of scores is reduced to its cells and only the cells are exponentiated. The overview's
