@@ -103,7 +103,7 @@ def hooked_forward(network: Transformer, ids: torch.Tensor, attend: Attend) -> t
                 out = attend(q, k, v, attn.scale)  # (1, H, n, D)
                 return attn.out_proj(out.transpose(1, 2).reshape(h.shape[0], h.shape[1], -1))
 
-            x = layer(x, None, rotary=rotary, need_weights=False, weights_out=None, attention=hook)[0]
+            x = layer(x, None, rotary=rotary, need_weights=False, attention=hook)[0]
         return x if network.final_norm is None else network.final_norm(x)
 
 

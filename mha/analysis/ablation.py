@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from mha.core.layers import Block
+from mha.core.taps import Taps
 from mha.errors import Cancelled, NotCausalError
 from mha.networks import continuation, translate
 from mha.networks.model import Prepared, Transformer
@@ -194,10 +195,9 @@ def _layer(
         x,
         prepared.keeps[index],
         rotary=prepared.rotaries[index],
-        need_weights=False,
-        weights_out=None,
         bias=prepared.bias,
-        head_mask=head_mask,
+        need_weights=False,
+        taps=Taps(head_mask=head_mask),
     )
     return out
 
@@ -291,8 +291,8 @@ def _seq2seq_effects(
                 None,
                 bias=above.bias,
                 need_weights=False,
-                head_mask=masks.get("decoder"),
-                cross_head_mask=masks.get("cross"),
+                taps=Taps(head_mask=masks.get("decoder")),
+                cross_taps=Taps(head_mask=masks.get("cross")),
             )
             return x
 

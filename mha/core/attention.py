@@ -5,8 +5,12 @@ Shape legend: B batch, H heads, T query length, S key length, D head dim.
 Masks here are *keep*-masks: True (or 1) means "this query may look at this key". They arrive in the
 forms the seed texts use and are normalised once (`build_keep_mask`) to one boolean tensor broadcastable
 to (B, H, T, S). Then every path runs the same steps, in `attention_weights`: scores = q k^T * scale ->
-soft-cap -> mask -> softmax -> rows with no key zeroed (`masked_softmax`). `scaled_dot_product_attention`
-adds dropout and the weighted sum of values, or hands a weights-free call to torch's fused kernel.
+soft-cap -> + bias -> mask -> softmax -> rows with no key zeroed (`masked_softmax`). `eager_attention` is
+transformers' eager_attention_forward on top of it (weights, dropout, @ v); `scaled_dot_product_attention`
+takes it, or hands a weights-free call to torch's fused kernel.
+
+Grouped-query heads (H_kv key/value heads, G = H // H_kv query heads each) are lined up by views, not by
+transformers' repeat_kv copies: q (B, H, T, D) is read as (B, H_kv, G, T, D) against k (B, H_kv, 1, S, D).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ __all__ = [
     "attention_weights",
     "band_keep",
     "build_keep_mask",
+    "eager_attention",
     "empty_rows",
     "masked_softmax",
     "normalize_mask",
@@ -168,6 +173,18 @@ def attention_weights(
     stacked buffer), else over the scores: no extra pass. `bias`, broadcastable to (..., T, S), is added to
     the scores before the mask: T5's relative position bias (mha.core.relative).
     """
+    if q.ndim == 4 and k.shape[1] != q.shape[1]:  # grouped-query heads: (B, H_kv, G, T, S) views
+        kv_heads = k.shape[1]
+        weights = attention_weights(
+            _by_group(q, kv_heads),
+            k.unsqueeze(2),  # (B, H_kv, 1, S, D)
+            None if keep is None else _by_group(keep, kv_heads),
+            scale=scale,
+            softcap=softcap,
+            out=None if out is None else _by_group(out, kv_heads),
+            bias=None if bias is None else _by_group(bias, kv_heads),
+        )
+        return weights.flatten(1, 2)  # (B, H, T, S)
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or _needs_grad(bias))
     if bias is None and not grad and softcap is None and keep is not None and keep.shape[:-2].numel() == 1:
         return _biased_weights(q, k, keep, scale=scale, out=out)
@@ -179,6 +196,14 @@ def attention_weights(
 
 def _needs_grad(t: torch.Tensor | None) -> bool:
     return t is not None and t.requires_grad
+
+
+def _by_group(x: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """(B|1, H|1, ...) -> (B|1, H_kv|1, G|1, ...), a view: query head h at [h // G, h % G], the order of
+    transformers' repeat_kv, so the key/value head each group shares broadcasts over its G heads."""
+    if x.shape[1] == 1:
+        return x.unsqueeze(2)
+    return x.view(x.shape[0], kv_heads, x.shape[1] // kv_heads, *x.shape[2:])
 
 
 def attention_scores(
@@ -245,6 +270,33 @@ def masked_softmax(
     return weights if empty is None else weights.masked_fill_(empty, 0.0)
 
 
+def eager_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    keep: torch.Tensor | None = None,
+    *,
+    scale: float,
+    softcap: float | None = None,
+    bias: torch.Tensor | None = None,
+    dropout: float = 0.0,
+    weights_out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' eager_attention_forward: (output (B, H, T, D), weights (B, H, T, S)) for q (B, H, T, D),
+    k and v (B, H_kv, S, D). `attention_weights` (q k^T * scale, soft-cap, + bias, mask, softmax), dropout,
+    @ v; `weights_out` a contiguous (B, H, T, S) buffer the weights are written into."""
+    weights = attention_weights(q, k, keep, scale=scale, softcap=softcap, out=weights_out, bias=bias)
+    if dropout > 0:
+        # As torch.nn.MultiheadAttention: the weights returned are the ones the values were mixed with.
+        weights = F.dropout(weights, p=dropout, training=True)
+        if weights_out is not None and not weights.requires_grad:
+            weights_out.copy_(weights)
+    if k.shape[1] == q.shape[1]:
+        return torch.matmul(weights, v), weights
+    out = torch.matmul(_by_group(weights, k.shape[1]), v.unsqueeze(2))  # (B, H_kv, G, T, D)
+    return out.flatten(1, 2), weights  # (B, H, T, D)
+
+
 def scaled_dot_product_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -259,7 +311,7 @@ def scaled_dot_product_attention(
     weights_out: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """softmax(q k^T * scale + bias, masked) v for q (B, H, T, D), k (B, H, S, D), v (B, H, S, Dv).
+    """softmax(q k^T * scale + bias, masked) v for q (B, H, T, D), k (B, H_kv, S, D), v (B, H_kv, S, Dv).
 
     Returns (output (B, H, T, Dv), weights (B, H, T, S) or None when need_weights is False). A query row
     whose keys are all masked gives zero weights and a zero output, never NaN. `weights_out`, if given,
@@ -267,23 +319,18 @@ def scaled_dot_product_attention(
     every layer's weights).
     """
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
-    if not need_weights and softcap is None:
+    dropout = dropout_p if training else 0.0
+    if not need_weights and softcap is None and k.shape[1] == q.shape[1]:
         # torch's fused kernel: no (B, H, T, S) weights kept. It has no soft-cap, hence the condition. A
         # bias goes in as a float mask, the masked keys at the dtype's lowest value as in masked_softmax.
         attn_mask = keep_mask
         if bias is not None:
             low = torch.finfo(bias.dtype).min
             attn_mask = bias if keep_mask is None else torch.where(keep_mask, bias, low)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p if training else 0.0, scale=scale
-        )
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout, scale=scale)
         empty = empty_rows(keep_mask)
         return (out if empty is None else out.masked_fill(empty, 0.0)), None
-
-    weights = attention_weights(q, k, keep_mask, scale=scale, softcap=softcap, out=weights_out, bias=bias)
-    if training and dropout_p > 0:
-        # As torch.nn.MultiheadAttention: the weights returned are the ones the values were mixed with.
-        weights = F.dropout(weights, p=dropout_p, training=True)
-        if weights_out is not None and not weights.requires_grad:
-            weights_out.copy_(weights)
-    return torch.matmul(weights, v), (weights if need_weights else None)
+    out, weights = eager_attention(
+        q, k, v, keep_mask, scale=scale, softcap=softcap, bias=bias, dropout=dropout, weights_out=weights_out
+    )
+    return out, (weights if need_weights else None)

@@ -26,6 +26,7 @@ from torch import nn
 from mha.core.config import ACTIVATIONS, TransformerConfig
 from mha.core.multihead import MultiHeadAttention
 from mha.core.norm import RMSNorm
+from mha.core.taps import NO_TAPS, Taps
 
 __all__ = [
     "ACTIVATIONS",
@@ -192,46 +193,32 @@ class Block(nn.Module):
         keep: torch.Tensor | None,
         *,
         rotary: Rotary | None = None,
-        need_weights: bool,
-        weights_out: torch.Tensor | None,
-        attention: Callable[[torch.Tensor], torch.Tensor] | None = None,
         bias: torch.Tensor | None = None,
-        products_out: torch.Tensor | None = None,
-        head_mask: torch.Tensor | None = None,
-        rows: torch.Tensor | None = None,
+        need_weights: bool,
+        taps: Taps = NO_TAPS,
+        attention: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`attention`, if given, stands in for self.attn on the sub-layer's input and returns its output
+        """`bias` is added to the logits (T5's relative positions). `taps` go to the attention
+        (MultiHeadAttention): its products_out receives the value products of the sub-layer's input (the
+        normed x in a pre-norm block, x in a post-norm one), and with `rows`, the indices of a padded
+        batch's real tokens in its B·T rows, the feed-forward too runs on those alone (a padding row's
+        output is read by nothing: it is no key, and its own row is dropped), and a padding row gets 0.
+        `attention`, if given, stands in for self.attn on the sub-layer's input and returns its output
         (B, T, E), no weights: how mha.trace.blocked runs a long input's attention in row blocks through the
-        same residual and norm wiring. `bias` is added to the logits (T5's relative positions).
-        products_out (B, T, H, H) receives the attention's value products (MultiHeadAttention.
-        value_products) of the sub-layer's input: the normed x in a pre-norm block, x in a post-norm one.
-        head_mask (B|1, H) scales each head's output before the output projection (MultiHeadAttention).
-        rows, the indices of a padded batch's real tokens in its B·T rows: the projections and the
-        feed-forward run on those alone (a padding row's output is read by nothing: it is no key, and its
-        own row is dropped), and a padding row gets 0 from them."""
+        same residual and norm wiring."""
 
         def attend(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
             if attention is not None:
                 return attention(h), None
-            return self.attn(
-                h,
-                keep=keep,
-                rotary=rotary,
-                need_weights=need_weights,
-                weights_out=weights_out,
-                bias=bias,
-                products_out=products_out,
-                head_mask=head_mask,
-                rows=rows,
-            )
+            return self.attn(h, keep=keep, rotary=rotary, bias=bias, need_weights=need_weights, taps=taps)
 
         def feed_forward(h: torch.Tensor) -> tuple[torch.Tensor, None]:
-            if rows is None:
+            if taps.rows is None:
                 return self.ffn(h), None
             flat = h.reshape(-1, h.shape[-1])
-            real = self.ffn(flat.index_select(0, rows))
+            real = self.ffn(flat.index_select(0, taps.rows))
             out = real.new_zeros(flat.shape[0], real.shape[-1])
-            return out.index_copy_(0, rows, real).view(*h.shape[:-1], -1), None
+            return out.index_copy_(0, taps.rows, real).view(*h.shape[:-1], -1), None
 
         x, weights = self.residual(x, attend, self.attn_norm, self.attn_post_norm)
         x, _ = self.residual(x, feed_forward, self.ffn_norm, self.ffn_post_norm)

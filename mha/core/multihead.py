@@ -30,6 +30,7 @@ from mha.core import values
 from mha.core.attention import attention_weights, build_keep_mask, scaled_dot_product_attention
 from mha.core.norm import RMSNorm
 from mha.core.rope import apply_rotary
+from mha.core.taps import NO_TAPS, Taps
 
 __all__ = ["MultiHeadAttention"]
 
@@ -143,12 +144,9 @@ class MultiHeadAttention(nn.Module):
         valid_lens: torch.Tensor | None = None,
         keep: torch.Tensor | None = None,
         rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
-        need_weights: bool = True,
-        weights_out: torch.Tensor | None = None,
         bias: torch.Tensor | None = None,
-        products_out: torch.Tensor | None = None,
-        head_mask: torch.Tensor | None = None,
-        rows: torch.Tensor | None = None,
+        need_weights: bool = True,
+        taps: Taps = NO_TAPS,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from `query` (B, T, E) to `key` (B, S, kdim), `value` (B, S, vdim); omitted: self-attention.
 
@@ -160,47 +158,38 @@ class MultiHeadAttention(nn.Module):
         builds it once for all its layers, and no layer normalises it again.
         rotary: (cos, sin), each (B|1, T, rotary dim), rotating q and k (mha.core.rope; self-attention only).
         bias: added to the logits, broadcastable to (B, H, T, S): T5's relative position bias.
-        products_out: (B, S, H, H), filled with `value_products` of this forward's values.
-        head_mask: (B|1, H), each head's output (its slice before out_proj) multiplied by it: 0 removes the
-        head from the sum, as zeroing the input slice of transformers' o_proj does (mha.analysis.ablation).
-        rows: a padded self-attention batch's real tokens among its B·T rows (mha.networks.model): the
-        projections run on them alone, a padding row's q, k, v and output are 0 (a padded key is masked, a
-        padded query's row is dropped), and so are a padded key's value products.
+        taps: what an analysis reads out or changes (mha.core.taps): the weights' buffer, the value
+        products, a head mask, a padded batch's real rows (self-attention only; a padded key's value
+        products are 0 too).
         """
         key, value = self._check_inputs(query, key, value)
         self_attention = key is query and value is query
         keep = self._keep_mask(query, key, mask=mask, valid_lens=valid_lens, causal=causal, keep=keep)
-        plain = rotary is None and bias is None and head_mask is None
+        plain = rotary is None and bias is None and taps.head_mask is None
         if need_weights and plain and self._single_sequence(query, self_attention):
-            return self._single_self_attention(query, keep, weights_out, products_out)
+            return self._single_self_attention(query, keep, taps.weights_out, taps.products_out)
 
-        q, k, v = self.heads(query, key, value, self_attention, rotary, rows=rows if self_attention else None)
-        if products_out is not None:
-            self.value_products(v, out=products_out)
-        if bias is not None and self.num_kv_heads != self.num_heads:
-            raise ValueError("a logit bias is not supported with grouped-query heads")
-        if self.num_kv_heads != self.num_heads:
-            out, weights = self._grouped(q, k, v, keep, need_weights=need_weights, weights_out=weights_out)
-        else:
-            out, weights = scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                keep_mask=keep,
-                dropout_p=self.dropout,
-                training=self.training,
-                scale=self.scale,
-                softcap=self.softcap,
-                need_weights=need_weights,
-                weights_out=weights_out,
-                bias=bias,
-            )
-        if head_mask is not None:
-            out = out * head_mask.to(out.dtype)[:, :, None, None]  # (B, H, T, D)
+        rows = taps.rows if self_attention else None
+        q, k, v = self.heads(query, key, value, self_attention, rotary, rows=rows)  # (B, H|H_kv, T|S, D)
+        if taps.products_out is not None:
+            self.value_products(v, out=taps.products_out)
+        out, weights = scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            keep_mask=keep,
+            dropout_p=self.dropout,
+            training=self.training,
+            scale=self.scale,
+            softcap=self.softcap,
+            need_weights=need_weights,
+            weights_out=taps.weights_out,
+            bias=bias,
+        )  # (B, H, T, D)
+        if taps.head_mask is not None:
+            out = out * taps.head_mask.to(out.dtype)[:, :, None, None]  # (B, H, T, D)
         out = out.transpose(1, 2).reshape(query.shape[0], query.shape[1], self.widths[0])  # (B, T, H·D)
-        if rows is not None and self_attention:
-            return _on_rows(self.out_proj, out, rows), weights
-        return self.out_proj(out), weights
+        return (self.out_proj(out) if rows is None else _on_rows(self.out_proj, out, rows)), weights
 
     def heads(
         self,
@@ -225,46 +214,6 @@ class MultiHeadAttention(nn.Module):
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
         return q, k, v
 
-    def _grouped(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        keep: torch.Tensor | None,
-        *,
-        need_weights: bool,
-        weights_out: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Grouped-query attention: the weights of `_weights`, then each key/value head's values mixed for
-        its G query heads by broadcasting, (B, H_kv, G, T, S) @ (B, H_kv, 1, S, D)."""
-        batch, heads, length, _ = q.shape
-        weights = self._weights(q, k, keep, weights_out)  # (B, H, T, S)
-        if self.training and self.dropout > 0:
-            weights = F.dropout(weights, p=self.dropout, training=True)
-        grouped = weights.view(batch, self.num_kv_heads, heads // self.num_kv_heads, length, k.shape[2])
-        out = torch.matmul(grouped, v.unsqueeze(2)).view(batch, heads, length, self.head_dim)  # (B, H, T, D)
-        return out, (weights if need_weights else None)
-
-    def _weights(
-        self, q: torch.Tensor, k: torch.Tensor, keep: torch.Tensor | None, weights_out: torch.Tensor | None
-    ) -> torch.Tensor:
-        """Weights (B, H, T, S) of q (B, H, T, D) against k (B, H_kv, S, D); with grouping, q is viewed as
-        (B, H_kv, G, T, D) against k (B, H_kv, 1, S, D), so each key/value head serves its G query heads
-        by broadcasting, never copied per head."""
-        if self.num_kv_heads == self.num_heads:
-            return attention_weights(q, k, keep, scale=self.scale, softcap=self.softcap, out=weights_out)
-        batch, heads, length, _ = q.shape
-        kv_heads, group, src = self.num_kv_heads, heads // self.num_kv_heads, k.shape[2]
-        q5 = q.reshape(batch, kv_heads, group, length, self.head_dim)
-        if keep is not None:  # (B|1, 1|H, T, S) -> broadcastable to (B, H_kv, G, T, S)
-            per_head = keep.shape[1] != 1
-            keep = keep.view(keep.shape[0], kv_heads, group, length, src) if per_head else keep.unsqueeze(2)
-        out5 = None if weights_out is None else weights_out.view(batch, kv_heads, group, length, src)
-        weights = attention_weights(
-            q5, k.unsqueeze(2), keep, scale=self.scale, softcap=self.softcap, out=out5
-        )
-        return weights.view(batch, heads, length, src)
-
     def attention_weights(
         self,
         x: torch.Tensor,
@@ -285,8 +234,8 @@ class MultiHeadAttention(nn.Module):
         if not (self.training and self.dropout > 0) and not torch.is_grad_enabled():
             # No value path: q and k alone (the value projection of a fused layer is computed and dropped).
             q, k, _ = self.heads(x, x, x, True, rotary)
-            return self._weights(q, k, keep, weights_out)
-        weights = self(x, keep=keep, rotary=rotary, need_weights=True, weights_out=weights_out)[1]
+            return attention_weights(q, k, keep, scale=self.scale, softcap=self.softcap, out=weights_out)
+        weights = self(x, keep=keep, rotary=rotary, taps=Taps(weights_out=weights_out))[1]
         assert weights is not None  # need_weights=True always gives weights
         return weights
 

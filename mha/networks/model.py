@@ -20,6 +20,7 @@ from mha.core.attention import build_keep_mask
 from mha.core.config import ACTIVATIONS, ARCHITECTURES, TransformerConfig
 from mha.core.layers import Block, Embeddings, make_norm
 from mha.core.relative import RelativePositionBias
+from mha.core.taps import Taps
 from mha.errors import Cancelled
 
 __all__ = ["ACTIVATIONS", "ARCHITECTURES", "Transformer", "TransformerConfig", "TransformerOutput"]
@@ -212,15 +213,11 @@ class Transformer(nn.Module):
                 if products is not None:  # the value projection alone: still no out_proj, no feed-forward
                     layer.value_products(x, out=products[i])
             else:
+                taps = Taps(
+                    weights_out=out, products_out=None if products is None else products[i], rows=rows
+                )
                 x, weights = layer(
-                    x,
-                    layer_keep,
-                    rotary=rotary,
-                    need_weights=need_weights,
-                    weights_out=out,
-                    bias=bias,
-                    products_out=None if products is None else products[i],
-                    rows=rows,
+                    x, layer_keep, rotary=rotary, bias=bias, need_weights=need_weights, taps=taps
                 )
             if weights is not None:
                 layer_weights.append(weights)

@@ -25,6 +25,7 @@ from torch import nn
 from mha.core.config import TransformerConfig
 from mha.core.layers import Block, make_norm
 from mha.core.multihead import MultiHeadAttention
+from mha.core.taps import NO_TAPS, Taps
 from mha.errors import Cancelled
 from mha.networks.model import Transformer
 
@@ -105,34 +106,23 @@ class DecoderBlock(Block):
         *,
         bias: torch.Tensor | None,
         need_weights: bool,
-        products_out: tuple[torch.Tensor, torch.Tensor] | None = None,
-        head_mask: torch.Tensor | None = None,
-        cross_head_mask: torch.Tensor | None = None,
+        taps: Taps = NO_TAPS,
+        cross_taps: Taps = NO_TAPS,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """x (B, T, E), memory (B, S, source dim) -> (x, self weights (B, H, T, T), cross (B, H, T, S)).
-        products_out: (B, T, H, H) and (B, S, H, H) for the two attentions' value products (cross
-        attention's values are the encoder's output, its keys). head_mask and cross_head_mask (B|1, H)
-        scale each head's output of the self- and the cross-attention before its output projection
-        (mha.analysis.ablation)."""
-        own_out, cross_out = products_out if products_out is not None else (None, None)
+        taps and cross_taps go to the self- and the cross-attention (mha.core.taps): their products_out
+        are (B, T, H, H) and (B, S, H, H) (cross-attention's values are the encoder's output, its keys),
+        their head masks (B|1, H) (mha.analysis.ablation)."""
         x, own = self.residual(
             x,
-            lambda h: self.attn(
-                h, keep=keep, need_weights=need_weights, bias=bias, products_out=own_out, head_mask=head_mask
-            ),
+            lambda h: self.attn(h, keep=keep, bias=bias, need_weights=need_weights, taps=taps),
             self.attn_norm,
             self.attn_post_norm,
         )
         x, cross = self.residual(
             x,
             lambda h: self.cross_attn(
-                h,
-                memory,
-                memory,
-                keep=memory_keep,
-                need_weights=need_weights,
-                products_out=cross_out,
-                head_mask=cross_head_mask,
+                h, memory, memory, keep=memory_keep, need_weights=need_weights, taps=cross_taps
             ),
             self.cross_norm,
         )
@@ -176,7 +166,12 @@ class Seq2SeqDecoder(Transformer):
         for i, layer in enumerate(cast("list[DecoderBlock]", self.layers)):
             if cancel is not None and cancel():
                 raise Cancelled(f"decoder cancelled before layer {i} of {len(self.layers)}")
-            layer_products = None if products_out is None else (products_out[0][i], products_out[1][i])
+            taps = cross_taps = NO_TAPS
+            if products_out is not None:
+                taps, cross_taps = (
+                    Taps(products_out=products_out[0][i]),
+                    Taps(products_out=products_out[1][i]),
+                )
             x, w_own, w_cross = layer.decode(
                 x,
                 keep,
@@ -184,7 +179,8 @@ class Seq2SeqDecoder(Transformer):
                 memory_keep,
                 bias=bias,
                 need_weights=need_weights,
-                products_out=layer_products,
+                taps=taps,
+                cross_taps=cross_taps,
             )
             if w_own is not None and w_cross is not None:
                 own.append(w_own)

@@ -405,7 +405,7 @@ def trace_forward(
                 layer.attn, rotary, cfg.causal, window, pool, values=i < last, into=into[i], kernel=kernel
             )
             if i < last:
-                x = layer(x, None, rotary=rotary, need_weights=False, weights_out=None, attention=recorder)[0]
+                x = layer(x, None, rotary=rotary, need_weights=False, attention=recorder)[0]
             else:
                 # Only q and k matter in the last layer: its value path and feed-forward feed nothing.
                 recorder(layer.attn_norm(x) if layer.pre_norm else x)

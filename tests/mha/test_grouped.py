@@ -44,8 +44,10 @@ def reference(
     x: torch.Tensor,
     keep: torch.Tensor | None,
     rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention as transformers' eager path writes it: project, norm, rotate, repeat K/V, softmax."""
+    """Attention as transformers' eager path writes it: project, norm, rotate, repeat K/V, (+ bias),
+    softmax."""
     batch, length, _ = x.shape
     heads, kv, d = m.num_heads, m.num_kv_heads, m.head_dim
     w_q, w_k, w_v = m.in_proj.weight.split(m.widths)
@@ -62,6 +64,8 @@ def reference(
     scores = q @ k.transpose(-1, -2) * m.scale
     if m.softcap is not None:
         scores = torch.tanh(scores / m.softcap) * m.softcap
+    if bias is not None:
+        scores = scores + bias
     if keep is not None:
         scores = scores.masked_fill(~keep, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
@@ -102,6 +106,23 @@ def test_grouped_heads_equal_repeated_kv(heads: int, kv_heads: int, mask: str, b
     torch.testing.assert_close(out, ref_out, **TOL)
     with torch.inference_mode():  # the weights-only path (a model's last layer) gives the same weights
         torch.testing.assert_close(m.attention_weights(x, keep=keep), ref_weights, **TOL)
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_grouped_heads_add_a_per_head_logit_bias(need_weights: bool) -> None:
+    # A bias (1, H, T, S) per query head, as T5's relative positions are, lined up with each head's group.
+    m = module(8, 2)
+    x = torch.randn(2, 9, E, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    bias = torch.randn(1, 8, 9, 9, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    keep = keep_mask("padded", 2, 8, 9)
+    out, weights = m(x, keep=keep, bias=bias, need_weights=need_weights)
+    ref_out, ref_weights = reference(m, x, keep, bias=bias)
+    torch.testing.assert_close(out, ref_out, **TOL)
+    if need_weights:
+        assert weights is not None
+        torch.testing.assert_close(weights, ref_weights, **TOL)
+    else:
+        assert weights is None
 
 
 def test_kv_heads_are_shared_by_their_group_only() -> None:
