@@ -87,5 +87,6 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
 # `headscope serve`, not bare uvicorn: it adds the request-head timeout and the connection limit
 # (HEADSCOPE_HEADER_TIMEOUT, HEADSCOPE_MAX_CONNECTIONS), and serves the Host names localhost, 127.0.0.1
 # (the health probe) and the bind address; others need HEADSCOPE_ALLOWED_HOSTS. Its log is one stream,
-# stderr, at HEADSCOPE_LOG_LEVEL: uvicorn's access log is off, app.access has each request (README, Logs).
+# stderr, at HEADSCOPE_LOG_LEVEL: uvicorn's access log is off, app.access has each request
+# (docs/configuration.md, Logs).
 CMD ["headscope", "serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -23,7 +23,7 @@ LOG_EVERY = 10.0  # seconds between plain progress lines when stderr is not a te
 def add_parser(sub: Any) -> None:
     corpus = sub.add_parser(
         "corpus",
-        help="every head's statistics over a corpus file (docs/design.md, Corpus runs)",
+        help="every head's statistics over a corpus file (docs/corpus-runs.md)",
         description="Run head_stats over every text of INPUT (.txt, .jsonl, .csv, .parquet) and write "
         "per_text, per_head and examples Parquet files, errors.jsonl and run.json into --out.",
     )

@@ -4,7 +4,7 @@ glibc gives each thread that allocates an arena of its own, up to 8 per core, an
 them for reuse. The service's threads (torch's, the batcher's, anyio's pool) free hundreds of MB after
 a long answer, and without help the process keeps that as RSS for good. `limit_arenas` caps the arenas
 (mallopt M_ARENA_MAX) before those threads start; `trim` (malloc_trim(0)) returns the free pages of
-every arena. The README's "Memory and load" section has the figures that chose these settings.
+every arena. docs/benchmarks.md, "Memory and load", has the figures that chose these settings.
 
 Everything here is a no-op (returning False) where glibc is not the allocator.
 """

@@ -41,7 +41,7 @@ class Settings(BaseSettings):
     default_model: str | None = None
     models: dict[str, Path] = Field(default_factory=dict)  # allowlist: name -> checkpoint dir or GGUF file
     models_dir: Path | None = None  # scanned once at startup: each subfolder with config.json, each *.gguf
-    # -- the stores people already have (README "Model stores"), scanned once at startup --
+    # -- the stores people already have (docs/model-stores.md), scanned once at startup --
     discover: bool = True  # false: none of the three stores below is looked at
     # ollama's models folder; None: $OLLAMA_MODELS, else ~/.ollama/models or /usr/share/ollama/.ollama/models
     ollama_models: Path | None = None
@@ -68,13 +68,13 @@ class Settings(BaseSettings):
     # A request may ask a decoder to continue its text by up to this many tokens first (max_new_tokens):
     # each costs about one forward of the whole text.
     max_new_tokens: int = Field(default=32, ge=0, le=MAX_NEW_TOKENS)
-    # -- load shedding, retries and memory (README "Memory and load") --
+    # -- load shedding, retries and memory (docs/memory-and-load.md) --
     # Requests waiting for a model's workers beyond this get 503 with Retry-After, instead of a latency
     # that grows without limit (~20 s of work at 512 tokens, well under a second at 32 tokens).
     max_queue: int = Field(default=64, ge=1)
     # /api/attention answers of more than ~1 M values (every head as JSON: ~150 MB at 512 tokens) are
     # streamed at the client's pace, each keeping its tensor (up to 75 MB) until the last byte: at most
-    # this many at once, the rest wait their turn (README "Memory and load").
+    # this many at once, the rest wait their turn (docs/memory-and-load.md).
     max_streams: int = Field(default=4, ge=1)
     # A model (or its startup check) that failed is tried again after this back-off, doubled after each
     # further failure up to load_retry_max_seconds; /api/models shows the error meanwhile.

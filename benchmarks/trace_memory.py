@@ -1,6 +1,6 @@
-"""Long-input traces against the README's memory row: the real server (uvicorn subprocess), 4 clients.
+"""Long-input traces against docs/memory-and-load.md's row: the real server (uvicorn subprocess), 4 clients.
 
-The README's "memory model" bounds what traces add to the resident set by
+The memory model (docs/memory-and-load.md) bounds what traces add to the resident set by
     HEADSCOPE_TRACE_CACHE_BYTES + HEADSCOPE_MAX_CONCURRENCY x HEADSCOPE_TRACE_MAX_BYTES
 (every trace alive and every trace's forward, the trace and its scratch). This probe serves a random-weight
 Llama of SmolLM2-135M's shape (30 layers, 9 query heads over 3 KV heads; benchmarks/long.py's checkpoint and

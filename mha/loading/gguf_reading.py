@@ -92,7 +92,7 @@ def lean_reader(reader: Any) -> Any:
     GGUFReader keeps every value of every array as an array of its own (a string: its length and its
     bytes), each a slice of its np.memmap: a memmap slice is a Python-level subclass instance (its
     __array_finalize__ copies the map's attributes) with a fresh byte-order dtype, about 2 KB a
-    vocabulary entry (2.0 GB and minutes for 2^20 entries, docs/design.md). Here the map is viewed as a
+    vocabulary entry (2.0 GB and minutes for 2^20 entries). Here the map is viewed as a
     plain ndarray and, in a file of the host's byte order, a value is the plain view itself: the same
     parts, types and offsets, about 0.45 KB an entry. Parsing stays gguf's own."""
     import numpy as np

@@ -1,7 +1,7 @@
 """The memory model of a GGUF file's first load (issue 33 item 5): what load_pretrained of a GGUF adds to
 the process's peak resident memory, as a fixed part, a part per vocabulary entry and a part per weight.
 
-The one place it is stated: the README quotes these constants, and tests/mha/test_load_memory.py loads a
+The one place it is stated (docs/memory-and-load.md quotes it): tests/mha/test_load_memory.py loads a
 GGUF of 2^17 vocabulary entries in a fresh process and holds its peak to `load_nbytes`. A change to how
 GGUF weights load changes WEIGHT_BYTES here, per ggml type.
 
@@ -12,7 +12,7 @@ fast tokenizer, then that tokenizer read back; the file's pages that loading tou
 copy-on-write); float tensors copied to float32; quantized matrices kept as their ggml blocks (the
 dequantized layers a forward keeps come later, bounded by HEADSCOPE_DEQUANT_CACHE_BYTES).
 
-Measured here (docs/design.md, "The memory of a GGUF load"): tiny Llama GGUFs of 2^17 and 2^18
+Measured here (docs/benchmarks.md, "A GGUF file's first load"): tiny Llama GGUFs of 2^17 and 2^18
 vocabulary entries at width 16 and of 2^17 at width 128, each loaded in a fresh process. The line through
 them: 94 MiB fixed, 983 bytes an entry, 7.5 bytes an F16 weight; at width 128 an F32 weight took 3.5 bytes,
 a Q8_0 or Q4_0 one 0.8. Each constant below is its measured value rounded up.

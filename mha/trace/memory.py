@@ -4,8 +4,8 @@ A trace keeps q, k and the log-sum-exp of every layer and its pooled overview (`
 its forward runs it also holds one layer's activations and, on each CPU thread, one row block's scores (the
 blocked path) or one tile of the overview's scores (the fused path, mha.trace.fused).
 The service admits a trace by the sum (`mha.trace.blocked.peak_nbytes`), so these bounds are what make the
-README's memory row for traces hold; tests/mha/test_trace_memory.py measures every allocation a forward
-makes against them.
+memory row for traces (docs/memory-and-load.md) hold; tests/mha/test_trace_memory.py measures every
+allocation a forward makes against them.
 
 Shape legend: L layers, H query heads, H_kv key/value heads, D head dim, E embed dim, F feed-forward width,
 n tokens, r a forward block's rows, s the overview's cells per side, w its widest cell's tokens, T CPU

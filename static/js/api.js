@@ -1,4 +1,4 @@
-// The page's only door to the server: the JSON and binary endpoints of docs/design.md.
+// The page's only door to the server: the JSON and binary endpoints of docs/http-api.md.
 // Errors become ApiError with a message a person can act on (the API's `detail`).
 
 import { decodeCompact } from "./decode.js";
@@ -129,7 +129,7 @@ export async function fetchFullBlob(query, { signal } = {}) {
   return (await post("/api/attention", body(query), signal)).blob();
 }
 
-// Insight API (docs/design.md, "Insight API"): statistics, rollout, flow, comparison.
+// Insight API (docs/http-api.md, "Insight routes"): statistics, rollout, flow, comparison.
 
 /** POST /api/analysis: per-head statistics, labels and similar heads (no n*n payload). */
 export async function fetchAnalysis(query, { signal } = {}) {

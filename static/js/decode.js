@@ -1,4 +1,4 @@
-// Decoder for the compact transport (docs/design.md, "POST /api/attention/compact"):
+// Decoder for the compact transport (docs/design.md, "The HSA1 transport"):
 //   "HSA1" | uint32 LE header length h | UTF-8 JSON header | zero pad to 4 | payload
 // The header's quantization.scheme says what the payload is:
 //   row-max-uint8, abs-uint8, abs-uint8-key-major: float32 LE row scale [L, H, n] | uint8 q [L, H, n, n],
@@ -167,7 +167,7 @@ export function styledApart(special, unknown, n) {
   return Array.from({ length: n }, (_, i) => Boolean(special?.[i] || unknown?.[i]));
 }
 
-// Which tokens a section's queries and keys are, and what its rows mean (docs/design.md, "compact").
+// Which tokens a section's queries and keys are, and what its rows mean (docs/design.md, HSA1).
 function sectionShape(header, { kind, layers, heads, rows, cols }) {
   const source = { tokens: header.tokens, special: styledApart(header.special, header.unknown, header.n) };
   const m = header.target_tokens?.length ?? 0;

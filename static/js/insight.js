@@ -11,7 +11,7 @@ import { statName, thresholdSentences } from "./names.js";
 const KV_GROUP = "kv group"; // the table's column of a head's key/value group, with grouped-query heads
 const INDEX_COLUMNS = ["layer", "head", KV_GROUP, "label"]; // sorted low-to-high first; the rest high-to-low
 
-// Change score of compare mode, shown as one more statistic (docs/design.md: mean JS divergence, nats).
+// Change score of compare mode, shown as one more statistic (docs/http-api.md: mean JS divergence, nats).
 export const CHANGE = "change";
 const CHANGE_DESCRIPTION = "Mean Jensen–Shannon divergence between A's and B's rows on the aligned tokens (nats, 0..ln 2).";
 

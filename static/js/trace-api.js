@@ -1,4 +1,4 @@
-// The long-input routes (docs/design.md, "Long inputs: a trace, then what fits the screen"): count an
+// The long-input routes (docs/long-inputs.md, "Over HTTP"): count an
 // input's tokens, trace it (an NDJSON stream of progress lines, then the result), and read the trace's
 // overview and rows. Every fetch takes the run's AbortSignal: aborting the trace's stream closes the
 // connection, and the server stops the forward before its next layer.

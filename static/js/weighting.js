@@ -1,7 +1,7 @@
 // Which map every view shows: the attention weights α_ij, or weight × value norm (Kobayashi et al. 2020):
 // each head's α_ij ‖f_h(x_j)‖ with f_h(x_j) key j's value through the head's slice of the output projection,
 // divided by its row's total, so that rows sum to 1 and every view reads the shares as it reads weights.
-// The service does the work (`"weighting": "norm"`, docs/design.md "Insight API"); this module names what
+// The service does the work (`"weighting": "norm"`, docs/http-api.md "Insight routes"); this module names what
 // is shown and gives a cell its size (share × its row's total, the exact head's `row_norms`).
 // Pure (no DOM), so Node's test runner imports it as the page does (tests/js/weighting.test.mjs).
 

@@ -1,4 +1,4 @@
-// A slow answer's progress (docs/design.md, "Progress of the work in flight"). The page asks for an answer
+// A slow answer's progress (docs/http-api.md, /api/attention/progress). The page asks for an answer
 // as ever; when it has not come after a while, it watches the work in flight for the same input
 // (POST /api/attention/progress, NDJSON): a model's load shows as a bar at once, the forward's layers once
 // the run has taken FORWARD_MS, beside the Cancel button, which aborts the run (its request closes and the

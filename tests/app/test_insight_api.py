@@ -1,4 +1,4 @@
-"""The insight API (docs/design.md, "Insight API"): every answer equals mha.analysis run on mha's result."""
+"""The insight API (docs/http-api.md, "Insight routes"): every answer equals mha.analysis on mha's result."""
 
 from __future__ import annotations
 

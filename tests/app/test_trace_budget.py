@@ -1,7 +1,7 @@
 """Every trace alive and every trace's forward in flight are counted against one budget (TraceBudget):
-HEADSCOPE_TRACE_CACHE_BYTES + HEADSCOPE_MAX_CONCURRENCY x HEADSCOPE_TRACE_MAX_BYTES, the README's memory
-row for traces. A forward that would pass it waits; traces the cache dropped still count while something
-holds them."""
+HEADSCOPE_TRACE_CACHE_BYTES + HEADSCOPE_MAX_CONCURRENCY x HEADSCOPE_TRACE_MAX_BYTES, the memory row for
+traces in docs/memory-and-load.md. A forward that would pass it waits; traces the cache dropped still count
+while something holds them."""
 
 from __future__ import annotations
 
