@@ -52,6 +52,7 @@ def index(request: Request, service: ServiceDep, settings: SettingsDep) -> HTMLR
     data: dict[str, Any] = {
         "default": models.default,
         "models": [entry.model_dump() for entry in models.models],
+        "sources": [source.model_dump() for source in models.sources],  # the menu's groups, in order
         "limits": {
             "max_chars": MAX_TEXT_CHARS,
             "trace_max_chars": TRACE_MAX_TEXT_CHARS,  # A's text and pair: a long input is traced

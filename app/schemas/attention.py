@@ -152,7 +152,8 @@ class ModelEntry(BaseModel):
     source: str = Field(
         default="bundled",
         description="Where it comes from: bundled (with headscope), models_dir (HEADSCOPE_MODELS_DIR), "
-        "operator (HEADSCOPE_MODELS), ollama, lmstudio or huggingface (a store found by itself).",
+        "operator (HEADSCOPE_MODELS), ollama, lmstudio or huggingface (a store found by itself); the "
+        "list's `sources` says what each is called.",
     )
     header_family: str | None = Field(
         default=None,
@@ -180,9 +181,19 @@ class ModelEntry(BaseModel):
     )
 
 
+class ModelSource(BaseModel):
+    id: str = Field(examples=["lmstudio"], description="The `source` of the models it offers.")
+    label: str = Field(examples=["LM Studio"], description="What the page calls it: its menu group's title.")
+
+
 class ModelList(BaseModel):
     default: str
     models: list[ModelEntry]
+    sources: list[ModelSource] = Field(
+        default_factory=list,
+        description="Every source of models, in the model menu's order (one group each, empty ones left "
+        "out), whether or not it offers a model now.",
+    )
     memory_budget_bytes: int | None = Field(
         default=None,
         description="Bytes the loaded models may hold together (HEADSCOPE_MODELS_MAX_BYTES); to load "

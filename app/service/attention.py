@@ -13,7 +13,7 @@ from functools import partial
 import mha
 from app import encoders
 from app.registry import Entry
-from app.schemas.attention import AttentionRequest, HeadRequest, Health, ModelEntry, ModelList
+from app.schemas.attention import AttentionRequest, HeadRequest, Health, ModelEntry, ModelList, ModelSource
 from app.schemas.trace import TraceOverviewRequest
 from app.service import bodies
 from app.service.core import BATCH_CHARS, TooManyWaitingError, cache_key, chars
@@ -23,6 +23,7 @@ from app.service.flights import STREAM_VALUES, Stream
 from app.service.insight import InsightAnswers
 from app.service.traces import Traces
 from app.settings import Settings
+from mha.loading.sources import SOURCES
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +133,7 @@ class AttentionService(InsightAnswers):
         return ModelList(
             default=self.registry.default,
             models=entries,
+            sources=[ModelSource(id=source.id, label=source.label) for source in SOURCES],
             memory_budget_bytes=self.registry.max_bytes,
             memory_held_bytes=self.registry.held_bytes(),
         )

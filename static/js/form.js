@@ -37,9 +37,9 @@ export function showError(message) {
 export function fillModels(info) {
   models = new Map(info.models.map((m) => [m.name, m]));
   const defaultModel = info.default ?? info.models[0]?.name ?? "";
-  // One group per source (bundled, models folder, ollama, LM Studio, Hugging Face): a native <optgroup>,
+  // One group per source, titled as /api/models `sources` says (Bundled, Models folder, ...): a native <optgroup>,
   // so the menu keeps the select's own keyboard use (arrows, type-ahead) and screen readers name the group.
-  const groups = modelGroups(info.models).map(([title, members]) =>
+  const groups = modelGroups(info.models, info.sources).map(([title, members]) =>
     el("optgroup", { attrs: { label: title } }, members.map(modelOption)),
   );
   $("model").replaceChildren(...groups);

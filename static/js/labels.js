@@ -49,25 +49,18 @@ function scaled(value, units) {
   return `${shown}${units[unit]}`;
 }
 
-// Where a model comes from (/api/models `source`), in the menu's order, as its group is titled.
-export const MODEL_SOURCES = [
-  ["bundled", "Bundled"],
-  ["operator", "Named by the operator"],
-  ["models_dir", "Models folder"],
-  ["ollama", "ollama"],
-  ["lmstudio", "LM Studio"],
-  ["huggingface", "Hugging Face"],
-];
-
-/** [[group title, [models]]] for the menu: by source in MODEL_SOURCES's order, each group in list order. */
-export function modelGroups(models) {
-  const titles = new Map(MODEL_SOURCES);
-  const groups = new Map(MODEL_SOURCES.map(([source]) => [source, []]));
-  for (const m of models) {
-    const source = titles.has(m.source) ? m.source : "bundled";
-    groups.get(source).push(m);
-  }
-  return [...groups].filter(([, members]) => members.length).map(([source, members]) => [titles.get(source), members]);
+/**
+ * [[group title, [models]]] for the menu: one group per source of /api/models `sources` ({id, label}, in the
+ * server's order, titled by its label), each in list order, empty ones left out. A model of a source the
+ * list does not name (none: from a server before sources) joins the first group; with no sources at all,
+ * each source is a group titled by its id.
+ */
+export function modelGroups(models, sources = []) {
+  const ids = () => [...new Set(models.map((m) => m.source ?? "bundled"))];
+  const known = sources.length ? sources : ids().map((id) => ({ id, label: id }));
+  const groups = new Map(known.map(({ id }) => [id, []]));
+  for (const m of models) groups.get(groups.has(m.source) ? m.source : known[0].id).push(m);
+  return known.filter(({ id }) => groups.get(id).length).map(({ id, label }) => [label, groups.get(id)]);
 }
 
 /**

@@ -95,6 +95,23 @@ def test_every_store_is_listed_with_its_facts_before_loading(client: TestClient,
     assert models["clash:latest"]["source"] == "models_dir"  # the models folder over the store
 
 
+def test_the_models_list_and_the_page_name_every_source_by_its_label(client: TestClient) -> None:
+    """/api/models sends the table of sources (mha.loading.sources.SOURCES), in the menu's order, each with
+    the label the page titles its group with; the page's first data carries the same, so the page keeps no
+    list of its own. Every model's source is one of them."""
+    import json
+    import re
+
+    from mha.loading.sources import SOURCES
+
+    answer = client.get("/api/models").json()
+    assert answer["sources"] == [{"id": source.id, "label": source.label} for source in SOURCES]
+    assert {m["source"] for m in answer["models"]} <= {source["id"] for source in answer["sources"]}
+    page = client.get("/").text
+    block = re.search(r'<script[^>]*id="initial-state"[^>]*>(.*?)</script>', page, re.DOTALL)
+    assert block is not None and json.loads(block.group(1))["sources"] == answer["sources"]
+
+
 def test_entries_that_cannot_load_are_listed_with_their_reason(client: TestClient) -> None:
     models = entries(client)
     reasons = {

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { MODEL_SOURCES, modelFacts, modelGroups, modelLabel } from "../../static/js/labels.js";
+import { modelFacts, modelGroups, modelLabel } from "../../static/js/labels.js";
 
 test("a model's facts: family, parameters, quantization and size, each as known", () => {
   const smol = { name: "SmolLM2", layers: null, header_family: "llama", parameters: 134_515_008, quantization: "Q4_1", size_bytes: 98_000_000 };
@@ -25,12 +25,22 @@ test("a model that cannot load reads as only unavailable, with its reason", () =
   assert.equal(long, `x — unavailable: ${"y".repeat(159)}…`);
 });
 
-test("the menu groups models by source, in a fixed order, empty groups left out", () => {
+// /api/models `sources`, as the server's table of sources (mha.loading.sources.SOURCES) sends them
+const SOURCES = [
+  { id: "bundled", label: "Bundled" },
+  { id: "operator", label: "Named by the operator" },
+  { id: "models_dir", label: "Models folder" },
+  { id: "ollama", label: "ollama" },
+  { id: "lmstudio", label: "LM Studio" },
+  { id: "huggingface", label: "Hugging Face" },
+];
+
+test("the menu groups models by source, in the server's order of sources, empty groups left out", () => {
   // name: source, in the server's order; "old" has none, as from a server before sources: bundled
   const sources = { "q:7b": "ollama", "all-MiniLM-L6-v2": "bundled", "org/repo": "huggingface" };
   Object.assign(sources, { "p/m/f": "lmstudio", mine: "models_dir", "b:1b": "ollama", old: undefined });
   const models = Object.entries(sources).map(([name, source]) => ({ name, source }));
-  const groups = modelGroups(models);
+  const groups = modelGroups(models, SOURCES);
   assert.deepEqual(
     groups.map(([title, members]) => [title, members.map((m) => m.name)]),
     [
@@ -41,5 +51,19 @@ test("the menu groups models by source, in a fixed order, empty groups left out"
       ["Hugging Face", ["org/repo"]],
     ],
   );
-  assert.equal(new Set(MODEL_SOURCES.map(([source]) => source)).size, MODEL_SOURCES.length);
+});
+
+test("a group's title is the server's label: the page keeps no list of sources", () => {
+  const models = [{ name: "a", source: "new" }, { name: "b", source: "bundled" }, { name: "c", source: "gone" }];
+  const sources = [{ id: "new", label: "A source added later" }, { id: "bundled", label: "Bundled" }];
+  assert.deepEqual(
+    modelGroups(models, sources).map(([title, members]) => [title, members.map((m) => m.name)]),
+    [["A source added later", ["a", "c"]], ["Bundled", ["b"]]],
+  );
+  // a server that sends no sources: one group per source, titled by its id, in list order
+  assert.deepEqual(
+    modelGroups(models).map(([title, members]) => [title, members.map((m) => m.name)]),
+    [["new", ["a"]], ["bundled", ["b"]], ["gone", ["c"]]],
+  );
+  assert.deepEqual(modelGroups([], SOURCES), []);
 });
