@@ -19,7 +19,7 @@ from mha.loading.sources import folder, hf_cache, lmstudio, ollama
 Loader = Callable[[], mha.AttentionModel]
 Check = Callable[[], object]
 
-# The size of the "random" model (our layers, untrained weights), documented in /api/models and README.
+# The size of the "random" model (our layers, untrained weights), in /api/models and docs/configuration.md.
 RANDOM_MODEL = sources.RANDOM_MODEL_NAME
 RANDOM_SIZE = {"layers": 4, "heads": 8, "embed_dim": 256}
 

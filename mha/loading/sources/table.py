@@ -80,7 +80,7 @@ def scan_named(models: Mapping[str, Path]) -> Listing:
 
 
 # In the menu's order (a group per source). Precedence, highest first: the operator's names, the models
-# folder's, the bundled ones, then the stores' (ollama, LM Studio, Hugging Face; README "Model stores"): a
+# folder's, the bundled ones, then the stores' (ollama, LM Studio, Hugging Face; docs/model-stores.md): a
 # found-by-itself model never hides one that was put there on purpose.
 SOURCES: tuple[Source, ...] = (
     Source(BUNDLED, "Bundled", 3, scan_bundled),
