@@ -172,71 +172,126 @@ class Transformer(nn.Module):
         each weight (mha.analysis.norms), from this forward's own values. With on_layers, each call gets
         its layers' products too: on_layers(first, weights, products[first : first + k]).
         """
+        self._check_request(input_ids, need_weights, need_hidden, on_layers, layers_at_once)
+        prepared = self.prepare(
+            input_ids, attention_mask=attention_mask, segment_ids=segment_ids, position_ids=position_ids
+        )
+        x = prepared.x  # (B, T, E)
+        rows = _real_rows(attention_mask, prepared.keeps[0] is not None)
+        products = None  # (L, B, T, H, H): small, T·H² a layer against the weights' H·T²
+        if need_products:
+            heads = self.config.num_heads
+            products = x.new_empty(self.config.num_layers, *input_ids.shape, heads, heads)
+        attentions = _Attentions(self.config, x, need_weights, on_layers, layers_at_once, products)
+        last = len(self.layers) - 1
+        for i, layer in enumerate(cast("list[Block]", self.layers)):  # a ModuleList types as Module
+            if cancel is not None and cancel():
+                raise Cancelled(f"forward cancelled before layer {i} of {len(self.layers)}")
+            keep, rotary = prepared.keeps[i], prepared.rotaries[i]
+            taps = Taps(
+                weights_out=attentions.slot(i),
+                products_out=None if products is None else products[i],
+                rows=rows,
+            )
+            weights: torch.Tensor | None
+            if i == last and not need_hidden and prepared.bias is None:
+                weights = _weights_alone(layer, x, keep, rotary, taps)  # nothing reads this layer's output
+            else:
+                x, weights = layer(
+                    x, keep, rotary=rotary, bias=prepared.bias, need_weights=need_weights, taps=taps
+                )
+            attentions.add(i, weights, last=i == last)
+        if not need_hidden:
+            return TransformerOutput(hidden_state=None, attentions=attentions.result(), products=products)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return TransformerOutput(hidden_state=x, attentions=attentions.result(), products=products)
+
+    def _check_request(
+        self,
+        input_ids: torch.Tensor,
+        need_weights: bool,
+        need_hidden: bool,
+        on_layers: Callable[..., None] | None,
+        layers_at_once: int,
+    ) -> None:
+        """forward's arguments, each bad one a ValueError that says why."""
         if not (need_weights or need_hidden):
             raise ValueError("need_weights and need_hidden are both False: nothing to compute")
         if on_layers is not None and not need_weights:
             raise ValueError("on_layers needs need_weights: there are no weights to hand it")
         if layers_at_once < 1:
             raise ValueError(f"layers_at_once ({layers_at_once}) must be at least 1")
-        cfg = self.config
         if input_ids.ndim != 2:
             raise ValueError(f"input_ids must have shape (B, T), got {tuple(input_ids.shape)}")
-        batch, length = input_ids.shape
-        if length > cfg.max_tokens:
-            raise ValueError(f"input length ({length}) exceeds the model's maximum ({cfg.max_tokens})")
-        prepared = self.prepare(
-            input_ids, attention_mask=attention_mask, segment_ids=segment_ids, position_ids=position_ids
-        )
-        x, bias = prepared.x, prepared.bias
-        rows = _real_rows(attention_mask, prepared.keeps[0] is not None)
+        length, limit = input_ids.shape[1], self.config.max_tokens
+        if length > limit:
+            raise ValueError(f"input length ({length}) exceeds the model's maximum ({limit})")
 
-        group = min(layers_at_once, cfg.num_layers) if on_layers is not None else cfg.num_layers
-        buffer = None
+
+class _Attentions:
+    """Where one forward's attention weights go: every layer's softmax writes straight into its slice of
+    one buffer (L, B, H, T, T) without grad, so nothing is stacked at the end; with on_layers, a group of
+    layers_at_once layers is handed over as soon as it has come out (with its layers' value products, if
+    any), and the next group writes the same buffer again."""
+
+    def __init__(
+        self,
+        config: TransformerConfig,
+        x: torch.Tensor,
+        need_weights: bool,
+        on_layers: Callable[..., None] | None,
+        layers_at_once: int,
+        products: torch.Tensor | None,
+    ) -> None:
+        self.on_layers, self.products = on_layers, products
+        self.group = min(layers_at_once, config.num_layers) if on_layers is not None else config.num_layers
+        self.buffer = None
         if need_weights and not torch.is_grad_enabled():
-            # Every layer's softmax writes straight into its slice: no stack copy at the end (on_layers: a
-            # group's slices, written again by the next group).
-            buffer = empty_buffer(group, batch, cfg.num_heads, length, length, like=x)
-        layer_weights: list[torch.Tensor] = []
-        products = None
-        if need_products:  # small: T·H² a layer, against the weights' H·T²
-            products = x.new_empty(cfg.num_layers, batch, length, cfg.num_heads, cfg.num_heads)
-        weights: torch.Tensor | None
-        first = 0  # the first layer of the group in hand (on_layers)
-        last = len(self.layers) - 1
-        for i, layer in enumerate(cast("list[Block]", self.layers)):  # a ModuleList types as Module
-            if cancel is not None and cancel():
-                raise Cancelled(f"forward cancelled before layer {i} of {len(self.layers)}")
-            out = None if buffer is None else buffer[i - first]
-            layer_keep, rotary = prepared.keeps[i], prepared.rotaries[i]
-            if i == last and not need_hidden and bias is None:
-                weights = layer.attention_weights(x, layer_keep, rotary=rotary, weights_out=out)
-                if products is not None:  # the value projection alone: still no out_proj, no feed-forward
-                    layer.value_products(x, out=products[i])
-            else:
-                taps = Taps(
-                    weights_out=out, products_out=None if products is None else products[i], rows=rows
-                )
-                x, weights = layer(
-                    x, layer_keep, rotary=rotary, bias=bias, need_weights=need_weights, taps=taps
-                )
-            if weights is not None:
-                layer_weights.append(weights)
-            if on_layers is not None and layer_weights and (len(layer_weights) == group or i == last):
-                held = len(layer_weights)
-                handed = buffer[:held] if buffer is not None else torch.stack(layer_weights)
-                if products is None:
-                    on_layers(first, handed)
-                else:  # this group's layers' products, written by the same layers
-                    on_layers(first, handed, products[first : first + held])
-                first, layer_weights = i + 1, []
-        attentions = buffer if buffer is not None else torch.stack(layer_weights) if layer_weights else None
-        if on_layers is not None:  # every layer's weights went to it: nothing kept
-            attentions = None
-        if not need_hidden:
-            return TransformerOutput(hidden_state=None, attentions=attentions, products=products)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        return TransformerOutput(hidden_state=x, attentions=attentions, products=products)
+            batch, length = x.shape[:2]
+            self.buffer = empty_buffer(self.group, batch, config.num_heads, length, length, like=x)
+        self.first = 0  # the first layer of the group in hand
+        self.held: list[torch.Tensor] = []  # its layers' weights so far
+
+    def slot(self, layer: int) -> torch.Tensor | None:
+        """The buffer's slice layer `layer` writes its weights into, or None (with grad: no buffer)."""
+        return None if self.buffer is None else self.buffer[layer - self.first]
+
+    def add(self, layer: int, weights: torch.Tensor | None, *, last: bool) -> None:
+        if weights is not None:
+            self.held.append(weights)
+        if self.on_layers is None or not self.held or (len(self.held) < self.group and not last):
+            return
+        count = len(self.held)
+        handed = self.buffer[:count] if self.buffer is not None else torch.stack(self.held)
+        if self.products is None:
+            self.on_layers(self.first, handed)
+        else:  # this group's layers' products, written by the same layers
+            self.on_layers(self.first, handed, self.products[self.first : self.first + count])
+        self.first, self.held = layer + 1, []
+
+    def result(self) -> torch.Tensor | None:
+        """(L, B, H, T, T), or None: no weights asked for, or every layer's went to on_layers."""
+        if self.on_layers is not None:
+            return None
+        if self.buffer is not None:
+            return self.buffer
+        return torch.stack(self.held) if self.held else None
+
+
+def _weights_alone(
+    layer: Block,
+    x: torch.Tensor,
+    keep: torch.Tensor | None,
+    rotary: tuple[torch.Tensor, torch.Tensor] | None,
+    taps: Taps,
+) -> torch.Tensor:
+    """A layer's weights when nothing reads its output: no value path, out_proj or feed-forward (for
+    value products the value projection alone)."""
+    weights = layer.attention_weights(x, keep, rotary=rotary, weights_out=taps.weights_out)
+    if taps.products_out is not None:
+        layer.value_products(x, out=taps.products_out)
+    return weights
 
 
 def _real_rows(attention_mask: torch.Tensor | None, masked: bool) -> torch.Tensor | None:
