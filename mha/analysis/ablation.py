@@ -260,13 +260,10 @@ def _seq2seq_effects(
     if max_new_tokens is not None and max_new_tokens < 0:
         raise ValueError(f"max_new_tokens ({max_new_tokens}) must be at least 0")
     network = cast(EncoderDecoder, model.network)
-    encoder, decoder = network.encoder, network.decoder
-    device = model.device
+    encoder, device = network.encoder, model.device
     with torch.no_grad():
-        source_ids = torch.tensor([source.ids], device=device)
-        below = encoder.prepare(source_ids)
-        encoder_layers = cast("list[Block]", list(encoder.layers))
-        encoder_states, x = _plain(encoder_layers, below)
+        below = encoder.prepare(torch.tensor([source.ids], device=device))
+        encoder_states, x = _plain(cast("list[Block]", list(encoder.layers)), below)
         memory = x if encoder.final_norm is None else encoder.final_norm(x)  # (1, S, E)
         generated = 0
         if target is None:
@@ -274,85 +271,17 @@ def _seq2seq_effects(
             written = translate.greedy_target(model, memory, budget, cancel)
             ids, generated = written, len(written)
         else:
-            ids = model.encoder.encode_target(target, decoder.config.max_tokens - 1).ids
+            ids = model.encoder.encode_target(target, network.decoder.config.max_tokens - 1).ids
         ids = [network.config.decoder_start_token_id, *ids]
-        decoder_ids = torch.tensor([ids], device=device)
-        above = decoder.prepare(decoder_ids)
-        decoder_layers = cast("list[DecoderBlock]", list(decoder.layers))
+        above = network.decoder.prepare(torch.tensor([ids], device=device))
         reader = _Seq2SeqNext(model, network, list(range(len(ids))))
-
-        def decode_layer(
-            x: torch.Tensor, memory: torch.Tensor, i: int, masks: dict[str, torch.Tensor]
-        ) -> torch.Tensor:
-            x, _, _ = decoder_layers[i].decode(
-                x,
-                above.keeps[i],
-                memory,
-                None,
-                bias=above.bias,
-                need_weights=False,
-                taps=Taps(head_mask=masks.get("decoder")),
-                cross_taps=Taps(head_mask=masks.get("cross")),
-            )
-            return x
-
-        def decode(
-            x: torch.Tensor, memory: torch.Tensor, start: int, masks: dict[str, torch.Tensor]
-        ) -> torch.Tensor:
-            """Decoder layers start.. on x (B, T, E) reading memory (B, S, E), `masks` in layer `start`."""
-            for i in range(start, len(decoder_layers)):
-                x = decode_layer(x, memory, i, masks if i == start else {})
-            return x
-
-        decoder_states = []  # the stream entering each decoder layer, from the plain forward
-        x = above.x
-        for i in range(len(decoder_layers)):
-            decoder_states.append(x)
-            x = decode_layer(x, memory, i, {})
-        full = reader.read(x)
-        # Copy b of a batch zeroes head b; the two stacks may have different numbers of heads.
-        masks = {
-            kind: 1 - torch.eye(stack.config.num_heads, device=device, dtype=x.dtype)
-            for kind, stack in (("encoder", encoder), ("decoder", decoder), ("cross", decoder))
-        }
-        total = len(encoder_layers) + 2 * len(decoder_layers)
-        done = 0
-        tables: dict[str, list[torch.Tensor]] = {kind: [] for kind in SECTIONS}
-
-        def step(kind: str, start: int) -> None:
-            nonlocal done
-            if cancel is not None and cancel():
-                raise Cancelled(
-                    f"head effects cancelled before {kind} layer {start} ({done} of {total} done)"
-                )
-            mask = masks[kind]
-            heads = mask.shape[0]
-            if kind == "encoder":
-                h = encoder_states[start].expand(heads, -1, -1)
-                for i in range(start, len(encoder_layers)):
-                    h = _layer(encoder_layers[i], h, below, i, mask if i == start else None)
-                ablated = h if encoder.final_norm is None else encoder.final_norm(h)
-                out = decode(above.x.expand(heads, -1, -1), ablated, 0, {})
-            else:
-                state = decoder_states[start].expand(heads, -1, -1)
-                out = decode(state, memory.expand(heads, -1, -1), start, {kind: mask})
-            tables[kind].append(reader.compare(full, reader.read(out)))  # [H, positions]
-            done += 1
-            if progress is not None:
-                progress(done, total)
-
-        for kind, count in (
-            ("encoder", len(encoder_layers)),
-            ("decoder", len(decoder_layers)),
-            ("cross", len(decoder_layers)),
-        ):
-            for start in range(count):
-                step(kind, start)
+        ablation = _Seq2SeqAblation(network, below, encoder_states, memory, above, reader)
+        tables = ablation.tables(cancel, progress)
     sections = {}
     for kind in SECTIONS:
         steps = torch.stack(tables[kind]).float().cpu()  # [L, H, positions]
         sections[kind] = Section(steps[..., -1].contiguous(), steps)
-    top = full[0].max(dim=-1)
+    top = ablation.full[0].max(dim=-1)
     return HeadEffects(
         translate.spell(model.tokenizer, ids),
         "kl",
@@ -366,6 +295,97 @@ def _seq2seq_effects(
         sections=sections,
         source_tokens=translate.spell(model.tokenizer, source.ids),
     )
+
+
+class _Seq2SeqAblation:
+    """An encoder-decoder's plain forward on one source and target, kept for its ablations: the stream
+    entering each layer of both stacks and the decoder's distribution; `effects` runs one layer's H
+    ablations of one attention (copy b without head b) from its kept stream to the top, as a batch."""
+
+    def __init__(
+        self,
+        network: EncoderDecoder,
+        below: Prepared,
+        encoder_states: list[torch.Tensor],
+        memory: torch.Tensor,
+        above: Prepared,
+        reader: _Seq2SeqNext,
+    ) -> None:
+        self.encoder, self.decoder = network.encoder, network.decoder
+        self.encoder_layers = cast("list[Block]", list(self.encoder.layers))
+        self.decoder_layers = cast("list[DecoderBlock]", list(self.decoder.layers))
+        self.below, self.above, self.reader = below, above, reader
+        self.encoder_states, self.memory = encoder_states, memory
+        self.decoder_states = []  # the stream entering each decoder layer, from the plain forward
+        x = above.x
+        for i in range(len(self.decoder_layers)):
+            self.decoder_states.append(x)
+            x = self._decode_layer(x, memory, i, {})
+        self.full = reader.read(x)
+        # Copy b of a batch zeroes head b; the two stacks may have different numbers of heads.
+        self.masks = {
+            kind: 1 - torch.eye(stack.config.num_heads, device=x.device, dtype=x.dtype)
+            for kind, stack in (("encoder", self.encoder), ("decoder", self.decoder), ("cross", self.decoder))
+        }
+
+    def tables(
+        self, cancel: Callable[[], bool] | None, progress: Progress | None
+    ) -> dict[str, list[torch.Tensor]]:
+        """{attention: each layer's effects [H, positions]}, the encoder's layers first, then the decoder's
+        self- and cross-attention's; cancel checked and progress told between two layers."""
+        counts = {"encoder": len(self.encoder_layers), "decoder": len(self.decoder_layers)}
+        counts["cross"] = counts["decoder"]
+        total, done = sum(counts.values()), 0
+        tables: dict[str, list[torch.Tensor]] = {kind: [] for kind in SECTIONS}
+        for kind, count in counts.items():
+            for start in range(count):
+                if cancel is not None and cancel():
+                    raise Cancelled(
+                        f"head effects cancelled before {kind} layer {start} ({done} of {total} done)"
+                    )
+                tables[kind].append(self.effects(kind, start))
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+        return tables
+
+    def effects(self, kind: str, start: int) -> torch.Tensor:
+        """[H, positions]: the decoder's KL with each head of attention `kind` in layer `start` zeroed."""
+        mask = self.masks[kind]
+        heads = mask.shape[0]
+        if kind == "encoder":  # the rest of the encoder, then every decoder layer reads its output
+            h = self.encoder_states[start].expand(heads, -1, -1)
+            for i in range(start, len(self.encoder_layers)):
+                h = _layer(self.encoder_layers[i], h, self.below, i, mask if i == start else None)
+            ablated = h if self.encoder.final_norm is None else self.encoder.final_norm(h)
+            out = self._decode(self.above.x.expand(heads, -1, -1), ablated, 0, {})
+        else:
+            state = self.decoder_states[start].expand(heads, -1, -1)
+            out = self._decode(state, self.memory.expand(heads, -1, -1), start, {kind: mask})
+        return self.reader.compare(self.full, self.reader.read(out))
+
+    def _decode(
+        self, x: torch.Tensor, memory: torch.Tensor, start: int, masks: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        """Decoder layers start.. on x (B, T, E) reading memory (B, S, E), `masks` in layer `start`."""
+        for i in range(start, len(self.decoder_layers)):
+            x = self._decode_layer(x, memory, i, masks if i == start else {})
+        return x
+
+    def _decode_layer(
+        self, x: torch.Tensor, memory: torch.Tensor, i: int, masks: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        x, _, _ = self.decoder_layers[i].decode(
+            x,
+            self.above.keeps[i],
+            memory,
+            None,
+            bias=self.above.bias,
+            need_weights=False,
+            taps=Taps(head_mask=masks.get("decoder")),
+            cross_taps=Taps(head_mask=masks.get("cross")),
+        )
+        return x
 
 
 class _Seq2SeqNext:
