@@ -28,7 +28,8 @@ MEASURE_JS = """async ({repeats}) => {
   const api = await import('/static/js/api.js');
   const {SCALES, scaleValues} = await import('/static/js/scale.js');
   const {STOPS} = await import('/static/js/colors.js');
-  const {buildFigure, renderHeatmap} = await import('/static/js/heatmap.js');
+  const {buildFigure} = await import('/static/js/heatmap-figure.js');
+  const {renderHeatmap} = await import('/static/js/heatmap.js');
   const text = document.querySelector('#text').value;
   const attention = await api.fetchCompact({text, pair: '', model: '', words: false});
   const {layers, heads, n} = attention;
