@@ -60,6 +60,98 @@ function cellOf(thumb) {
   return { layer: Number(thumb.dataset.layer), head: isAggregate(head) ? head : Number(head) };
 }
 
+// The header rows' first cell, over the layer labels.
+const corner = () => el("span", { className: "row-label", attrs: { role: "columnheader", "aria-label": "layer" } });
+// Grouped-query heads: a narrow empty column between KV groups (the row's cells follow it).
+const kvGap = () => el("span", { className: "kv-gap", attrs: { "aria-hidden": "true" } });
+// Heads that open a KV group after the first: a gap goes before each.
+const groupStarts = (groups) => new Set(groups.slice(1).map((g) => g.first));
+
+/** "kv 0", "kv 1", ... each spanning the query heads that read that key/value head. */
+function kvHeaderRow(groups) {
+  const kvRow = el("div", { className: "grid-row grid-header kv-header", attrs: { role: "row" } }, [corner()]);
+  for (const { group, first, count } of groups) {
+    if (group > 0) kvRow.append(kvGap());
+    const label = el("span", {
+      className: "kv-label",
+      text: `kv ${group}`,
+      attrs: {
+        title: `heads ${first}–${first + count - 1} share key/value head ${group}`,
+        role: "columnheader",
+        "aria-colspan": String(count),
+      },
+      data: { group },
+    });
+    label.style.gridColumn = `span ${count}`;
+    kvRow.append(label);
+  }
+  return kvRow;
+}
+
+/** The column labels: H0, H1, ... then the aggregates'. */
+function headerRow({ heads, aggregates, grouped, groups }) {
+  const starts = groupStarts(groups);
+  const header = el("div", { className: "grid-row grid-header", attrs: { role: "row" } }, [corner()]);
+  const columnHeader = { role: "columnheader" };
+  for (let h = 0; h < heads; h++) {
+    if (grouped && starts.has(h)) header.append(kvGap());
+    header.append(el("span", { className: "col-label", text: `H${h}`, attrs: columnHeader }));
+  }
+  for (const [, agg] of aggregates) {
+    header.append(el("span", { className: "col-label agg", text: agg.label, attrs: columnHeader }));
+  }
+  return header;
+}
+
+/** Layer `l`'s row: its label, then a thumbnail button a head and aggregate, each added to `pending`. */
+function layerRow(l, { heads: H, aggregates, grouped, groups }, model, pending) {
+  const starts = groupStarts(groups);
+  const rowLabel = el("span", { className: "row-label", text: `L${l}`, attrs: { role: "rowheader" } });
+  const row = el("div", { className: "grid-row", attrs: { role: "row" } }, [rowLabel]);
+  const heads = [...Array(H).keys()].map((h) => [h, selectionLabel(l, h, model)]);
+  const aggs = aggregates.map(([key]) => [key, selectionLabel(l, key)]);
+  for (const [head, label] of [...heads, ...aggs]) {
+    if (grouped && starts.has(head)) row.append(kvGap());
+    const canvas = el("canvas", { attrs: { width: THUMB_PX, height: THUMB_PX } });
+    const thumb = el(
+      "button",
+      {
+        className: typeof head === "number" ? "thumb" : "thumb thumb-agg",
+        // A cell of the grid; a tab stop only while selected (select() moves it; the first until then).
+        attrs: {
+          type: "button",
+          role: "gridcell",
+          title: label,
+          "aria-label": label,
+          "aria-selected": "false",
+          tabindex: pending.length === 0 ? "0" : "-1",
+        },
+        data: { layer: l, head, drawn: "false" },
+      },
+      [canvas],
+    );
+    row.append(thumb);
+    pending.push(thumb);
+  }
+  return row;
+}
+
+/** Paint a thumbnail's head (or aggregate) of `attention` into its canvas, once. */
+function drawThumbnail(thumb, attention, { n, cols, scratch }) {
+  if (thumb.dataset.drawn === "true") return;
+  const layer = Number(thumb.dataset.layer);
+  const key = thumb.dataset.head;
+  const matrix = isAggregate(key)
+    ? AGGREGATES[key].compute(attention, layer, scratch)
+    : attention.headInto(layer, Number(key), scratch);
+  const canvas = thumb.firstElementChild;
+  const ctx = canvas.getContext("2d");
+  const image = ctx.createImageData(canvas.width, canvas.height);
+  paintThumbnail(image, matrix, n, attention.causal, cols);
+  ctx.putImageData(image, 0, 0);
+  thumb.dataset.drawn = "true";
+}
+
 // The grid is one tab stop (WAI-ARIA grid pattern): only the selected cell has tabindex 0, and the keys
 // move selection and focus together, so there is one ring and Enter opens the cell that has it.
 export class Grid {
@@ -117,104 +209,37 @@ export class Grid {
     const { layers: L, heads: H } = attention;
     this.model = { heads: H, kvHeads: attention.kvHeads };
     this.layers = L;
-    const grouped = isGrouped(this.model);
-    const groups = kvGroups(this.model);
     const aggregates = withAggregates ? Object.entries(AGGREGATES) : [];
-    this.container.style.setProperty("--cols", String(H + aggregates.length));
-    this.container.classList.toggle("grouped", grouped);
-    // The header rows' first cell, over the layer labels.
-    const corner = () => el("span", { className: "row-label", attrs: { role: "columnheader", "aria-label": "layer" } });
-    // Grouped-query heads: a narrow empty column between KV groups (the row's cells follow it).
-    const gap = () => el("span", { className: "kv-gap", attrs: { "aria-hidden": "true" } });
-    const starts = new Set(groups.slice(1).map((g) => g.first)); // heads that open a group after the first
-    if (grouped) {
-      const heads = groups.map((g) => `repeat(${g.count}, var(--thumb))`).join(" var(--kv-gap) ");
-      const aggs = aggregates.length ? ` repeat(${aggregates.length}, var(--thumb))` : ""; // repeat(0) is invalid CSS
-      this.container.style.setProperty("--grid-template", `30px ${heads}${aggs}`);
-    } else this.container.style.removeProperty("--grid-template");
-
+    const columns = { heads: H, aggregates, grouped: isGrouped(this.model), groups: kvGroups(this.model) };
+    this.layOutColumns(columns);
     const rows = [];
-    if (grouped) {
-      // "kv 0", "kv 1", ... each spanning the query heads that read that key/value head.
-      const kvRow = el("div", { className: "grid-row grid-header kv-header", attrs: { role: "row" } }, [corner()]);
-      for (const { group, first, count } of groups) {
-        if (group > 0) kvRow.append(gap());
-        const label = el("span", {
-          className: "kv-label",
-          text: `kv ${group}`,
-          attrs: {
-            title: `heads ${first}–${first + count - 1} share key/value head ${group}`,
-            role: "columnheader",
-            "aria-colspan": String(count),
-          },
-          data: { group },
-        });
-        label.style.gridColumn = `span ${count}`;
-        kvRow.append(label);
-      }
-      rows.push(kvRow);
-    }
-    const header = el("div", { className: "grid-row grid-header", attrs: { role: "row" } }, [corner()]);
-    const columnHeader = { role: "columnheader" };
-    for (let h = 0; h < H; h++) {
-      if (grouped && starts.has(h)) header.append(gap());
-      header.append(el("span", { className: "col-label", text: `H${h}`, attrs: columnHeader }));
-    }
-    for (const [, agg] of aggregates) {
-      header.append(el("span", { className: "col-label agg", text: agg.label, attrs: columnHeader }));
-    }
-    rows.push(header);
+    if (columns.grouped) rows.push(kvHeaderRow(columns.groups));
+    rows.push(headerRow(columns));
     const pending = [];
-    for (let l = 0; l < L; l++) {
-      const rowLabel = el("span", { className: "row-label", text: `L${l}`, attrs: { role: "rowheader" } });
-      const row = el("div", { className: "grid-row", attrs: { role: "row" } }, [rowLabel]);
-      const heads = [...Array(H).keys()].map((h) => [h, selectionLabel(l, h, this.model)]);
-      const aggs = aggregates.map(([key]) => [key, selectionLabel(l, key)]);
-      for (const [head, label] of [...heads, ...aggs]) {
-        if (grouped && starts.has(head)) row.append(gap());
-        const canvas = el("canvas", { attrs: { width: THUMB_PX, height: THUMB_PX } });
-        const thumb = el(
-          "button",
-          {
-            className: typeof head === "number" ? "thumb" : "thumb thumb-agg",
-            // A cell of the grid; a tab stop only while selected (select() moves it; the first until then).
-            attrs: {
-              type: "button",
-              role: "gridcell",
-              title: label,
-              "aria-label": label,
-              "aria-selected": "false",
-              tabindex: pending.length === 0 ? "0" : "-1",
-            },
-            data: { layer: l, head, drawn: "false" },
-          },
-          [canvas],
-        );
-        row.append(thumb);
-        pending.push(thumb);
-      }
-      rows.push(row);
-    }
+    for (let l = 0; l < L; l++) rows.push(layerRow(l, columns, this.model, pending));
     this.container.replaceChildren(...rows);
 
     const { rows: n, cols } = shapeOf(attention);
     const scratch = new Float32Array(n * cols);
-    const draw = (thumb) => {
-      if (thumb.dataset.drawn === "true") return;
-      const layer = Number(thumb.dataset.layer);
-      const key = thumb.dataset.head;
-      const matrix =
-        isAggregate(key)
-          ? AGGREGATES[key].compute(attention, layer, scratch)
-          : attention.headInto(layer, Number(key), scratch);
-      const canvas = thumb.firstElementChild;
-      const ctx = canvas.getContext("2d");
-      const image = ctx.createImageData(canvas.width, canvas.height);
-      paintThumbnail(image, matrix, n, attention.causal, cols);
-      ctx.putImageData(image, 0, 0);
-      thumb.dataset.drawn = "true";
-    };
+    return this.drawLazily(pending, (thumb) => drawThumbnail(thumb, attention, { n, cols, scratch }), signal);
+  }
 
+  /** The grid's columns: one a head and aggregate; grouped-query heads get a narrow gap between KV groups. */
+  layOutColumns({ heads, aggregates, grouped, groups }) {
+    this.container.style.setProperty("--cols", String(heads + aggregates.length));
+    this.container.classList.toggle("grouped", grouped);
+    if (grouped) {
+      const cells = groups.map((g) => `repeat(${g.count}, var(--thumb))`).join(" var(--kv-gap) ");
+      const aggs = aggregates.length ? ` repeat(${aggregates.length}, var(--thumb))` : ""; // repeat(0) is invalid CSS
+      this.container.style.setProperty("--grid-template", `30px ${cells}${aggs}`);
+    } else this.container.style.removeProperty("--grid-template");
+  }
+
+  /**
+   * Draw each of `pending` with `draw`: what is on screen first, then the rest in short slices. Resolves true
+   * once all are drawn, false when `signal` aborted first.
+   */
+  drawLazily(pending, draw, signal) {
     return new Promise((resolve) => {
       let remaining = pending.length;
       const drawAndCount = (thumb) => {
