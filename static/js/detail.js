@@ -59,6 +59,89 @@ function detailValues(run, layer, head) {
   return { values: attention.headInto(layer, head), exact: false, rowNorms: null };
 }
 
+/**
+ * What the detail shows, in words: the selection, the attention of an encoder-decoder run, and whether words
+ * mode or weight × value norm changes what every row and column is. `shown`: the selection and view state
+ * with what draw() found (exact, norm, seq2seq, ...).
+ */
+function detailLabel(run, { layer, head, view, lines, norm, seq2seq }) {
+  const { attention } = run;
+  const overlay = view === "tokens" && lines === "layer"; // token lines of every head of the layer
+  return `${seq2seq ? `${KIND_LABELS[attention.kind] ?? attention.kind}, ` : ""}${
+    overlay ? `layer ${layer}, all heads` : selectionLabel(layer, head, attention)
+  }${run.query.words ? " · words" : ""}${norm ? " · weight × norm" : ""}`;
+}
+
+/** The caption's notes: the values' precision, what the marks and colours mean, how to read the view. */
+function captionNotes(attention, { head, view, lines, hideFirst, scale, exact, norm, sizes, written, rows, cols }) {
+  const notes = [
+    exact
+      ? "Exact float32 values."
+      : `${attention.bits}-bit values (within ±${attention.maxAbsError.toFixed(4)})${
+          isAggregate(head) || rows * cols > AUTO_EXACT_MAX_N ** 2 ? "" : "; exact values on the way"
+        }.`,
+  ];
+  // The selected head's precision: the lines note says that of every head.
+  if (view === "tokens" && lines === "layer") notes.shift();
+  if (norm) {
+    notes.push(NORM_NOTE);
+    if (view === "heatmap" && !isAggregate(head)) {
+      let size = "Each cell's size ‖α f‖ comes with the exact values.";
+      if (sizes) size = "The hover adds each cell's size ‖α f‖ (share × its row's total).";
+      else if (exact) size = "Sizes ‖α f‖ are given per token, not per word."; // words: no row_norms
+      notes.push(size);
+    }
+  }
+  if (attention.causal) notes.push("Hatched cells are masked: a causal model cannot look ahead.");
+  if (hideFirst) notes.push("First token hidden (grey): each row renormalised over the rest.");
+  if (scale !== DEFAULT_SCALE && view === "heatmap") {
+    notes.push(`Colour scale: ${SCALES[scale].label}; the hover shows the true ${norm ? "share" : "weight"}.`);
+    // Quantized values stop a decade or two above the log floor: say where, and what shows the rest.
+    if (scale === "log" && !exact) {
+      const under = attention.maxAbsError.toFixed(4);
+      notes.push(`${attention.bits}-bit weights under ${under} read as 0, drawn at the floor; exact values show the lower decades.`);
+    }
+  }
+  if (written > 0) {
+    notes.push(`✎ marks the ${written} token(s) the model wrote (orange bands); click one's row to see what it looked at.`);
+  }
+  if (attention.kind === "cross") notes.push("Rows: the target's tokens; columns: the source's.");
+  notes.push(
+    view === "heatmap"
+      ? "Drag to zoom, double-click to reset."
+      : "Hover or tap a token to isolate its lines (Escape or a second tap clears); " +
+        "hover or tap a line for its value.",
+  );
+  return notes;
+}
+
+/** What heatmap.js and tokens.js draw of the selection: its tokens, values, marks, title and export name. */
+function figureSpec(run, { layer, head, scale, hideFirst, values, exact, weighting, sizes, seq2seq, written, label }) {
+  const { attention } = run;
+  const modelName = attention.model ?? run.query.model ?? "";
+  const axes = axesOf(attention);
+  return {
+    tokens: markWritten(axes.queryTokens, written),
+    ...(isRectangular(attention) ? { keyTokens: axes.keyTokens, keySpecial: axes.keySpecial } : {}),
+    ...(seq2seq ? { axisNames: axisNames(attention.kind) } : {}),
+    values,
+    causal: attention.causal,
+    boundary: seq2seq ? -1 : attention.boundary,
+    segments: attention.segments,
+    special: axes.querySpecial,
+    exact,
+    bits: attention.bits,
+    title: `${modelName} · ${label}`,
+    written,
+    byteLevel: attention.byteLevel,
+    renormalised: hideFirst,
+    colorScale: scale, // scale.js: the colours only; the hover reads `values`
+    weighting,
+    sizes,
+    filename: exportName(fileModel(attention), layer, head, { weighting }),
+  };
+}
+
 export class Detail {
   /** `written`: the WrittenView that follows the selected head (written.js). */
   constructor({ written }) {
@@ -98,7 +181,7 @@ export class Detail {
   async draw(run, { keepZoom = true } = {}) {
     this.run = run;
     const { attention } = run;
-    const { layer, head, view, hideFirst, lines, scale } = getState();
+    const { layer, head, view, lines, scale, hideFirst } = getState();
     const { values: drawn, exact, rowNorms } = detailValues(run, layer, head);
     const { rows, cols } = shapeOf(attention);
     const values = hideFirst ? withoutFirstToken(drawn, rows, cols) : drawn;
@@ -110,51 +193,10 @@ export class Detail {
     // An encoder-decoder run: which attention, and no "written" marks (its target is its own sentence).
     const seq2seq = isSeq2seq(run.full);
     const written = seq2seq ? 0 : attention.generated;
-    const modelName = attention.model ?? run.query.model ?? "";
-    const overlay = view === "tokens" && lines === "layer"; // token lines of every head of the layer
-    // Words mode changes what every row and column is: the titles say so.
-    const label = `${seq2seq ? `${KIND_LABELS[attention.kind] ?? attention.kind}, ` : ""}${
-      overlay ? `layer ${layer}, all heads` : selectionLabel(layer, head, attention)
-    }${run.query.words ? " · words" : ""}${norm ? " · weight × norm" : ""}`;
+    const shown = { layer, head, view, lines, scale, hideFirst, exact, norm, sizes, seq2seq, written, rows, cols };
+    const label = detailLabel(run, shown);
     $("detailTitle").textContent = `Head detail: ${label}`;
-    const notes = [
-      exact
-        ? "Exact float32 values."
-        : `${attention.bits}-bit values (within ±${attention.maxAbsError.toFixed(4)})${
-            isAggregate(head) || rows * cols > AUTO_EXACT_MAX_N ** 2 ? "" : "; exact values on the way"
-          }.`,
-    ];
-    if (overlay) notes.shift(); // the selected head's precision: the lines note says that of every head
-    if (norm) {
-      notes.push(NORM_NOTE);
-      if (view === "heatmap" && !isAggregate(head)) {
-        let size = "Each cell's size ‖α f‖ comes with the exact values.";
-        if (sizes) size = "The hover adds each cell's size ‖α f‖ (share × its row's total).";
-        else if (exact) size = "Sizes ‖α f‖ are given per token, not per word."; // words: no row_norms
-        notes.push(size);
-      }
-    }
-    if (attention.causal) notes.push("Hatched cells are masked: a causal model cannot look ahead.");
-    if (hideFirst) notes.push("First token hidden (grey): each row renormalised over the rest.");
-    if (scale !== DEFAULT_SCALE && view === "heatmap") {
-      notes.push(`Colour scale: ${SCALES[scale].label}; the hover shows the true ${norm ? "share" : "weight"}.`);
-      // Quantized values stop a decade or two above the log floor: say where, and what shows the rest.
-      if (scale === "log" && !exact) {
-        const under = attention.maxAbsError.toFixed(4);
-        notes.push(`${attention.bits}-bit weights under ${under} read as 0, drawn at the floor; exact values show the lower decades.`);
-      }
-    }
-    if (written > 0) {
-      notes.push(`✎ marks the ${written} token(s) the model wrote (orange bands); click one's row to see what it looked at.`);
-    }
-    if (attention.kind === "cross") notes.push("Rows: the target's tokens; columns: the source's.");
-    notes.push(
-      view === "heatmap"
-        ? "Drag to zoom, double-click to reset."
-        : "Hover or tap a token to isolate its lines (Escape or a second tap clears); " +
-          "hover or tap a line for its value.",
-    );
-    $("detailCaption").textContent = notes.join(" ");
+    $("detailCaption").textContent = captionNotes(attention, shown).join(" ");
 
     const heatmapVisible = view === "heatmap";
     $("detailScroll").hidden = !heatmapVisible;
@@ -162,27 +204,9 @@ export class Detail {
     showTabs(view);
     showExportAvailability(view);
 
-    const axes = axesOf(attention);
     const spec = {
-      tokens: markWritten(axes.queryTokens, written),
-      ...(isRectangular(attention) ? { keyTokens: axes.keyTokens, keySpecial: axes.keySpecial } : {}),
-      ...(seq2seq ? { axisNames: axisNames(attention.kind) } : {}),
-      values,
-      causal: attention.causal,
-      boundary: seq2seq ? -1 : attention.boundary,
-      segments: attention.segments,
-      special: axes.querySpecial,
-      exact,
-      bits: attention.bits,
-      title: `${modelName} · ${label}`,
-      written,
-      byteLevel: attention.byteLevel,
-      renormalised: hideFirst,
-      colorScale: scale, // scale.js: the colours only; the hover reads `values`
-      weighting,
-      sizes,
+      ...figureSpec(run, { ...shown, values, weighting, label }),
       onRow: (i) => this.written.choose(i),
-      filename: exportName(fileModel(attention), layer, head, { weighting }),
       keepZoom, // a new run starts unzoomed; another head of the same run keeps the zoomed region
     };
     if (heatmapVisible) {
