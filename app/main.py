@@ -66,7 +66,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            document = enumerate_model_names(FastAPI.openapi(app), service.registry.names)
+            document = enumerate_model_names(FastAPI.openapi(app), service.models.names)
             app.openapi_schema = bound_new_tokens(document, settings.max_new_tokens)
         return app.openapi_schema
 

@@ -98,7 +98,7 @@ def device_figures(device: str = "cpu", *, repeats: int = 10) -> dict[str, Any]:
         cache_size=0,  # every request runs its forward and its encoding, as a new text does
     )
     with TestClient(create_app(settings)) as client:
-        tokenizer = client.app.state.service.registry.get(None)[1].tokenizer  # type: ignore[attr-defined]
+        tokenizer = client.app.state.service.models.registry.get(None)[1].tokenizer  # type: ignore[attr-defined]
         for n in COMPACT_SIZES:
             text = text_of(n, tokenizer)
 

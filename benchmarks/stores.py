@@ -110,7 +110,7 @@ def main() -> None:
         )
         with TestClient(create_app(settings)) as client:
             # the startup's checks run in the background: time the list once they have read every header
-            assert client.app.state.service.loads.started.wait(600)  # type: ignore[attr-defined]
+            assert client.app.state.service.models.loads.started.wait(600)  # type: ignore[attr-defined]
             assert client.get("/api/models").status_code == 200
             got = timed(lambda: client.get("/api/models"), args.repeats, warm=3)
             count = len(client.get("/api/models").json()["models"])

@@ -105,27 +105,27 @@ is that model's (with `kind`) and holds one section of that kind (rows x cols: c
 
 @router.get("/health", response_model=Health, responses={503: {"model": Health}})
 def health(service: ServiceDep) -> Response:
-    ready, body = service.health()
+    ready, body = service.models.health()
     return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 
 
 @router.get("/models", response_model=ModelList)
 def models(service: ServiceDep) -> ModelList:
-    return service.models()
+    return service.model_list()
 
 
 @router.post_json("/attention", AttentionResponse)
 @described(TRUNCATION)
 async def attention(body: AttentionRequest, request: Request, service: ServiceDep) -> Response:
     """Every head's attention for a text (and an optional pair), rounded to 6 decimals."""
-    return await json_answer(request, service.attention_json(body))
+    return await json_answer(request, service.attention.json(body))
 
 
 @router.post_json("/attention/head", HeadResponse)
 @described(TRUNCATION)
 async def attention_head(body: HeadRequest, request: Request, service: ServiceDep) -> Response:
     """One head's attention at full float32 precision."""
-    return await json_answer(request, service.head(body))
+    return await json_answer(request, service.attention.head(body))
 
 
 @router.post_compact("/attention/compact", description=COMPACT_DESCRIPTION)
@@ -137,15 +137,17 @@ async def attention_compact(
     bits: Bits = "8",
 ) -> Response:
     return await compact_response(
-        request, lambda gzipped: service.attention_compact(body, gzipped=gzipped, scheme=scheme, bits=bits)
+        request, lambda gzipped: service.attention.compact(body, gzipped=gzipped, scheme=scheme, bits=bits)
     )
 
 
 @router.post_ndjson("/attention/progress", description=PROGRESS_DESCRIPTION)
 async def attention_progress(body: AttentionRequest, request: Request, service: ServiceDep) -> Response:
-    return await ndjson_stream(request, service.attention_progress(body))
+    return await ndjson_stream(request, service.attention.progress(body))
 
 
 @router.post_compact("/attention/head/compact", description=HEAD_COMPACT_DESCRIPTION)
 async def attention_head_compact(body: HeadRequest, request: Request, service: ServiceDep) -> Response:
-    return await compact_response(request, lambda gzipped: service.head_compact(body, gzipped=gzipped))
+    return await compact_response(
+        request, lambda gzipped: service.attention.head_compact(body, gzipped=gzipped)
+    )

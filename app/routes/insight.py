@@ -34,7 +34,9 @@ async def analysis(body: KindRequest, request: Request, service: ServiceDep) -> 
     stated thresholds, and each head's most similar heads. Cached with the attention; gzipped
     (`Content-Encoding: gzip`) when `Accept-Encoding` allows it, as the page's first view takes it."""
     return await compact_response(
-        request, lambda gzipped: service.analysis(body, gzipped=gzipped), media_type="application/json"
+        request,
+        lambda gzipped: service.insight.analysis(body, gzipped=gzipped),
+        media_type="application/json",
     )
 
 
@@ -45,7 +47,7 @@ async def rollout(body: KindRequest, request: Request, service: ServiceDep) -> R
     (`residual`), rows renormalised, multiplied from the first layer to the last. Row i says how output token
     i draws on each input token; `per_layer` is the cumulative product after each layer. Rounded to 6
     decimals."""
-    return await json_answer(request, service.rollout(body))
+    return await json_answer(request, service.insight.rollout(body))
 
 
 @router.post_compact("/rollout/compact", summary="Attention rollout in the compact binary transport")
@@ -57,7 +59,7 @@ async def rollout_compact(
     with `layers` = L cumulative rollouts and `heads` = 1; the header adds `residual`. The same decoder reads
     both."""
     return await compact_response(
-        request, lambda gzipped: service.rollout_compact(body, gzipped=gzipped, scheme=scheme)
+        request, lambda gzipped: service.insight.rollout_compact(body, gzipped=gzipped, scheme=scheme)
     )
 
 
@@ -68,7 +70,7 @@ async def flow(body: KindRequest, request: Request, service: ServiceDep) -> Resp
     token j through the layered graph whose capacities are the rollout's per-layer matrices. It solves n²
     max-flow problems, so inputs longer than the service's limit ({limit} tokens by default) get 422 naming
     the limit; use `/api/rollout` for long inputs. Rounded to 6 decimals."""
-    return await json_answer(request, service.flow(body))
+    return await json_answer(request, service.insight.flow(body))
 
 
 @router.post_json("/compare", CompareResponse, "Which heads change between two inputs or two models")
@@ -79,7 +81,7 @@ async def compare_inputs(body: CompareRequest, request: Request, service: Servic
     scores each head by the mean Jensen-Shannon divergence of its rows (nats, 0 = unchanged, at most ln 2).
     `kept_a`/`kept_b` say how much weight the alignment kept. Tokens are aligned as spelled, so compare two
     tokenizers with `words: true`."""
-    return await json_answer(request, service.compare(body))
+    return await json_answer(request, service.insight.compare(body))
 
 
 @router.post_json(
@@ -89,4 +91,4 @@ async def compare_inputs(body: CompareRequest, request: Request, service: Servic
 async def compare_head(body: CompareHeadRequest, request: Request, service: ServiceDep) -> Response:
     """For one head, a's and b's maps on the aligned tokens (rows renormalised, as scored by
     `POST /api/compare`) and `diff` = a − b, at full float32 precision."""
-    return await json_answer(request, service.compare_head(body))
+    return await json_answer(request, service.insight.compare_head(body))

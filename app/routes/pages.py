@@ -47,7 +47,7 @@ def index(request: Request, service: ServiceDep, settings: SettingsDep) -> HTMLR
     if request.query_params.get("view") == "corpus":  # the Corpus view has a page of its own
         rest = [(key, value) for key, value in request.query_params.multi_items() if key != "view"]
         return RedirectResponse(f"{root}/corpus?{urlencode(rest)}", status_code=303)
-    models = service.models()
+    models = service.model_list()
     # Everything the page needs before its first request; rendered as a JSON data block by |tojson.
     data: dict[str, Any] = {
         "default": models.default,

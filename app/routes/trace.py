@@ -83,7 +83,7 @@ async def trace_overview(
     body: TraceOverviewRequest, request: Request, service: ServiceDep, scheme: Scheme = "row-max-uint8"
 ) -> Response:
     return await compact_response(
-        request, lambda gzipped: service.trace_overview(body, gzipped=gzipped, scheme=scheme)
+        request, lambda gzipped: service.traces.overview(body, gzipped=gzipped, scheme=scheme)
     )
 
 

@@ -1,10 +1,14 @@
 """The one package of app/ that uses `mha`: models, inference off the event loop, caching, encoding.
 
-Routes call `AttentionService` (attention.py, built on core.py's `ServiceCore` and insight.py); it resolves
-the model by registered name (the registry, fed by offers.py) and hands the text to that model's `Batcher`
-(batcher.py): `max_concurrency` worker threads per model, each taking every request waiting at that moment
-(up to `max_batch`) into one padded forward (`model.attend_batch`) under `torch.inference_mode()`. At most
-`max_queue` requests wait per model; beyond that a request gets 503 with Retry-After at once.
+Routes call `AttentionService` (service.py), which holds parts with one job each, composed, not inherited:
+model access (model_access.py: the registry, fed by offers.py, its loads, health and the models list), the
+answers' cache and flights (answers.py), the forwards (forwards.py), the encoding threads (encoding.py), the
+views every answer of a text is built from (views.py); and one part per route family made with them:
+`attention` (attention.py), `insight`, `traces`, `effects`, `corpus`. A request's text goes to its model's
+`Batcher` (batcher.py): `max_concurrency` worker threads per model, each taking every request waiting at
+that moment (up to `max_batch`) into one padded forward (`model.attend_batch`) under
+`torch.inference_mode()`. At most `max_queue` requests wait per model; beyond that a request gets 503 with
+Retry-After at once.
 
 The event loop only awaits: every answer is built (bodies.py, from a `Computed` view: computed.py) and
 encoded in worker threads in short pieces (app/encoders.py), so the GIL, and with it the loop, is never
@@ -19,16 +23,17 @@ With `words` the token-level result is merged to words (`mha.analysis`) once and
 in the same LRU; every answer (attention, head, compact, analysis, rollout, flow, compare) is then built
 from that word-level view exactly as from the token-level one.
 
-May import: `mha` (any package), app.schemas, app.registry, app.cache, app.encoders, app.errors and
-app.settings. Never app.routes.
+May import: `mha` (any package), app.schemas, app.registry, app.cache, app.encoders, app.errors,
+app.memory and app.settings. Never app.routes.
 """
 
-from app.service.attention import AttentionService
+from app.service.answers import cache_key
 from app.service.batcher import Batcher, Job, JobDropped, QueueFull, background
 from app.service.computed import Computed
-from app.service.core import BATCH_CHARS, TooManyWaitingError, cache_key
 from app.service.flights import CHUNK_BYTES, STREAM_VALUES, Flights, Stream
+from app.service.forwards import BATCH_CHARS, TooManyWaitingError
 from app.service.offers import RANDOM_MODEL, RANDOM_SIZE, default_model
+from app.service.service import AttentionService
 from mha.analysis import FLOW_MAX_TOKENS
 
 __all__ = [

@@ -21,11 +21,13 @@ import torch
 
 import mha
 from app.errors import InvalidInputError
-from app.registry import Registry
 from app.schemas.effects import PROGRESS_HEADS, EffectsSection, HeadEffectsDone, HeadEffectsRequest
+from app.service.answers import Answers
 from app.service.computed import article
-from app.service.core import Hooks
+from app.service.encoding import EncodingThreads
 from app.service.flights import settled
+from app.service.forwards import Forwards
+from app.service.model_access import ModelAccess
 from app.service.streamed_work import StreamedWork
 from app.service.templates import prerender
 from app.settings import Settings
@@ -82,21 +84,24 @@ def done_line(name: str, model: mha.AttentionModel, effects: HeadEffects) -> byt
 
 
 class HeadAblations:
-    """The service's head ablations (module docstring), run through the core's `hooks` (core.Hooks);
+    """The service's head ablations (module docstring), made with the service's parts: its models, the
+    answers' cache, the forwards (the ablations run on the model's workers) and the encoding threads;
     `key(source)` is the service's one key builder."""
 
     def __init__(
         self,
         settings: Settings,
-        registry: Registry[mha.AttentionModel],
-        hooks: Hooks,
+        models: ModelAccess,
+        answers: Answers,
+        forwards: Forwards,
+        encoders: EncodingThreads,
         *,
         key: Callable[[Source], Hashable],
     ) -> None:
         self.settings = settings
-        self.registry = registry
-        self._submit, self._off_loop, self._cached = hooks.submit, hooks.off_loop, hooks.cached
-        self._cache_get, self._model = hooks.cache_get, hooks.model
+        self._models = models
+        self._submit, self._off_loop = forwards.submit_work, encoders.off_loop
+        self._cached, self._cache_get, self._model = answers.cached, answers.get, models.model
         self._key = key
         self._progress = StreamedWork(
             lambda done, layers: {"event": "progress", "done": done, "layers": layers},
@@ -109,7 +114,7 @@ class HeadAblations:
         of more than PROGRESS_HEADS heads), then the result, or {"event": "error", "detail": ...}. Errors
         found before the work (unknown model, a target it cannot take, the input's own) are raised here,
         for a 4xx."""
-        name = self.registry.resolve(request.model)
+        name = self._models.resolve(request.model)
         new_tokens = request.max_new_tokens
         if new_tokens is not None and new_tokens > self.settings.max_new_tokens:
             raise InvalidInputError(

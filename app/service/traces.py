@@ -24,7 +24,6 @@ from app import compact
 from app.cache import LRUCache
 from app.encoders import Floats
 from app.errors import InputTooLongError, InvalidInputError
-from app.registry import Registry
 from app.schemas.trace import (
     TraceDone,
     TraceOverviewRequest,
@@ -34,8 +33,11 @@ from app.schemas.trace import (
     TraceWindowRequest,
 )
 from app.service import bodies
-from app.service.core import Hooks
+from app.service.answers import Answers
+from app.service.encoding import EncodingThreads
 from app.service.flights import Flights, settled
+from app.service.forwards import Forwards, TooManyWaitingError
+from app.service.model_access import ModelAccess
 from app.service.streamed_work import StreamedWork
 from app.service.templates import prerender
 from app.service.trace_budget import TraceBudget
@@ -49,7 +51,7 @@ MAX_TRACES = 1024
 # The tokenizer's limit when counting an input's tokens uncut (count_tokens: /api/trace/tokens, a 413).
 COUNT_ALL = 10**9
 
-Source = tuple[str, str, str | None, int, bool]  # core.Input: (model, text, pair, new tokens = 0, chat)
+Source = tuple[str, str, str | None, int, bool]  # answers.Input: (model, text, pair, new tokens = 0, chat)
 
 
 def trace_bytes_per_token(model: mha.AttentionModel) -> int:
@@ -193,30 +195,29 @@ def _gzip_if(body: bytes, gzipped: bool) -> bytes:
 
 
 class Traces:
-    """The service's traces (module docstring), run through the core's `hooks` (core.Hooks: the overview's
-    bytes are kept in the answers' cache, the traces in their own LRU). `freed` runs on the loop whenever a
-    forward ends or a trace is freed (the service trims the C heap then, as after large answers);
-    `busy(detail, retry_after)` is the 503 for a forward refused because HEADSCOPE_MAX_QUEUE others already
-    wait for room."""
+    """The service's traces (module docstring), made with the service's parts: its models, the answers'
+    cache (the overview's bytes are kept there, the traces in their own LRU), the forwards (a trace runs on
+    its model's workers) and the encoding threads. `freed` runs on the loop whenever a forward ends or a
+    trace is freed (the service trims the C heap then, as after large answers)."""
 
     def __init__(
         self,
         settings: Settings,
-        registry: Registry[mha.AttentionModel],
-        hooks: Hooks,
+        models: ModelAccess,
+        answers: Answers,
+        forwards: Forwards,
+        encoders: EncodingThreads,
         *,
         freed: Callable[[], None] = lambda: None,
-        busy: Callable[[str, int], Exception] = lambda detail, _retry: RuntimeError(detail),
     ) -> None:
         self.settings = settings
-        self.registry = registry
+        self._models = models
         self.cache = LRUCache(max_entries=MAX_TRACES, max_bytes=settings.trace_cache_bytes)
         # Service-wide, whatever the number of models: the README's row for traces.
         limit = settings.trace_cache_bytes + settings.max_concurrency * settings.trace_max_bytes
         self.budget = TraceBudget(limit, freed=freed)
-        self._busy = busy
-        self._submit, self._off_loop, self._cached = hooks.submit, hooks.off_loop, hooks.cached
-        self._model = hooks.model
+        self._submit, self._cached, self._model = forwards.submit_work, answers.cached, models.model
+        self._off_loop, self._gunzipped_unless = encoders.off_loop, encoders.gunzipped_unless
         self._flights = Flights()
         self._progress = StreamedWork(
             lambda layer, layers: {"event": "progress", "layer": layer, "layers": layers},
@@ -250,7 +251,7 @@ class Traces:
 
         return self._progress.events(key, partial(self._trace, source, key), done, hit=hit)
 
-    async def overview(self, request: TraceOverviewRequest, *, scheme: str) -> bytes:
+    async def overview(self, request: TraceOverviewRequest, *, gzipped: bool, scheme: str) -> bytes:
         source, key, hit = await self._prepare(request)
 
         async def encode(_abandoned: threading.Event) -> bytes:
@@ -265,7 +266,8 @@ class Traces:
             return body
 
         kind = f"trace/overview.gz:{scheme}"
-        return await self._cached((kind, *source, request.size, request.reduce), encode)
+        body = await self._cached((kind, *source, request.size, request.reduce), encode)
+        return await self._gunzipped_unless(gzipped, body)
 
     async def window(self, request: TraceWindowRequest, *, gzipped: bool = False) -> bytes:
         trace = await self._get(request)
@@ -274,7 +276,7 @@ class Traces:
 
     async def tokens(self, request: TraceRequest) -> bytes:
         """How long an input is, without a forward: the page's choice between /api/attention and a trace."""
-        name = self.registry.resolve(request.model)
+        name = self._models.resolve(request.model)
         model = await self._model(name)
         await prerender(model, request.text, request.chat)
         limits = (self.settings.tokens_for(model.info.max_tokens), self.max_tokens(model))
@@ -291,7 +293,7 @@ class Traces:
     async def _prepare(self, request: TraceRequest) -> tuple[Source, Hashable, Trace | None]:
         """(source, key, the cached trace or None); for an uncached one the model is loaded and the input
         checked (422 for what it cannot take, 413 above the limit) before anything runs."""
-        name = self.registry.resolve(request.model)
+        name = self._models.resolve(request.model)
         source: Source = (name, request.text, request.text_pair, 0, request.chat)
         key = ("trace", *source)
         hit = self.cache.get(key)
@@ -341,7 +343,9 @@ class Traces:
         need = trace_peak_nbytes(loaded, n, self.settings.threads)
         if self.budget.waiting >= self.settings.max_queue:  # as a model's queue: 503, not a wait without end
             retry = max(1, self.budget.waiting // self.settings.max_concurrency)
-            raise self._busy(f"{self.budget.waiting} traces already wait for memory (the limit)", retry)
+            raise TooManyWaitingError(
+                f"{self.budget.waiting} traces already wait for memory (the limit)", retry
+            )
         await self.budget.reserve(need)
         report = self._progress.reporter(key)
 

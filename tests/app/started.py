@@ -17,7 +17,7 @@ STARTUP_S = 600
 def started(client: TestClient) -> TestClient:
     """`client`, once its app's startup work has ended."""
     service = client.app.state.service  # type: ignore[attr-defined]
-    assert service.loads.started.wait(STARTUP_S), "the startup's work never ended"
+    assert service.models.loads.started.wait(STARTUP_S), "the startup's work never ended"
     return client
 
 

@@ -66,7 +66,7 @@ def one_worker(make_settings) -> Iterator[tuple[TestClient, Gate]]:  # type: ign
     app = create_app(make_settings(max_concurrency=1, max_queue=2))
     with serving(app) as client:
         service = app.state.service
-        gate = Gate(service.registry.loaded(DEFAULT))
+        gate = Gate(service.models.registry.loaded(DEFAULT))
         yield client, gate
         gate.release.set()  # (a failed test must not leave the worker held)
 
@@ -103,11 +103,13 @@ def test_a_request_whose_client_left_is_dropped_before_its_forward(
     _, first = start(client, "/api/attention/compact", {"text": "This one holds the worker."})
     assert gate.held.wait(TIMEOUT)
     left, left_done = start(client, "/api/attention", {"text": "Nobody will read this answer."})
-    wait_until(lambda: service.queued(DEFAULT) == 1, "the second request is queued")
+    wait_until(lambda: service.forwards.queued(DEFAULT) == 1, "the second request is queued")
     with caplog.at_level(logging.INFO, logger="app"):
         hang_up(client, left)
         assert left_done.result(TIMEOUT).status == 499  # for the access log (uvicorn sends nothing)
-        assert service.queued(DEFAULT) == 0  # an abandoned job does not count against the queue bound
+        assert (
+            service.forwards.queued(DEFAULT) == 0
+        )  # an abandoned job does not count against the queue bound
     gate.release.set()
     assert first.result(TIMEOUT).status == 200
     assert gate.texts() == ["This one holds the worker."]  # the abandoned text never ran
@@ -125,7 +127,7 @@ def test_a_shared_computation_goes_on_while_one_client_waits(one_worker: tuple[T
     body = {"text": "Two clients ask for this."}
     leaving, leaving_done = start(client, "/api/attention", body)
     staying, staying_done = start(client, "/api/attention", body)
-    wait_until(lambda: service.queued(DEFAULT) == 1, "the shared job is queued")
+    wait_until(lambda: service.forwards.queued(DEFAULT) == 1, "the shared job is queued")
     hang_up(client, leaving)
     assert leaving_done.result(TIMEOUT).status == 499
     gate.release.set()
@@ -169,7 +171,7 @@ def test_a_full_queue_answers_503_with_retry_after(one_worker: tuple[TestClient,
     _, first = start(client, "/api/attention/compact", {"text": "This one holds the worker."})
     assert gate.held.wait(TIMEOUT)
     queued = [start(client, "/api/attention/compact", {"text": f"Queued text {i}."})[1] for i in range(2)]
-    wait_until(lambda: service.queued(DEFAULT) == 2, "two requests are queued (the limit)")
+    wait_until(lambda: service.forwards.queued(DEFAULT) == 2, "two requests are queued (the limit)")
     r = client.post("/api/attention/compact", json={"text": "One too many."})
     assert r.status_code == 503
     assert int(r.headers["retry-after"]) >= 1
@@ -180,7 +182,7 @@ def test_a_full_queue_answers_503_with_retry_after(one_worker: tuple[TestClient,
     assert client.post("/api/attention/compact", json={"text": "One too many."}).status_code == 200
 
 
-INSIGHT = {  # route, its service method, the body builder that must run once, the request
+INSIGHT = {  # route, its method of service.insight, the body builder that must run once, the request
     "analysis": ("/api/analysis", "analysis", "analysis_body", {"text": "Insight once."}),
     "rollout": ("/api/rollout", "rollout", "rollout_body", {"text": "Insight once."}),
     "flow": ("/api/flow", "flow", "flow_body", {"text": "Insight once."}),
@@ -199,16 +201,16 @@ def test_identical_insight_requests_in_flight_are_computed_once(
 ) -> None:
     client, gate = one_worker
     path, method, builder, body = INSIGHT[kind]
-    service = client.app.state.service
+    insight = client.app.state.service.insight
     built: list[int] = []
     entered: list[int] = []
-    answer = getattr(service, method)
+    answer = getattr(insight, method)
 
     async def counting_answer(*args: Any, **kwargs: Any) -> Any:
         entered.append(1)  # from here to joining the shared work there is no await
         return await answer(*args, **kwargs)
 
-    monkeypatch.setattr(service, method, counting_answer)
+    monkeypatch.setattr(insight, method, counting_answer)
     original = getattr(bodies, builder)
 
     def counting(*args: Any, **kwargs: Any) -> Any:

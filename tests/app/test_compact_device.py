@@ -14,9 +14,8 @@ import torch
 
 from app import compact
 from app.main import create_app
-from app.service import bodies
+from app.service import bodies, cache_key
 from app.service.computed import from_result
-from app.service.core import cache_key
 from tests.app.started import serving
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -147,8 +146,8 @@ def test_a_cuda_service_builds_its_first_view_on_the_device(make_settings) -> No
         service = client.app.state.service
         answer = client.post(FIRST_VIEW, json={"text": text})
         assert answer.status_code == 200, answer.text[:300]
-        source = (service.registry.default, text, None, None, False, None)
-        view = service.cache.get(cache_key("result", source))
+        source = (service.models.registry.default, text, None, None, False, None)
+        view = service.answers.cache.get(cache_key("result", source))
         assert view.maps.device.type == "cuda" and "_host" not in view.__dict__
         on_host = replace(view, maps=view.maps.cpu())
         want = bodies.encode_compact(on_host, threading.Event(), scheme="abs-uint8-key-major", bits="auto")

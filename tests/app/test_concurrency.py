@@ -33,7 +33,7 @@ def test_concurrent_requests_right_loaded_once_bounded_deduplicated(make_setting
     broken: list[bool] = []
     calls = {"n": 0}
 
-    entry = next(e for e in service.registry if e.name == "random")
+    entry = next(e for e in service.models.registry if e.name == "random")
     original_loader = entry.loader
 
     def counting_loader() -> Any:
@@ -98,7 +98,7 @@ def test_concurrent_requests_right_loaded_once_bounded_deduplicated(make_setting
 def test_identical_requests_are_served_from_the_cache(make_settings) -> None:  # type: ignore[no-untyped-def]
     app = create_app(make_settings())
     with serving(app) as client:
-        cache = app.state.service.cache
+        cache = app.state.service.answers.cache
         first = client.post("/api/attention/compact", json={"text": "cache me"})
         misses = cache.misses
         again = [client.post("/api/attention/compact", json={"text": "cache me"}) for _ in range(5)]
@@ -179,7 +179,7 @@ def test_a_bad_input_does_not_fail_its_batch_mates(make_settings) -> None:  # ty
     entered = threading.Event()
     with serving(app) as client:
         service = app.state.service
-        model = service.registry.loaded(service.registry.default)
+        model = service.models.registry.loaded(service.models.registry.default)
         original = model.attend_batch
 
         def attend_batch(items: list[Any], **kwargs: Any) -> Any:
@@ -187,7 +187,8 @@ def test_a_bad_input_does_not_fail_its_batch_mates(make_settings) -> None:  # ty
                 entered.set()
                 deadline = time.monotonic() + 30
                 while (
-                    service.queued(service.registry.default) < len(texts) - 1 and time.monotonic() < deadline
+                    service.forwards.queued(service.models.registry.default) < len(texts) - 1
+                    and time.monotonic() < deadline
                 ):
                     time.sleep(0.01)
             calls.append(([text for text, _ in items], False))

@@ -49,7 +49,7 @@ def client(make_settings, models: dict[str, Path]) -> Iterator[TestClient]:  # t
 
 
 def counting(client: TestClient, name: str) -> Counting:
-    registry = client.app.state.service.registry  # type: ignore[attr-defined]
+    registry = client.app.state.service.models.registry  # type: ignore[attr-defined]
     return Counting(registry.get(name)[1], "head_effects")
 
 
@@ -193,7 +193,7 @@ def test_a_client_that_hangs_up_stops_the_ablations(client: TestClient) -> None:
     assert exchange.status == 200
     assert [json.loads(line)["done"] for line in exchange.chunks] == [1, 2]
     assert calls.wait_ended(TIMEOUT) == [Cancelled.__name__]  # stopped before layer 3, not run to its end
-    assert not [key for key in service.cache.keys() if key[0] == "head-effects"]
+    assert not [key for key in service.answers.cache.keys() if key[0] == "head-effects"]
     # Asked again later: measured afresh, whole.
     calls.before_layer = None
     assert lines(client.post("/api/head-effects", json={"text": TEXT, "model": WIDE}))[-1]["event"] == "done"

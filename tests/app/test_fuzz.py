@@ -321,7 +321,7 @@ def test_a_store_entry_that_cannot_load_answers_its_reason(case) -> None:  # typ
 
 
 def test_store_entries_that_cannot_load_are_listed_with_their_reason() -> None:
-    models = {m.name: m for m in app.state.service.models().models}
+    models = {m.name: m for m in app.state.service.model_list().models}
     for name, reason in BROKEN.items():
         assert reason in (models[name].error or ""), (name, models[name])
 
@@ -425,7 +425,7 @@ def _steer(part: dict[str, Any], model: str, *, flow: bool) -> None:
     """Name `model` where the drawn value is a valid one (absent, null or a registered name), so that a
     request stays as valid or invalid as it was drawn; for flow, cut valid texts to a character or two,
     so that most fit its token cap and reach the computation."""
-    if part.get("model") is None or part["model"] in app.state.service.registry.names:
+    if part.get("model") is None or part["model"] in app.state.service.models.registry.names:
         part["model"] = model
     if model == TEMPLATE and isinstance(part.get("chat", False), bool):  # its template reached each time
         part["chat"] = True

@@ -213,7 +213,7 @@ def test_an_unexpected_error_is_a_json_500_with_the_security_headers(
         def broken() -> None:
             raise KeyError((1, 1))
 
-        monkeypatch.setattr(app.state.service, "health", broken)
+        monkeypatch.setattr(app.state.service.models, "health", broken)
         response = c.get("/api/health")
         assert_json_error(response, 500, "internal server error")
         assert "(1, 1)" not in response.text  # no internals to the client

@@ -103,9 +103,9 @@ def test_a_batch_tells_every_input_of_it(one_worker: tuple[TestClient, Gate]) ->
     service = client.app.state.service
     texts = ["Batched one.", "Batched two."]
     answers = [start(client, "/api/attention/compact", {"text": text})[1] for text in texts]
-    wait_until(lambda: service.queued("all-MiniLM-L6-v2") == 2, "both are queued")
+    wait_until(lambda: service.forwards.queued("all-MiniLM-L6-v2") == 2, "both are queued")
     watches = [start(client, PROGRESS, {"text": text}) for text in texts]
-    wait_until(lambda: service.progress.watching == 2, "both streams watch")
+    wait_until(lambda: service.watch.watching == 2, "both streams watch")
     gate.release.set()
     for done in [first, *answers, *(done for _, done in watches)]:
         assert done.result(TIMEOUT).status == 200
@@ -182,7 +182,7 @@ def test_a_load_is_told_as_it_goes_then_the_forward(slow_load: tuple[TestClient,
     assert first_layer > lines.index(loads[-1])  # the load, then the forward
     assert lines[-1] == {"event": "done"}
     service = slow_load[0].app.state.service
-    wait_until(lambda: service.progress._latest == {}, "nothing left of it once both ended")
+    wait_until(lambda: service.watch._latest == {}, "nothing left of it once both ended")
 
 
 def test_a_load_without_a_forward_is_told_too(slow_load: tuple[TestClient, threading.Event]) -> None:

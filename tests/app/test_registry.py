@@ -163,9 +163,9 @@ def test_models_shows_a_failed_check_right_after_startup(make_settings) -> None:
     def check_random() -> None:
         raise ValueError("config.json: vocab_size (5) is smaller than the tokenizer's vocabulary (30522)")
 
-    service.registry = Registry(
-        {entry.name: entry.loader for entry in service.registry},
-        default=service.registry.default,
+    service.models.registry = Registry(
+        {entry.name: entry.loader for entry in service.models.registry},
+        default=service.models.registry.default,
         checks={"random": check_random},
     )
     with serving(app) as client:

@@ -353,7 +353,7 @@ def test_compare_per_kind(served: TestClient) -> None:
 
 
 def test_generation_stops_when_its_client_leaves(served: TestClient) -> None:
-    model = served.app.state.service.registry.get("t5")[1]  # type: ignore[attr-defined]
+    model = served.app.state.service.models.registry.get("t5")[1]  # type: ignore[attr-defined]
     asked, inside, ended = {"n": 0}, threading.Event(), []
 
     def attend(text: str, pair: str | None = None, *, cancel: Callable[[], bool], **kwargs: Any) -> Any:

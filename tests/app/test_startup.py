@@ -38,7 +38,7 @@ def _held(loader: Callable[[], Any], entered: threading.Event, release: threadin
 
 
 def _entry(app: Any, name: str) -> Any:
-    return next(entry for entry in app.state.service.registry if entry.name == name)
+    return next(entry for entry in app.state.service.models.registry if entry.name == name)
 
 
 def test_the_server_answers_while_the_default_model_loads_and_checks_run(
@@ -59,8 +59,8 @@ def test_the_server_answers_while_the_default_model_loads_and_checks_run(
         release_check.wait(STARTUP_S)
         return "encoder"
 
-    service.registry = Registry(
-        {entry.name: entry.loader for entry in service.registry},
+    service.models.registry = Registry(
+        {entry.name: entry.loader for entry in service.models.registry},
         default=DEFAULT,
         checks={"random": held_check},
     )
@@ -82,13 +82,13 @@ def test_the_server_answers_while_the_default_model_loads_and_checks_run(
             release_check.set()  # "random" checked: it loads and answers while the default still loads
             other = client.post("/api/attention", json={"text": TEXT, "model": "random"})
             assert other.status_code == 200 and other.json()["model"] == "random"
-            assert not waiting.done() and not service.loads.started.is_set()
+            assert not waiting.done() and not service.models.loads.started.is_set()
         finally:
             release_check.set()
             release_load.set()
         answer = waiting.result(timeout=STARTUP_S)
         assert answer.status_code == 200 and answer.json()["model"] == DEFAULT
-        assert service.loads.started.wait(STARTUP_S)
+        assert service.models.loads.started.wait(STARTUP_S)
         health = client.get("/api/health").json()
         assert (health["status"], health["device"], health["loading"], health["checking"]) == (
             "ok",
@@ -191,14 +191,14 @@ def test_a_load_waiting_for_the_imports_is_loading_everywhere(make_settings: Cal
     app = create_app(make_settings())
     service = app.state.service
     warming, release = threading.Event(), threading.Event()
-    warm = service.loads._prepare
+    warm = service.models.loads._prepare
 
     def held() -> None:
         warming.set()
         release.wait(STARTUP_S)
         warm()
 
-    service.loads._prepare = held
+    service.models.loads._prepare = held
     with TestClient(app) as client, ThreadPoolExecutor(1) as pool:
         try:
             assert warming.wait(STARTUP_S)

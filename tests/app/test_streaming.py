@@ -17,10 +17,10 @@ import torch
 import uvicorn
 from fastapi.testclient import TestClient
 
-import app.service.core as service_module_core
 import app.service.flights as service_module
 from app import encoders
 from app.main import create_app
+from app.service import BATCH_CHARS
 from tests import tolerances
 from tests.app.asgi import Exchange, post
 from tests.app.started import serving
@@ -60,12 +60,12 @@ def test_a_large_answer_is_streamed_unchanged_and_not_cached_as_bytes(app_client
         torch.tensor(body["attention"], dtype=torch.float64), expected, atol=tolerances.FORWARD_JSON, rtol=0
     )
     # The tensor is cached (the next answer needs no forward), the 9 MB of JSON are not.
-    keys = {key[0] for key in service.cache.keys()}
+    keys = {key[0] for key in service.answers.cache.keys()}
     assert "result" in keys and "json" not in keys
     # A small answer is encoded once and cached as bytes.
     small = app_client.post("/api/attention", json={"text": SHORT})
     assert small.content == old_json(small.json())
-    assert "json" in {key[0] for key in service.cache.keys()}
+    assert "json" in {key[0] for key in service.answers.cache.keys()}
 
 
 ROUTES = [
@@ -163,14 +163,14 @@ def test_at_most_max_streams_large_answers_are_streamed_at_once(make_settings, s
             assert time.monotonic() < deadline
             time.sleep(0.01)
         waiting = client.portal.start_task_soon(post, app, "/api/attention", {"text": second})
-        while service.streams_waiting != 1:  # its turn comes only when the first stream ends
+        while service.attention.streams_waiting != 1:  # its turn comes only when the first stream ends
             assert time.monotonic() < deadline
             time.sleep(0.01)
         assert not waiting.done()
         client.portal.call(slow.resume.set)
         assert first.result(30).status == 200 and waiting.result(30).status == 200
         assert json.loads(waiting.result().body)["n"] > 120 and json.loads(slow.body)["n"] > 120
-        assert service.streams_waiting == 0
+        assert service.attention.streams_waiting == 0
 
 
 def test_a_long_text_with_a_small_answer_gives_back_its_turn_to_stream(make_settings) -> None:  # type: ignore[no-untyped-def]
@@ -182,11 +182,11 @@ def test_a_long_text_with_a_small_answer_gives_back_its_turn_to_stream(make_sett
     with serving(app) as client:
         service = app.state.service
         for text in texts:
-            assert len(text) > service_module_core.BATCH_CHARS
+            assert len(text) > BATCH_CHARS
             r = client.post("/api/attention", json={"text": text, "model": "random"})
             assert r.status_code == 200
             assert 4 * 8 * r.json()["n"] ** 2 <= service_module.STREAM_VALUES  # whole, not streamed
-            assert not service._stream_slots.locked(), "the turn to stream was not given back"
+            assert not service.attention._stream_slots.locked(), "the turn to stream was not given back"
 
 
 @pytest.mark.slow

@@ -33,7 +33,7 @@ TIMEOUT = 30  # seconds any wait may take before it counts as a failure
 @pytest.fixture
 def traced(make_settings) -> Iterator[tuple[TestClient, Counting]]:  # type: ignore[no-untyped-def]
     with serving(create_app(make_settings())) as client:
-        yield client, Counting(client.app.state.service.registry.loaded(DEFAULT), "trace")
+        yield client, Counting(client.app.state.service.models.registry.loaded(DEFAULT), "trace")
 
 
 def close(answer: list[Any], expected: torch.Tensor) -> bool:
@@ -144,7 +144,7 @@ def test_an_evicted_trace_is_traced_again_when_next_needed(make_settings) -> Non
     settings = make_settings(trace_max_bytes=budget, trace_cache_bytes=budget)
     with serving(create_app(settings)) as client:
         service = client.app.state.service
-        counting = Counting(service.registry.loaded(DEFAULT), "trace")
+        counting = Counting(service.models.registry.loaded(DEFAULT), "trace")
         first, second = TEXT, TEXT.replace("cats", "birds")
         body = {"layer": 0, "head": 0, "q": 3}
         before = client.post("/api/trace/row", json={"text": first, **body}).json()

@@ -101,7 +101,7 @@ def test_traces_held_past_the_cache_hold_back_a_new_forward(make_settings) -> No
     with serving(create_app(settings)) as client:
         service = client.app.state.service
         budget = service.traces.budget
-        model = service.registry.loaded(DEFAULT)
+        model = service.models.registry.loaded(DEFAULT)
         assert budget.limit == 8 * MiB
         held = [trace_of(client, text) for text in texts[:3]]
         assert [t.n for t in held] == [62] * 3

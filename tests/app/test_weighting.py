@@ -143,12 +143,12 @@ def test_the_first_view_does_not_pay_for_the_norms(client: TestClient) -> None:
     source = ("all-MiniLM-L6-v2", text, None, None, False, None)
     service = client.app.state.service  # type: ignore[attr-defined]
     client.post("/api/attention/compact", json={"text": text})
-    assert service.cache.get(("result", *source)).norms is None  # a forward without the products
-    assert service.cache.get(("result.norms", *source)) is None
+    assert service.answers.cache.get(("result", *source)).norms is None  # a forward without the products
+    assert service.answers.cache.get(("result.norms", *source)) is None
     client.post("/api/attention/compact", json={"text": text, "weighting": "norm"})
-    assert service.cache.get(("result.norms", *source)).norms is not None
+    assert service.answers.cache.get(("result.norms", *source)).norms is not None
     # Another text asked by norm first: its weights then come from that forward, not a second one.
     other = "Norm first, then weights."
     client.post("/api/analysis", json={"text": other, "weighting": "norm"})
     client.post("/api/analysis", json={"text": other})
-    assert service.cache.get(("result", "all-MiniLM-L6-v2", other, None, None, False, None)) is None
+    assert service.answers.cache.get(("result", "all-MiniLM-L6-v2", other, None, None, False, None)) is None

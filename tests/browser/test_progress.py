@@ -91,13 +91,13 @@ def slow_server(tiny_checkpoints: dict[str, Path]) -> Iterator[Server]:
 
         patch.setattr(Block, "forward", slow_forward)
         patch.setattr(checkpoint, "load_weights", held)
-        ended = running.service.progress.forward_ended
+        ended = running.service.watch.forward_ended
 
         def forward_ended(keys: Any) -> None:
             ended(keys)
             running.ended.set()
 
-        patch.setattr(running.service.progress, "forward_ended", forward_ended)
+        patch.setattr(running.service.watch, "forward_ended", forward_ended)
         uvicorn_server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
         thread = threading.Thread(target=uvicorn_server.run, daemon=True)
         thread.start()
