@@ -2,9 +2,9 @@
 
 A chat template is untrusted code that mha.text.chat runs in a worker process, bounded in time, memory
 and output. What waits for that worker must not be a thread other models need: the encoding threads
-(core's `_off_loop`) are shared by every model, so a route that tokenizes a chat request there (head
-effects' check, a trace's token count) first renders it here, on anyio's threads under a limiter of its
-own, and its later encodings read the model's cache of rendered chats (TextEncoder.chat_text). A forward's
+(encoding.py) are shared by every model, so a route that tokenizes a chat request there (head effects'
+check, a trace's token count) first renders it here, on anyio's threads under a limiter of its own, and
+its later encodings read the model's cache of rendered chats (TextEncoder.chat_text). A forward's
 own rendering runs in that model's worker, which no other model uses.
 """
 
