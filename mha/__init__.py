@@ -25,7 +25,7 @@ from mha.errors import (
     UnsupportedCheckpointError,
 )
 from mha.loading.facts import CheckpointFacts, describe_checkpoint
-from mha.loading.gguf_checkpoint import BUNDLED_LLM_NAME
+from mha.loading.gguf.locate import BUNDLED_LLM_NAME
 from mha.loading.pretrained import DEFAULT_MODEL_NAME, check_checkpoint, checkpoint_architecture
 from mha.model import AttentionModel, load_pretrained, random_model
 from mha.networks.model import Transformer, TransformerConfig

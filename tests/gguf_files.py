@@ -248,7 +248,7 @@ def gguf_parsed_once() -> Iterator[None]:
     transformers' GGUF loader parses the whole file again for the config, the tensors and the tokenizer,
     and builds a gguf name map for every submodule of the model: SmolLM2's model and tokenizer took 44 s
     that way and 22 s with this. What it reads is gguf's own reader of the same bytes, unchanged (not
-    mha.loading.gguf_reading's lean one: a reference shares no code with what it checks). transformers
+    mha.loading.gguf.reading's lean one: a reference shares no code with what it checks). transformers
     looks both names up in gguf at each call, so gguf's module is where they are replaced."""
     import gguf
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from mha.loading.gguf_bounds import MAX_TENSORS, MAX_VOCAB
+from mha.loading.gguf import MAX_TENSORS, MAX_VOCAB
 
 SPARSE = 256 * 2**20  # the probe's file size: a sparse file, so no disk is used
 

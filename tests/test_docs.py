@@ -18,7 +18,7 @@ import pytest
 
 from app import cli
 from app.settings import Settings
-from mha.loading.model_cache import CACHE_ENV
+from mha.loading.gguf import CACHE_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

@@ -1,9 +1,9 @@
 """`Loads`: every model load on threads of its own, and the startup's work in the background.
 
-A load (reading a checkpoint, converting a GGUF: seconds to minutes) never runs in the threads that encode
-answers, nor on a model's workers: each runs on a loader thread, at most one in flight per model, and all
-who need that model (a request, a worker, the startup) wait for the same one. A slow or stuck load then
-holds only the requests for its own model.
+A load (reading a checkpoint, a GGUF's config and tokenizer: seconds to minutes) never runs in the
+threads that encode answers, nor on a model's workers: each runs on a loader thread, at most one in flight
+per model, and all who need that model (a request, a worker, the startup) wait for the same one. A slow or
+stuck load then holds only the requests for its own model.
 
 `start()` returns at once: the startup checks (registry.check_all, milliseconds a file) and the default
 model's warm load run in the background, so /api/health answers from the first moment, saying what is

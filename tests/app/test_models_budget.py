@@ -215,15 +215,16 @@ def test_the_service_keeps_real_models_within_the_budget(tiny_checkpoints: dict[
 def test_a_gguf_whose_predicted_load_passes_the_budget_is_refused_unread(
     tiny_checkpoints: dict[str, Path], tmp_path: Path
 ) -> None:
-    """Issue 33's stated model of a load (mha.loading.load_memory), read from the header before loading:
+    """Issue 33's stated model of a load (mha.loading.gguf.memory), read from the header before loading:
     a file whose first load would need more than the whole budget is refused with both sizes before it is
     loaded (the registry's own test shows its loader never runs), and the other models still answer."""
     from gguf_files import write_gguf
 
-    from mha.loading import load_memory
+    from mha.loading.gguf import memory as load_memory
+    from mha.loading.gguf import read_header
 
     file = write_gguf(tiny_checkpoints["llama"], tmp_path / "tiny.gguf", qtype="Q8_0")
-    predicted = load_memory.load_nbytes(*load_memory.load_shape(file))
+    predicted = load_memory.load_nbytes(*load_memory.load_shape(read_header(file)))
     assert predicted > file.stat().st_size  # the tokenizer's conversion and the runtime, beside the blocks
     budget = predicted - 1
     settings = make_settings(
@@ -250,11 +251,12 @@ def test_a_gguf_is_counted_as_its_header_predicts_not_with_the_whole_dequant_cac
     predicts (the estimate), and a budget just over its estimate serves it."""
     from gguf_files import write_gguf
 
-    from mha.loading import load_memory
-    from mha.loading.gguf_packed import DEFAULT_DEQUANT_CACHE_BYTES
+    from mha.loading.gguf import memory as load_memory
+    from mha.loading.gguf import read_header
+    from mha.loading.gguf.packed import DEFAULT_DEQUANT_CACHE_BYTES
 
     file = write_gguf(tiny_checkpoints["llama"], tmp_path / "tiny.gguf", qtype="Q8_0")
-    estimate = load_memory.load_need(file, DEFAULT_DEQUANT_CACHE_BYTES)
+    estimate = load_memory.load_need(read_header(file), DEFAULT_DEQUANT_CACHE_BYTES)
     assert (
         estimate < DEFAULT_DEQUANT_CACHE_BYTES
     )  # the budget below sits between the estimate and the old count
@@ -265,6 +267,6 @@ def test_a_gguf_is_counted_as_its_header_predicts_not_with_the_whole_dequant_cac
         listing = client.get("/api/models").json()
         entry = next(m for m in listing["models"] if m["name"] == "tiny")
         assert entry["loaded"] and entry["memory_bytes"] <= load_memory.held_nbytes(
-            file, DEFAULT_DEQUANT_CACHE_BYTES
+            read_header(file), DEFAULT_DEQUANT_CACHE_BYTES
         )
         assert listing["memory_held_bytes"] <= listing["memory_budget_bytes"]

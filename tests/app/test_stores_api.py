@@ -18,7 +18,7 @@ from store_files import OLLAMA_MODEL, hf_snapshot, lmstudio_model, ollama_manife
 
 from app.main import create_app
 from app.settings import Settings
-from mha.loading import model_cache
+from mha.loading.gguf import folders as model_cache
 from tests.app.started import serving
 
 LIBRARY = ("registry.ollama.ai", "library")

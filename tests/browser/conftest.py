@@ -23,7 +23,7 @@ import pytest
 from checkpoints import build_long_llama
 
 from benchmarks.launch import CHROMIUM, launch_chromium, launch_profile, serve
-from mha.loading import model_cache
+from mha.loading.gguf import folders as model_cache
 from tests.seq2seq_checkpoints import build_seq2seq_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]

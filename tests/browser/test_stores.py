@@ -17,7 +17,7 @@ from gguf_files import write_gguf
 from store_files import OLLAMA_MODEL, hf_snapshot, lmstudio_model, ollama_manifest, ollama_model
 
 from benchmarks.launch import health, serve
-from mha.loading import model_cache
+from mha.loading.gguf import folders as model_cache
 
 pytestmark = pytest.mark.browser
 

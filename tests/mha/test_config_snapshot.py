@@ -16,9 +16,9 @@ import pytest
 from gguf_files import build_gpt2, build_qwen3, write_gguf
 
 from mha import load_pretrained
-from mha.loading import checkpoint_files, config_snapshot, gguf_checkpoint
-from mha.loading import model_cache as cache
+from mha.loading import checkpoint_files, config_snapshot, gguf
 from mha.loading.config_snapshot import SNAPSHOT, NotKept, Snapshot
+from mha.loading.gguf import folders as cache
 
 TEXT = "The cat sat on the mat."
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "phi3", "gpt2")
@@ -56,7 +56,7 @@ def test_a_later_load_reads_the_snapshot_to_the_same_config(
     from transformers import AutoConfig
 
     first = load_pretrained(files[family], device="cpu")
-    folder = gguf_checkpoint.cached_directory(files[family])
+    folder = gguf.cached_directory(files[family])
     assert folder is not None and (folder / SNAPSHOT).is_file()
     _, converter, _ = checkpoint_files.check_directory(folder)
     hf_config = AutoConfig.from_pretrained(str(folder))
@@ -87,7 +87,7 @@ def test_a_later_load_in_a_new_process_imports_no_model_code(files: dict[str, Pa
 
 def test_a_name_whose_value_was_not_kept_is_not_taken_as_absent(files: dict[str, Path]) -> None:
     load_pretrained(files["llama"], device="cpu")
-    folder = gguf_checkpoint.cached_directory(files["llama"])
+    folder = gguf.cached_directory(files["llama"])
     assert folder is not None
     snapshot = config_snapshot.read(folder)
     assert snapshot is not None
@@ -115,7 +115,7 @@ def test_a_snapshot_it_cannot_use_leaves_config_json_to_decide(damage: str, file
     from transformers import PreTrainedConfig
 
     load_pretrained(files["qwen2"], device="cpu")
-    folder = gguf_checkpoint.cached_directory(files["qwen2"])
+    folder = gguf.cached_directory(files["qwen2"])
     assert folder is not None
     _, converter, _ = checkpoint_files.check_directory(folder)
     file = folder / SNAPSHOT

@@ -27,11 +27,11 @@ from mha.errors import (
     CheckpointNotFoundError,
     UnsupportedCheckpointError,
 )
-from mha.loading import gguf_checkpoint
-from mha.loading import model_cache as cache
+from mha.loading import gguf
 from mha.loading.checkpoint import check_checkpoint
-from mha.loading.gguf_checkpoint import CACHE_KIND, supported_architectures
-from mha.loading.gguf_packed import PackedLinear
+from mha.loading.gguf import CACHE_KIND, supported_architectures
+from mha.loading.gguf import folders as cache
+from mha.loading.gguf.packed import PackedLinear
 from mha.loading.pretrained import checkpoint_architecture
 
 TEXTS = ("The cat sat on the mat. The dog sat on the log.", "Ünïcödé: naïve café, 東京 🙂 and 12345.")
@@ -122,7 +122,7 @@ def test_every_quantization_type_dequantizes(tmp_path: Path) -> None:
     (tmp_path / "mixed").mkdir()
     file = write_gguf(source, tmp_path / "mixed" / "mixed.gguf", types=types)
     ours = load_pretrained(file, device="cpu")
-    cached = gguf_checkpoint.cached_directory(file)
+    cached = gguf.cached_directory(file)
     assert cached is not None
     written = json.loads((cached / "gguf.json").read_text())["tensor_types"]
     assert set(written) == set(QUANT_TYPES)
@@ -174,7 +174,7 @@ def test_an_architecture_we_do_not_convert_is_refused_by_name(
             UnsupportedCheckpointError, match=f"architecture '{architecture}'.*takes GGUF files of {taken}$"
         ):
             call(file)
-    assert not list((session_cache / CACHE_KIND).glob(f"{gguf_checkpoint.header_digest(file)}*"))
+    assert not list((session_cache / CACHE_KIND).glob(f"{gguf.header_digest(file)}*"))
 
 
 def test_the_startup_check_reads_the_header_and_converts_nothing(
@@ -232,7 +232,7 @@ def test_missing_and_misshaped_tensors_are_named_and_nothing_is_cached(
     ) as caught:
         load_pretrained(file, device="cpu")
     assert "layers.0.mlp.up_proj.weight (64, 64)" in str(caught.value)
-    digest = gguf_checkpoint.header_digest(file)
+    digest = gguf.header_digest(file)
     assert not list((session_cache / CACHE_KIND).glob(f"*{digest}*"))  # neither published nor left behind
 
 
@@ -283,7 +283,7 @@ def test_a_packed_model_says_what_it_holds(sources: dict[str, Path], tmp_path: P
     32 weights), the float tensors, and the bytes its layers may keep dequantized, at what they can fill
     (issue 48 E4): the budget where the layers in float32 are more (64 KiB), else those layers (1 MiB is
     more than the tiny model's ~0.5 MB). What the service's memory budget across models counts."""
-    from mha.loading.gguf_packed import DequantBudget
+    from mha.loading.gguf.packed import DequantBudget
 
     file = _written(sources, tmp_path, "llama", "Q8_0")
     model = load_pretrained(file, dequant_cache_bytes=budget)

@@ -1,7 +1,7 @@
 """A GGUF header's claims held to the file's bytes before any reader loops or allocates (issue 33 item 1).
 
 Each hostile header is written here byte by byte (struct), most over a sparse file of zeros as the probe
-wrote them; each must be refused by mha.loading.gguf_bounds with a sentence naming the claim, through
+wrote them; each must be refused by mha.loading.gguf.bounds with a sentence naming the claim, through
 read_header and check_checkpoint too, and a real file must pass.
 """
 
@@ -15,8 +15,7 @@ from hostile_gguf import ARCH, HOSTILE, header, key, tensor, write
 
 from mha import check_checkpoint
 from mha.errors import CheckpointError, CheckpointNotFoundError, UnsupportedCheckpointError
-from mha.loading.gguf_bounds import MAX_LAYERS, check_bounds
-from mha.loading.gguf_checkpoint import read_header
+from mha.loading.gguf import MAX_LAYERS, check_bounds, read_header
 
 
 def _good(tmp_path: Path) -> Path:

@@ -1,6 +1,7 @@
-"""The cache of GGUF files' configs and tokenizers (mha.loading.model_cache): used on the second load, keyed
-by the header's content, never trusting a write that did not finish, and written into a temporary folder
-where it cannot be written. It holds no tensor: those are read from the file at each load."""
+"""The cache of GGUF files' configs and tokenizers (mha.loading.gguf.cache, in mha.loading.gguf.folders):
+used on the second load, keyed by the header's content, never trusting a write that did not finish, and
+written into a temporary folder where it cannot be written. It holds no tensor: those are read from the
+file at each load."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from gguf_files import write_gguf
 from spies import record_calls
 
 from mha import load_pretrained
-from mha.loading import gguf_checkpoint
-from mha.loading import model_cache as cache
-from mha.loading.gguf_checkpoint import CACHE_KIND
+from mha.loading.gguf import CACHE_KIND, header_digest
+from mha.loading.gguf import cache as gguf_cache
+from mha.loading.gguf import folders as cache
 
 TEXT = "The cat sat on the mat."
 TIMEOUT_S = 120  # a bound on a wait that must end, so a broken lock fails the test instead of hanging it
@@ -42,8 +43,8 @@ def llama_gguf(tiny_checkpoints: dict[str, Path], tmp_path_factory: pytest.TempP
 
 
 def _conversions(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """Records every conversion (gguf_checkpoint._read) from here on."""
-    return record_calls(monkeypatch, gguf_checkpoint, "_read")
+    """Records every reading of a file's config and tokenizer (gguf_cache._read) from here on."""
+    return record_calls(monkeypatch, gguf_cache, "_read")
 
 
 def test_the_second_load_reads_the_cache_and_hashes_nothing(
@@ -51,7 +52,7 @@ def test_the_second_load_reads_the_cache_and_hashes_nothing(
 ) -> None:
     conversions = _conversions(monkeypatch)
     first = load_pretrained(llama_gguf, device="cpu").attend(TEXT).attentions
-    digest = gguf_checkpoint.header_digest(llama_gguf)
+    digest = header_digest(llama_gguf)
     folder = cache_dir / CACHE_KIND / digest
     written = {p.name for p in folder.iterdir()}
     assert {
@@ -127,22 +128,22 @@ def _tensor_span(file: Path, name: str) -> slice:
 def test_an_interrupted_write_leaves_nothing_trusted(
     llama_gguf: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    keep = gguf_checkpoint._keep_config
+    keep = gguf_cache._keep_config
 
     def killed(*_: object, **__: object) -> None:
         raise KeyboardInterrupt  # as a Ctrl-C or a kill would stop it, mid-write
 
-    monkeypatch.setattr(gguf_checkpoint, "_keep_config", killed)
+    monkeypatch.setattr(gguf_cache, "_keep_config", killed)
     with pytest.raises(KeyboardInterrupt):
         load_pretrained(llama_gguf, device="cpu")
     assert list((cache_dir / CACHE_KIND).iterdir()) == []  # the temporary folder went with it
 
     # A writer killed outright (SIGKILL) leaves its temporary folder: it is never read, and removed.
-    digest = gguf_checkpoint.header_digest(llama_gguf)
+    digest = header_digest(llama_gguf)
     abandoned = cache_dir / CACHE_KIND / f".tmp-{digest}-999999999-x"
     abandoned.mkdir()
     (abandoned / "config.json").write_text("{}")
-    monkeypatch.setattr(gguf_checkpoint, "_keep_config", keep)
+    monkeypatch.setattr(gguf_cache, "_keep_config", keep)
     model = load_pretrained(llama_gguf, device="cpu")
     assert model.attend(TEXT).n > 0
     assert sorted(p.name for p in (cache_dir / CACHE_KIND).iterdir()) == [digest]
@@ -153,9 +154,9 @@ def test_a_damaged_cache_entry_is_converted_again(
 ) -> None:
     conversions = _conversions(monkeypatch)
     expected = load_pretrained(llama_gguf, device="cpu").attend(TEXT).attentions
-    names = cache_dir / CACHE_KIND / gguf_checkpoint.header_digest(llama_gguf) / "gguf_names.json"
+    names = cache_dir / CACHE_KIND / header_digest(llama_gguf) / "gguf_names.json"
     names.write_bytes(names.read_bytes()[:100])
-    with caplog.at_level(logging.WARNING, logger="mha.loading.gguf_checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="mha.loading.gguf.cache"):
         again = load_pretrained(llama_gguf, device="cpu").attend(TEXT).attentions
     assert len(conversions) == 2
     assert "is unusable" in caplog.text
@@ -178,7 +179,7 @@ def test_an_unwritable_cache_converts_in_a_temporary_folder_with_one_warning(
     assert "not writable" in warnings[0].getMessage() and cache.CACHE_ENV in warnings[0].getMessage()
     assert len(conversions) == 1
     assert (first.attend(TEXT).attentions == second.attend(TEXT).attentions).all()
-    folder = cache.cached_folder(CACHE_KIND, gguf_checkpoint.header_digest(llama_gguf))
+    folder = cache.cached_folder(CACHE_KIND, header_digest(llama_gguf))
     assert folder is not None and os.path.commonpath([folder, tmp_path]) != str(tmp_path)
 
 
@@ -196,18 +197,18 @@ def test_two_files_convert_at_once_and_one_file_once(
 
     other = write_gguf(tiny_checkpoints["qwen2"], tmp_path / "other.gguf", qtype="Q8_0")
     own_reader = gguf.GGUFReader
-    read_once = gguf_checkpoint._read_once
+    read_once = gguf_cache._read_once
     held, release = threading.Event(), threading.Event()
     conversions = _conversions(monkeypatch)
 
-    def holding(file: Path) -> object:
-        read = read_once(file)  # the real conversion, its stand-ins in place
+    def holding(file: Path, *rest: object) -> object:
+        read = read_once(file, *rest)  # the real reading, its stand-ins in place
         if file == llama_gguf:
             held.set()
             release.wait()  # held until the other file is done
         return read
 
-    monkeypatch.setattr(gguf_checkpoint, "_read_once", holding)
+    monkeypatch.setattr(gguf_cache, "_read_once", holding)
     with ThreadPoolExecutor(3) as pool:
         try:
             first = pool.submit(load_pretrained, llama_gguf, device="cpu")
@@ -222,3 +223,33 @@ def test_two_files_convert_at_once_and_one_file_once(
     assert (a.attend(TEXT).attentions == b.attend(TEXT).attentions).all()
     assert conversions == [llama_gguf, other]  # the held file converted once, the second load cached
     assert gguf.GGUFReader is own_reader  # gguf's own reader back once no conversion runs
+
+
+def test_a_load_reads_the_header_once_cold_or_warm(
+    llama_gguf: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45: one walk over the header a load (mha.loading.gguf.bounds.walk, the one reader of it),
+    whether the config and tokenizer are read into the cache then (cold) or found there (warm); the Header
+    it gives is handed on to the cache, the weights and the checks. A warm load reads the file through no
+    other GGUF reader either."""
+    import gguf
+    from transformers.integrations import gguf as transformers_gguf
+
+    from mha.loading.gguf import bounds
+
+    conversions = _conversions(monkeypatch)
+    walks = record_calls(monkeypatch, bounds, "walk")
+    cold = load_pretrained(llama_gguf, device="cpu").attend(TEXT).attentions
+    assert walks == [llama_gguf] and conversions == [llama_gguf]
+
+    def no_reader(*_: object, **__: object) -> None:
+        raise AssertionError("the file read by another GGUF reader")
+
+    walks.clear()
+    with monkeypatch.context() as patched:
+        patched.setattr(gguf, "GGUFReader", no_reader)
+        patched.setattr(transformers_gguf.GgufHeader, "from_file", no_reader)
+        patched.setattr(transformers_gguf, "read_gguf_metadata", no_reader)
+        warm = load_pretrained(llama_gguf, device="cpu").attend(TEXT).attentions
+    assert walks == [llama_gguf] and conversions == [llama_gguf]  # cached: not read into it again
+    assert (warm == cold).all()

@@ -1,4 +1,4 @@
-"""A GGUF's quantized matrices stay as their ggml blocks (mha.loading.gguf_packed) and still give exactly
+"""A GGUF's quantized matrices stay as their ggml blocks (mha.loading.gguf.packed) and still give exactly
 transformers' attention and greedy continuation from the same file, for every ggml type transformers
 dequantizes (and Q5_0, Q5_1, which gguf's numpy dequantizer reads), in the dtype the model is cast to,
 with or without dequantized layers kept between forwards; what reads a layer's weight (value norms, head
@@ -20,8 +20,8 @@ from tolerances import FORWARD, U32
 
 from mha import load_pretrained
 from mha.errors import CheckpointNotFoundError
-from mha.loading import model_cache as cache
-from mha.loading.gguf_packed import PackedEmbedding, PackedLinear
+from mha.loading.gguf import folders as cache
+from mha.loading.gguf.packed import PackedEmbedding, PackedLinear
 
 TEXT = "The cat sat on the mat. The dog sat on the log."
 NEW_TOKENS = 6
@@ -130,7 +130,7 @@ def test_the_cpus_small_chunks_give_the_values_of_one_chunk(
     bit for bit the values of the whole matrix at once, the rotary rows' order (a gather per chunk) and a
     last, shorter chunk included; eager unless compiling is asked for; and the forward's product, chunk by
     chunk, is the whole weight's up to the order of its sums."""
-    from mha.loading import gguf_packed
+    from mha.loading.gguf import packed as gguf_packed
 
     model = load_pretrained(_file(source, tmp_path, qtype), device="cpu", dequant_cache_bytes=0)
     packed = [m for m in model.network.modules() if isinstance(m, PackedLinear)]
@@ -167,7 +167,7 @@ def test_the_compiled_dequantizer_gives_the_same_attention(
     says so once."""
     import shutil
 
-    from mha.loading import gguf_packed
+    from mha.loading.gguf import packed as gguf_packed
 
     file = _file(source, tmp_path, "Q4_0")
     eager = load_pretrained(file, device="cpu", dequant_cache_bytes=0, dequant_compile=False)

@@ -19,9 +19,10 @@ from tolerances import FORWARD, float32_sum
 from mha import BUNDLED_LLM_NAME, AttentionModel, checkpoint_architecture, load_pretrained
 from mha._memory import held_nbytes
 from mha.analysis import POINTER_LABELS, POINTER_THRESHOLD, head_labels, head_stats
-from mha.loading import gguf_checkpoint, load_memory
-from mha.loading import model_cache as cache
-from mha.loading.gguf_packed import DEFAULT_DEQUANT_CACHE_BYTES
+from mha.loading import gguf
+from mha.loading.gguf import folders as cache
+from mha.loading.gguf import memory as load_memory
+from mha.loading.gguf.packed import DEFAULT_DEQUANT_CACHE_BYTES
 
 FILE = bundled_gguf()
 pytestmark = pytest.mark.skipif(
@@ -39,7 +40,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Attention
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(cache.CACHE_ENV, str(tmp_path_factory.getbasetemp() / "headscope-cache"))
         ours = load_pretrained(BUNDLED_LLM_NAME, device="cpu")  # the Python API's name for FILE
-        converted = gguf_checkpoint.cached_directory(FILE)
+        converted = gguf.cached_directory(FILE)
     assert converted is not None  # its config and tokenizer, kept; the tensors are read from FILE itself
     theirs, tokenizer = transformers_of(FILE)
     yield ours, theirs, tokenizer
@@ -88,7 +89,7 @@ def test_the_greedy_continuation_is_transformers_generate(models: tuple[Attentio
 
 
 def test_its_name_is_checked_from_the_header_like_its_file() -> None:
-    assert gguf_checkpoint.find_gguf(BUNDLED_LLM_NAME) == FILE
+    assert gguf.find_gguf(BUNDLED_LLM_NAME) == FILE
     assert checkpoint_architecture(BUNDLED_LLM_NAME) == "decoder"
 
 
@@ -145,6 +146,6 @@ def test_what_it_holds_is_what_its_header_predicts(models: tuple[AttentionModel,
     # The network's count, what nbytes is at load: this module's continuations have since read the LM head
     # in float32 (113 MB), which nbytes adds once read and a load's count never held.
     loaded = held_nbytes(ours.network)
-    predicted = load_memory.held_nbytes(FILE, DEFAULT_DEQUANT_CACHE_BYTES)
+    predicted = load_memory.held_nbytes(gguf.read_header(FILE), DEFAULT_DEQUANT_CACHE_BYTES)
     assert loaded <= predicted <= loaded * 1.005
     assert loaded < FILE.stat().st_size + DEFAULT_DEQUANT_CACHE_BYTES - 100 * 2**20

@@ -1,6 +1,6 @@
 """Memory per load is stated and bounded (issue 33 item 5): a GGUF of 2^17 vocabulary entries, loaded for
 the first time in a fresh process, adds no more to its peak resident memory (VmHWM, as
-benchmarks/resident.py reads it) than mha.loading.load_memory's model says; and what a loaded GGUF's model
+benchmarks/resident.py reads it) than mha.loading.gguf.memory's model says; and what a loaded GGUF's model
 holds is never more than its header predicts (issue 48 E4)."""
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from checkpoints import build_checkpoint
 from gguf_files import write_gguf
 
 from mha import load_pretrained
-from mha.loading import model_cache
-from mha.loading.gguf_packed import DEFAULT_DEQUANT_CACHE_BYTES
-from mha.loading.load_memory import held_nbytes, load_nbytes, load_need, load_shape
+from mha.loading.gguf import folders as model_cache
+from mha.loading.gguf import read_header
+from mha.loading.gguf.memory import held_nbytes, load_nbytes, load_need, load_shape
+from mha.loading.gguf.packed import DEFAULT_DEQUANT_CACHE_BYTES
 
 ROOT = Path(__file__).resolve().parents[2]
 VOCAB = 2**17
@@ -63,7 +64,7 @@ def test_a_first_load_holds_to_the_stated_memory_model(tmp_path: Path) -> None:
     done = subprocess.run(child, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     measured = json.loads(done.stdout.strip().splitlines()[-1])
-    vocab, weights = load_shape(file)
+    vocab, weights = load_shape(read_header(file))
     assert vocab == VOCAB and measured["vocab"] >= VOCAB  # and the specials the template adds
     # No margin but the model's own: each of its constants is its measured value rounded up (here 288 MiB
     # against the 247 measured), which the allocator's rounding and the run-to-run spread stay under.
@@ -82,7 +83,8 @@ def test_what_a_gguf_model_holds_is_at_most_its_header_prediction(
     smaller than the tiny model's layers in float32, so the count takes the limit there."""
     file = write_gguf(tiny_checkpoints["llama"], tmp_path / f"{qtype}.gguf", qtype=qtype)
     model = load_pretrained(file, device="cpu", dequant_cache_bytes=cache)
-    predicted = held_nbytes(file, cache)
+    header = read_header(file)
+    predicted = held_nbytes(header, cache)
     assert model.nbytes <= predicted, (model.nbytes, predicted)
-    assert load_need(file, cache) == max(load_nbytes(*load_shape(file)), predicted)  # one header read, both
+    assert load_need(header, cache) == max(load_nbytes(*load_shape(header)), predicted)
     assert model.nbytes < 10 * file.stat().st_size + min(cache, 64 * 2**10)

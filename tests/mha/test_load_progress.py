@@ -9,7 +9,7 @@ import pytest
 from gguf_files import write_gguf
 
 from mha import load_pretrained
-from mha.loading import model_cache
+from mha.loading.gguf import folders as model_cache
 from mha.loading.load_progress import Stages
 
 

@@ -12,7 +12,7 @@ caller's cheap check reads the headers). A name is never a path: it is what the 
 (`ollama run`'s name, LM Studio's publisher/model/file, a repo id), and the path behind it comes from the
 scan. One broken entry costs only itself, never the scan; a FIFO, device or socket is never opened.
 
-May import: ``mha.loading`` (gguf_checkpoint, checkpoint, convert), nothing above it. Never web code.
+May import: ``mha.loading`` (gguf, checkpoint, convert), nothing above it. Never web code.
 """
 
 from mha.loading.sources.folder import scan_models_folder

@@ -16,9 +16,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from mha.loading import gguf_checkpoint
 from mha.loading.checkpoint import DEFAULT_MODEL_NAME
 from mha.loading.convert import CONVERTERS
+from mha.loading.gguf import locate
 from mha.loading.sources import folder, hf_cache, lmstudio, ollama
 from mha.loading.sources.listing import Listing, SourceEntry
 
@@ -64,8 +64,8 @@ def scan_bundled(place: Bundled) -> Listing:
     """The embedded model (path None: mha's own), the bundled LLM's GGUF and the random model (None)."""
     found = Listing(BUNDLED)
     found.find(DEFAULT_MODEL_NAME, None)
-    if place.llm and (llm := gguf_checkpoint.bundled_llm_file()) is not None:
-        found.find(gguf_checkpoint.BUNDLED_LLM_NAME, llm)  # its header only at startup: converted on use
+    if place.llm and (llm := locate.bundled_llm_file()) is not None:
+        found.find(locate.BUNDLED_LLM_NAME, llm)  # its header only at startup: its config read on use
     if place.random:
         found.find(RANDOM_MODEL_NAME, None)
     return found

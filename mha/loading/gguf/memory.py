@@ -5,9 +5,9 @@ The one place it is stated (docs/memory-and-load.md quotes it): tests/mha/test_l
 GGUF of 2^17 vocabulary entries in a fresh process and holds its peak to `load_nbytes`. A change to how
 GGUF weights load changes WEIGHT_BYTES here, per ggml type.
 
-Where the bytes go in a first load (mha.loading.gguf_checkpoint: the config, the tensor names and the
-tokenizer, cached; then the network built from the file itself, mha.loading.gguf_weights): gguf's reader
-of the metadata (mha.loading.gguf_reading.lean_reader); transformers' conversion of the vocabulary into a
+Where the bytes go in a first load (mha.loading.gguf.cache: the config, the tensor names and the
+tokenizer, cached; then the network built from the file itself, mha.loading.gguf.weights): gguf's reader
+of the metadata (mha.loading.gguf.reading.lean_reader); transformers' conversion of the vocabulary into a
 fast tokenizer, then that tokenizer read back; the file's pages that loading touches (memory-mapped,
 copy-on-write); float tensors copied to float32; quantized matrices kept as their ggml blocks (the
 dequantized layers a forward keeps come later, bounded by HEADSCOPE_DEQUANT_CACHE_BYTES).
@@ -20,8 +20,10 @@ a Q8_0 or Q4_0 one 0.8. Each constant below is its measured value rounded up.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from pathlib import Path
+
+from mha.loading.gguf.header import Header
 
 __all__ = [
     "FIXED_BYTES",
@@ -54,13 +56,12 @@ def load_nbytes(vocab: int, weights: Mapping[str, int]) -> int:
     return FIXED_BYTES + vocab * VOCAB_ENTRY_BYTES + int(per_weight)
 
 
-def load_shape(file: Path) -> tuple[int, dict[str, int]]:
-    """(vocabulary entries, ggml type name -> weights of it) of a GGUF file, from its header alone
-    (transformers' header reader: milliseconds, the vocabulary's strings left unread)."""
-    return _vocab(file), _weights(_tensors(file))
+def load_shape(header: Header) -> tuple[int, dict[str, int]]:
+    """(vocabulary entries, ggml type name -> weights of it) of a GGUF, from its header alone."""
+    return header.vocab, header.weights
 
 
-def held_nbytes(file: Path, dequant_cache_bytes: int) -> int:
+def held_nbytes(header: Header, dequant_cache_bytes: int) -> int:
     """What a GGUF's model holds once loaded on the CPU, as AttentionModel.nbytes counts it (issue 48 E4),
     from its header alone: each float tensor as float32, each quantized one as its ggml blocks, and the
     dequantized-weight cache at what it can ever keep, the smaller of `dequant_cache_bytes` and every
@@ -69,55 +70,22 @@ def held_nbytes(file: Path, dequant_cache_bytes: int) -> int:
     An upper bound, tight for a real model: it also counts the int64 row order a quantized tensor may keep
     (Llama's q and k rows, permuted back by transformers) for every quantized tensor (8 bytes a row), which
     for the bundled SmolLM2 is 1.6 MB over a count of 635 MB."""
-    return _held(_tensors(file), dequant_cache_bytes)
-
-
-def load_need(file: Path, dequant_cache_bytes: int) -> int:
-    """What loading a GGUF needs of the models' memory budget, from one read of its header: the larger of
-    its first load's peak (load_nbytes) and what its model holds once loaded (held_nbytes), which is never
-    below what the budget counts for it afterwards."""
-    tensors = _tensors(file)
-    first_load = load_nbytes(_vocab(file), _weights(tensors))
-    return max(first_load, _held(tensors, dequant_cache_bytes))
-
-
-_FLOATS = frozenset({"F32", "F16", "BF16"})
-
-
-def _tensors(file: Path) -> list[tuple[str, int, int, int]]:
-    """(ggml type name, values, bytes in the file, rows) of each tensor of a GGUF, from its tensor table."""
-    from math import prod
-
-    from gguf import GGMLQuantizationType
-    from transformers.integrations.gguf import GgufHeader
-
-    return [
-        (GGMLQuantizationType(t.ggml_type).name, prod(t.shape), t.nbytes, t.shape[0] if t.shape else 1)
-        for t in GgufHeader.from_file(str(file)).tensors
-    ]
-
-
-def _vocab(file: Path) -> int:
-    from transformers.integrations.gguf import read_gguf_metadata
-
-    metadata, _ = read_gguf_metadata(str(file))
-    vocab = metadata.get("tokenizer.ggml.tokens", 0)  # an unread string array reads as its length
-    return int(vocab) if isinstance(vocab, int) else len(vocab)
-
-
-def _weights(tensors: list[tuple[str, int, int, int]]) -> dict[str, int]:
-    weights: dict[str, int] = {}
-    for kind, values, _, _ in tensors:
-        weights[kind] = weights.get(kind, 0) + values
-    return weights
-
-
-def _held(tensors: list[tuple[str, int, int, int]], dequant_cache_bytes: int) -> int:
     weights = quantized = 0
-    for kind, values, nbytes, rows in tensors:
-        if kind in _FLOATS:
+    for entry in header.tensors:
+        values = math.prod(entry.shape)
+        if entry.ggml_type in _FLOATS:
             weights += values * 4
         else:
-            weights += nbytes + 8 * rows
+            weights += entry.nbytes + 8 * (entry.shape[0] if entry.shape else 1)
             quantized += values * 4
     return weights + min(dequant_cache_bytes, quantized)
+
+
+def load_need(header: Header, dequant_cache_bytes: int) -> int:
+    """What loading a GGUF needs of the models' memory budget: the larger of its first load's peak
+    (load_nbytes) and what its model holds once loaded (held_nbytes), which is never below what the budget
+    counts for it afterwards."""
+    return max(load_nbytes(*load_shape(header)), held_nbytes(header, dequant_cache_bytes))
+
+
+_FLOATS = frozenset({0, 1, 30})  # ggml's F32, F16, BF16

@@ -1,16 +1,17 @@
-"""A GGUF header's counts and lengths held to the bytes the file has, before any reader allocates.
+"""A GGUF header read in one bounded walk: every count and length held to the bytes the file has before it
+is looped over, and what the header says (its metadata's numbers, the strings we use, its tensor table)
+kept on the way.
 
 A GGUF file is a download from anywhere. Its header states counts (tensors, keys, array entries) and
-lengths (strings) that the readers we use, transformers' and gguf's GGUFReader, loop over or allocate
-for as stated: a 256 MiB file of zeros that claims 2^40 vocabulary entries keeps either busy for minutes
-and grows it by gigabytes. This walk reads nothing into memory but the few numbers it checks, each
-against what the file has left and against the limits below, and raises a CheckpointNotFoundError (or,
-for a dimension past a limit, UnsupportedCheckpointError) whose sentence says which claim and why. The
-readers then read a file whose every count and length is known to fit.
-
-It is a bounds check, not a reader: it keeps no value but the few it checks, and the type sizes are
-gguf's own (GGML_QUANT_SIZES). Its cost is one pass over the header: a few milliseconds for a
-50,000-token vocabulary, about half a second at the 2^20-entry limit.
+lengths (strings) that a reader loops over or allocates for as stated: a 256 MiB file of zeros that
+claims 2^40 vocabulary entries kept transformers' reader and gguf's GGUFReader busy for minutes and grew
+them by gigabytes. This walk copies nothing but the few values it keeps, checks each claim against what
+the file has left and against the limits below, and raises a CheckpointNotFoundError (or, for a
+dimension past a limit, UnsupportedCheckpointError) whose sentence says which claim and why. Since it
+must step over every byte of the header anyway, it is also the one reader of the header
+(mha.loading.gguf.header builds the Header from it): the vocabulary's strings are stepped over, never
+decoded, and the type sizes are gguf's own (GGML_QUANT_SIZES). Its cost is one pass over the header: a few
+milliseconds for a 50,000-token vocabulary, about half a second at the 2^20-entry limit.
 
 The limits below are each far past any real model, and each is quoted in the sentence that refuses a file.
 """
@@ -21,9 +22,9 @@ import mmap
 import stat
 import struct
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from mha.errors import CheckpointMismatchError, CheckpointNotFoundError, UnsupportedCheckpointError
+from mha.errors import CheckpointNotFoundError, UnsupportedCheckpointError
 
 __all__ = [
     "MAX_ARRAY",
@@ -31,9 +32,10 @@ __all__ = [
     "MAX_LAYERS",
     "MAX_TENSORS",
     "MAX_VOCAB",
+    "Layout",
+    "TensorEntry",
     "check_bounds",
-    "check_config",
-    "config_keys",
+    "walk",
 ]
 
 MAX_TENSORS = 65_536  # Llama 3 8B has 291 tensors, a 256-expert MoE a few thousand
@@ -45,10 +47,33 @@ MAX_NAME = 1_024  # a tensor's name (ggml keeps 64 bytes) or a key's
 MAX_DIMS = 4  # ggml's GGML_MAX_DIMS
 _VERSIONS = (2, 3)  # v1 counted in 32 bits; transformers' reader takes these two
 
-# GGUF metadata value types: the fixed-width ones and their sizes; 8 is a string, 9 an array
-_FIXED = {0: 1, 1: 1, 7: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 10: 8, 11: 8, 12: 8}
+# GGUF metadata value types: the fixed-width ones and their struct formats; 8 is a string, 9 an array
+_FIXED = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?"}
+_FIXED |= {10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
-_UINT = {0: "<B", 2: "<H", 4: "<I", 10: "<Q"}  # the unsigned types a count or alignment is stored as
+_UINT = frozenset({0, 2, 4, 10})  # the unsigned types a count or alignment is stored as
+# The string values kept (any other is stepped over, never copied: a chat template, a hostile megabyte)
+_KEPT_STRINGS = frozenset({"general.architecture", "general.name"})
+# The arrays of numbers kept: per-layer head counts (OpenELM's, Gemma 3n's), which the config checks read
+_KEPT_ARRAYS = (".attention.head_count", ".attention.head_count_kv")
+VOCAB_KEY = "tokenizer.ggml.tokens"
+
+
+class TensorEntry(NamedTuple):
+    name: str  # llama.cpp's name (blk.0.attn_q.weight)
+    shape: tuple[int, ...]  # in torch's order (rows first): ggml's dimensions reversed
+    ggml_type: int
+    start: int  # its first byte in the file
+    nbytes: int
+
+
+class Layout(NamedTuple):
+    """What the walk read: the metadata it kept, the vocabulary's length, the tensor table."""
+
+    fields: dict[str, Any]  # every number of the metadata, and the _KEPT_STRINGS and _KEPT_ARRAYS
+    vocab: int  # entries of tokenizer.ggml.tokens (0 where there is none)
+    tensors: tuple[TensorEntry, ...]
+    data_start: int  # where the tensor data begins: every byte before it is the header
 
 
 class _Header:
@@ -63,12 +88,15 @@ class _Header:
         )
 
     def take(self, fmt: str, what: str) -> int:
+        return int(self.value(fmt, what))
+
+    def value(self, fmt: str, what: str) -> Any:
         width = struct.calcsize(fmt)
         if self.pos + width > self.size:
             raise self.fail(f"it ends inside its header, at {what} (byte {self.pos:,})")
         (value,) = struct.unpack_from(fmt, self.view, self.pos)
         self.pos += width
-        return int(value)
+        return value
 
     def skip(self, count: int, width: int, what: str) -> None:
         """Step over `count` items of `width` bytes, which must lie inside the file."""
@@ -105,6 +133,11 @@ class _Header:
 def check_bounds(file: Path) -> None:
     """Refuse `file` when its header claims more than its bytes hold or than the module's limits allow
     (module docstring); return when every count, length and tensor extent fits. Reads the header only."""
+    walk(file)
+
+
+def walk(file: Path) -> Layout:
+    """`file`'s header, read once within its bounds (check_bounds' refusals); no tensor data is read."""
     status = file.stat()
     if not stat.S_ISREG(status.st_mode):  # never opened: a FIFO would wait forever, a device never ends
         raise CheckpointNotFoundError(f"{file} is not a readable GGUF file: not a regular file")
@@ -114,12 +147,12 @@ def check_bounds(file: Path) -> None:
     with file.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         view = memoryview(mapped)
         try:
-            _check(_Header(view, file))
+            return _walk(_Header(view, file))
         finally:
             view.release()
 
 
-def _check(h: _Header) -> None:
+def _walk(h: _Header) -> Layout:
     if bytes(h.view[:4]) != b"GGUF":
         raise h.fail("it does not start with GGUF's magic bytes")
     h.pos = 4
@@ -138,27 +171,37 @@ def _check(h: _Header) -> None:
             f"it claims {keys:,} keys and {tensors:,} tensors, more than its {h.size - h.pos:,} bytes "
             "after the header can hold"
         )
-    alignment, layers = 32, None  # llama.cpp's default alignment
+    alignment, layers, vocab = 32, None, 0  # llama.cpp's default alignment
+    fields: dict[str, Any] = {}
     for _ in range(keys):
         key = h.string("a metadata key", MAX_NAME).decode("utf-8", "replace")
         kind = h.take("<I", f"the type of {key}")
-        if kind in _UINT and key == "general.alignment":
-            alignment = h.take(_UINT[kind], key)
-        elif kind in _UINT and key.endswith(".block_count"):
-            layers = (key, h.take(_UINT[kind], key))
-        elif kind in _FIXED:
-            h.skip(1, _FIXED[kind], key)
+        if kind in _FIXED:
+            fields[key] = h.value(_FIXED[kind], key)
+            if kind in _UINT and key == "general.alignment":
+                alignment = int(fields[key])
+            elif kind in _UINT and key.endswith(".block_count"):
+                layers = (key, int(fields[key]))
         elif kind == _STRING:
-            h.skip(h.take("<Q", f"the length of {key}"), 1, key)  # a value: stepped over, never copied
+            if key in _KEPT_STRINGS:
+                fields[key] = h.string(key).decode("utf-8", "replace")
+            else:  # a value: stepped over, never copied
+                h.skip(h.take("<Q", f"the length of {key}"), 1, key)
         elif kind == _ARRAY:
             element = h.take("<I", f"the element type of {key}")
             count = h.take("<Q", f"the length of {key}")
-            limit = MAX_VOCAB if key == "tokenizer.ggml.tokens" else MAX_ARRAY
+            limit = MAX_VOCAB if key == VOCAB_KEY else MAX_ARRAY
             if count > limit:
                 what = "vocabulary entries" if limit == MAX_VOCAB else "entries"
                 raise h.fail(f"{key} claims {count:,} {what}, past the limit of {limit:,}")
+            if key == VOCAB_KEY:
+                vocab = count
             if element in _FIXED:
-                h.skip(count, _FIXED[element], key)
+                fmt = _FIXED[element]
+                start = h.pos
+                h.skip(count, struct.calcsize(fmt), key)
+                if key.endswith(_KEPT_ARRAYS):
+                    fields[key] = list(struct.unpack_from(f"<{count}{fmt[1]}", h.view, start))
             elif element == _STRING:
                 h.skip_strings(count, key)
             else:
@@ -171,13 +214,14 @@ def _check(h: _Header) -> None:
         raise UnsupportedCheckpointError(
             f"{h.file.name} claims {layers[0]} = {layers[1]:,}; headscope takes 1 to {MAX_LAYERS:,} layers"
         )
-    _check_tensors(h, tensors, alignment)
+    entries, data_start = _tensor_table(h, tensors, alignment)
+    return Layout(fields, vocab, entries, data_start)
 
 
-def _check_tensors(h: _Header, tensors: int, alignment: int) -> None:
+def _tensor_table(h: _Header, tensors: int, alignment: int) -> tuple[tuple[TensorEntry, ...], int]:
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-    extents: list[tuple[str, int, int]] = []
+    extents: list[tuple[str, tuple[int, ...], int, int, int]] = []
     for _ in range(tensors):
         name = h.string("a tensor's name", MAX_NAME).decode("utf-8", "replace")
         dims = h.take("<I", f"the dimension count of {name}")
@@ -197,83 +241,17 @@ def _check_tensors(h: _Header, tensors: int, alignment: int) -> None:
             elements *= dim
         if shape[0] % block:
             raise h.fail(f"tensor {name}'s rows of {shape[0]:,} are not whole blocks of {block}")
-        extents.append((name, offset, elements // block * block_bytes))
+        extents.append((name, tuple(reversed(shape)), kind, offset, elements // block * block_bytes))
     data_start = (h.pos + alignment - 1) // alignment * alignment
     room = h.size - data_start
-    for name, offset, nbytes in extents:
+    for name, _, _, offset, nbytes in extents:
         if offset + nbytes > room:
             raise h.fail(
                 f"it is cut short: tensor {name}'s data ({nbytes:,} bytes at {offset:,}) ends past the "
                 f"file's end ({room:,} bytes of data)"
             )
-
-
-def config_keys(arch: str) -> tuple[str, ...]:
-    return tuple(
-        f"{arch}.{key}"
-        for key in ("block_count", "embedding_length", "attention.head_count", "attention.head_count_kv")
+    entries = tuple(
+        TensorEntry(name, shape, kind, data_start + offset, nbytes)
+        for name, shape, kind, offset, nbytes in extents
     )
-
-
-def check_config(file: Path, arch: str, fields: dict[str, Any], tensors: list[str]) -> None:
-    """The header's config against its tensors, before anything is built: heads that exist and divide the
-    width, and one set of tensors for each layer the file claims, each failure a sentence naming the file.
-    (The tensors' shapes are checked against the config when the file is converted, from the same names.)"""
-
-    def refuse(why: str) -> CheckpointMismatchError:
-        return CheckpointMismatchError(f"{file.name} does not hold the model its header describes: {why}")
-
-    def counts(key: str) -> list[int]:
-        value = fields.get(f"{arch}.{key}")
-        values = value if isinstance(value, list) else [] if value is None else [value]
-        return [int(v) for v in values]
-
-    heads, kv_heads, width = (
-        counts("attention.head_count"),
-        counts("attention.head_count_kv"),
-        counts("embedding_length"),
-    )
-    if any(h < 1 for h in heads):
-        shown = heads[0] if len(heads) == 1 else heads
-        raise refuse(f"{arch}.attention.head_count is {shown}; a layer needs 1 or more")
-    if any(h < 1 for h in kv_heads):
-        raise refuse(f"{arch}.attention.head_count_kv is {kv_heads[0] if len(kv_heads) == 1 else kv_heads}")
-    for h, kv in zip(heads, kv_heads or heads, strict=False):
-        if h % kv:
-            raise refuse(f"{h} query heads are not a whole number of groups of the {kv} key/value heads")
-    if width and heads and width[0] % heads[0] and f"{arch}.attention.key_length" not in fields:
-        raise refuse(f"{arch}.embedding_length ({width[0]}) is not divisible by head_count ({heads[0]})")
-    if "token_embd.weight" not in tensors:
-        raise refuse("it has no token_embd.weight (the token embeddings)")
-    layers = counts("block_count")
-    if layers:
-        found = {
-            int(name.split(".")[1])
-            for name in tensors
-            if name.startswith("blk.") and name.split(".")[1].isdigit()
-        }
-        missing = sorted(set(range(layers[0])) - found)
-        extra = sorted(found - set(range(layers[0])))
-        if missing:
-            plural = "s" if len(missing) > 1 else ""
-            raise refuse(
-                f"{arch}.block_count is {layers[0]:,}, but no tensors of layer{plural} {_spans(missing)}"
-            )
-        if extra:
-            raise refuse(
-                f"{arch}.block_count is {layers[0]:,}, but it holds tensors of layers {_spans(extra)}"
-            )
-
-
-def _spans(numbers: list[int]) -> str:
-    """[0, 1, 2, 5] -> "0-2, 5" (at most 4 spans, then "...")."""
-    spans: list[str] = []
-    start = previous = numbers[0]
-    for n in [*numbers[1:], None]:
-        if n is not None and n == previous + 1:
-            previous = n
-            continue
-        spans.append(str(start) if start == previous else f"{start}-{previous}")
-        if n is not None:
-            start = previous = n
-    return ", ".join(spans[:4]) + (", ..." if len(spans) > 4 else "")
+    return entries, data_start

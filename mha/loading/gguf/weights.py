@@ -1,9 +1,10 @@
 """A GGUF file's tensors read into our network without converting them: quantized matrices stay as their
-ggml blocks (mha.loading.gguf_packed), float ones are used as they are.
+ggml blocks (mha.loading.gguf.packed), float ones are used as they are.
 
 The file is memory-mapped (copy-on-write: a page is read when a forward first touches it, and nothing
-writes to the file). Each tensor gets transformers' name for it (transformers' GGUF name map, kept in the
-cache beside the config: mha.loading.gguf_checkpoint) and goes through transformers' tensor processor for
+writes to the file) and each tensor read where the header's tensor table puts it (mha.loading.gguf.header).
+Each tensor gets transformers' name for it (transformers' GGUF name map, kept in the cache beside the
+config: mha.loading.gguf.cache) and goes through transformers' tensor processor for
 its architecture, as transformers' from_pretrained(gguf_file=...) does: on the values of a float tensor
 (Gemma's norms stored as 1 + w), and on the row indices of a block tensor, whose answer is the order its
 rows take (llama.cpp's rotary permutation of q and k), or a transpose (GPT-2's Conv1D weights, which our
@@ -14,7 +15,7 @@ tensor cannot be followed on blocks: that tensor is dequantized at load.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple, cast
 
@@ -23,14 +24,16 @@ import torch
 from torch import nn
 
 from mha.errors import CheckpointNotFoundError
+from mha.loading.checkpoint_files import Checked
 from mha.loading.convert import Converter, check_shapes
 from mha.loading.convert.base import NetworkConfig, build_network, strip_prefix
-from mha.loading.gguf_packed import Blocks, DequantBudget, PackedEmbedding, PackedLinear, dequantize
+from mha.loading.gguf.header import Header, TensorEntry
+from mha.loading.gguf.packed import Blocks, DequantBudget, PackedEmbedding, PackedLinear, dequantize
 from mha.loading.load_progress import Progress, report
 from mha.networks.model import Transformer
 from mha.networks.seq2seq import EncoderDecoder
 
-__all__ = ["Tensor", "TensorEntry", "gguf_network", "hf_shapes", "read_tensors", "tensor_table"]
+__all__ = ["Names", "Tensor", "gguf_network", "hf_shapes", "load_network", "read_tensors"]
 
 Tensor = torch.Tensor | Blocks
 _FLOATS = {0: torch.float32, 1: torch.float16, 30: torch.bfloat16}  # ggml's F32, F16, BF16
@@ -59,46 +62,40 @@ _SCALES = {
 }
 
 
-class TensorEntry(NamedTuple):
-    name: str  # llama.cpp's name (blk.0.attn_q.weight)
-    shape: tuple[int, ...]  # in torch's order (rows first)
-    ggml_type: int
-    start: int  # its first byte in the file
-    nbytes: int
+class Names(NamedTuple):
+    """What the cache keeps for reading the tensors as transformers does (read_tensors): the cache
+    folder's gguf_names.json (mha.loading.gguf.cache)."""
+
+    names: dict[str, str]  # llama.cpp's tensor name -> transformers'
+    processor_config: dict[str, Any]  # load_gguf_checkpoint's config, which its tensor processor reads
 
 
-def tensor_table(file: Path) -> tuple[list[TensorEntry], int]:
-    """(every tensor's entry, where the tensor data begins): transformers' GGUF reader, or gguf's
-    GGUFReader for the types transformers does not size (Q5_0, Q5_1)."""
-    from transformers.integrations.gguf import GgufHeader
+def load_network(
+    header: Header,
+    names: Names,
+    checked: Checked,
+    budget: DequantBudget,
+    *,
+    reading: Progress | None = None,
+    building: Progress | None = None,
+) -> tuple[Transformer | EncoderDecoder, Callable[[], torch.Tensor | None]]:
+    """Our network holding the file's tensors as they are in it (read_tensors, then gguf_network), and
+    what reads its LM head (dequantized when asked: only a continuation needs it). `reading` and
+    `building` are told the progress of each."""
+    theirs = read_tensors(header, names.processor_config, names.names, progress=reading)
+    network = gguf_network(
+        checked.config, checked.converter, theirs, budget, source=header.file, progress=building
+    )
+    head = theirs.get(checked.converter.lm_head)
 
-    try:
-        header = GgufHeader.from_file(str(file))
-    except ValueError:
-        from gguf import GGUFReader
+    def read() -> torch.Tensor | None:
+        return head.dense() if isinstance(head, Blocks) else head
 
-        reader = GGUFReader(file)
-        entries = [
-            TensorEntry(
-                t.name,
-                tuple(int(d) for d in reversed(t.shape)),
-                int(t.tensor_type),
-                int(t.data_offset),
-                int(t.n_bytes),
-            )
-            for t in reader.tensors
-        ]
-        return entries, int(reader.data_offset)
-    entries = [
-        TensorEntry(t.name, tuple(t.shape), t.ggml_type, header.data_start + t.offset, t.nbytes)
-        for t in header.tensors
-    ]
-    return entries, header.data_start
+    return network, read
 
 
 def read_tensors(
-    file: Path,
-    architecture: str,
+    header: Header,
     hf_config: Mapping[str, Any],
     names: Mapping[str, str],
     *,
@@ -107,10 +104,10 @@ def read_tensors(
     """transformers' name -> the tensor (float) or its Blocks, of every tensor `names` maps (llama.cpp's
     name -> transformers'); tensors it does not map are skipped, as transformers skips them. progress(i, n)
     as each of the n tensors is read."""
-    processor = _processor(architecture, hf_config)
-    blob = np.memmap(file, mode="c", dtype=np.uint8)  # copy-on-write: nothing ever reaches the file
+    processor = _processor(header.architecture, hf_config)
+    blob = np.memmap(header.file, mode="c", dtype=np.uint8)  # copy-on-write: nothing ever reaches the file
     out: dict[str, Tensor] = {}
-    entries = tensor_table(file)[0]
+    entries = header.tensors
     for i, entry in enumerate(entries):
         report(progress, i, len(entries))
         raw = blob[entry.start : entry.start + entry.nbytes]
@@ -186,13 +183,13 @@ def _block_tensor(processor: Any, entry: TensorEntry, raw: np.ndarray) -> tuple[
 
 
 def hf_shapes(
-    file: Path, architecture: str, processor_config: Mapping[str, Any], names: Mapping[str, str]
+    header: Header, processor_config: Mapping[str, Any], names: Mapping[str, str]
 ) -> dict[str, tuple[int, ...]]:
     """transformers' name -> shape of each tensor read_tensors would give, from the header alone (no
     tensor read), so a cache folder is published only for a file whose tensors our key map takes."""
-    processor = _processor(architecture, processor_config)
+    processor = _processor(header.architecture, processor_config)
     shapes: dict[str, tuple[int, ...]] = {}
-    for entry in tensor_table(file)[0]:
+    for entry in header.tensors:
         moved = _rows(processor, entry.name, entry.shape[0]) if len(entry.shape) == 2 else None
         name = entry.name if moved is None else moved.name
         shape = entry.shape[::-1] if moved is not None and moved.transposed else entry.shape

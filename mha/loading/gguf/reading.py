@@ -1,5 +1,5 @@
 """gguf's GGUFReader and get_tensor_name_map shared within one reading of a GGUF file's config, names
-and tokenizer (mha.loading.gguf_checkpoint), where transformers would build each anew many times; the
+and tokenizer (mha.loading.gguf.cache), where transformers would build each anew many times; the
 reader itself at a quarter of gguf's memory (lean_reader).
 """
 

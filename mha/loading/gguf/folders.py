@@ -1,8 +1,8 @@
 """The cache of what is slow to rebuild from a file: content-addressed folders under HEADSCOPE_CACHE_DIR.
 
-What a GGUF's header gives (mha.loading.gguf_checkpoint: its config, tensor names and tokenizer) is kept as
+What a GGUF's header gives (mha.loading.gguf.cache: its config, tensor names and tokenizer) is kept as
 a folder named by the SHA-256 of that header, so a renamed or copied file finds it and an edited header
-does not; the tensors are never kept here (mha.loading.gguf_weights reads them from the file itself):
+does not; the tensors are never kept here (mha.loading.gguf.weights reads them from the file itself):
 
     $HEADSCOPE_CACHE_DIR/            (default ~/.cache/headscope)
       gguf-v2/<sha256>/              a published folder: config.json, tokenizer files, gguf*.json
@@ -95,7 +95,7 @@ def _fallback(kind: str, digest: str, write: Callable[[Path], None], why: str) -
     folder = Path(tempfile.mkdtemp(prefix="headscope-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     logger.warning(
-        "%s: converting into %r for this process only (set %s to a writable folder to keep it)",
+        "%s: writing into %r for this process only (set %s to a writable folder to keep it)",
         why,
         str(folder),
         CACHE_ENV,
