@@ -69,3 +69,30 @@ def test_written_files_pass(tmp_path: Path) -> None:
     bundled = bundled_gguf()
     if bundled is not None:
         check_bounds(bundled)
+
+
+@pytest.mark.parametrize("qtype", ["F32", "F16", "Q8_0", "Q5_0", "Q4_0"])
+def test_the_walk_reads_what_ggufs_own_reader_reads(qtype: str, tmp_path: Path) -> None:
+    """The walk is the one reader of a header (issue 45): its Header against gguf's GGUFReader of the same
+    file, a reference that shares no code with it. Every tensor's name, shape (torch's order), type, first
+    byte and length, where the data begins, the vocabulary's length and the numbers the checks read. Q5_0
+    is one transformers' header reader did not size."""
+    from gguf import GGUFReader
+    from gguf_files import build_qwen3, write_gguf
+
+    file = write_gguf(build_qwen3(tmp_path / "qwen3"), tmp_path / f"qwen3-{qtype}.gguf", qtype=qtype)
+    header = read_header(file)
+    reader = GGUFReader(file)
+    expected = [
+        (t.name, tuple(map(int, reversed(t.shape))), int(t.tensor_type), int(t.data_offset), int(t.n_bytes))
+        for t in reader.tensors
+    ]
+    assert [tuple(entry) for entry in header.tensors] == expected
+    assert header.data_start == int(reader.data_offset)
+    assert header.vocab == len(reader.fields["tokenizer.ggml.tokens"].data) > 0
+    assert (header.architecture, header.name) == (
+        reader.fields["general.architecture"].contents(),
+        reader.fields["general.name"].contents(),
+    )
+    for name in ("qwen3.block_count", "qwen3.embedding_length", "qwen3.attention.head_count"):
+        assert header.fields[name] == reader.fields[name].contents()
