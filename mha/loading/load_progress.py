@@ -1,6 +1,6 @@
-"""A load's progress as one bar: `Stages` splits it into stages of given weights (a GGUF's conversion, its
-tensors read, its layers built, the cast and the finite check), each reporting `(i, n)` of its own steps,
-and hands the caller's `progress(step, steps)` one rising count over the whole load.
+"""A load's progress as one bar: `Stages` splits it into stages of given weights (a GGUF's config read into
+the cache, its tensors read, its layers built, the cast and the finite check), each reporting `(i, n)` of
+its own steps, and hands the caller's `progress(step, steps)` one rising count over the whole load.
 
 The caller's callback is a plain callable (the service records it per model and streams it to the page);
 it runs on the loading thread, between steps, and should return quickly. With no callback every stage's
@@ -54,7 +54,7 @@ class Stages:
         return stage_report
 
     def drop_if_silent(self, name: str) -> None:
-        """Leave out stage `name` if it never reported (a GGUF's conversion found cached): the bar is the
+        """Leave out stage `name` if it never reported (a GGUF's config found cached): the bar is the
         other stages'. Only while nothing is reported yet; later it would move the bar back."""
         if name in self._heard or self._done > 0:
             return

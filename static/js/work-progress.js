@@ -24,8 +24,8 @@ export function layerView({ layer, layers, pass = 0 }) {
  */
 export function progressView(event, elapsed) {
   if (event?.event === "load") {
-    // Nothing measured yet (a first load's conversion reports only as its parts end): an indeterminate
-    // bar, which moves, rather than "0 %", which reads as stuck.
+    // Nothing measured yet (a GGUF's config, read on its first load, reports only as its parts end): an
+    // indeterminate bar, which moves, rather than "0 %", which reads as stuck.
     if (!(event.step > 0)) return { text: `Loading ${event.model}…` };
     const percent = Math.floor((100 * event.step) / Math.max(event.steps, 1));
     return { text: `Loading ${event.model}: ${percent} %`, value: event.step, max: event.steps };

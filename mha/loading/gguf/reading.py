@@ -15,28 +15,28 @@ from typing import Any
 
 __all__ = ["lean_reader", "one_reading"]
 
-# What the conversion running in this thread shares: its readers by (path, mode) and its name maps by
-# arguments; None outside a conversion (see one_reading).
+# What the reading running in this thread shares: its readers by (path, mode) and its name maps by
+# arguments; None outside a reading (see one_reading).
 _SHARED: ContextVar[dict[tuple[Any, ...], Any] | None] = ContextVar("gguf_shared", default=None)
 _PATCH_GUARD = threading.Lock()
-_patched = 0  # conversions in progress, which keep gguf's stand-ins installed
+_patched = 0  # readings in progress, which keep gguf's stand-ins installed
 
 
 @contextmanager
 def one_reading() -> Iterator[None]:
     """Within it, gguf's GGUFReader and get_tensor_name_map answer each question of this thread's
-    conversion once.
+    reading once.
 
     transformers' GGUF loader parses the file's metadata anew for the config, for the tensors and for the
     tokenizer's config (a GGUFReader each: seconds for a 49,152-token vocabulary, read field by field),
     and builds a fresh gguf name map for every submodule of the model (hundreds). The same file gives the
-    same reader and the same arguments the same map, so sharing them is the same conversion in under half
+    same reader and the same arguments the same map, so sharing them is the same reading in under half
     the time.
 
     Why a patch of gguf's module: transformers takes a path, never a reader, and looks both names up in
     gguf at each call (`from gguf import GGUFReader` inside load_gguf_checkpoint, which AutoTokenizer
-    calls too), so there is nothing to pass them through. The stand-ins are installed while any conversion
-    runs and each looks up the calling thread's own cache (_SHARED, a ContextVar): conversions of
+    calls too), so there is nothing to pass them through. The stand-ins are installed while any reading
+    runs and each looks up the calling thread's own cache (_SHARED, a ContextVar): readings of
     different files run at once, each sharing only its own readings, and any other caller (a header check
     in another thread) gets gguf's own answer."""
     import gguf
@@ -61,13 +61,13 @@ _ORIGINAL: tuple[Any, Any] = (None, None)  # gguf's own GGUFReader and get_tenso
 
 
 def _install(gguf: Any) -> None:
-    """gguf's GGUFReader and get_tensor_name_map replaced by stand-ins that share within a conversion."""
+    """gguf's GGUFReader and get_tensor_name_map replaced by stand-ins that share within a reading."""
     global _ORIGINAL
     reader, name_map = _ORIGINAL = gguf.GGUFReader, gguf.get_tensor_name_map
 
     def shared(key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
         cache = _SHARED.get()
-        if cache is None:  # not this thread's conversion
+        if cache is None:  # not this thread's reading
             return make()
         if key not in cache:
             cache[key] = make()
