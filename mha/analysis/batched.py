@@ -109,6 +109,25 @@ class BatchStats:
 
     def stacked(self, attentions: Tensor, *, layer_major: bool = False) -> Tensor:
         """The same statistics as one tensor [S, B, L, H], S in STATS order (one copy to move, not S)."""
+        self._check(attentions, layer_major)
+        if layer_major:
+            layers, batch, heads, width, _ = attentions.shape
+        else:
+            batch, layers, heads, width, _ = attentions.shape
+        maps = attentions.reshape(-1, width, width)  # (M, T, T)
+        # Per map: its text's length and key masks (M = L·B·H layer-major, else B·L·H).
+        if layer_major:
+            map_n = self.n.repeat_interleave(heads).repeat(layers)  # (M,)
+            columns = self.columns.repeat_interleave(heads, dim=0).repeat(layers, 1, 1)  # (M, T, 2)
+        else:
+            map_n = self.n.repeat_interleave(layers * heads)
+            columns = self.columns.repeat_interleave(layers * heads, dim=0)
+        out = self._means(self._row_values(maps, columns), maps, map_n)  # (S, M)
+        if layer_major:
+            return out.view(len(STATS), layers, batch, heads).transpose(1, 2)
+        return out.view(len(STATS), batch, layers, heads)
+
+    def _check(self, attentions: Tensor, layer_major: bool) -> None:
         shape = (self.batch, self.width, self.width)
         text_dim = 1 if layer_major else 0
         if attentions.ndim != 5 or (attentions.shape[text_dim], *attentions.shape[-2:]) != shape:
@@ -122,39 +141,35 @@ class BatchStats:
                 f"attentions are {attentions.dtype} on {attentions.device}, prepared for {self.dtype} on "
                 f"{self.n.device}"
             )
-        if layer_major:
-            layers, batch, heads, width, _ = attentions.shape
-        else:
-            batch, layers, heads, width, _ = attentions.shape
-        device, dtype = attentions.device, attentions.dtype
-        maps = attentions.reshape(-1, width, width)  # (M, T, T)
-        # Per map: its text's length and key masks (M = L·B·H layer-major, else B·L·H).
-        if layer_major:
-            map_n = self.n.repeat_interleave(heads).repeat(layers)  # (M,)
-            columns = self.columns.repeat_interleave(heads, dim=0).repeat(layers, 1, 1)  # (M, T, 2)
-        else:
-            map_n = self.n.repeat_interleave(layers * heads)
-            columns = self.columns.repeat_interleave(layers * heads, dim=0)
-        positions, kernels = self.positions, self.kernels
 
-        rows = torch.empty(9, maps.shape[0], width, dtype=dtype, device=device)
+    def _row_values(self, maps: Tensor, columns: Tensor) -> Tensor:
+        """(9, M, T): each query row's entropy (nats), distance, forward, local, max, special, punctuation,
+        self and first weights, for maps (M, T, T) with their key masks columns (M, T, 2), a chunk of whole
+        maps at a time."""
+        width, dtype = maps.shape[-1], maps.dtype
+        rows = torch.empty(9, maps.shape[0], width, dtype=dtype, device=maps.device)
         per_chunk = max(1, _CHUNK_ELEMENTS // (width * width))
         for start in range(0, maps.shape[0], per_chunk):
             chunk = maps[start : start + per_chunk]  # (C, T, T)
             part = slice(start, start + chunk.shape[0])
             work = torch.clamp(chunk, min=torch.finfo(dtype).tiny)  # 0·log(tiny) = 0, never 0·(-inf)
             rows[0, part] = work.log2_().mul_(chunk).sum(-1).neg_()
-            rows[1:4, part] = torch.einsum("cij,ijk->kci", chunk, kernels)  # distance, forward, local
+            rows[1:4, part] = torch.einsum("cij,ijk->kci", chunk, self.kernels)  # distance, forward, local
             rows[4, part] = chunk.amax(-1)
             rows[5:7, part] = torch.bmm(chunk, columns[part]).permute(2, 0, 1)  # special, punctuation
             rows[7, part] = chunk.diagonal(0, -2, -1)
             rows[8, part] = chunk[..., 0]
         rows[0].mul_(math.log(2))
-        entropy_rows, self_rows = rows[0], rows[7]
+        return rows
 
+    def _means(self, rows: Tensor, maps: Tensor, map_n: Tensor) -> Tensor:
+        """(S, M) in STATS order: the row values' means over each map's own query rows, and the three
+        statistics that read other rows (entropy_norm, previous, next) over theirs."""
+        width, dtype, positions = maps.shape[-1], maps.dtype, self.positions
+        entropy_rows, self_rows = rows[0], rows[7]
         real = positions[None, :] < map_n[:, None]  # (M, T) the text's own query rows
         count = map_n.to(dtype)
-        zero = torch.zeros((), dtype=dtype, device=device)
+        zero = torch.zeros((), dtype=dtype, device=maps.device)
 
         def means(values: Tensor, keep: Tensor, counts: Tensor) -> Tensor:
             """Means of (K, M, T) row values over the rows in ``keep`` ((K|1, M, T)), ``counts`` of them
@@ -189,10 +204,7 @@ class BatchStats:
         names = ("entropy", "distance", "forward", "local", "max", "special", "punctuation", "self", "first")
         by_name = dict(zip(names, every, strict=True))
         by_name |= dict(zip(("entropy_norm", "previous", "next"), own, strict=True))
-        out = torch.stack([by_name[key] for key in STATS])  # (S, M)
-        if layer_major:
-            return out.view(len(STATS), layers, batch, heads).transpose(1, 2)
-        return out.view(len(STATS), batch, layers, heads)
+        return torch.stack([by_name[key] for key in STATS])  # (S, M)
 
 
 def batch_head_labels(stats: dict[str, Tensor]) -> Tensor:
