@@ -136,15 +136,36 @@ def run(
     if previous is not None and previous.get("complete"):
         logger.info("%r: this run is already complete; nothing to do", str(job.out))
         return previous
+    worker, info = _load(job, loaded)  # the model first: a model that fails to load leaves no folder behind
+    todo = _prepare_folder(job)
+    record = _started_record(job, info, identity, previous)
+    _write_json(job.out / "run.json", record)
+    loading = time.perf_counter() - started
+    if todo:
+        if progress is not None:  # where a resumed run starts
+            progress(job.records - records_in(job, todo), job.records)
+        if worker is not None:
+            local_engine.process(job, todo, worker, progress)
+        else:
+            _process_ray(job, todo, progress, info)
+    return _finish(job, record, info, todo, started=started, loading=loading)
 
-    worker: CorpusWorker | None = None
-    if engine == "local":  # the model first: a model that fails to load leaves no folder behind
+
+def _load(job: Job, loaded: AttentionModel | None) -> tuple[CorpusWorker | None, ModelInfo]:
+    """(the local engine's worker, with its model loaded, or None for Ray; the model's shape)."""
+    worker = None
+    if job.engine == "local":
         worker = CorpusWorker(loaded if loaded is not None else job.model, **job.worker_kwargs())
         info = worker.model.info
     else:
         info = model_info(job)
-    if words and info.seq2seq:  # CorpusWorker says the same; the Ray engine's would say it on a worker
+    if job.words and info.seq2seq:  # CorpusWorker says the same; the Ray engine's would say it on a worker
         raise ValueError(f"words are not available for an encoder-decoder ({job.name!r}): use tokens")
+    return worker, info
+
+
+def _prepare_folder(job: Job) -> list[int]:
+    """Make the run's folder, remove what a stopped job left half-written, and return the shards to do."""
     try:
         job.out.mkdir(parents=True, exist_ok=True)
     except OSError as error:  # no permission, a read-only disk, a file put there since _check_out
@@ -155,16 +176,23 @@ def run(
             logger.info(
                 "%r: removed %s, left by a job that was stopped", str(folder), ", ".join(map(repr, removed))
             )
-    shards = shard_count(job.records, shard_size)
+    shards = shard_count(job.records, job.shard_size)
     done = done_shards(job.out)
     todo = [k for k in range(shards) if k not in done]
     if done:
         logger.info("%r: resuming, %d of %d shards already done", str(job.out), shards - len(todo), shards)
-    record = {
+    return todo
+
+
+def _started_record(
+    job: Job, info: ModelInfo, identity: dict[str, Any], previous: dict[str, Any] | None
+) -> dict[str, Any]:
+    """run.json as the run starts: what it is (model, input, settings, the statistics' names), not done."""
+    return {
         "format": FORMAT,
         "complete": False,
         "name": job.out.name,
-        "engine": engine,
+        "engine": job.engine,
         "kind": "encoder" if info.seq2seq else "self",
         "model": {
             "name": job.name,
@@ -179,16 +207,13 @@ def run(
         "labels": list(LABELS),
         "started": (previous or {}).get("started") or _now(),
     }
-    _write_json(job.out / "run.json", record)
 
-    loading = time.perf_counter() - started
-    if todo:
-        if progress is not None:  # where a resumed run starts
-            progress(job.records - records_in(job, todo), job.records)
-        if worker is not None:
-            local_engine.process(job, todo, worker, progress)
-        else:
-            _process_ray(job, todo, progress, info)
+
+def _finish(
+    job: Job, record: dict[str, Any], info: ModelInfo, todo: list[int], *, started: float, loading: float
+) -> dict[str, Any]:
+    """Aggregate the shards, and write and return run.json complete, with counts, timings and versions."""
+    shards = shard_count(job.records, job.shard_size)
     counts = _counts(job.out, shards)
     aggregate(job.out, range(shards), layers=info.layers, heads=info.heads)
     release_memory()
@@ -204,7 +229,7 @@ def run(
             "load_seconds": round(loading, 3),
             "texts_per_second": round(texts_now / working, 3),
         },
-        versions=_versions(engine),
+        versions=_versions(job.engine),
         finished=_now(),
     )
     _write_json(job.out / "run.json", record)
