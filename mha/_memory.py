@@ -119,7 +119,7 @@ def held_nbytes(module: torch.nn.Module, extra: Iterable[torch.Tensor | None] = 
     what its layers may keep besides: a layer's `budget` (a packed layer's DequantBudget, shared by a
     model's layers: counted once) at what it can ever keep, the smaller of its `limit` and every layer of it
     dequantized (`dequantized_nbytes`): a 10 MB file's model does not count a 768 MiB cache it cannot fill
-    (issue 48 E4; mha.loading.load_memory.held_nbytes predicts this from the header)."""
+    (issue 48 E4; mha.loading.gguf.memory.held_nbytes predicts this from the header)."""
     tensors = [*module.parameters(), *module.buffers(), *(t for t in extra if t is not None)]
     storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
     limits: dict[int, int] = {}
