@@ -13,7 +13,8 @@ their config and tokenizer cached, their tensors read in place.
 
 A load reads the header once (read_header) and hands the Header on. Only this package imports gguf (the
 llama.cpp reader package). May import: ``mha.loading.convert``, ``mha.loading.checkpoint_files``,
-``mha.loading.load_progress``, ``mha.networks``, ``mha.core``, ``mha.errors``.
+``mha.loading.config_snapshot``, ``mha.loading.load_progress``, ``mha.networks``, ``mha.errors``; nothing
+above loading.
 """
 
 from mha.loading.gguf.bounds import MAX_LAYERS, MAX_TENSORS, MAX_VOCAB, check_bounds
