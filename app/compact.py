@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mha._transfer import to_host
+from mha.devices import to_host
 
 MAGIC = b"HSA1"
 MEDIA_TYPE = "application/vnd.headscope.attention"

@@ -39,14 +39,20 @@ class Settings(BaseSettings):
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"  # auto lets mha pick per device
     # Loaded at startup, in the background; a registered name. None: the embedded model, under mha's name.
     default_model: str | None = None
-    models: dict[str, Path] = Field(default_factory=dict)  # allowlist: name -> checkpoint dir or GGUF file
-    models_dir: Path | None = None  # scanned once at startup: each subfolder with config.json, each *.gguf
+    # A field with json_schema_extra={"source": ID} says where mha's source ID (mha.loading.sources.SOURCES)
+    # is: adding a source is its row there and its field here (app.service.offers.places).
+    # allowlist: name -> checkpoint dir or GGUF file
+    models: dict[str, Path] = Field(default_factory=dict, json_schema_extra={"source": "operator"})
+    # scanned once at startup: each subfolder with config.json, each *.gguf
+    models_dir: Path | None = Field(default=None, json_schema_extra={"source": "models_dir"})
     # -- the stores people already have (docs/model-stores.md), scanned once at startup --
     discover: bool = True  # false: none of the three stores below is looked at
     # ollama's models folder; None: $OLLAMA_MODELS, else ~/.ollama/models or /usr/share/ollama/.ollama/models
-    ollama_models: Path | None = None
-    lmstudio_models: Path | None = None  # LM Studio's; None: ~/.lmstudio/models
-    hf_cache: Path | None = None  # the Hugging Face hub cache; None: the one huggingface_hub uses
+    ollama_models: Path | None = Field(default=None, json_schema_extra={"source": "ollama"})
+    # LM Studio's; None: ~/.lmstudio/models
+    lmstudio_models: Path | None = Field(default=None, json_schema_extra={"source": "lmstudio"})
+    # the Hugging Face hub cache; None: the one huggingface_hub uses
+    hf_cache: Path | None = Field(default=None, json_schema_extra={"source": "huggingface"})
     max_tokens: int = Field(default=512, ge=8)  # cap on tokens per request (also capped by the model)
     cache_size: int = Field(default=64, ge=0)  # LRU entries of finished answers; 0 disables the cache
     cache_max_bytes: int = Field(default=256 * 2**20, ge=0)  # the same cache, bounded in bytes too

@@ -2,7 +2,8 @@
 checked and resolved, and a dtype's name as results report it.
 
 Below every package: loading resolves what a caller asks for, and a network's results name the dtype
-they ran in, without either reaching into the other.
+they ran in, without either reaching into the other. ``to_host`` (mha._transfer's) is the copy of a
+result to the host that the service uses too.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import re
 
 import torch
 
-__all__ = ["dtype_name", "resolve_device", "resolve_dtype"]
+from mha._transfer import to_host
+
+__all__ = ["dtype_name", "resolve_device", "resolve_dtype", "to_host"]
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from app.schemas.common import Index, NewTokens, StrictBool, TextInput, TextPair
-from mha.networks.translate import DEFAULT_NEW_TOKENS
+from mha.networks import DEFAULT_NEW_TOKENS
 
 WORDS_DESCRIPTION = (
     "Merge each word's subword pieces first (by the tokenizer's word ids and offsets): attention TO a word "

@@ -29,8 +29,7 @@ from app.errors import InvalidInputError, ServiceError
 from app.schemas.corpus import RunMeta
 from app.service.corpus_listing import FILES, RUNS_DIR_HINT, RunListing, find, inside, summary
 from mha.analysis import STAT_DESCRIPTIONS
-from mha.corpus.aggregate import snippets
-from mha.corpus.shards import shard_of, shard_path
+from mha.corpus import shard_of, shard_path, snippets
 
 logger = logging.getLogger(__name__)
 

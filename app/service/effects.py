@@ -31,9 +31,9 @@ from app.service.model_access import ModelAccess
 from app.service.streamed_work import StreamedWork
 from app.service.templates import prerender
 from app.settings import Settings
-from mha.analysis.ablation import HeadEffects
+from mha.analysis import HeadEffects
 from mha.errors import NotCausalError
-from mha.networks import translate
+from mha.networks import DEFAULT_NEW_TOKENS
 
 # (registered model name, text, pair, tokens to write (None: none; an encoder-decoder's resolved to what it
 # writes), chat, an encoder-decoder's target): what an ablation depends on, as the attention's Input, for
@@ -126,7 +126,7 @@ class HeadAblations:
         if request.target is not None and info.seq2seq:
             new_tokens = None  # the target is read, nothing written
         elif info.seq2seq and new_tokens is None:  # it writes its target first, as /api/attention
-            new_tokens = min(translate.DEFAULT_NEW_TOKENS, self.settings.max_new_tokens)
+            new_tokens = min(DEFAULT_NEW_TOKENS, self.settings.max_new_tokens)
         elif not info.seq2seq:
             new_tokens = new_tokens or None  # 0 and null: the text alone
         source: Source = (name, request.text, request.text_pair, new_tokens, request.chat, request.target)

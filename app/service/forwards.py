@@ -31,7 +31,7 @@ from app.service.model_access import ModelAccess
 from app.service.work_watch import WorkWatch
 from app.settings import Settings
 from mha.errors import Cancelled
-from mha.networks import translate
+from mha.networks import DEFAULT_NEW_TOKENS
 
 logger = logging.getLogger(__name__)
 
@@ -250,7 +250,7 @@ class Forwards:
             )
         new_tokens = job.new_tokens
         if info.seq2seq and new_tokens is None:
-            new_tokens = min(translate.DEFAULT_NEW_TOKENS, self.settings.max_new_tokens)
+            new_tokens = min(DEFAULT_NEW_TOKENS, self.settings.max_new_tokens)
         return model.attend(
             job.text,
             job.pair,

@@ -16,7 +16,6 @@ from app.service.offers import default_model, find_models
 from app.service.work_watch import WorkWatch
 from app.settings import Settings
 from mha.loading import gguf
-from mha.loading.gguf import memory as gguf_memory
 from mha.loading.sources import SOURCES
 
 
@@ -37,7 +36,7 @@ def load_needs(
         file = gguf.find_gguf(paths.get(name))
         if file is None:
             return found.size_bytes
-        return max(found.size_bytes, gguf_memory.load_need(gguf.read_header(file), cache))
+        return max(found.size_bytes, gguf.load_need(gguf.read_header(file), cache))
 
     return needs
 

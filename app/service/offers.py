@@ -12,9 +12,7 @@ import torch
 
 import mha
 from app.settings import Settings
-from mha.loading import sources
-from mha.loading.load_progress import Progress
-from mha.loading.sources import folder, hf_cache, lmstudio, ollama
+from mha.loading import Progress, sources
 
 Loader = Callable[[], mha.AttentionModel]
 Check = Callable[[], object]
@@ -47,14 +45,18 @@ def places(settings: Settings) -> dict[str, object]:
     left out is off; None is a store's default folder."""
     found: dict[str, object] = {
         sources.BUNDLED: sources.Bundled(llm=settings.bundled_llm, random=settings.random_model),
-        sources.OPERATOR: settings.models,
-        folder.SOURCE: settings.models_dir,
     }
-    if settings.discover:  # HEADSCOPE_DISCOVER=false: no store is looked at
-        found[ollama.SOURCE] = settings.ollama_models
-        found[lmstudio.SOURCE] = settings.lmstudio_models
-        found[hf_cache.SOURCE] = settings.hf_cache
+    for field, source in source_fields().items():
+        # HEADSCOPE_DISCOVER=false: no store (a source with a default folder of its own) is looked at
+        if settings.discover or sources.source_of(source).default is None:
+            found[source] = getattr(settings, field)
     return found
+
+
+def source_fields() -> dict[str, str]:
+    """Settings field -> the source id it places: the fields marked json_schema_extra={"source": ID}."""
+    marked = {name: field.json_schema_extra for name, field in Settings.model_fields.items()}
+    return {name: str(extra["source"]) for name, extra in marked.items() if isinstance(extra, dict)}
 
 
 def find_models(settings: Settings, *, progress: Callable[[str], Progress] | None = None) -> dict[str, Offer]:

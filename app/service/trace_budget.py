@@ -15,7 +15,7 @@ import threading
 import weakref
 from collections.abc import Callable
 
-from mha.trace.windows import Trace
+from mha.trace import Trace
 
 
 class TraceBudget:

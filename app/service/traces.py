@@ -42,9 +42,7 @@ from app.service.streamed_work import StreamedWork
 from app.service.templates import prerender
 from app.service.trace_budget import TraceBudget
 from app.settings import Settings
-from mha.trace.blocked import bytes_per_token, expected_nbytes, peak_nbytes
-from mha.trace.overview import OVERVIEW_SIZE
-from mha.trace.windows import Trace
+from mha.trace import OVERVIEW_SIZE, Trace, bytes_per_token, expected_nbytes, peak_nbytes
 
 # Traces kept at most, whatever their size (the byte budget is the real bound; tiny traces are KBs).
 MAX_TRACES = 1024

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Hashable
 from typing import Any
 
 from app.service.progress import Listeners, line
-from mha.loading.load_progress import Progress
+from mha.loading import Progress
 
 # How often a watcher looks whether the work it watches is still in flight (its lines come at once).
 POLL_SECONDS = 0.2

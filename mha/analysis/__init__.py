@@ -25,6 +25,7 @@ or web code.
 """
 
 from mha.analysis._base import ROW_SUM_TOLERANCE
+from mha.analysis.ablation import HeadEffects
 from mha.analysis.compare import (
     AlignedComparison,
     Comparison,
@@ -93,6 +94,7 @@ __all__ = [
     "STAT_DESCRIPTIONS",
     "AlignedComparison",
     "Comparison",
+    "HeadEffects",
     "HeadReduce",
     "WordGroups",
     "align_tokens",

@@ -13,8 +13,10 @@ the service.
 Never web code.
 """
 
+from mha.corpus.aggregate import snippets
 from mha.corpus.job import ENGINES, WEIGHTINGS, Job, Progress
 from mha.corpus.runner import CorpusOutError, CorpusSettingsError, run
+from mha.corpus.shards import shard_of, shard_path
 from mha.corpus.source import MAX_CHARS, CorpusInputError, Record, read_records
 from mha.corpus.worker import CorpusWorker
 
@@ -31,4 +33,7 @@ __all__ = [
     "Record",
     "read_records",
     "run",
+    "shard_of",
+    "shard_path",
+    "snippets",
 ]

@@ -18,3 +18,7 @@
 May import: ``mha.networks``, ``mha.core``, ``mha.text``, ``mha.errors``, ``mha.devices`` and ``mha``'s
 private helpers. Never ``mha.analysis``, ``mha.trace`` or ``mha.model`` (above it), nor web code.
 """
+
+from mha.loading.load_progress import Progress
+
+__all__ = ["Progress"]

@@ -10,3 +10,9 @@
 May import: ``mha.networks``, ``mha.core``, ``mha.text``, ``mha.errors`` and ``mha``'s private helpers.
 Never a loader, analysis or web code.
 """
+
+from mha.trace.blocked import bytes_per_token, expected_nbytes, peak_nbytes
+from mha.trace.overview import OVERVIEW_SIZE
+from mha.trace.windows import Trace
+
+__all__ = ["OVERVIEW_SIZE", "Trace", "bytes_per_token", "expected_nbytes", "peak_nbytes"]

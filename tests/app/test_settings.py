@@ -218,3 +218,26 @@ def test_the_dequantized_weight_budget_reaches_each_gguf_load(
     assert given[0]["dequant_cache_bytes"] == 0
     assert given[1]["dequant_cache_bytes"] is None
     assert given[0]["dequant_compile"] is False and given[1]["dequant_compile"] is False
+
+
+def test_each_source_of_mhas_table_is_placed_by_one_setting() -> None:
+    """Adding a source is its row in mha's table and one field here: every field marked as a source's
+    names a row, and every row but the bundled models (placed by two switches) has exactly one field."""
+    from app.service.offers import source_fields
+    from mha.loading.sources import BUNDLED, SOURCES
+
+    marked = source_fields()
+    ids = [source.id for source in SOURCES]
+    assert set(marked.values()) <= set(ids), marked
+    assert sorted(marked.values()) == sorted(i for i in ids if i != BUNDLED), marked
+
+
+def test_discover_off_leaves_the_stores_out_and_the_folders_in(tmp_path) -> None:
+    from app.service.offers import places
+    from mha.loading.sources import SOURCES
+
+    stores = {source.id for source in SOURCES if source.default is not None}
+    on = places(Settings(models_dir=tmp_path, discover=True))
+    off = places(Settings(models_dir=tmp_path, discover=False))
+    assert stores <= set(on) and not stores & set(off), (on, off)
+    assert on.keys() - stores == off.keys() and off["models_dir"] == tmp_path

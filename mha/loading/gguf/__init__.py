@@ -28,6 +28,7 @@ from mha.loading.gguf.header import (
     supported_architectures,
 )
 from mha.loading.gguf.locate import BUNDLED_LLM_NAME, GGUF_SUFFIX, bundled_llm_file, find_gguf, source_name
+from mha.loading.gguf.memory import held_nbytes, load_need
 from mha.loading.gguf.packed import DEFAULT_DEQUANT_CACHE_BYTES
 
 __all__ = [
@@ -48,6 +49,8 @@ __all__ = [
     "check_bounds",
     "find_gguf",
     "header_digest",
+    "held_nbytes",
+    "load_need",
     "read_header",
     "source_name",
     "supported_architectures",
