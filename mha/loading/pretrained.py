@@ -23,13 +23,16 @@ import torch
 from mha.core.layers import cast_network
 from mha.devices import resolve_device, resolve_dtype
 from mha.errors import CheckpointNotFoundError
-from mha.loading import checkpoint, gguf
+from mha.loading import checkpoint
 from mha.loading.checkpoint import DEFAULT_MODEL_NAME, check_checkpoint, default_model_path
 from mha.loading.checkpoint_files import Checked, check_files
 from mha.loading.convert import Converter, convert_state_dict
 from mha.loading.convert.base import build_network as make_network
 from mha.loading.convert.base import forced_tokens
 from mha.loading.gguf import weights as gguf_weights
+from mha.loading.gguf.cache import cached_config
+from mha.loading.gguf.header import architecture, read_header
+from mha.loading.gguf.locate import find_gguf, source_name
 from mha.loading.gguf.packed import DEFAULT_DEQUANT_CACHE_BYTES, DequantBudget
 from mha.loading.load_progress import Progress, Stages, report
 from mha.networks.model import Transformer, TransformerConfig
@@ -78,9 +81,9 @@ def checkpoint_architecture(path: str | Path) -> str | None:
     """ "encoder", "decoder" or "encoder-decoder": what a local checkpoint is, from its config (no tensor
     read, no tokenizer: milliseconds), so a service can say it before loading; None for a hub id not on
     disk. Runs check_checkpoint's checks, and raises what it raises for broken files."""
-    gguf_file = gguf.find_gguf(path)
+    gguf_file = find_gguf(path)
     if gguf_file is not None:  # its header: its config and tokenizer are not read here
-        return gguf.architecture(gguf_file)
+        return architecture(gguf_file)
     directory = checkpoint.local_directory(path)
     if directory is None:
         return None
@@ -114,7 +117,7 @@ def load_network(
     """
     if path is None or str(path) == DEFAULT_MODEL_NAME:
         name = name or DEFAULT_MODEL_NAME
-    gguf_file = gguf.find_gguf(path)
+    gguf_file = find_gguf(path)
     if gguf_file is not None:
         stages = Stages(progress, GGUF_STAGES)
         budget = DequantBudget(
@@ -122,7 +125,7 @@ def load_network(
         )
         parts = _gguf_parts(gguf_file, budget, stages, device=device, dtype=dtype)
         budget.compiled = dequant_compile
-        name = name or gguf.source_name(gguf_file if path is None else path)
+        name = name or source_name(gguf_file if path is None else path)
     else:
         stages = Stages(progress, FOLDER_STAGES)
         parts = _folder_parts(path, stages, device=device, dtype=dtype)
@@ -148,8 +151,8 @@ def _gguf_parts(
 ) -> _Parts:
     """A GGUF: its header read once (the cache, the weights and the checks all take it), its config and
     tokenizer from the cache (read into it first where they are not there), its tensors from the file."""
-    header = gguf.read_header(file)
-    cached = gguf.cached_config(header, progress=stages.stage("config"))
+    header = read_header(file)
+    cached = cached_config(header, progress=stages.stage("config"))
     stages.drop_if_silent("config")  # found cached: the bar is the tensors'
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
