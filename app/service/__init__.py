@@ -2,8 +2,9 @@
 
 Routes call `AttentionService` (service.py), which holds parts with one job each, composed, not inherited:
 model access (model_access.py: the registry, fed by offers.py, its loads, health and the models list), the
-answers' cache and flights (answers.py), the forwards (forwards.py), the encoding threads (encoding.py), the
-views every answer of a text is built from (views.py); and one part per route family made with them:
+answers' cache and flights (answers.py), the forwards (forwards.py) and the encoding threads (encoding.py),
+handed over together as one `Parts` (parts.py); the views every answer of a text is built from (views.py);
+and one part per route family made with them:
 `attention` (attention.py), `insight`, `traces`, `effects`, `corpus`. A request's text goes to its model's
 `Batcher` (batcher.py): `max_concurrency` worker threads per model, each taking every request waiting at
 that moment (up to `max_batch`) into one padded forward (`model.attend_batch`) under

@@ -22,15 +22,11 @@ import torch
 import mha
 from app.errors import InvalidInputError
 from app.schemas.effects import PROGRESS_HEADS, EffectsSection, HeadEffectsDone, HeadEffectsRequest
-from app.service.answers import Answers
 from app.service.computed import article
-from app.service.encoding import EncodingThreads
 from app.service.flights import settled
-from app.service.forwards import Forwards
-from app.service.model_access import ModelAccess
+from app.service.parts import Parts
 from app.service.streamed_work import StreamedWork
 from app.service.templates import prerender
-from app.settings import Settings
 from mha.analysis import HeadEffects
 from mha.errors import NotCausalError
 from mha.networks import DEFAULT_NEW_TOKENS
@@ -88,20 +84,12 @@ class HeadAblations:
     answers' cache, the forwards (the ablations run on the model's workers) and the encoding threads;
     `key(source)` is the service's one key builder."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        models: ModelAccess,
-        answers: Answers,
-        forwards: Forwards,
-        encoders: EncodingThreads,
-        *,
-        key: Callable[[Source], Hashable],
-    ) -> None:
-        self.settings = settings
-        self._models = models
-        self._submit, self._off_loop = forwards.submit_work, encoders.off_loop
-        self._cached, self._cache_get, self._model = answers.cached, answers.get, models.model
+    def __init__(self, parts: Parts, *, key: Callable[[Source], Hashable]) -> None:
+        self.settings = parts.settings
+        self._models = parts.models
+        self._submit, self._off_loop = parts.forwards.submit_work, parts.encoders.off_loop
+        self._cached, self._cache_get = parts.answers.cached, parts.answers.get
+        self._model = parts.models.model
         self._key = key
         self._progress = StreamedWork(
             lambda done, layers: {"event": "progress", "done": done, "layers": layers},

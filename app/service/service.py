@@ -21,6 +21,7 @@ from app.service.encoding import EncodingThreads
 from app.service.forwards import Forwards
 from app.service.insight import Insight
 from app.service.model_access import ModelAccess
+from app.service.parts import Parts
 from app.service.traces import Traces
 from app.service.trim import Trimmer
 from app.service.views import Views
@@ -42,7 +43,8 @@ class AttentionService:
             settings, self.models, self.answers, self.watch, answered=self.trimmer.answered
         )
         self.encoders = EncodingThreads(settings.max_concurrency)
-        self.views = Views(settings, self.models, self.answers, self.forwards, self.encoders)
+        parts = Parts(settings, self.models, self.answers, self.forwards, self.encoders)
+        self.views = Views(parts)
         self.attention = Attention(
             settings,
             self.views,
@@ -53,22 +55,9 @@ class AttentionService:
             done=self.trimmer.large_answer_done,
         )
         self.insight = Insight(settings, self.views, self.answers, self.encoders)
-        self.traces = Traces(
-            settings,
-            self.models,
-            self.answers,
-            self.forwards,
-            self.encoders,
-            freed=self.trimmer.large_answer_done,  # a trace's forward ended, or a trace was freed
-        )
-        self.effects = HeadAblations(
-            settings,
-            self.models,
-            self.answers,
-            self.forwards,
-            self.encoders,
-            key=partial(cache_key, "head-effects"),
-        )
+        # freed: a trace's forward ended, or a trace was freed
+        self.traces = Traces(parts, freed=self.trimmer.large_answer_done)
+        self.effects = HeadAblations(parts, key=partial(cache_key, "head-effects"))
         self.corpus = CorpusRuns(settings.runs_dir, served=lambda: self.models.names)
 
     def _busy(self) -> bool:

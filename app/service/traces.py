@@ -33,15 +33,12 @@ from app.schemas.trace import (
     TraceWindowRequest,
 )
 from app.service import bodies
-from app.service.answers import Answers
-from app.service.encoding import EncodingThreads
 from app.service.flights import Flights, settled
-from app.service.forwards import Forwards, TooManyWaitingError
-from app.service.model_access import ModelAccess
+from app.service.forwards import TooManyWaitingError
+from app.service.parts import Parts
 from app.service.streamed_work import StreamedWork
 from app.service.templates import prerender
 from app.service.trace_budget import TraceBudget
-from app.settings import Settings
 from mha.trace import OVERVIEW_SIZE, Trace, bytes_per_token, expected_nbytes, peak_nbytes
 
 # Traces kept at most, whatever their size (the byte budget is the real bound; tiny traces are KBs).
@@ -198,18 +195,10 @@ class Traces:
     its model's workers) and the encoding threads. `freed` runs on the loop whenever a forward ends or a
     trace is freed (the service trims the C heap then, as after large answers)."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        models: ModelAccess,
-        answers: Answers,
-        forwards: Forwards,
-        encoders: EncodingThreads,
-        *,
-        freed: Callable[[], None] = lambda: None,
-    ) -> None:
-        self.settings = settings
-        self._models = models
+    def __init__(self, parts: Parts, *, freed: Callable[[], None] = lambda: None) -> None:
+        settings = self.settings = parts.settings
+        self._models = models = parts.models
+        answers, forwards, encoders = parts.answers, parts.forwards, parts.encoders
         self.cache = LRUCache(max_entries=MAX_TRACES, max_bytes=settings.trace_cache_bytes)
         # Service-wide, whatever the number of models: the README's row for traces.
         limit = settings.trace_cache_bytes + settings.max_concurrency * settings.trace_max_bytes

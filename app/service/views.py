@@ -10,27 +10,19 @@ import threading
 from app.errors import InvalidInputError
 from app.schemas.attention import AttentionRequest, InputText
 from app.service import bodies
-from app.service.answers import Answers, Input, cache_key
+from app.service.answers import Input, cache_key
 from app.service.computed import Computed, merge_words, weigh_by_norm
-from app.service.encoding import EncodingThreads
-from app.service.forwards import GENERATE, Forwards
-from app.service.model_access import ModelAccess
-from app.settings import Settings
+from app.service.forwards import GENERATE
+from app.service.parts import Parts
 
 
 class Views:
     """Inputs, their views and the answers encoded from them, over the parts they are made with."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        models: ModelAccess,
-        answers: Answers,
-        forwards: Forwards,
-        encoders: EncodingThreads,
-    ) -> None:
-        self.settings = settings
-        self._models, self._answers, self._forwards, self._encoders = models, answers, forwards, encoders
+    def __init__(self, parts: Parts) -> None:
+        self.settings = parts.settings
+        self._models, self._answers, self._forwards = parts.models, parts.answers, parts.forwards
+        self._encoders = parts.encoders
 
     def input(self, request: InputText) -> Input:
         name = self._models.resolve(request.model)
