@@ -1,73 +1,45 @@
-"""load_pretrained(), random_model() -> AttentionModel: a network loaded by mha.loading, behind the facade."""
+"""load_pretrained() and random_model() -> AttentionModel: mha.loading's load_network() and random_network(),
+each with the same parameters and failures, their LoadedNetwork behind the facade."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import fields
+from typing import ParamSpec
 
-import torch
-
-from mha.loading.load_progress import Progress
 from mha.loading.pretrained import LoadedNetwork, load_network, random_network
 from mha.model.attention_model import AttentionModel
 
-
-def load_pretrained(
-    path: str | Path | None = None,
-    *,
-    device: str | torch.device = "auto",
-    dtype: str | torch.dtype | None = None,
-    name: str | None = None,
-    dequant_cache_bytes: int | None = None,
-    dequant_compile: bool = False,
-    progress: Progress | None = None,
-) -> AttentionModel:
-    """The AttentionModel of a Hugging Face checkpoint folder or a GGUF file (or a folder holding one).
-    path None or "all-MiniLM-L6-v2" is the embedded default. The options and failures are
-    mha.loading.pretrained.load_network's: every failure a CheckpointError subclass (mha.errors)."""
-    return _model(
-        load_network(
-            path,
-            device=device,
-            dtype=dtype,
-            name=name,
-            dequant_cache_bytes=dequant_cache_bytes,
-            dequant_compile=dequant_compile,
-            progress=progress,
-        )
-    )
+P = ParamSpec("P")
 
 
-def random_model(
-    *,
-    layers: int = 4,
-    heads: int = 8,
-    embed_dim: int = 256,
-    causal: bool = False,
-    seed: int = 0,
-    device: str | torch.device = "cpu",
-    name: str | None = None,
-) -> AttentionModel:
-    """Our layers with random weights (any size) and the default model's tokenizer: an untrained baseline."""
-    return _model(
-        random_network(
-            layers=layers,
-            heads=heads,
-            embed_dim=embed_dim,
-            causal=causal,
-            seed=seed,
-            device=device,
-            name=name,
-        )
-    )
+def _facade(load: Callable[P, LoadedNetwork], name: str, doc: str) -> Callable[P, AttentionModel]:
+    """`load`, its LoadedNetwork made an AttentionModel: one signature, kept where the loading is."""
+
+    @functools.wraps(load)
+    def made(*args: P.args, **kwargs: P.kwargs) -> AttentionModel:
+        loaded = load(*args, **kwargs)
+        # LoadedNetwork's fields are AttentionModel's parameters, by name.
+        return AttentionModel(**{field.name: getattr(loaded, field.name) for field in fields(loaded)})
+
+    made.__name__ = made.__qualname__ = name
+    made.__doc__ = f"{doc}\n\n{load.__name__} (mha.loading.pretrained):\n{inspect.getdoc(load)}"
+    signature = inspect.signature(load)
+    made.__signature__ = signature.replace(return_annotation="AttentionModel")  # type: ignore[attr-defined]
+    return made
 
 
-def _model(loaded: LoadedNetwork) -> AttentionModel:
-    return AttentionModel(
-        loaded.network,
-        loaded.tokenizer,
-        info=loaded.info,
-        pair_template=loaded.pair_template,
-        lm_head=loaded.lm_head,
-        eos_ids=loaded.eos_ids,
-        logits_bias=loaded.logits_bias,
-    )
+load_pretrained = _facade(
+    load_network,
+    "load_pretrained",
+    "The AttentionModel of a Hugging Face checkpoint folder or a GGUF file (or a folder holding one); path "
+    'None or "all-MiniLM-L6-v2" is the embedded default. Every failure is a CheckpointError subclass.',
+)
+random_model = _facade(
+    random_network,
+    "random_model",
+    "An AttentionModel of our layers with random weights (any size) and the default model's tokenizer: an "
+    "untrained baseline.",
+)

@@ -26,14 +26,14 @@ test("a model that cannot load reads as only unavailable, with its reason", () =
 });
 
 // /api/models `sources`, as the server's table of sources (mha.loading.sources.SOURCES) sends them
-const SOURCES = [
-  { id: "bundled", label: "Bundled" },
-  { id: "operator", label: "Named by the operator" },
-  { id: "models_dir", label: "Models folder" },
-  { id: "ollama", label: "ollama" },
-  { id: "lmstudio", label: "LM Studio" },
-  { id: "huggingface", label: "Hugging Face" },
-];
+const SOURCES = Object.entries({
+  bundled: "Bundled",
+  operator: "Named by the operator",
+  models_dir: "Models folder",
+  ollama: "ollama",
+  lmstudio: "LM Studio",
+  huggingface: "Hugging Face",
+}).map(([id, label]) => ({ id, label }));
 
 test("the menu groups models by source, in the server's order of sources, empty groups left out", () => {
   // name: source, in the server's order; "old" has none, as from a server before sources: bundled
