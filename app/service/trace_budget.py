@@ -1,4 +1,4 @@
-"""The bytes of every trace in the process, bounded: the README's memory row for long-input traces.
+"""The bytes of every trace in the process, bounded: the long-input traces row of docs/memory-and-load.md.
 
 A trace is counted from the moment its forward is admitted until its last reference goes, wherever that is:
 its declared peak (mha.trace.blocked.peak_nbytes: the trace and its forward's scratch) while it is computed,

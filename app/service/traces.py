@@ -200,7 +200,7 @@ class Traces:
         self._models = models = parts.models
         answers, forwards, encoders = parts.answers, parts.forwards, parts.encoders
         self.cache = LRUCache(max_entries=MAX_TRACES, max_bytes=settings.trace_cache_bytes)
-        # Service-wide, whatever the number of models: the README's row for traces.
+        # Service-wide, whatever the number of models: the traces row of docs/memory-and-load.md.
         limit = settings.trace_cache_bytes + settings.max_concurrency * settings.trace_max_bytes
         self.budget = TraceBudget(limit, freed=freed)
         self._submit, self._cached, self._model = forwards.submit_work, answers.cached, models.model

@@ -53,7 +53,8 @@ BLOCKED = "blocked"
 # Whether a CPU trace that pools an overview runs the fused kernels (trace_forward(fused=None)). It does not:
 # the overview pooled afterwards computes every score a second time, a GEMM half the kernel's own work,
 # where the row blocks pool the scores they already hold. One SmolLM2-shaped layer at 8,192 tokens, one
-# thread (docs/design.md): the kernel 1.67 s, its overview 0.99 s more, the row blocks with theirs 1.80 s.
+# thread, as benchmarks/fused_trace.py --device cpu times them: the kernel 1.67 s, its overview 0.99 s
+# more, the row blocks with theirs 1.80 s.
 FUSED_CPU_OVERVIEW = False
 # Query rows whose scores are alive at once in a window, a row or an overview recomputed from a trace: up
 # to H·ROW_BLOCK·n floats (36 MiB for 9 heads at n = 8,192).
