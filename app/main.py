@@ -27,7 +27,7 @@ from app.schemas.common import bound_new_tokens, enumerate_model_names
 from app.service import AttentionService
 from app.settings import Settings, get_settings
 
-STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -4,7 +4,7 @@ Starts the real app under uvicorn (free port, the embedded all-MiniLM-L6-v2: 12 
 input of ~n tokens with the Token lines tab open, then switches between "One head" and "All heads of
 layer" and times each switch: script (the click's handler, which draws the SVG synchronously) and to the
 second animation frame after it (layout and paint included). All heads draw at most LINE_BUDGET lines
-(static/js/lines-view.js), the strongest; the table prints how many each mode drew.
+(app/static/js/lines-view.js), the strongest; the table prints how many each mode drew.
 
     .venv/bin/python benchmarks/lines.py [--repeats 5] [--sizes 64 256 512]
 """

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from resident import status_kib
 
-# The page asks for abs-uint8 (static/js/api.js), so that is what the load test measures.
+# The page asks for abs-uint8 (app/static/js/api.js), so that is what the load test measures.
 ROUTES = {"compact": "/api/attention/compact?scheme=abs-uint8", "json": "/api/attention"}
 
 SUBJECTS = [

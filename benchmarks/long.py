@@ -62,7 +62,7 @@ from mha.trace.windows import Trace
 
 SIZES = (1024, 2048, 4096, 8192)
 WIRE_SIZES = (2048, 8192)
-# The scheme static/js/api.js asks /api/attention/compact for (COMPACT_SCHEME).
+# The scheme app/static/js/api.js asks /api/attention/compact for (COMPACT_SCHEME).
 PAGE_SCHEME = "abs-uint8-key-major"
 GiB = 1 << 30
 
@@ -167,7 +167,7 @@ def wire_bytes(directory: str, sizes: list[int]) -> None:
         log_level="warning",
     )
     gzip = {"Accept-Encoding": "gzip"}
-    print(f"bytes on the wire (gzip accepted; {PAGE_SCHEME} is static/js/api.js's COMPACT_SCHEME):")
+    print(f"bytes on the wire (gzip accepted; {PAGE_SCHEME} is app/static/js/api.js's COMPACT_SCHEME):")
     print(
         f"{'n':>5} {'trace stream':>13} {'overview row-max-uint8':>23} {f'overview {PAGE_SCHEME}':>29}"
         f" {'512 x 512 window':>17}"

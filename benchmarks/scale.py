@@ -1,8 +1,8 @@
 """The detail heatmap's colour scales on a long input: how much of a head each one shows, and what it costs.
 
 Starts the real app (the embedded all-MiniLM-L6-v2), opens the page in Debian's Chromium and, for an input of
-~512 tokens, takes every head of the run (the page's own decoded 8-bit data, static/js/api.js) through each
-scale of static/js/scale.js:
+~512 tokens, takes every head of the run (the page's own decoded 8-bit data, app/static/js/api.js) through
+each scale of app/static/js/scale.js:
 
   visible: the share of a head's cells coloured past the scale's first stop (colors.js STOPS[1] = 0.05 of
            the colour range, where white turns #deebf7); median over heads. 0–1 is the reference: it is

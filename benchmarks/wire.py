@@ -76,12 +76,12 @@ class Wire:
 
 @cache
 def page_constant(module: str, name: str) -> str:
-    """`export const NAME = value;` of static/js/`module`, as written (quotes stripped): what the page
+    """`export const NAME = value;` of app/static/js/`module`, as written (quotes stripped): what the page
     itself fetches, read from its source so this mirror cannot drift from it."""
-    source = (REPO / "static" / "js" / module).read_text("utf-8")
+    source = (REPO / "app" / "static" / "js" / module).read_text("utf-8")
     found = re.search(rf"^export const {name} = (.+?);$", source, re.MULTILINE)
     if found is None:
-        raise LookupError(f"static/js/{module} has no `export const {name} = ...;`")
+        raise LookupError(f"app/static/js/{module} has no `export const {name} = ...;`")
     return found.group(1).strip("\"'")
 
 

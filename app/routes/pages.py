@@ -1,5 +1,5 @@
-"""The page: GET / renders the Jinja2 template; plotly.js is served from static/vendor/plotly/ (its VERSION
-says which bundle, and why a partial one)."""
+"""The page: GET / renders the Jinja2 template; plotly.js is served from app/static/vendor/plotly/ (its
+VERSION says which bundle, and why a partial one)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from app.schemas.common import MAX_TEXT_CHARS, TRACE_MAX_TEXT_CHARS
 from app.service import FLOW_MAX_TOKENS
 
 router = APIRouter(include_in_schema=False)
-templates = Jinja2Templates(directory=Path(__file__).resolve().parents[2] / "templates")
+templates = Jinja2Templates(directory=Path(__file__).resolve().parents[1] / "templates")
 
-PLOTLY_JS = Path(__file__).resolve().parents[2] / "static" / "vendor" / "plotly" / "plotly-cartesian.min.js"
+PLOTLY_JS = Path(__file__).resolve().parents[1] / "static" / "vendor" / "plotly" / "plotly-cartesian.min.js"
 PLOTLY_PATH = "/static/vendor/plotly.min.js"
 
 

@@ -50,7 +50,7 @@ def converted_in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.T
 
 
 def initial_state(client: TestClient) -> dict[str, Any]:
-    """The page's embedded state (its model list among it), as static/js/form.js reads it."""
+    """The page's embedded state (its model list among it), as app/static/js/form.js reads it."""
     found = re.search(r'<script[^>]*id="initial-state"[^>]*>(.*?)</script>', client.get("/").text, re.S)
     assert found is not None
     return dict(json.loads(html.unescape(found.group(1))))

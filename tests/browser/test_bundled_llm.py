@@ -25,7 +25,7 @@ pytestmark = [
 # The first request converts the GGUF (about 14 s on an idle CPU), then the model writes its answer.
 CONVERT_MS = 180_000
 LAYERS, HEADS, KV_HEADS = 30, 9, 3
-# static/js/examples.js's EXAMPLES, read from the page so the test follows the module, not a copy of it.
+# app/static/js/examples.js's EXAMPLES, read from the page so the test follows the module, not a copy of it.
 EXAMPLES_JS = "async () => (await import('/static/js/examples.js')).EXAMPLES"
 
 

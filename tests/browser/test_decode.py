@@ -1,4 +1,4 @@
-"""static/js/decode.js against the server's own encoder (app/compact.py), run in Node (no browser)."""
+"""app/static/js/decode.js against the server's own encoder (app/compact.py), run in Node (no browser)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tolerances import U32, quant8
 from app import compact
 
 NODE = shutil.which("node")
-DECODE_JS = Path(__file__).resolve().parents[2] / "static" / "js" / "decode.js"
+DECODE_JS = Path(__file__).resolve().parents[2] / "app" / "static" / "js" / "decode.js"
 
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
 

@@ -48,7 +48,7 @@ def effects(base: str, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def spelled(token: str) -> str:
-    """A byte-level token as the page shows it (static/js/decoder.js displayToken)."""
+    """A byte-level token as the page shows it (app/static/js/decoder.js displayToken)."""
     for mark, sign in (("Ġ", "␣"), ("Ċ", "↵"), ("ĉ", "⇥"), ("▁", "␣")):
         token = token.replace(mark, sign)
     return token

@@ -12,7 +12,7 @@ from gguf_files import bundled_gguf
 
 pytestmark = pytest.mark.browser
 
-# static/js/examples.js's EXAMPLES, read from the page so the test follows the module, not a copy of it.
+# app/static/js/examples.js's EXAMPLES, read from the page so the test follows the module, not a copy of it.
 EXAMPLES_JS = "async () => (await import('/static/js/examples.js')).EXAMPLES"
 
 # Every key token of the head detail, from the hover text of its last row ("query → key"), which holds them

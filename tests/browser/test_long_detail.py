@@ -1,4 +1,4 @@
-"""The long-input detail (static/js/long-detail.js) driven standalone on the real app page: a tiny Llama
+"""The long-input detail (app/static/js/long-detail.js) driven standalone on the real app page: a tiny Llama
 that takes 8,192 tokens traces a ~3,100-token text through /api/trace, then LongDetail shows one head pooled
 to at most 512 x 512 cells, zooms down to exact cells whose hover reads /api/trace/row's value, drops an
 answer that is no longer the latest, resets on a double click and pools by mean on request."""

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.browser
 SENTENCE = "When Mary met John at the station, she gave him the keys to her old car."
 MODEL = "all-MiniLM-L6-v2"
 DESKTOP = {"width": 1440, "height": 900}
-# A head's share of weight on its role's target from which its badge shows (static/js/names.js).
+# A head's share of weight on its role's target from which its badge shows (app/static/js/names.js).
 BADGE_MIN_SHARE = 0.8
 # label -> (badge, the statistic that decides it): names.js ROLES, the roles that carry a badge.
 BADGED = {

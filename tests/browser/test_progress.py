@@ -1,4 +1,4 @@
-"""A slow answer's progress on the page (static/js/work-progress.js, POST /api/attention/progress): a slow
+"""A slow answer's progress on the page (app/static/js/work-progress.js, POST /api/attention/progress): a slow
 load shows its bar, a slow forward its layers and a Cancel that stops the server's work (by keyboard, on a
 phone's width), and a fast answer shows nothing.
 

@@ -3,7 +3,7 @@
 Each scale must change the colours (the figure's z and its colour bar) and never the hover, which reads the
 weight the API answers; masked cells stay gaps; hide-first-token composes with a scale; the choice lives in
 the URL and survives a rerun. The grid's legend sits against the grid, and the selection marker's ink is a
-colour no scale on the page uses. Expected numbers come from the API and from static/js/colors.js itself.
+colour no scale on the page uses. Expected numbers come from the API and from app/static/js/colors.js itself.
 """
 
 from __future__ import annotations

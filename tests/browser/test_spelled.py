@@ -48,7 +48,7 @@ def api(base: str, path: str, payload: dict[str, Any]) -> Any:
 
 
 def spelled(page: Any, tokens: list[str]) -> list[str]:
-    """The page's own display function (static/js/decoder.js) applied to `tokens`."""
+    """The page's own display function (app/static/js/decoder.js) applied to `tokens`."""
     return list(page.evaluate(SPELL_JS, tokens))
 
 

@@ -1,9 +1,9 @@
-// static/js/compare.js: the ranking of heads by change and B's input. Run: node --test tests/js/
+// app/static/js/compare.js: the ranking of heads by change and B's input. Run: node --test tests/js/
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { queryB, rankHeads } from "../../static/js/compare.js";
+import { queryB, rankHeads } from "../../app/static/js/compare.js";
 
 const order = (ranked) => ranked.map(({ layer, head }) => `${layer}:${head}`);
 

@@ -1,4 +1,4 @@
-// The Corpus view's pure parts (static/js/corpus-model.js): URL state, means, keys, the distribution
+// The Corpus view's pure parts (app/static/js/corpus-model.js): URL state, means, keys, the distribution
 // figure and the link to the normal view. Run: node --test tests/js/
 
 import assert from "node:assert/strict";
@@ -23,8 +23,8 @@ import {
   roleShares,
   runLabel,
   textLink,
-} from "../../static/js/corpus-model.js";
-import { readState } from "../../static/js/state.js";
+} from "../../app/static/js/corpus-model.js";
+import { readState } from "../../app/static/js/state.js";
 
 // per_head.parquet of 2 layers x 2 heads as the API gives it: columns, ordered by layer then head.
 const PER_HEAD = {

@@ -1,11 +1,11 @@
-// static/js/decode.js against buffers app/compact.py made (tests/js/fixtures, kept current by
+// app/static/js/decode.js against buffers app/compact.py made (tests/js/fixtures, kept current by
 // tests/js/test_js_fixtures.py). Run: node --test tests/js/
 
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
-import { CompactDecodeError, decodeCompact, styledApart, unshuffleFloat32 } from "../../static/js/decode.js";
+import { CompactDecodeError, decodeCompact, styledApart, unshuffleFloat32 } from "../../app/static/js/decode.js";
 
 const FIXTURES = new URL("./fixtures/", import.meta.url);
 const expected = JSON.parse(readFileSync(new URL("expected.json", FIXTURES), "utf8"));

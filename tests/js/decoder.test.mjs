@@ -1,12 +1,12 @@
-// static/js/decoder.js and the labels of decoder runs: grouped-query heads, the first token hidden with the
+// app/static/js/decoder.js and the labels of decoder runs: grouped-query heads, the first token hidden with the
 // rows renormalised, the top-k of a row, written tokens. Run: node --test tests/js/
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { body } from "../../static/js/api.js";
-import { displayToken, isGrouped, kvGroup, kvGroups, markWritten, topK, withDisplayTokens, withoutFirstToken } from "../../static/js/decoder.js";
-import { modelLabel, runSummary, selectionLabel, shortHeadLabel } from "../../static/js/labels.js";
+import { body } from "../../app/static/js/api.js";
+import { displayToken, isGrouped, kvGroup, kvGroups, markWritten, topK, withDisplayTokens, withoutFirstToken } from "../../app/static/js/decoder.js";
+import { modelLabel, runSummary, selectionLabel, shortHeadLabel } from "../../app/static/js/labels.js";
 
 const EPS64 = 2 ** -52; // float64 machine epsilon
 

@@ -1,12 +1,12 @@
-// static/js/effects.js: the "Which heads matter" panel's pure parts: the route's body, the stream read as
+// app/static/js/effects.js: the "Which heads matter" panel's pure parts: the route's body, the stream read as
 // it comes, the outputs an answer's effects refer to and how they are named, the log colour scale, the
 // numbers and the ranking. Run: node --test tests/js/
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { ApiError } from "../../static/js/api.js";
-import { DECADES, effectOutputs, effectsBody, formatEffect, logScale, stepLabel, streamEffects, topHeads } from "../../static/js/effects.js";
+import { ApiError } from "../../app/static/js/api.js";
+import { DECADES, effectOutputs, effectsBody, formatEffect, logScale, stepLabel, streamEffects, topHeads } from "../../app/static/js/effects.js";
 import { fakeFetch } from "./fake-fetch.mjs";
 
 // A decoder's answer after writing one token: positions 3 (wrote "ĠParis") and 4 (the next one).

@@ -1,9 +1,9 @@
-// static/js/examples.js: what a first visit runs. Run: node --test tests/js/
+// app/static/js/examples.js: what a first visit runs. Run: node --test tests/js/
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { EXAMPLES, examplesFor, firstExample } from "../../static/js/examples.js";
+import { EXAMPLES, examplesFor, firstExample } from "../../app/static/js/examples.js";
 
 test("a URL without text starts from the first example; any text in the URL wins", () => {
   assert.deepEqual(firstExample(""), { text: EXAMPLES[0].text, pair: "" });

@@ -1,19 +1,19 @@
-// The other pure helpers of static/js/: labels, statistics formatting and colour scales, heatmap ticks and
+// The other pure helpers of app/static/js/: labels, statistics formatting and colour scales, heatmap ticks and
 // escaping, thumbnail painting, API error details. Run: node --test tests/js/
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { AGGREGATES, isAggregate } from "../../static/js/aggregates.js";
-import { describeDetail, flatRows } from "../../static/js/api.js";
-import { LUT, STOPS, statColor } from "../../static/js/colors.js";
-import { paintThumbnail } from "../../static/js/grid.js";
-import { plotSize } from "../../static/js/heatmap-figure.js";
-import { plotlyText, thinTicks, tickFont } from "../../static/js/heatmap.js";
-import { CHANGE, colorScaleFor, formatStat, statTable } from "../../static/js/insight.js";
-import { exportName, modelLabel, selectionLabel, tokenLinesName } from "../../static/js/labels.js";
-import { rolloutMix } from "../../static/js/rollout.js";
-import { lineThreshold } from "../../static/js/tokens.js";
+import { AGGREGATES, isAggregate } from "../../app/static/js/aggregates.js";
+import { describeDetail, flatRows } from "../../app/static/js/api.js";
+import { LUT, STOPS, statColor } from "../../app/static/js/colors.js";
+import { paintThumbnail } from "../../app/static/js/grid.js";
+import { plotSize } from "../../app/static/js/heatmap-figure.js";
+import { plotlyText, thinTicks, tickFont } from "../../app/static/js/heatmap.js";
+import { CHANGE, colorScaleFor, formatStat, statTable } from "../../app/static/js/insight.js";
+import { exportName, modelLabel, selectionLabel, tokenLinesName } from "../../app/static/js/labels.js";
+import { rolloutMix } from "../../app/static/js/rollout.js";
+import { lineThreshold } from "../../app/static/js/tokens.js";
 
 test("aggregates are the page's own names only", () => {
   assert.equal(isAggregate("mean"), true);

@@ -1,4 +1,5 @@
-"""HSA1 buffers made by app/compact.py for the Node tests of static/js/decode.js (tests/js/decode.test.mjs).
+"""HSA1 buffers made by app/compact.py for the Node tests of app/static/js/decode.js
+(tests/js/decode.test.mjs).
 
 The attention comes from integers (numpy's PCG64 stream, float64 division, one rounding to float32), so the
 buffers are the same bytes on every machine; tests/js/test_js_fixtures.py checks the committed files still

@@ -1,10 +1,10 @@
-// static/js/keys.js: where a key leads in the head grid, the heatmap's cell cursor and the tabs, and what the
+// app/static/js/keys.js: where a key leads in the head grid, the heatmap's cell cursor and the tabs, and what the
 // cursor reads out. Run: node --test tests/js/
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { cellKey, cellText, gridKey, tabKey } from "../../static/js/keys.js";
+import { cellKey, cellText, gridKey, tabKey } from "../../app/static/js/keys.js";
 
 const MODEL = { layers: 6, heads: 12 }; // the aggregate column "mean" comes after head 11
 

@@ -1,4 +1,4 @@
-// static/js/lines.js: token lines of every head of a layer (head colours, the pair filter, the line budget,
+// app/static/js/lines.js: token lines of every head of a layer (head colours, the pair filter, the line budget,
 // the swatches) and their view state in the URL. Run: node --test tests/js/
 
 import assert from "node:assert/strict";
@@ -13,9 +13,9 @@ import {
   pairFilter,
   swatchGroups,
   toggleHead,
-} from "../../static/js/lines.js";
-import { DEFAULT_STATE, encodeState, readState } from "../../static/js/state.js";
-import { lineThreshold } from "../../static/js/tokens.js";
+} from "../../app/static/js/lines.js";
+import { DEFAULT_STATE, encodeState, readState } from "../../app/static/js/state.js";
+import { lineThreshold } from "../../app/static/js/tokens.js";
 
 // sRGB hex -> CIELAB (D65), for the colour difference ΔE76 (Euclidean in Lab).
 function lab(hex) {

@@ -1,4 +1,4 @@
-// The long-input detail's figure (static/js/long-figure.js): token coordinates, axis titles, the badge,
+// The long-input detail's figure (app/static/js/long-figure.js): token coordinates, axis titles, the badge,
 // hover words and the causal mask of a window. Run: node --test tests/js/
 
 import assert from "node:assert/strict";
@@ -15,7 +15,7 @@ import {
   isExact,
   tokenSpan,
   visibleSpan,
-} from "../../static/js/long-figure.js";
+} from "../../app/static/js/long-figure.js";
 
 test("token spans are written with thousands separators, the last token inclusive", () => {
   assert.equal(tokenSpan(1024, 2048), "1,024–2,047");

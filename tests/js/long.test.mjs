@@ -5,11 +5,11 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { ApiError } from "../../static/js/api.js";
-import { longSummary, measure, unavailable } from "../../static/js/long-mode.js";
-import { endsLine, textKey } from "../../static/js/long-text.js";
-import { splitLines } from "../../static/js/progress-stream.js";
-import { streamTrace, traceBody, utf8Length } from "../../static/js/trace-api.js";
+import { ApiError } from "../../app/static/js/api.js";
+import { longSummary, measure, unavailable } from "../../app/static/js/long-mode.js";
+import { endsLine, textKey } from "../../app/static/js/long-text.js";
+import { splitLines } from "../../app/static/js/progress-stream.js";
+import { streamTrace, traceBody, utf8Length } from "../../app/static/js/trace-api.js";
 import { fakeFetch } from "./fake-fetch.mjs";
 
 test("utf8Length counts what a tokenizer reads: 1 to 4 bytes a character", () => {

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { modelFacts, modelGroups, modelLabel } from "../../static/js/labels.js";
+import { modelFacts, modelGroups, modelLabel } from "../../app/static/js/labels.js";
 
 test("a model's facts: family, parameters, quantization and size, each as known", () => {
   const smol = { name: "SmolLM2", layers: null, header_family: "llama", parameters: 134_515_008, quantization: "Q4_1", size_bytes: 98_000_000 };

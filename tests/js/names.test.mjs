@@ -4,8 +4,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { matrixRows } from "../../static/js/export.js";
-import { allHeadsName, headJsonName } from "../../static/js/labels.js";
+import { matrixRows } from "../../app/static/js/export.js";
+import { allHeadsName, headJsonName } from "../../app/static/js/labels.js";
 import {
   BADGE_MIN_SHARE,
   ROLES,
@@ -16,8 +16,8 @@ import {
   standoutBadges,
   statName,
   thresholdSentences,
-} from "../../static/js/names.js";
-import { tokenLimit, truncationNotice } from "../../static/js/notices.js";
+} from "../../app/static/js/names.js";
+import { tokenLimit, truncationNotice } from "../../app/static/js/notices.js";
 
 // The keys mha.analysis.head_stats returns (STAT_DESCRIPTIONS), plus compare mode's change score.
 const API_KEYS = [

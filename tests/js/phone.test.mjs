@@ -3,8 +3,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { tokenLayout } from "../../static/js/tokens.js";
-import { offScreen, scrollCue } from "../../static/js/viewport.js";
+import { tokenLayout } from "../../app/static/js/tokens.js";
+import { offScreen, scrollCue } from "../../app/static/js/viewport.js";
 
 const box = (over) => ({ scrollLeft: 0, scrollTop: 0, scrollWidth: 800, scrollHeight: 300, clientWidth: 350, clientHeight: 300, ...over });
 

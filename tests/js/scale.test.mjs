@@ -1,4 +1,4 @@
-// static/js/scale.js: the detail heatmap's colour scales. Run: node --test tests/js/
+// app/static/js/scale.js: the detail heatmap's colour scales. Run: node --test tests/js/
 // Every expected number here is exact: the inputs are chosen so each quotient and logarithm is a float64
 // that the arithmetic produces without rounding (powers of two, or exact decades of Math.log10).
 
@@ -15,7 +15,7 @@ import {
   rowMax,
   rowScaled,
   scaleValues,
-} from "../../static/js/scale.js";
+} from "../../app/static/js/scale.js";
 
 const NaN_ = Number.NaN;
 

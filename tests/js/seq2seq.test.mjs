@@ -6,12 +6,12 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { body, flatRows, kindBody } from "../../static/js/api.js";
-import { withoutFirstToken } from "../../static/js/decoder.js";
-import { paintThumbnail } from "../../static/js/grid.js";
-import { cellKey, cellText } from "../../static/js/keys.js";
-import { collectLines, lineText } from "../../static/js/lines.js";
-import { rowScaled, scaleValues } from "../../static/js/scale.js";
+import { body, flatRows, kindBody } from "../../app/static/js/api.js";
+import { withoutFirstToken } from "../../app/static/js/decoder.js";
+import { paintThumbnail } from "../../app/static/js/grid.js";
+import { cellKey, cellText } from "../../app/static/js/keys.js";
+import { collectLines, lineText } from "../../app/static/js/lines.js";
+import { rowScaled, scaleValues } from "../../app/static/js/scale.js";
 import {
   axesOf,
   axisNames,
@@ -22,7 +22,7 @@ import {
   seq2seqSummary,
   seq2seqTruncation,
   shapeOf,
-} from "../../static/js/seq2seq.js";
+} from "../../app/static/js/seq2seq.js";
 
 const SOURCE = ["▁The", "▁house", "▁is", "▁wonderful", ".", "</s>"]; // n = 6
 const TARGET = ["<pad>", "▁Das", "▁Haus", "▁ist"]; // m = 4: the decoder start token, then the target
@@ -189,7 +189,7 @@ test("colour scales and 'hide first token' work row by row over n columns", () =
 
 test("a decoded seq2seq buffer (app/compact.py's fixture) goes through the same helpers", async () => {
   const { readFileSync } = await import("node:fs");
-  const { decodeCompact } = await import("../../static/js/decode.js");
+  const { decodeCompact } = await import("../../app/static/js/decode.js");
   const fixtures = new URL("./fixtures/", import.meta.url);
   const bytes = readFileSync(new URL("seq2seq-float32-shuffled.hsa1", fixtures));
   const full = decodeCompact(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength));
@@ -207,8 +207,8 @@ test("a decoded seq2seq buffer (app/compact.py's fixture) goes through the same 
 });
 
 test("export files of an encoder-decoder name the kind, so the three kinds of one head never collide", async () => {
-  const { fileModel } = await import("../../static/js/seq2seq.js");
-  const { headJsonName } = await import("../../static/js/labels.js");
+  const { fileModel } = await import("../../app/static/js/seq2seq.js");
+  const { headJsonName } = await import("../../app/static/js/labels.js");
   const cross = { ...fullAnswer().sections.cross, model: "t5-tiny", architecture: "encoder-decoder" };
   assert.equal(headJsonName(fileModel(cross), 2, 1), "headscope-t5-tiny-cross-L2-H1.json");
   assert.equal(fileModel({ model: "bert", kind: "self", architecture: null }), "bert");

@@ -1,4 +1,4 @@
-// static/js/state.js: the view state in the URL, and moving the selection. Run: node --test tests/js/
+// app/static/js/state.js: the view state in the URL, and moving the selection. Run: node --test tests/js/
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
@@ -15,7 +15,7 @@ import {
   readState,
   subscribe,
   update,
-} from "../../static/js/state.js";
+} from "../../app/static/js/state.js";
 
 const roundTrip = (state) => readState(`?${encodeState(state)}`);
 

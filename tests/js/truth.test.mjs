@@ -1,4 +1,4 @@
-// static/js/truth.js: what the page says when it shows something other than what was asked for.
+// app/static/js/truth.js: what the page says when it shows something other than what was asked for.
 // Run: node --test tests/js/
 
 import assert from "node:assert/strict";
@@ -14,7 +14,7 @@ import {
   selectionNotice,
   servable,
   staleMessage,
-} from "../../static/js/truth.js";
+} from "../../app/static/js/truth.js";
 
 const MODELS = new Map([
   ["all-MiniLM-L6-v2", { name: "all-MiniLM-L6-v2", layers: 6, heads: 12, error: null }],

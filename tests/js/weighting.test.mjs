@@ -1,13 +1,13 @@
-// static/js/weighting.js and the weight × value norm switch's pure parts: what every request of a run sends,
+// app/static/js/weighting.js and the weight × value norm switch's pure parts: what every request of a run sends,
 // what the colour bar, the cell cursor and the export files call the values, a cell's size. The state's
 // URL form is in state.test.mjs. Run: node --test tests/js/
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { body, compareBody, kindBody } from "../../static/js/api.js";
-import { cellText } from "../../static/js/keys.js";
-import { allHeadsName, exportName, headJsonName, tokenLinesName } from "../../static/js/labels.js";
+import { body, compareBody, kindBody } from "../../app/static/js/api.js";
+import { cellText } from "../../app/static/js/keys.js";
+import { allHeadsName, exportName, headJsonName, tokenLinesName } from "../../app/static/js/labels.js";
 import {
   DEFAULT_WEIGHTING,
   SINK_BY_WEIGHTING,
@@ -17,7 +17,7 @@ import {
   readsLine,
   valueName,
   weightingOf,
-} from "../../static/js/weighting.js";
+} from "../../app/static/js/weighting.js";
 
 const query = { text: "The cat sat.", pair: "", model: "m", words: false };
 

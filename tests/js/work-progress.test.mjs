@@ -1,12 +1,12 @@
-// A slow answer's progress (static/js/work-progress.js): what the bar says for each line of
+// A slow answer's progress (app/static/js/work-progress.js): what the bar says for each line of
 // /api/attention/progress and when, and the load lines read from the stream (progress-stream.js).
 // Run: node --test tests/js/
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { streamProgress } from "../../static/js/progress-stream.js";
-import { FORWARD_MS, LOAD_MS, layerView, progressView, watchDelay } from "../../static/js/work-progress.js";
+import { streamProgress } from "../../app/static/js/progress-stream.js";
+import { FORWARD_MS, LOAD_MS, layerView, progressView, watchDelay } from "../../app/static/js/work-progress.js";
 import { fakeFetch } from "./fake-fetch.mjs";
 
 const LOAD = { event: "load", model: "hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M", step: 42, steps: 100 };

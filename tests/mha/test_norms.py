@@ -185,7 +185,8 @@ def test_head_stats_read_norm_shares_and_see_through_sinks() -> None:
     assert analysis.head_labels(by_weight)[layer][head] == "special-sink"
     assert analysis.head_labels(by_norm)[layer][head] != "special-sink"
     # The page's statistics glossary quotes the same head and figures.
-    glossary = (Path(__file__).resolve().parents[2] / "static" / "js" / "weighting.js").read_text("utf-8")
+    js = Path(__file__).resolve().parents[2] / "app" / "static" / "js"
+    glossary = (js / "weighting.js").read_text("utf-8")
     assert "L2 H7 puts 0.91 of its weight on [CLS] and [SEP]" in glossary and "0.19 of its norm" in glossary
 
 

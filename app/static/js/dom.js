@@ -119,7 +119,7 @@ export const SELECTORS = Object.freeze({
   longTextTokens: "#long-text-tokens",
   longTextCursor: "#long-text-cursor",
   longInsight: "#long-insight",
-  // The Corpus view (templates/corpus.html)
+  // The Corpus view (app/templates/corpus.html)
   corpusRun: "#corpus-run",
   corpusStat: "#corpus-stat",
   corpusPlotKind: "#corpus-plot-kind",
