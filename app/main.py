@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
@@ -22,12 +21,13 @@ from app.middleware import (
     SecurityHeadersMiddleware,
     UnexpectedErrorMiddleware,
 )
+from app.package_data import STATIC, package_dir
 from app.routes import api, corpus, effects, insight, pages, trace
 from app.schemas.common import bound_new_tokens, enumerate_model_names
 from app.service import AttentionService
 from app.settings import Settings, get_settings
 
-STATIC_DIR = Path(__file__).resolve().parent / "static"
+STATIC_DIR = package_dir(STATIC)  # the installed package's own (app/package_data.py)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

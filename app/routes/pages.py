@@ -16,13 +16,14 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
 from app.deps import ServiceDep, SettingsDep
+from app.package_data import PLOTLY_BUNDLE, STATIC, TEMPLATES, package_dir
 from app.schemas.common import MAX_TEXT_CHARS, TRACE_MAX_TEXT_CHARS
 from app.service import FLOW_MAX_TOKENS
 
 router = APIRouter(include_in_schema=False)
-templates = Jinja2Templates(directory=Path(__file__).resolve().parents[1] / "templates")
+templates = Jinja2Templates(directory=package_dir(TEMPLATES))
 
-PLOTLY_JS = Path(__file__).resolve().parents[1] / "static" / "vendor" / "plotly" / "plotly-cartesian.min.js"
+PLOTLY_JS = package_dir(STATIC) / PLOTLY_BUNDLE
 PLOTLY_PATH = "/static/vendor/plotly.min.js"
 
 
