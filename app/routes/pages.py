@@ -5,39 +5,23 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import re
 from functools import lru_cache
-from pathlib import Path
-from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
+from app import page
 from app.deps import ServiceDep, SettingsDep
-from app.package_data import PLOTLY_BUNDLE, STATIC, TEMPLATES, package_dir
-from app.schemas.common import MAX_TEXT_CHARS, TRACE_MAX_TEXT_CHARS
+from app.page import PLOTLY_JS, PLOTLY_VERSION
 from app.service import FLOW_MAX_TOKENS
 
 router = APIRouter(include_in_schema=False)
-templates = Jinja2Templates(directory=package_dir(TEMPLATES))
+templates = Jinja2Templates(env=page.environment())  # the snapshot renders with the same (app/page.py)
 
-PLOTLY_JS = package_dir(STATIC) / PLOTLY_BUNDLE
 PLOTLY_PATH = "/static/vendor/plotly.min.js"
-
-
-def _bundle_version(path: Path) -> str:
-    """The version the bundle's banner names ("plotly.js (cartesian - minified) v4.1.1")."""
-    with path.open(encoding="utf-8") as bundle:
-        banner = re.search(r"plotly\.js .*?v(\d+\.\d+\.\d+)", bundle.read(200))
-    if banner is None:
-        raise RuntimeError(f"{path} names no plotly.js version in its banner")
-    return banner.group(1)
-
-
 # The URL carries the bundle's version, so a browser may keep the file until it changes.
-PLOTLY_VERSION = _bundle_version(PLOTLY_JS)
 PLOTLY_URL = f"{PLOTLY_PATH}?v={PLOTLY_VERSION}"
 PLOTLY_CACHE = "public, max-age=31536000, immutable"
 
@@ -48,20 +32,13 @@ def index(request: Request, service: ServiceDep, settings: SettingsDep) -> HTMLR
     if request.query_params.get("view") == "corpus":  # the Corpus view has a page of its own
         rest = [(key, value) for key, value in request.query_params.multi_items() if key != "view"]
         return RedirectResponse(f"{root}/corpus?{urlencode(rest)}", status_code=303)
-    models = service.model_list()
     # Everything the page needs before its first request; rendered as a JSON data block by |tojson.
-    data: dict[str, Any] = {
-        "default": models.default,
-        "models": [entry.model_dump() for entry in models.models],
-        "sources": [source.model_dump() for source in models.sources],  # the menu's groups, in order
-        "limits": {
-            "max_chars": MAX_TEXT_CHARS,
-            "trace_max_chars": TRACE_MAX_TEXT_CHARS,  # A's text and pair: a long input is traced
-            "max_tokens": settings.max_tokens,
-            "max_new_tokens": settings.max_new_tokens,
-            "flow_max_tokens": settings.flow_max_tokens or FLOW_MAX_TOKENS,  # the flow button's limit
-        },
-    }
+    data = page.page_data(
+        service.model_list(),
+        max_tokens=settings.max_tokens,
+        max_new_tokens=settings.max_new_tokens,
+        flow_max_tokens=settings.flow_max_tokens or FLOW_MAX_TOKENS,
+    )
     context = {
         "data": data,
         "static_prefix": f"{root}/static",
