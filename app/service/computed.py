@@ -205,9 +205,9 @@ class Computed:
             raise InvalidInputError(f"head {head} is out of range: {what} has heads 0..{self.heads - 1}")
 
 
-def from_result(name: str, model: mha.AttentionModel, result: mha.AttentionResult) -> Computed:
-    """The result as the service keeps it: its maps where they are (a CUDA model's on its device,
-    attend_batch(on_device=True)), every smaller tensor on the CPU."""
+def from_result(name: str, info: mha.ModelInfo, result: mha.AttentionResult) -> Computed:
+    """The result of a model of `info` as the service (and a snapshot) keeps it: its maps where they are (a
+    CUDA model's on its device, attend_batch(on_device=True)), every smaller tensor on the CPU."""
     attentions = result.attentions.to(dtype=torch.float32)
     if not attentions.is_contiguous() or attentions.untyped_storage().nbytes() > 4 * attentions.numel():
         # A row of a padded batch: copy it, so the cache never keeps a whole batch's buffer alive.
@@ -231,10 +231,10 @@ def from_result(name: str, model: mha.AttentionModel, result: mha.AttentionResul
         special=[bool(s) for s in result.special],
         unknown=[bool(s) for s in result.unknown],
         truncated=bool(result.truncated),
-        causal=bool(model.info.causal),
-        kv_heads=int(model.info.kv_heads),
+        causal=bool(info.causal),
+        kv_heads=int(info.kv_heads),
         generated=int(result.generated),
-        byte_level=bool(model.info.byte_level),
+        byte_level=bool(info.byte_level),
         texts=result.texts,
         maps=attentions,
         word_ids=tuple(result.word_ids),

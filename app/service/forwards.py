@@ -212,7 +212,7 @@ class Forwards:
             "model %r: batch of %d in %.1f ms", name, len(live), 1000 * (time.perf_counter() - started)
         )
         for job, result in zip(live, results, strict=True):
-            computed = from_result(name, model, result)
+            computed = from_result(name, model.info, result)
             # Cached here too: a batch-mate's result is kept even if its own clients have gone.
             self._answers.keep(result_key(_source(name, job), norms=computed.norms is not None), computed)
             job.future.set_result(computed)

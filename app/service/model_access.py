@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import mha
 from app.registry import Entry, Registry
@@ -138,23 +139,12 @@ class ModelAccess:
     ) -> ModelEntry:
         info = entry.model.info if entry.model is not None else None
         facts = _facts(entry.found)
+        # unloaded: what its startup check read from the config (None for a hub id)
+        known = loaded_fields(info) if info else {**UNLOADED, "architecture": facts and facts.architecture}
         return ModelEntry(
             name=entry.name,
-            family=info.family if info else None,
-            layers=info.layers if info else None,
-            heads=info.heads if info else None,
-            kv_heads=info.kv_heads if info else None,
-            chat_template=info.chat_template if info else None,
-            byte_level=info.byte_level if info else None,
-            max_tokens=info.max_tokens if info else None,
-            # unloaded: what its startup check read from the config (None for a hub id)
-            architecture=info.architecture if info else facts.architecture if facts else None,
-            # the decoder's own shape, when it differs from the encoder's
-            decoder_layers=_differs(info.decoder_layers, info.layers) if info else None,
-            decoder_heads=_differs(info.decoder_heads, info.heads) if info else None,
+            **known,
             trace_max_tokens=trace_max_tokens(entry.model) if entry.model is not None else None,
-            causal=info.causal if info else None,
-            pretrained=info.pretrained if info else None,
             loaded=info is not None,
             error=entry.error,
             source=self.sources.get(entry.name, "bundled"),
@@ -165,3 +155,29 @@ class ModelAccess:
             state=self.state(entry),
             memory_bytes=entry.nbytes if entry.model is not None else None,
         )
+
+
+def loaded_fields(info: mha.ModelInfo) -> dict[str, Any]:
+    """What /api/models says of a loaded model from its info alone (a snapshot's entry is this too)."""
+    return {
+        "family": info.family,
+        "layers": info.layers,
+        "heads": info.heads,
+        "kv_heads": info.kv_heads,
+        "chat_template": info.chat_template,
+        "byte_level": info.byte_level,
+        "max_tokens": info.max_tokens,
+        "architecture": info.architecture,
+        # the decoder's own shape, when it differs from the encoder's
+        "decoder_layers": _differs(info.decoder_layers, info.layers),
+        "decoder_heads": _differs(info.decoder_heads, info.heads),
+        "causal": info.causal,
+        "pretrained": info.pretrained,
+    }
+
+
+# An entry not loaded yet: nothing of its info is known.
+UNLOADED: dict[str, Any] = dict.fromkeys(
+    ("family", "layers", "heads", "kv_heads", "chat_template", "byte_level", "max_tokens", "architecture")
+    + ("decoder_layers", "decoder_heads", "causal", "pretrained")
+)

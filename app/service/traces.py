@@ -39,7 +39,7 @@ from app.service.parts import Parts
 from app.service.streamed_work import StreamedWork
 from app.service.templates import prerender
 from app.service.trace_budget import TraceBudget
-from mha.trace import OVERVIEW_SIZE, Trace, bytes_per_token, expected_nbytes, peak_nbytes
+from mha.trace import OVERVIEW_SIZE, Pooled, Trace, bytes_per_token, expected_nbytes, peak_nbytes
 
 # Traces kept at most, whatever their size (the byte budget is the real bound; tiny traces are KBs).
 MAX_TRACES = 1024
@@ -120,29 +120,57 @@ def overview_compact(name: str, trace: Trace, *, size: int, reduce: str, scheme:
     """Worker thread: every head pooled to s x s as HSA1 (app/compact.py), n = s, one label per block;
     `edges` (the blocks' token boundaries), `reduce` and `input_n` in the header. Gzipped."""
     pooled = _read(lambda: trace.overview(size, reduce))  # type: ignore[arg-type]
+    info, encoded = trace.info, trace.encoded
+    header = pooled_header(
+        name,
+        pooled,
+        tokens=trace.tokens,
+        segments=encoded.segments,
+        special=encoded.special,
+        unknown=encoded.unknown,
+        truncated=encoded.truncated,
+        shape={
+            field: getattr(info, field) for field in ("layers", "heads", "kv_heads", "causal", "byte_level")
+        },
+    )
+    return compact.compress(compact.encode(header, pooled.values, scheme=scheme))
+
+
+def pooled_header(
+    name: str,
+    pooled: Pooled,
+    *,
+    tokens: list[str],
+    segments: list[int],
+    special: list[bool],
+    unknown: list[bool],
+    truncated: bool,
+    shape: dict[str, Any],
+) -> dict[str, Any]:
+    """The HSA1 header of a pooled overview (a trace's, or a snapshot's grid past its byte budget): one label
+    a block, a block special (unknown) when all its tokens are, its edges, reduction and input length;
+    `shape` is the model's layers, heads, kv_heads, causal and byte_level."""
     edges = pooled.row_edges
     blocks = list(itertools.pairwise(edges))
-    info, encoded = trace.info, trace.encoded
-    header = {
+    return {
         "model": name,
-        "tokens": [_label(trace.tokens, a, b) for a, b in blocks],
-        "segments": [encoded.segments[a] for a, _ in blocks],
-        "special": [all(encoded.special[a:b]) for a, b in blocks],
-        "unknown": [all(encoded.unknown[a:b]) for a, b in blocks],
-        "layers": info.layers,
-        "heads": info.heads,
-        "kv_heads": info.kv_heads,
+        "tokens": [_label(tokens, a, b) for a, b in blocks],
+        "segments": [segments[a] for a, _ in blocks],
+        "special": [all(special[a:b]) for a, b in blocks],
+        "unknown": [all(unknown[a:b]) for a, b in blocks],
+        "layers": shape["layers"],
+        "heads": shape["heads"],
+        "kv_heads": shape["kv_heads"],
         "n": len(blocks),
-        "truncated": encoded.truncated,
-        "causal": info.causal,
+        "truncated": truncated,
+        "causal": shape["causal"],
         "generated": 0,
-        "byte_level": info.byte_level,
-        "input_n": trace.n,
+        "byte_level": shape["byte_level"],
+        "input_n": edges[-1] - edges[0],
         "edges": edges,
-        "reduce": reduce,
+        "reduce": pooled.reduce,
         "exact": pooled.exact,
     }
-    return compact.compress(compact.encode(header, pooled.values, scheme=scheme))
 
 
 def window_json(trace: Trace, request: TraceWindowRequest, gzipped: bool = False) -> bytes:

@@ -12,7 +12,16 @@ Never a loader, analysis or web code.
 """
 
 from mha.trace.blocked import bytes_per_token, expected_nbytes, peak_nbytes
-from mha.trace.overview import OVERVIEW_SIZE
+from mha.trace.overview import OVERVIEW_SIZE, Pool, Pooled, edges
 from mha.trace.windows import Trace
 
-__all__ = ["OVERVIEW_SIZE", "Trace", "bytes_per_token", "expected_nbytes", "peak_nbytes"]
+__all__ = [
+    "OVERVIEW_SIZE",
+    "Pool",
+    "Pooled",
+    "Trace",
+    "bytes_per_token",
+    "edges",
+    "expected_nbytes",
+    "peak_nbytes",
+]

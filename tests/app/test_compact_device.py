@@ -128,7 +128,7 @@ def test_a_cuda_tensor_encodes_to_the_bytes_of_its_cpu_copy(scheme: str, bits: i
 
 def test_a_cpu_views_host_attentions_are_its_maps(minilm) -> None:  # type: ignore[no-untyped-def]
     """On the CPU nothing is copied: `attentions` is `maps`, and a head is a view of it."""
-    view = from_result("m", minilm, minilm.attend("The cat sat on the mat.", hidden_state=False))
+    view = from_result("m", minilm.info, minilm.attend("The cat sat on the mat.", hidden_state=False))
     assert view.attentions is view.maps
     assert view.head(1, 2).data_ptr() == view.maps[1, 2].data_ptr()
 
