@@ -1,17 +1,45 @@
 """One builder of a self-contained file from a result, and what shows it: the page's "Save as HTML", the
-CLI and notebooks.
+CLI and notebooks (docs/snapshots.md).
 
+- ``html``: ``snapshot_html(result)`` and ``save_html(result, path)``: any `attend` result as one offline
+  `.html` file running the page's own modules, its template in snapshot mode, its CSP and byte budget
+  (``build`` says what it holds).
 - ``bundle``: the page's ES modules linked into one classic script, at run time (no Node at install).
+- ``answers``: the answers the page asks for, made by the service's own builders from one result.
+- ``cli``: `headscope snapshot`, with no server.
 
 A `View` (notebook.py) shows a snapshot document in a notebook cell, interactive, with the still image
 that `snapshot_png(result)` (png.py) draws behind it, for the front ends where scripts do not run.
 
-May import: mha (the names it exports), torch, PIL, app.page; IPython only where a notebook runs it.
-Never app.routes.
+May import: mha (the names it exports), torch, PIL, app.page, app.package_data, app.compact, app.errors,
+app.schemas, app.settings and app.service; IPython only where a notebook runs it. Never app.routes.
 """
 
 from app.snapshot.bundle import Bundle, BundleError, bundle, link
+from app.snapshot.html import (
+    BYTES_PER_VALUE,
+    DEFAULT_MAX_BYTES,
+    Snapshot,
+    asset_sizes,
+    build,
+    save_html,
+    snapshot_html,
+)
 from app.snapshot.notebook import View
 from app.snapshot.png import snapshot_png
 
-__all__ = ["Bundle", "BundleError", "View", "bundle", "link", "snapshot_png"]
+__all__ = [
+    "BYTES_PER_VALUE",
+    "DEFAULT_MAX_BYTES",
+    "Bundle",
+    "BundleError",
+    "Snapshot",
+    "View",
+    "asset_sizes",
+    "build",
+    "bundle",
+    "link",
+    "save_html",
+    "snapshot_html",
+    "snapshot_png",
+]

@@ -1,6 +1,8 @@
 // The page's only door to the server: the JSON and binary endpoints of docs/http-api.md.
 // Errors become ApiError with a message a person can act on (the API's `detail`).
+// In a snapshot file (app/snapshot/) the same door answers from the data the file carries (carried.js).
 
+import { carried, carriedFetch, carries, gridHead } from "./carried.js";
 import { decodeCompact } from "./decode.js";
 
 export class ApiError extends Error {
@@ -37,10 +39,12 @@ async function failure(response) {
 
 export async function request(url, options) {
   let response;
+  const snapshot = carried() !== null;
   try {
-    response = await fetch(url, options);
+    response = snapshot ? await carriedFetch(url, options) : await fetch(url, options);
   } catch (error) {
     if (error.name === "AbortError") throw error;
+    if (snapshot) throw new ApiError(`This snapshot could not read what it carries: ${error.message}`, 0);
     throw new ApiError("Could not reach the headscope server. Is it still running?", 0);
   }
   if (!response.ok) throw await failure(response);
@@ -108,15 +112,29 @@ export const COMPACT_BITS = "auto";
 
 // Every fetch below takes the run's AbortSignal: a new run aborts what the old one still waits for.
 
+const snapshotGrids = new Map(); // a snapshot's decoded grid by its body: the heads it lacks read from it
+
 /** POST /api/attention/compact: every head, quantized (within the header's max_abs_error), decoded. */
 export async function fetchCompact(query, { signal } = {}) {
   const url = `/api/attention/compact?scheme=${COMPACT_SCHEME}&bits=${COMPACT_BITS}`;
-  return postCompact(url, body(query), signal);
+  if (!carried()) return postCompact(url, body(query), signal);
+  const key = JSON.stringify(body(query));
+  if (!snapshotGrids.has(key)) snapshotGrids.set(key, postCompact(url, body(query), signal));
+  return snapshotGrids.get(key).catch((error) => {
+    snapshotGrids.delete(key); // an aborted read is read again next time
+    throw error;
+  });
 }
 
-/** POST /api/attention/head/compact: one head at full float32 precision, an exact Attention (1 x 1). */
+/**
+ * POST /api/attention/head/compact: one head at full float32 precision, an exact Attention (1 x 1). A
+ * snapshot without that head's exact values answers with its grid's (`exact` false, carried.js gridHead).
+ */
 export async function fetchHead(query, layer, head, { signal } = {}) {
-  return postCompact("/api/attention/head/compact", { ...kindBody(query), layer, head }, signal);
+  const url = "/api/attention/head/compact";
+  const payload = { ...kindBody(query), layer, head };
+  if (carried() && !carries(url, payload)) return gridHead(await fetchCompact(query, { signal }), { kind: query.kind, layer, head });
+  return postCompact(url, payload, signal);
 }
 
 /** POST /api/attention/head as a Blob: one head's tokens and matrix at full precision (the head's JSON export). */

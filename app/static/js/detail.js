@@ -47,16 +47,18 @@ export function bindTabs(onChoose) {
 }
 
 /**
- * rows*cols values of (layer, head) in `run`'s attention on screen: the exact head when it arrived (with its
- * rows' norm totals under weight × value norm), else the quantized grid data. The caller renormalises without
- * the first token when the state asks for it.
+ * rows*cols values of (layer, head) in `run`'s attention on screen: the head's own answer when it arrived
+ * (`settled`: exact, with its rows' norm totals under weight × value norm; or, in a snapshot that does not
+ * carry it exactly, the grid's values and a `note` saying so), else the quantized grid data. The caller
+ * renormalises without the first token when the state asks for it.
  */
 function detailValues(run, layer, head) {
   const { attention } = run;
-  if (isAggregate(head)) return { values: AGGREGATES[head].compute(attention, layer), exact: false, rowNorms: null };
-  const exact = run.exact.get(`${layer}:${head}`);
-  if (exact) return { ...exact, exact: true };
-  return { values: attention.headInto(layer, head), exact: false, rowNorms: null };
+  const grid = { exact: false, rowNorms: null, settled: false, note: "" };
+  if (isAggregate(head)) return { ...grid, values: AGGREGATES[head].compute(attention, layer) };
+  const fetched = run.exact.get(`${layer}:${head}`);
+  if (fetched) return { ...grid, ...fetched, settled: true };
+  return { ...grid, values: attention.headInto(layer, head) };
 }
 
 /**
@@ -73,13 +75,12 @@ function detailLabel(run, { layer, head, view, lines, norm, seq2seq }) {
 }
 
 /** The caption's notes: the values' precision, what the marks and colours mean, how to read the view. */
-function captionNotes(attention, { head, view, lines, hideFirst, scale, exact, norm, sizes, written, rows, cols }) {
+function captionNotes(attention, { head, view, lines, hideFirst, scale, exact, settled, note, norm, sizes, written, rows, cols }) {
+  const coming = isAggregate(head) || rows * cols > AUTO_EXACT_MAX_N ** 2 ? "" : "; exact values on the way";
   const notes = [
     exact
       ? "Exact float32 values."
-      : `${attention.bits}-bit values (within ±${attention.maxAbsError.toFixed(4)})${
-          isAggregate(head) || rows * cols > AUTO_EXACT_MAX_N ** 2 ? "" : "; exact values on the way"
-        }.`,
+      : `${attention.bits}-bit values (within ±${attention.maxAbsError.toFixed(4)})${settled ? (note && `: ${note}`) : coming}.`,
   ];
   // The selected head's precision: the lines note says that of every head.
   if (view === "tokens" && lines === "layer") notes.shift();
@@ -182,7 +183,7 @@ export class Detail {
     this.run = run;
     const { attention } = run;
     const { layer, head, view, lines, scale, hideFirst } = getState();
-    const { values: drawn, exact, rowNorms } = detailValues(run, layer, head);
+    const { values: drawn, exact, rowNorms, settled, note } = detailValues(run, layer, head);
     const { rows, cols } = shapeOf(attention);
     const values = hideFirst ? withoutFirstToken(drawn, rows, cols) : drawn;
     // Weight × value norm: the shares, and once the exact head came each cell's size (of the shares as the
@@ -193,7 +194,7 @@ export class Detail {
     // An encoder-decoder run: which attention, and no "written" marks (its target is its own sentence).
     const seq2seq = isSeq2seq(run.full);
     const written = seq2seq ? 0 : attention.generated;
-    const shown = { layer, head, view, lines, scale, hideFirst, exact, norm, sizes, seq2seq, written, rows, cols };
+    const shown = { layer, head, view, lines, scale, hideFirst, exact, settled, note, norm, sizes, seq2seq, written, rows, cols };
     const label = detailLabel(run, shown);
     $("detailTitle").textContent = `Head detail: ${label}`;
     $("detailCaption").textContent = captionNotes(attention, shown).join(" ");
@@ -223,7 +224,7 @@ export class Detail {
     else this.written.clear();
     // A head of up to AUTO_EXACT_MAX_N² values comes by itself (a rectangle counts its cells, as the bytes do).
     const small = rows * cols <= AUTO_EXACT_MAX_N ** 2;
-    const wantsExact = !exact && !isAggregate(head);
+    const wantsExact = !settled && !isAggregate(head);
     $("exact").hidden = !(wantsExact && !small);
     if (wantsExact && small) this.scheduleExact(run, layer, head);
     else if (!wantsExact) this.cancelExact();
@@ -247,7 +248,10 @@ export class Detail {
         const exact = await fetchHead(run.query, layer, head, { signal });
         if (run.signal.aborted) return; // arrived for a newer selection: kept, in case it comes back
         // Weight × value norm: the header's row_norms, each query row's total (a cell's size = share × it).
-        run.exact.set(`${layer}:${head}`, { values: exact.headInto(0, 0), rowNorms: exact.header.row_norms ?? null });
+        // A snapshot's head it does not carry exactly comes as its grid's values: `exact` false, and why.
+        const { exact: isExact = true, note = "" } = exact;
+        const rowNorms = exact.header.row_norms ?? null;
+        run.exact.set(`${layer}:${head}`, { values: exact.headInto(0, 0), rowNorms, exact: isExact, note });
         const state = getState();
         if (state.layer === layer && state.head === head) await this.draw(run);
       } catch (error) {

@@ -13,6 +13,7 @@
 import { $ } from "./dom.js";
 import { isAggregate } from "./aggregates.js";
 import { ApiError, fetchCompact, fetchModels } from "./api.js";
+import { carriedState } from "./carried.js";
 import { queryB } from "./compare.js";
 import { bindTabs, Detail, showTabs } from "./detail.js";
 import { firstExample, renderExamples } from "./examples.js";
@@ -25,6 +26,7 @@ import { runSummary } from "./labels.js";
 import { LongMode, longSummary, measure, unavailable } from "./long-mode.js";
 import { copyLink, showNotice, tokenLimit, truncationNotice } from "./notices.js";
 import { initScaleMenu } from "./scale-menu.js";
+import { enterSnapshot, inSnapshot } from "./snapshot-page.js";
 import { isSeq2seq, sectionOf, seq2seqSummary, seq2seqTruncation } from "./seq2seq.js";
 import { clampSelection, getState, ignoredParams, initState, moveSelection, readState, subscribe, update } from "./state.js";
 import { Notices, ignoredNotice, markStale, modelBNotice, modelNotice, refreshModelB, selectionNotice } from "./truth.js";
@@ -34,7 +36,9 @@ import { WrittenView } from "./written.js";
 import { watched } from "./work-progress.js";
 
 // A first visit (no text in the URL) starts from an example, run like any other: the URL then holds it.
-initState({ ...readState(), ...firstExample(window.location.search) });
+// A snapshot file opens on the run it carries, and writes no URL (a sandboxed srcdoc has none to write).
+const carriedRun = carriedState();
+initState(carriedRun ?? { ...readState(), ...firstExample(window.location.search) }, carriedRun ? { write: () => {} } : undefined);
 
 let current = null; // the run on screen (its attention decoded), or null before the first
 let controller = null; // aborts the latest run
@@ -297,23 +301,8 @@ function onArrow(event) {
   grid.focusSelected();
 }
 
-async function boot() {
-  const initial = readInitialState();
-  try {
-    known = fillModels(initial.models?.length ? initial : await fetchModels());
-  } catch (error) {
-    showError(error instanceof ApiError ? error.message : "Could not load the model list.");
-  }
-  const state = getState();
-  initForm(state, { ...known, limits: initial.limits }, { onRun: run });
-  if (known.models.size) {
-    notices.set("model", modelNotice(state.model, known.models, $("model").value));
-    if (state.compare) notices.set("bmodel", modelNotice(state.bmodel, known.models, $("modelB").value, "B"));
-  }
-  notices.set("link", ignoredNotice(ignoredParams()));
-  refreshB();
-  $("model").addEventListener("change", refreshB);
-  for (const menu of [$("model"), $("modelB")]) menu.addEventListener("focus", () => learnSizes());
+/** The example chips: each fills the form (and the model's own fields) and runs it. */
+function showExamples() {
   renderExamples(
     $("examples"),
     ({ text, pair, model, chat = false, newTokens = 0 }) => {
@@ -331,6 +320,27 @@ async function boot() {
     },
     known.models,
   );
+}
+
+async function boot() {
+  const initial = readInitialState();
+  try {
+    known = fillModels(initial.models?.length ? initial : await fetchModels());
+  } catch (error) {
+    showError(error instanceof ApiError ? error.message : "Could not load the model list.");
+  }
+  const state = getState();
+  initForm(state, { ...known, limits: initial.limits }, { onRun: run });
+  enterSnapshot(); // a snapshot file: the input read-only, what needs a server hidden (snapshot-page.js)
+  if (known.models.size) {
+    notices.set("model", modelNotice(state.model, known.models, $("model").value));
+    if (state.compare) notices.set("bmodel", modelNotice(state.bmodel, known.models, $("modelB").value, "B"));
+  }
+  if (!inSnapshot()) notices.set("link", ignoredNotice(ignoredParams()));
+  refreshB();
+  $("model").addEventListener("change", refreshB);
+  for (const menu of [$("model"), $("modelB")]) menu.addEventListener("focus", () => learnSizes());
+  if (!inSnapshot()) showExamples(); // a snapshot runs nothing else
   $("hideFirst").checked = state.hideFirst;
   initScaleMenu();
   $("hideFirst").addEventListener("change", () => update({ hideFirst: $("hideFirst").checked }));
