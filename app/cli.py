@@ -1,4 +1,5 @@
-"""`headscope serve`: start the service with uvicorn; `headscope corpus`: a corpus run (app.corpus_cli)."""
+"""`headscope serve`: start the service with uvicorn; `headscope corpus`: a corpus run (app.corpus_cli);
+`headscope snapshot`: one run as a self-contained .html file (app.snapshot.cli)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import os
 
 from app import corpus_cli
+from app.snapshot import cli as snapshot_cli
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")  # as Settings.log_level takes them
 
@@ -27,9 +29,13 @@ def main(argv: list[str] | None = None) -> None:
         help="the whole log's level, access lines included (default: HEADSCOPE_LOG_LEVEL or info)",
     )
     corpus_cli.add_parser(sub)
+    snapshot_cli.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "corpus":
         corpus_cli.run_corpus(args, parser)
+        return
+    if args.command == "snapshot":
+        snapshot_cli.run_snapshot(args, parser)
         return
 
     # Settings are read from the environment, so the flag is passed the same way compose passes it.

@@ -20,6 +20,7 @@ import torch
 
 import mha
 from app import compact, page
+from app.cli import main
 from app.snapshot import BYTES_PER_VALUE, BundleError, Snapshot, asset_sizes, build, bundle, link
 from app.snapshot.bundle import parse
 from tests.seq2seq_checkpoints import build_seq2seq_checkpoint
@@ -297,3 +298,44 @@ def test_pairs_continuations_and_norms_carry_their_run(tiny_checkpoints: dict[st
     bare = carried(build(written, name="my-llama").html)
     entry = bare["answers"]["models"]["json"]["models"][0]
     assert (entry["name"], entry["causal"], entry["layers"]) == ("my-llama", True, llama.info.layers)
+
+
+# -- headscope snapshot -----------------------------------------------------------------------------
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    try:
+        main(["snapshot", *argv])
+    except SystemExit as stop:
+        return int(stop.code or 0), capsys.readouterr().err
+    return 0, capsys.readouterr().err
+
+
+def test_the_cli_writes_a_file_of_a_served_model(
+    tiny_checkpoints, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    monkeypatch.setenv("HEADSCOPE_MODELS", json.dumps({"tiny-llama": str(tiny_checkpoints["llama"])}))
+    out = tmp_path / "view.html"
+    code, err = run_cli(
+        ["--model", "tiny-llama", "--text", "Hello there", "--max-new-tokens", "3", "-o", str(out)], capsys
+    )
+    assert code == 0 and str(out) in err and len(err.splitlines()) == 1
+    assert carried(out.read_text(encoding="utf-8"))["state"]["model"] == "tiny-llama"
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--model", "nope", "--text", "x"], "unknown model 'nope'"),
+        (["--text", "   "], "--text is blank"),
+        (["--model", "tiny-llama", "--text", "x", "--max-new-tokens", "999"], "over the limit"),
+        (["--model", "tiny-llama", "--text", "x", "--target", "y"], "encoder-decoder"),
+    ],
+)
+def test_bad_arguments_exit_with_one_line(
+    argv, says, tiny_checkpoints, tmp_path, monkeypatch, capsys
+) -> None:
+    monkeypatch.setenv("HEADSCOPE_MODELS", json.dumps({"tiny-llama": str(tiny_checkpoints["llama"])}))
+    code, err = run_cli([*argv, "-o", str(tmp_path / "x.html")], capsys)
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "x.html").exists()
