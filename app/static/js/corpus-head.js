@@ -20,7 +20,8 @@ import {
 } from "./corpus-model.js";
 import { statName } from "./names.js";
 
-const PLOT_CONFIG = { displaylogo: false, responsive: true, showTips: false };
+// No "Share chart..." button: it uploads the figure to Plotly Cloud (heatmap.js).
+const PLOT_CONFIG = { displaylogo: false, showSendToCloud: false, responsive: true, showTips: false };
 const HOVER_WAIT_MS = 120; // a pointer sweeping across points fetches only the one it rests on
 const TEXTS_KEPT = 256;
 

@@ -27,6 +27,7 @@ export async function renderHeatmap(gd, spec) {
   }
   const config = {
     displaylogo: false,
+    showSendToCloud: false, // plotly.js 4's "Share chart..." uploads the figure to Plotly Cloud: never ours
     // Plotly's "Double-click to zoom back out" tip pops up over the page's top right (the tabs and
     // export buttons); the caption under the title says it instead.
     showTips: false,

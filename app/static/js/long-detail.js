@@ -178,6 +178,7 @@ export class LongDetail {
     const { data, layout } = buildLongFigure(win, spec);
     const config = {
       displaylogo: false,
+      showSendToCloud: false, // no upload to Plotly Cloud (heatmap.js)
       showTips: false,
       displayModeBar: "hover",
       responsive: false,
