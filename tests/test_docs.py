@@ -129,7 +129,7 @@ def test_no_other_page_defines_a_setting() -> None:
     assert not elsewhere, f"settings defined outside docs/configuration.md: {elsewhere}"
 
 
-@pytest.mark.parametrize("command", ["serve", "corpus"])
+@pytest.mark.parametrize("command", ["serve", "corpus", "snapshot"])
 def test_every_cli_flag_is_defined_in_configuration(command: str) -> None:
     text = CONFIGURATION.read_text(encoding="utf-8")
     section = text.split(f"## `headscope {command}`", 1)
