@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import mha
-from app.snapshot import save_html
+from app.snapshot import build, save_html
 from tests.browser.conftest import CELL_CENTER_JS, VIEWPORT
 from tests.seq2seq_checkpoints import build_seq2seq_checkpoint
 
@@ -78,6 +78,10 @@ def files(
         "minilm": save_html(long, folder / "minilm.html", model=minilm),
         "xss": save_html(xss, folder / "xss.html", model=minilm),
         "t5": save_html(seq2seq, folder / "t5.html", model=t5),
+        # Its size limit below the 8-bit grid of 128 tokens: pooled, and said so.
+        "pooled": save_html(
+            long, folder / "pooled.html", model=minilm, max_bytes=build(long).asset_bytes + 60_000
+        ),
     }
 
 
@@ -203,6 +207,17 @@ def test_tokens_stay_text(opened, files) -> None:
     )
     assert page.evaluate("window.owned") is None
     assert page.locator("#head-detail img, #grid img, #head-detail b").count() == 0
+    one.clean()
+
+
+def test_a_pooled_file_says_so(opened, files) -> None:
+    one = opened(files["pooled"])
+    page = one.page
+    blocks = re.search(r"pooled to (\d+) × \1 blocks", page.locator("#status").text_content())
+    assert blocks and page.locator("#grid .thumb[data-drawn=true]").count() == 6 * 13
+    assert page.locator("#status").text_content().startswith("128 tokens, pooled to")
+    assert f"Every head is pooled to {blocks.group(1)}" in page.locator("#snapshot-banner").text_content()
+    page.wait_for_function("() => document.querySelector('#detail-caption').textContent.includes('pooled')")
     one.clean()
 
 

@@ -112,6 +112,9 @@ test("written tokens: ✎ on the axes, readable text, the status line", () => {
   const continued = { n: 17, layers: 3, heads: 4, kvHeads: 2, generated: 5 };
   assert.equal(runSummary(continued, 5), "12 prompt tokens + 5 written · 3 layers × 4 heads (2 KV heads)");
   assert.equal(runSummary({ ...continued, generated: 2, n: 14 }, 5), "12 prompt tokens + 2 written (of 5 asked) · 3 layers × 4 heads (2 KV heads)");
+  // A snapshot's grid pooled into blocks (header input_n): the input's tokens, then the blocks.
+  const pooled = { ...plain, n: 128, header: { input_n: 512 } };
+  assert.equal(runSummary(pooled), "512 tokens, pooled to 128 × 128 blocks · 6 layers × 12 heads");
 });
 
 test("max_new_tokens is sent only when a continuation is asked for", () => {

@@ -86,6 +86,8 @@ test("truncation notice names the limit and what is shown", () => {
   assert.match(truncationNotice({ truncated: true, n: 90 }, { words: true }), /the model's token limit: the 90 words/);
   // A continuation's written tokens come after the truncated prompt.
   assert.match(truncationNotice({ truncated: true, n: 40, generated: 8 }), /truncated to 32 tokens/);
+  // A grid pooled into blocks (a snapshot past its size limit) was cut at its input's tokens, not its blocks.
+  assert.match(truncationNotice({ truncated: true, n: 128, header: { input_n: 512 } }), /truncated to 512 tokens/);
   assert.equal(tokenLimit({ max_tokens: 1024 }, { max_tokens: 512 }), 512);
   assert.equal(tokenLimit({ max_tokens: 128 }, { max_tokens: 512 }), 128);
   assert.equal(tokenLimit(undefined, {}), null);

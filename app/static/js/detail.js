@@ -4,6 +4,7 @@
 
 import { $, $all } from "./dom.js";
 import { fetchHead } from "./api.js";
+import { carried } from "./carried.js";
 import { AGGREGATES, isAggregate } from "./aggregates.js";
 import { CellCursor } from "./cursor.js";
 import { displayToken, markWritten, withoutFirstToken } from "./decoder.js";
@@ -75,8 +76,8 @@ function detailLabel(run, { layer, head, view, lines, norm, seq2seq }) {
 }
 
 /** The caption's notes: the values' precision, what the marks and colours mean, how to read the view. */
-function captionNotes(attention, { head, view, lines, hideFirst, scale, exact, settled, note, norm, sizes, written, rows, cols }) {
-  const coming = isAggregate(head) || rows * cols > AUTO_EXACT_MAX_N ** 2 ? "" : "; exact values on the way";
+function captionNotes(attention, { head, view, lines, hideFirst, scale, exact, settled, note, norm, sizes, written, automatic }) {
+  const coming = isAggregate(head) || !automatic ? "" : "; exact values on the way";
   const notes = [
     exact
       ? "Exact float32 values."
@@ -194,7 +195,10 @@ export class Detail {
     // An encoder-decoder run: which attention, and no "written" marks (its target is its own sentence).
     const seq2seq = isSeq2seq(run.full);
     const written = seq2seq ? 0 : attention.generated;
-    const shown = { layer, head, view, lines, scale, hideFirst, exact, settled, note, norm, sizes, seq2seq, written, rows, cols };
+    // A head of up to AUTO_EXACT_MAX_N² values comes by itself (a rectangle counts its cells, as the bytes do);
+    // so does any head of a snapshot: its exact values are in the file, or its 8-bit ones all there is.
+    const automatic = rows * cols <= AUTO_EXACT_MAX_N ** 2 || carried() !== null;
+    const shown = { layer, head, view, lines, scale, hideFirst, exact, settled, note, norm, sizes, seq2seq, written, automatic };
     const label = detailLabel(run, shown);
     $("detailTitle").textContent = `Head detail: ${label}`;
     $("detailCaption").textContent = captionNotes(attention, shown).join(" ");
@@ -222,11 +226,9 @@ export class Detail {
     }
     if (written > 0) this.written.show(run, values, { head: label, renormalised: hideFirst });
     else this.written.clear();
-    // A head of up to AUTO_EXACT_MAX_N² values comes by itself (a rectangle counts its cells, as the bytes do).
-    const small = rows * cols <= AUTO_EXACT_MAX_N ** 2;
     const wantsExact = !settled && !isAggregate(head);
-    $("exact").hidden = !(wantsExact && !small);
-    if (wantsExact && small) this.scheduleExact(run, layer, head);
+    $("exact").hidden = !(wantsExact && !automatic);
+    if (wantsExact && automatic) this.scheduleExact(run, layer, head);
     else if (!wantsExact) this.cancelExact();
   }
 

@@ -85,7 +85,9 @@ export function shortHeadLabel(layer, head, model = null) {
 export function runSummary(attention, asked = 0) {
   const { n, layers, heads, kvHeads, generated = 0 } = attention;
   const grouped = isGrouped(attention) ? ` (${kvHeads} KV heads)` : "";
-  let tokens = `${n} tokens`;
+  // A grid pooled into blocks (a snapshot past its size limit: header input_n) says the input's length.
+  const input = attention.header?.input_n ?? n;
+  let tokens = input > n ? `${input} tokens, pooled to ${n} × ${n} blocks` : `${n} tokens`;
   if (asked > 0 || generated > 0) {
     tokens = `${n - generated} prompt tokens + ${generated} written${generated < asked ? ` (of ${asked} asked)` : ""}`;
   }

@@ -10,7 +10,8 @@ import { $ } from "./dom.js";
  */
 export function truncationNotice(attention, { words = false, limit = null } = {}) {
   if (!attention?.truncated) return "";
-  const prompt = attention.n - (attention.generated ?? 0);
+  // Of a grid pooled into blocks (a snapshot past its size limit), the input's tokens, not the blocks.
+  const prompt = (attention.header?.input_n ?? attention.n) - (attention.generated ?? 0);
   const rest = "the rest of the text was not read.";
   if (!words) return `Input truncated to ${prompt} tokens, the most this model reads here: ${rest}`;
   const cap = Number.isFinite(limit) ? `${limit} tokens` : "the model's token limit";
