@@ -3,7 +3,7 @@ CLI and notebooks (docs/snapshots.md).
 
 - ``html``: ``snapshot_html(result)`` and ``save_html(result, path)``: any `attend` result as one offline
   `.html` file running the page's own modules, its template in snapshot mode, its CSP and byte budget
-  (``build`` says what it holds).
+  (``build`` says what it holds; ``build_view`` makes the same of the service's cached view, for a route).
 - ``bundle``: the page's ES modules linked into one classic script, at run time (no Node at install).
 - ``answers``: the answers the page asks for, made by the service's own builders from one result.
 - ``cli``: `headscope snapshot`, with no server.
@@ -19,9 +19,11 @@ from app.snapshot.bundle import Bundle, BundleError, bundle, link
 from app.snapshot.html import (
     BYTES_PER_VALUE,
     DEFAULT_MAX_BYTES,
+    Asked,
     Snapshot,
     asset_sizes,
     build,
+    build_view,
     save_html,
     snapshot_html,
 )
@@ -31,12 +33,14 @@ from app.snapshot.png import snapshot_png
 __all__ = [
     "BYTES_PER_VALUE",
     "DEFAULT_MAX_BYTES",
+    "Asked",
     "Bundle",
     "BundleError",
     "Snapshot",
     "View",
     "asset_sizes",
     "build",
+    "build_view",
     "bundle",
     "link",
     "save_html",

@@ -111,6 +111,29 @@ def _version() -> str:
 
 
 @dataclass(frozen=True)
+class Asked:
+    """What the run was asked, as the page's form holds it: the text as typed, its pair, an
+    encoder-decoder's target (None: the model wrote one), the chat template, and a decoder's tokens to
+    write (what it wrote: a continuation's `generated`)."""
+
+    text: str
+    pair: str | None = None
+    target: str | None = None
+    chat: bool = False
+    new_tokens: int = 0
+
+    @classmethod
+    def of(cls, result: mha.AttentionResult, *, text: str | None = None, chat: bool = False) -> Asked:
+        """What `result` was asked: its texts (or `text`, a chat run's as typed) and what it wrote."""
+        if isinstance(result, mha.Seq2SeqResult):  # its target is its own sentence, never "continued"
+            return cls(
+                result.texts[0] if text is None else text, result.texts[1], result.target or None, chat
+            )
+        typed = result.texts[0] if text is None else text
+        return cls(typed, result.texts[1], None, chat, result.generated)
+
+
+@dataclass(frozen=True)
 class Run:
     """The run as the page states it: the input its requests send and its view state."""
 
@@ -118,27 +141,15 @@ class Run:
     state: dict[str, Any]
 
 
-def _run(
-    result: mha.AttentionResult,
-    name: str,
-    kind: str,
-    selected: tuple[int, int],
-    *,
-    text: str | None,
-    chat: bool,
-    weighting: str,
-) -> Run:
-    typed = result.texts[0] if text is None else text
-    pair = result.texts[1] or None
-    seq2seq = isinstance(result, mha.Seq2SeqResult)
-    target = (result.target or None) if isinstance(result, mha.Seq2SeqResult) else None
-    written = 0 if seq2seq else min(result.generated, answers.PAGE_MAX_NEW_TOKENS)
-    asked = {"text": typed, "text_pair": pair, "model": name, "max_new_tokens": written, "chat": chat}
-    asked |= {"target": target, "words": False, "weighting": weighting}
-    state = {"text": typed, "pair": pair or "", "model": name, "layer": selected[0], "head": selected[1]}
-    state |= {"weighting": weighting, "newTokens": written, "chat": chat, "target": target or ""}
+def _run(asked: Asked, name: str, kind: str, selected: tuple[int, int], *, weighting: str) -> Run:
+    pair, target = asked.pair or None, asked.target or None
+    written = min(asked.new_tokens, answers.PAGE_MAX_NEW_TOKENS)
+    given = {"text": asked.text, "text_pair": pair, "model": name, "max_new_tokens": written}
+    given |= {"chat": asked.chat, "target": target, "words": False, "weighting": weighting}
+    state = {"text": asked.text, "pair": pair or "", "model": name, "layer": selected[0], "head": selected[1]}
+    state |= {"weighting": weighting, "newTokens": written, "chat": asked.chat, "target": target or ""}
     state["kind"] = kind
-    return Run(asked, state)
+    return Run(given, state)
 
 
 def rerun_line(name: str) -> str:
@@ -248,10 +259,26 @@ def build(
     """The snapshot of `result` (any `attend` result; snapshot_html's options) and what it holds."""
     info = answers.describe(result, model, name, chat=chat)
     view = answers.view_of(result, info)
+    asked = Asked.of(result, text=text, chat=chat)
+    return build_view(view, info, asked, max_bytes=max_bytes, selected=selected)
+
+
+def build_view(
+    view: answers.Computed,
+    info: mha.ModelInfo,
+    asked: Asked,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    selected: tuple[int, int] | None = None,
+) -> Snapshot:
+    """The snapshot of a token-level view as the service keeps it (app/service/computed.py: the route's
+    way in, from its cached view) of a model of `info`, asked `asked`."""
+    if view.kind != "encoder":
+        raise ValueError(f"a snapshot is of a model's whole view, not of its {view.kind} attention alone")
     kind = "cross" if view.seq2seq is not None else "encoder"
     chosen = selected or (0, 0)
     answers.check_selected(view, kind, chosen)
-    run = _run(result, info.name, kind, chosen, text=text, chat=chat, weighting=view.weighting)
+    run = _run(asked, info.name, kind, chosen, weighting=view.weighting)
     carried: dict[str, Any] = {"format": FORMAT, "input": run.input, "state": run.state}
     carried |= {"rerun": rerun_line(info.name), "exact_note": "", "answers": {}}
     banner = {"about": _about(view, info), "rerun": carried["rerun"], "notes": []}

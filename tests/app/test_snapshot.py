@@ -11,6 +11,7 @@ import json
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,18 @@ import torch
 import mha
 from app import compact, page
 from app.cli import main
-from app.snapshot import BYTES_PER_VALUE, BundleError, Snapshot, asset_sizes, build, bundle, link
+from app.service.computed import from_result
+from app.snapshot import (
+    BYTES_PER_VALUE,
+    Asked,
+    BundleError,
+    Snapshot,
+    asset_sizes,
+    build,
+    build_view,
+    bundle,
+    link,
+)
 from app.snapshot.bundle import parse
 from tests.seq2seq_checkpoints import build_seq2seq_checkpoint
 
@@ -298,6 +310,16 @@ def test_pairs_continuations_and_norms_carry_their_run(tiny_checkpoints: dict[st
     bare = carried(build(written, name="my-llama").html)
     entry = bare["answers"]["models"]["json"]["models"][0]
     assert (entry["name"], entry["causal"], entry["layers"]) == ("my-llama", True, llama.info.layers)
+
+
+def test_the_services_view_builds_the_same_file(minilm: mha.AttentionModel) -> None:
+    """build_view, a route's way in from the service's cached view, carries what build does."""
+    result = minilm.attend("The cat sat.", text_pair="It was tired.", hidden_state=False)
+    view = from_result(minilm.info.name, minilm.info, result)
+    served = build_view(view, minilm.info, Asked("The cat sat.", "It was tired."), selected=(1, 2))
+    assert carried(served.html) == carried(build(result, model=minilm, selected=(1, 2)).html)
+    with pytest.raises(ValueError, match="cross attention alone"):
+        build_view(replace(view, kind="cross"), minilm.info, Asked("x"))  # one kind's view is not a run
 
 
 # -- headscope snapshot -----------------------------------------------------------------------------
