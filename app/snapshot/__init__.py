@@ -7,9 +7,9 @@ CLI and notebooks (docs/snapshots.md).
 - ``bundle``: the page's ES modules linked into one classic script, at run time (no Node at install).
 - ``answers``: the answers the page asks for, made by the service's own builders from one result.
 - ``cli``: `headscope snapshot`, with no server.
-
-A `View` (notebook.py) shows a snapshot document in a notebook cell, interactive, with the still image
-that `snapshot_png(result)` (png.py) draws behind it, for the front ends where scripts do not run.
+- ``notebook``: ``show(result)``, the same view in a notebook cell (docs/notebooks.md): its `View` is the
+  document in a sandboxed iframe, with the still image ``png`` draws (``snapshot_png(result)``) behind it
+  for the front ends where scripts do not run.
 
 May import: mha (the names it exports), torch, PIL, app.page, app.package_data, app.compact, app.errors,
 app.schemas, app.settings and app.service; IPython only where a notebook runs it. Never app.routes.
@@ -27,7 +27,7 @@ from app.snapshot.html import (
     save_html,
     snapshot_html,
 )
-from app.snapshot.notebook import View
+from app.snapshot.notebook import View, show
 from app.snapshot.png import snapshot_png
 
 __all__ = [
@@ -45,5 +45,6 @@ __all__ = [
     "link",
     "save_html",
     "snapshot_html",
+    "show",
     "snapshot_png",
 ]

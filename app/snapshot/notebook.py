@@ -10,7 +10,7 @@ drop `<iframe>` and `<style>`) shows the image and its line of text instead. The
 that PNG as image/png, for a front end that renders no HTML at all, and text/plain. docs/notebooks.md
 says which front end picks what, citing their sources.
 
-May import: app.snapshot's builder and png, mha (the names it exports), IPython (only where it runs).
+May import: app.snapshot.html and app.snapshot.png, mha (the names it exports), IPython (only where it runs).
 """
 
 from __future__ import annotations
@@ -21,14 +21,21 @@ from collections.abc import Container
 from pathlib import Path
 from typing import Any
 
-__all__ = ["View", "frame_height"]
+from app.snapshot.html import DEFAULT_MAX_BYTES, build
+from app.snapshot.png import draw, still_of
+from mha import AttentionModel, AttentionResult
 
-# The iframe's height: a scroll inside it can never resize it from outside (its origin is opaque), so it is
-# fixed when the view is made, from the model view's rows, and `height=` sets it outright.
-FRAME_BASE_PX = 560  # the page's header, the head detail and the token lines, with no grid row
-FRAME_ROW_PX = 46  # one layer's row of thumbnails
-FRAME_MIN_PX = 640
-FRAME_MAX_PX = 1400  # a taller model view scrolls inside the frame, as the page's grid box does
+__all__ = ["View", "frame_height", "show"]
+
+# The iframe's height: its document can never resize it from outside (its origin is opaque), so it is fixed
+# when the view is made, to hold the framed layout's first part (headscope.css: the grid beside the head
+# detail, its thumbnails 34 px below 1200 px wide, 42 above): the detail's ~840 px, or a taller grid's rows.
+# Measured in Chromium at 1000 and 1300 px wide; `height=` sets it outright; what is below scrolls inside.
+DETAIL_PX = 840  # the head detail's panel: its controls, a heatmap of 360-640 px, its labels and colour bar
+GRID_TOP_PX = 110  # the model view's title, help line and head labels
+ROW_PX = 45  # one layer's row of thumbnails in the framed layout, at its widest (42 px and the gap)
+MARGIN_PX = 30
+FRAME_MAX_PX = 1400  # a taller grid scrolls inside the frame, as the page's grid box does on a phone
 # Hides the still image wherever the iframe was kept: a sanitizer that drops <iframe> drops <style> too.
 STILL_RULE = ".headscope-view > iframe ~ .headscope-still { display: none; }"
 SANDBOX = "allow-scripts allow-downloads"  # scripts run; no same-origin, no popups, no top navigation
@@ -36,7 +43,7 @@ SANDBOX = "allow-scripts allow-downloads"  # scripts run; no same-origin, no pop
 
 def frame_height(layers: int) -> int:
     """The iframe's height in CSS px for a model view of `layers` rows."""
-    return max(FRAME_MIN_PX, min(FRAME_MAX_PX, FRAME_BASE_PX + FRAME_ROW_PX * layers))
+    return min(FRAME_MAX_PX, max(DETAIL_PX, GRID_TOP_PX + ROW_PX * layers) + MARGIN_PX)
 
 
 class View:
@@ -119,6 +126,37 @@ class View:
             _display(self)
             self._shown_at = shell.execution_count
         return self
+
+
+def show(
+    result: AttentionResult,
+    *,
+    model: AttentionModel | None = None,
+    name: str | None = None,
+    selected: tuple[int, int] | None = None,
+    height: int | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    text: str | None = None,
+    chat: bool = False,
+) -> View:
+    """Show `result` (anything `attend` returns) in the notebook cell, interactive and offline, and
+    return its View: as a cell's last line it shows once; in a loop, each call shows its own.
+
+    `model`, `name`, `selected` (the (layer, head) it opens on, (0, 0) by default), `max_bytes`, `text`
+    and `chat` are snapshot_html's; `height` is the output's height in CSS px (by default from the
+    layer count: a frame cannot size itself to its content)."""
+    opens = selected or (0, 0)
+    snapshot = build(
+        result, model=model, name=name, max_bytes=max_bytes, selected=opens, text=text, chat=chat
+    )
+    still = still_of(result, model=model, name=name)
+    view = View(
+        snapshot.html,
+        png=draw(still, selected=opens),
+        height=height or frame_height(int(still.maps.shape[0])),
+        label=f"{still.title} · layer {opens[0]}, head {opens[1]}",
+    )
+    return view.shown()
 
 
 def _shell() -> Any:

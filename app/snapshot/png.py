@@ -6,7 +6,7 @@ renderer: app/snapshot/notebook.py), so it reads as the page does: each thumbnai
 block of cells (grid.js paintThumbnail: sparse peaks survive), a causal model's masked blocks are hatched
 grey, never drawn as zero, and tokens are spelled as decoder.js displayToken spells them.
 
-May import: mha (the names it exports), torch and PIL.
+May import: mha (the names it exports), app.snapshot.answers, torch and PIL.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from mha import AttentionModel, AttentionResult, Seq2SeqResult
+from app.snapshot import answers
+from mha import AttentionModel, AttentionResult
 
 # colors.js STOPS and its mask colours: one scale for every view (tests/app/test_snapshot_png.py holds
 # this copy to the page's, colour for colour).
@@ -67,7 +68,7 @@ class Still:
     cols: list[str]
     causal: bool
     title: str  # "all-MiniLM-L6-v2 · 12 tokens · 6 layers × 12 heads"
-    kind: str = ""  # "cross-attention" for an encoder-decoder's (the page's default kind), else ""
+    kind: str = ""  # what else the detail's title says: "cross-attention", "weight × value norm"
 
 
 def display_token(token: str, *, byte_level: bool) -> str:
@@ -80,31 +81,28 @@ def display_token(token: str, *, byte_level: bool) -> str:
 def still_of(
     result: AttentionResult, *, model: AttentionModel | None = None, name: str | None = None
 ) -> Still:
-    """The maps, tokens and title the image of `result` draws. Without `model`, a tokenizer is taken as
-    byte-level when a token holds its space or newline mark (a WordPiece vocabulary has neither)."""
-    info = model.info if model is not None else None
-    if info is not None:
-        byte_level = info.byte_level
+    """The maps, tokens and title the image of `result` draws: the attention the snapshot document opens
+    on (answers.view_of: an encoder-decoder's cross attention, weight × value norm shares when the run
+    used them), described as the document describes it (answers.describe, from the tensors when no
+    `model` is given)."""
+    info = answers.describe(result, model, name, chat=False)
+    view = answers.view_of(result, info)
+    shown = view.of_kind("cross" if view.seq2seq is not None else "encoder")  # as html.build opens it
+    maps = shown.attentions
+    rows = [display_token(t, byte_level=shown.byte_level) for t in shown.tokens]
+    cols = [display_token(t, byte_level=shown.byte_level) for t in shown.key_tokens or shown.tokens]
+    layers, heads = maps.shape[:2]
+    if view.seq2seq is not None:
+        tokens = f"{len(cols)} source → {len(rows)} target tokens"
+    elif shown.generated:
+        tokens = f"{len(rows) - shown.generated} prompt tokens + {shown.generated} written"
     else:
-        byte_level = any("Ġ" in t or "Ċ" in t for t in result.tokens)
-    label = name or (info.name if info is not None else "attention")
-    spell = [display_token(t, byte_level=byte_level) for t in result.tokens]
-    if isinstance(result, Seq2SeqResult) and result.cross_attentions.numel() > 0:
-        maps = result.cross_attentions
-        layers, heads = maps.shape[:2]
-        target = [display_token(t, byte_level=byte_level) for t in result.target_tokens]
-        title = f"{label} · {result.n} source → {result.m} target tokens · {layers} layers × {heads} heads"
-        return Still(maps, target, spell, causal=False, title=title, kind="cross-attention")
-    maps = result.attentions
-    layers, heads, n = maps.shape[0], maps.shape[1], maps.shape[-1]
-    # A causal model's upper triangle is exactly 0 (mha's contract); an encoder's softmax never is.
-    causal = info.causal if info is not None else bool(n > 1 and not maps.triu(1).any())
-    tokens = f"{n} tokens"
-    if result.generated:
-        tokens = f"{result.prompt_n} prompt tokens + {result.generated} written"
-    return Still(
-        maps, spell, spell, causal=causal, title=f"{label} · {tokens} · {layers} layers × {heads} heads"
-    )
+        tokens = f"{len(rows)} tokens"
+    kind = "cross-attention" if view.seq2seq is not None else ""
+    if shown.weighting == "norm":
+        kind = ", ".join(part for part in (kind, "weight × value norm") if part)
+    title = f"{info.name} · {tokens} · {layers} layers × {heads} heads"
+    return Still(maps, rows, cols, causal=shown.causal, title=title, kind=kind)
 
 
 def lut() -> torch.Tensor:

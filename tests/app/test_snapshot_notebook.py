@@ -8,13 +8,17 @@ document; tests/browser/test_notebook.py runs the real one in JupyterLab, Notebo
 from __future__ import annotations
 
 import base64
+import io
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
-from app.snapshot.notebook import SANDBOX, View, frame_height
+from app.snapshot import snapshot_html
+from app.snapshot.notebook import SANDBOX, View, frame_height, show
+from mha import AttentionModel
 
 # Quotes, ampersands, angle brackets and a closing tag: all must survive the srcdoc attribute.
 DOCUMENT = (
@@ -82,9 +86,9 @@ def test_the_html_is_one_sandboxed_iframe_of_the_document_and_no_script() -> Non
 
 
 def test_the_height_follows_the_layers_within_bounds() -> None:
-    assert frame_height(6) < frame_height(12) < frame_height(24)
-    assert frame_height(0) == frame_height(1)  # the least height: the page's header and detail
-    assert frame_height(200) == frame_height(400)  # a tall grid scrolls inside the frame instead
+    assert frame_height(1) == frame_height(6)  # the head detail's height: a short grid fits beside it
+    assert frame_height(6) < frame_height(24) < frame_height(30)  # a taller grid sets it
+    assert frame_height(200) == frame_height(400)  # up to a bound: a tall grid scrolls inside the frame
     with pytest.raises(ValueError, match=r"height \(0\)"):
         View(DOCUMENT, png=PNG, height=0, label="x")
 
@@ -124,3 +128,21 @@ def test_shown_displays_once_as_a_cells_last_line_and_again_later(shell: object)
     loop = run(shell, "for v in (first, second):\n    v.shown()")
     assert ["first" in data["text/plain"] for data in loop] == [True, False]
     assert len(run(shell, "second.shown()\nfirst")) == 2  # two views, one cell
+
+
+def test_show_displays_the_snapshot_of_a_result_once(shell: object, minilm: AttentionModel) -> None:
+    result = minilm.attend("The cat sat on the mat.")
+    shell.user_ns.update(show=show, result=result, model=minilm)  # type: ignore[attr-defined]
+    outputs = run(shell, "view = show(result, model=model, selected=(2, 5))")
+    assert len(outputs) == 1
+    shown: View = shell.user_ns["view"]  # type: ignore[attr-defined]
+    assert outputs[0] == shown._repr_mimebundle_()
+    # The document is the snapshot file of the same run: its own CSP, no network.
+    assert shown.document == snapshot_html(result, model=minilm, selected=(2, 5))
+    assert "connect-src &#39;none&#39;" in shown.document  # in the CSP meta's attribute
+    assert shown.height == frame_height(6)
+    assert shown.label == f"all-MiniLM-L6-v2 · {result.n} tokens · 6 layers × 12 heads · layer 2, head 5"
+    with Image.open(io.BytesIO(shown.png)) as still:
+        assert still.format == "PNG" and still.width > 600
+    with pytest.raises(ValueError, match=r"selected \(6, 0\) is outside"):
+        show(result, selected=(6, 0))

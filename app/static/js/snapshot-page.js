@@ -33,6 +33,9 @@ export function enterSnapshot() {
   const snapshot = carried();
   if (!snapshot) return;
   document.body.dataset.snapshot = "true";
+  // Shown inside another page (a notebook's output iframe, whose opaque origin still lets it compare the
+  // windows): the framed layout of headscope.css, the grid and the detail where the frame opens.
+  if (window.self !== window.top) document.body.dataset.framed = "true";
   for (const [name, part] of HIDDEN) {
     const element = $(name);
     const hidden = part === "label" ? element.closest("label") : part === "group" ? element.parentElement : element;
