@@ -10,12 +10,15 @@ CLI and notebooks (docs/snapshots.md).
 - ``notebook``: ``show(result)``, the same view in a notebook cell (docs/notebooks.md): its `View` is the
   document in a sandboxed iframe, with the still image ``png`` draws (``snapshot_png(result)``) behind it
   for the front ends where scripts do not run.
+- ``figure``: ``figure(result, layer, head)``, one head as a plotly Figure for Python users, drawn as the
+  page's head detail draws it (``heatmap_figure``).
 
-May import: mha (the names it exports), torch, PIL, app.page, app.package_data, app.compact, app.errors,
+May import: mha (the names it exports), torch, PIL, plotly (figure, as it draws), app.page, app.package_data, app.compact, app.errors,
 app.schemas, app.settings and app.service; IPython only where a notebook runs it. Never app.routes.
 """
 
 from app.snapshot.bundle import Bundle, BundleError, bundle, link
+from app.snapshot.figure import figure
 from app.snapshot.html import (
     BYTES_PER_VALUE,
     DEFAULT_MAX_BYTES,
@@ -42,6 +45,7 @@ __all__ = [
     "build",
     "build_view",
     "bundle",
+    "figure",
     "link",
     "save_html",
     "snapshot_html",
