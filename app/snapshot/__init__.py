@@ -13,8 +13,9 @@ CLI and notebooks (docs/snapshots.md).
 - ``figure``: ``figure(result, layer, head)``, one head as a plotly Figure for Python users, drawn as the
   page's head detail draws it (``heatmap_figure``).
 
-May import: mha (the names it exports), torch, PIL, plotly (figure, as it draws), app.page, app.package_data, app.compact, app.errors,
-app.schemas, app.settings and app.service; IPython only where a notebook runs it. Never app.routes.
+May import: mha (the names it exports), torch, PIL, app.page, app.package_data, app.compact, app.errors,
+app.schemas, app.settings and app.service; IPython only where a notebook runs it, plotly only where a
+figure is drawn. Never app.routes.
 """
 
 from app.snapshot.bundle import Bundle, BundleError, bundle, link
