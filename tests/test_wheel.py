@@ -1,7 +1,8 @@
 """The wheel (issue 46, "pip install works outside the repository"): built from the project as a user builds
 it, it carries every module and the page's package data (app/static, app/templates) and nothing else, and,
 installed into a new venv outside the checkout, `headscope serve` run from outside the checkout serves the
-page, its JS, the vendored plotly.js and an answer, all from the installed package.
+page, its JS, the vendored plotly.js and an answer, all from the installed package, and `headscope snapshot`
+writes a whole snapshot file there.
 
 Cheap by design: the wheel is built without build isolation (the running venv's setuptools: no network),
 and the new venv gets its third-party packages from the running venv through a .pth line, so only the
@@ -11,6 +12,8 @@ running venv's editable install of headscope (its __editable__ .pth and finder) 
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import shutil
@@ -22,6 +25,7 @@ import urllib.error
 import urllib.request
 import zipfile
 from collections.abc import Iterator
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -219,3 +223,64 @@ def test_the_installed_server_serves_the_page_from_the_installed_package(served:
     answer = json.loads(body)
     assert answer["tokens"][:3] == ["[CLS]", "the", "cat"]
     assert (answer["layers"], answer["heads"]) == (6, 12)
+
+
+class Tags(HTMLParser):
+    """Every tag's attributes in order, and each <script>'s attributes and text."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.scripts: list[tuple[dict[str, str | None], str]] = []
+        self._open: dict[str, str | None] | None = None
+        self._text: list[str] = []
+        self.feed(html)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        if tag == "script":
+            self._open, self._text = dict(attrs), []
+
+    def handle_data(self, data: str) -> None:
+        if self._open is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "script" and self._open is not None:
+            self.scripts.append((self._open, "".join(self._text)))
+            self._open = None
+
+
+@pytest.mark.slow
+def test_the_installed_cli_writes_a_whole_snapshot(venv: Path, tmp_path: Path) -> None:
+    assert not tmp_path.resolve().is_relative_to(ROOT)
+    command = [str(venv / "bin" / "headscope"), "snapshot", "--text", TEXT, "-o", "cat.html"]
+    run = subprocess.run(command, cwd=tmp_path, env=outside_env(tmp_path), capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    html = (tmp_path / "cat.html").read_text("utf-8")
+    parsed = Tags(html)
+    # The policy first in <head>: nothing from anywhere, only the file's own inline scripts, by hash.
+    meta = parsed.tags[parsed.tags.index(("head", {})) + 1]
+    assert meta[0] == "meta" and meta[1]["http-equiv"] == "Content-Security-Policy"
+    policy = dict(part.strip().split(" ", 1) for part in str(meta[1]["content"]).split(";") if part.strip())
+    assert policy["default-src"] == policy["connect-src"] == "'none'"
+    code = [text for attrs, text in parsed.scripts if attrs.get("type") is None]
+    hashes = {"'sha256-" + base64.b64encode(hashlib.sha256(t.encode()).digest()).decode() + "'" for t in code}
+    assert set(policy["script-src"].split()) == hashes
+    remote = [
+        (tag, value)
+        for tag, attrs in parsed.tags
+        for name, value in attrs.items()
+        if name in ("src", "href", "action", "srcset") and not str(value).startswith("data:")
+    ]
+    assert remote == []
+    # Whole: the installed plotly.js and the page's modules inline, and the run's answers carried: every
+    # head (the compact grid), the first head's exact values, its statistics.
+    static = venv / SITE / "app" / "static"
+    plotly = (static / "vendor" / "plotly" / "plotly-cartesian.min.js").read_text("utf-8")
+    assert plotly.strip()[:200] in code[0]
+    (carried,) = [
+        json.loads(text) for attrs, text in parsed.scripts if attrs.get("id") == "headscope-snapshot"
+    ]
+    assert carried["input"]["text"] == TEXT
+    assert {"models", "compact", "head:encoder:0:0", "analysis:encoder"} <= set(carried["answers"])
