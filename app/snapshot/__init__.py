@@ -12,6 +12,8 @@ CLI and notebooks (docs/snapshots.md).
   for the front ends where scripts do not run.
 - ``figure``: ``figure(result, layer, head)``, one head as a plotly Figure for Python users, drawn as the
   page's head detail draws it (``heatmap_figure``).
+- ``looks``: the page's colour scale (read from colors.js itself), its LUT and token spelling, for what
+  Python draws (the figure and the still image), so neither keeps a copy.
 
 May import: mha (the names it exports), torch, PIL, app.page, app.package_data, app.compact, app.errors,
 app.schemas, app.settings and app.service; IPython only where a notebook runs it, plotly only where a

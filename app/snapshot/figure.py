@@ -17,6 +17,7 @@ import torch
 
 import mha
 from app.snapshot.heatmap_figure import HeadSpec, build_figure
+from app.snapshot.looks import BYTE_LEVEL_MARKS, display_token
 from mha import analysis
 
 if TYPE_CHECKING:
@@ -37,9 +38,6 @@ AXIS_NAMES = {  # seq2seq.js axisNames; None: a model of one attention
     "decoder": ("target token (query)", "target token (key)"),
     "cross": ("target token (query)", "source token (key)"),
 }
-# decoder.js displayToken: a tokenizer's marks as visible signs; the byte-level ones only for a byte-level BPE
-SENTENCEPIECE_MARKS = (("▁", "␣"),)
-BYTE_LEVEL_MARKS = (("Ġ", "␣"), ("Ċ", "↵"), ("ĉ", "⇥"), *SENTENCEPIECE_MARKS)
 WRITTEN_MARK = "✎ "  # decoder.js markWritten
 
 
@@ -156,8 +154,10 @@ def _head(
     return HeadSpec(
         values=values,
         sizes=sizes,
-        queries=_mark_written([_display(t, byte_level) for t in queries], written),
-        keys=_mark_written([_display(t, byte_level) for t in keys], 0 if kind == "cross" else written),
+        queries=_mark_written([display_token(t, byte_level=byte_level) for t in queries], written),
+        keys=_mark_written(
+            [display_token(t, byte_level=byte_level) for t in keys], 0 if kind == "cross" else written
+        ),
         rect=kind == "cross",
         causal=causal,
         boundary=-1 if kind else (result.segments.index(1) if 1 in result.segments else -1),
@@ -173,13 +173,6 @@ def _looks_causal(attentions: torch.Tensor) -> bool:
 
 def _looks_byte_level(tokens: list[str]) -> bool:
     return any(mark in token for token in tokens for mark, _ in BYTE_LEVEL_MARKS[:3])
-
-
-def _display(token: str, byte_level: bool) -> str:
-    """decoder.js displayToken."""
-    for mark, sign in BYTE_LEVEL_MARKS if byte_level else SENTENCEPIECE_MARKS:
-        token = token.replace(mark, sign)
-    return token
 
 
 def _mark_written(tokens: list[str], written: int) -> list[str]:

@@ -11,19 +11,17 @@ estimated from the labels' lengths (the page measures them on a canvas).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from app.package_data import STATIC, package_dir
+from app.snapshot.looks import PageColors, page_colors
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-__all__ = ["HeadSpec", "PageColors", "build_figure", "page_colors", "plotly_text", "shorten", "thin_ticks"]
+__all__ = ["HeadSpec", "build_figure", "plotly_text", "shorten", "thin_ticks"]
 
 # heatmap-ticks.js: every token labelled up to ALL_LABELS_N, ticks LABEL_PX apart at least, tokens cut to
 # MAX_LABEL_CHARS on the axes (the hover keeps them whole), label fonts MIN_FONT_PX to MAX_FONT_PX.
@@ -38,35 +36,6 @@ WRITTEN_CSS, BOUNDARY_CSS, FRAME_CSS = (
     "#c0c6d2",
 )  # the written tokens, a pair, the frame
 SIZE = "‖α f‖"  # a norm-weighted cell's own size: share × its row's total
-
-
-@dataclass(frozen=True)
-class PageColors:
-    """The page's attention colours (colors.js): the Plotly colour scale and the masked cells' hatch."""
-
-    colorscale: tuple[tuple[float, str], ...]
-    mask_bg: str
-    mask_fg: str
-
-
-@cache
-def page_colors() -> PageColors:
-    """STOPS, MASK_BG_CSS and MASK_FG_CSS as app/static/js/colors.js writes them (COLORSCALE is STOPS)."""
-    path = package_dir(STATIC) / "js" / "colors.js"
-    source = path.read_text("utf-8")
-    block = re.search(r"export const STOPS = Object\.freeze\(\[(.*?)\]\);", source, re.DOTALL)
-    stops = re.findall(r'\[\s*([0-9.]+)\s*,\s*"(#[0-9a-fA-F]{6})"\s*\]', block.group(1) if block else "")
-
-    def constant(name: str) -> str:
-        found = re.search(rf'export const {name} = "(#[0-9a-fA-F]{{6}})";', source)
-        if found is None:
-            raise RuntimeError(f'{path} has no `export const {name} = "#rrggbb";` to read')
-        return found.group(1)
-
-    if len(stops) < 2:
-        raise RuntimeError(f'{path} has no `export const STOPS = Object.freeze([[t, "#rrggbb"], ...]);`')
-    scale = tuple((float(t), colour) for t, colour in stops)
-    return PageColors(colorscale=scale, mask_bg=constant("MASK_BG_CSS"), mask_fg=constant("MASK_FG_CSS"))
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ renderer: app/snapshot/notebook.py), so it reads as the page does: each thumbnai
 block of cells (grid.js paintThumbnail: sparse peaks survive), a causal model's masked blocks are hatched
 grey, never drawn as zero, and tokens are spelled as decoder.js displayToken spells them.
 
-May import: mha (the names it exports), app.snapshot.answers, torch and PIL.
+May import: mha (the names it exports), app.snapshot.answers and .looks, torch and PIL.
 """
 
 from __future__ import annotations
@@ -19,20 +19,8 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 
 from app.snapshot import answers
+from app.snapshot.looks import display_token, lut, page_colors, rgb
 from mha import AttentionModel, AttentionResult
-
-# colors.js STOPS and its mask colours: one scale for every view (tests/app/test_snapshot_png.py holds
-# this copy to the page's, colour for colour).
-STOPS = (
-    (0.0, "#ffffff"),
-    (0.05, "#deebf7"),
-    (0.15, "#9ecae1"),
-    (0.35, "#4292c6"),
-    (0.65, "#08519c"),
-    (1.0, "#081d58"),
-)
-MASK_BG = (236, 236, 236)
-MASK_FG = (190, 190, 190)
 
 PAD = 16  # around the image and between its parts
 GRID_BOX = 540  # the thumbnails' area, at most, in each direction
@@ -53,8 +41,6 @@ MUTED = (87, 96, 106)
 FRAME = (208, 215, 222)
 
 # decoder.js displayToken: a byte-level BPE's space, newline and tab marks, and SentencePiece's space.
-SENTENCEPIECE_MARKS = (("▁", "␣"),)
-BYTE_LEVEL_MARKS = (("Ġ", "␣"), ("Ċ", "↵"), ("ĉ", "⇥"), *SENTENCEPIECE_MARKS)
 # Pillow's own font (where no DejaVu is installed) has no glyph for the visible marks: ASCII stand-ins.
 ASCII_MARKS = (("␣", "_"), ("↵", "\\n"), ("⇥", "\\t"), ("…", "..."), ("×", "x"), ("·", "-"), ("→", "->"))
 
@@ -69,13 +55,6 @@ class Still:
     causal: bool
     title: str  # "all-MiniLM-L6-v2 · 12 tokens · 6 layers × 12 heads"
     kind: str = ""  # what else the detail's title says: "cross-attention", "weight × value norm"
-
-
-def display_token(token: str, *, byte_level: bool) -> str:
-    """A token as the page shows it: "Ġcat" -> "␣cat" where the tokenizer is byte-level, "▁cat" -> "␣cat"."""
-    for mark, sign in BYTE_LEVEL_MARKS if byte_level else SENTENCEPIECE_MARKS:
-        token = token.replace(mark, sign)
-    return token
 
 
 def still_of(
@@ -103,21 +82,6 @@ def still_of(
         kind = ", ".join(part for part in (kind, "weight × value norm") if part)
     title = f"{info.name} · {tokens} · {layers} layers × {heads} heads"
     return Still(maps, rows, cols, causal=shown.causal, title=title, kind=kind)
-
-
-def lut() -> torch.Tensor:
-    """[256, 3] uint8, colors.js LUT's colours: entry k for value k/255, interpolated and rounded as there."""
-    stops = [(t, _rgb(code)) for t, code in STOPS]
-    rows = []
-    for k in range(256):
-        t = k / 255
-        s = 1
-        while s < len(stops) - 1 and stops[s][0] < t:
-            s += 1
-        (t0, c0), (t1, c1) = stops[s - 1], stops[s]
-        f = (t - t0) / (t1 - t0) if t1 > t0 else 0.0
-        rows.append([math.floor(a + f * (b - a) + 0.5) for a, b in zip(c0, c1, strict=True)])  # Math.round
-    return torch.tensor(rows, dtype=torch.uint8)
 
 
 def block_max(maps: torch.Tensor, size: int, dim: int) -> torch.Tensor:
@@ -150,13 +114,16 @@ def paint(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     with the masked pixels of a causal map hatched (grid.js: (x + y) % 6 < 2 the darker grey)."""
     # In float64, as JS rounds: v * 255 of a float32 v is exact there, so no value rounds the other way.
     index = (values.double().nan_to_num(0.0) * 255 + 0.5).floor().clamp(0, 255).long()
-    rgb = lut()[index]
+    pixels = lut()[index]
     if mask is not None:
+        colors = page_colors()
         h, w = mask.shape
         stripe = (torch.arange(h)[:, None] + torch.arange(w)[None, :]) % 6 < 2
-        hatch = torch.where(stripe[..., None], torch.tensor(MASK_FG), torch.tensor(MASK_BG)).to(torch.uint8)
-        rgb = torch.where(mask[..., None], hatch, rgb)
-    return rgb
+        dark, light = torch.tensor(rgb(colors.mask_fg)), torch.tensor(rgb(colors.mask_bg))
+        pixels = torch.where(
+            mask[..., None], torch.where(stripe[..., None], dark, light).to(torch.uint8), pixels
+        )
+    return pixels
 
 
 def snapshot_png(
@@ -209,8 +176,8 @@ def draw(still: Still, *, selected: tuple[int, int]) -> bytes:
     at = Layout.of(still)
     grid, detail, fonts = at.grid, at.detail, at.fonts
     canvas = torch.full((at.height, at.width, 3), 255, dtype=torch.uint8)
-    for (x, y), rgb in zip(grid.places(at.top), thumbnails(still, grid.thumb), strict=True):
-        canvas[y : y + grid.thumb, x : x + grid.thumb] = rgb
+    for (x, y), thumb in zip(grid.places(at.top), thumbnails(still, grid.thumb), strict=True):
+        canvas[y : y + grid.thumb, x : x + grid.thumb] = thumb
     hx, hy = at.heatmap
     canvas[hy : hy + detail.height_px, hx : hx + detail.width_px] = _heatmap(still, layer, head, detail)
     image = Image.fromarray(canvas.numpy(), "RGB")
@@ -447,8 +414,3 @@ def _every(label_px: int, axis_px: int, cells: int) -> int:
 
 def _cut(token: str) -> str:
     return token if len(token) <= LABEL_CHARS else token[: LABEL_CHARS - 1] + "…"
-
-
-def _rgb(code: str) -> tuple[int, int, int]:
-    v = int(code[1:], 16)
-    return (v >> 16) & 255, (v >> 8) & 255, v & 255

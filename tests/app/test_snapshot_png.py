@@ -14,14 +14,10 @@ import pytest
 import torch
 from PIL import Image
 
+from app.snapshot.looks import display_token, lut, page_colors, rgb
 from app.snapshot.png import (
-    MASK_BG,
-    MASK_FG,
-    STOPS,
     Layout,
     block_max,
-    display_token,
-    lut,
     masked,
     paint,
     snapshot_png,
@@ -71,8 +67,9 @@ def softmax_map(rows: int, cols: int, *, causal: bool, seed: int) -> torch.Tenso
 @needs_node
 def test_the_colour_scale_is_the_pages(tmp_path: Path) -> None:
     page = page_paint(tmp_path, [])
-    assert [[t, code] for t, code in STOPS] == page["stops"]
-    assert [list(MASK_BG), list(MASK_FG)] == [page["maskBg"], page["maskFg"]]
+    colors = page_colors()  # read from colors.js's text; the page's module must agree once run
+    assert [[t, code] for t, code in colors.colorscale] == page["stops"]
+    assert [list(rgb(colors.mask_bg)), list(rgb(colors.mask_fg))] == [page["maskBg"], page["maskFg"]]
     rgba = torch.tensor(page["lut"], dtype=torch.uint8).reshape(256, 4)
     assert torch.equal(lut(), rgba[:, :3])  # every entry, to the unit
 
@@ -150,7 +147,7 @@ def test_a_causal_models_masked_corner_is_hatched_not_zero() -> None:
     n = result.n
     cell = at.detail.height_px / n
     corner = pixels[hy + int(0.5 * cell), hx + int((n - 0.5) * cell)]  # query 0, key n - 1: masked
-    assert tuple(corner.tolist()) in (MASK_BG, MASK_FG)
+    assert tuple(corner.tolist()) in (rgb(page_colors().mask_bg), rgb(page_colors().mask_fg))
     assert not still_of(random_model(layers=1, heads=2, embed_dim=32, seed=0).attend("a b c")).causal
 
 
