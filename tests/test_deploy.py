@@ -145,7 +145,28 @@ def gpu_services(compose: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_base_is_slim_python_311(dockerfile: list[tuple[str, str]]) -> None:
-    assert args_of(dockerfile, "FROM") == ["python:3.11-slim"]
+    # Two stages on the same base: the wheel's build, then the image that installs it.
+    assert args_of(dockerfile, "FROM") == ["python:3.11-slim AS wheel", "python:3.11-slim"]
+
+
+def test_the_image_installs_the_wheel_its_first_stage_builds(dockerfile: list[tuple[str, str]]) -> None:
+    second = [kw for kw, _ in dockerfile].index("FROM", 1)
+    build, image = dockerfile[:second], dockerfile[second:]
+    (built,) = [run for run in args_of(build, "RUN") if "pip wheel" in run]
+    assert "--no-deps" in built and "-w /wheel ." in built
+    # The project's files, and only those, go into the build (pyproject names README.md as its readme).
+    assert sorted(word for args in args_of(build, "COPY") for word in shlex.split(args)[:-1]) == [
+        "README.md",
+        "app",
+        "mha",
+        "pyproject.toml",
+    ]
+    assert "COPY --from=wheel /wheel /tmp/wheel" in [f"COPY {args}" for args in args_of(image, "COPY")]
+    (install,) = [run for run in args_of(image, "RUN") if "/tmp/wheel/headscope-" in run]
+    assert "pip install --no-deps /tmp/wheel/headscope-*.whl" in install
+    # No checkout in the image: neither an editable install nor the code copied in beside it.
+    assert not [run for run in args_of(image, "RUN") if re.search(r"pip install[^&]* -e ", run)]
+    assert not [args for args in args_of(image, "COPY") if shlex.split(args)[0] in {"app", "mha"}]
 
 
 def test_cmd_runs_headscope_serve_on_all_interfaces_and_builds_the_app(
