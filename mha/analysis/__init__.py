@@ -13,6 +13,9 @@ Each module's docstring holds its definitions, written once:
 - ``compare``: two maps compared, per head, directly or on the aligned tokens of two inputs.
 - ``norms``: weight × value norm (Kobayashi et al. 2020): what each head moves along its weights
   (``weight_norm_map``, ``layer_norm_map``, ``row_shares``), from ``AttentionResult.value_products``.
+- ``detection``: the detection scores of TransformerLens's patterns (``previous_token``,
+  ``duplicate_token``, ``induction``; ``detection_scores``) in its "mul" measure or the probe's, and
+  their chance levels (``chance_scores``).
 - ``cross``: an encoder-decoder's cross attention [L, H, m, n] (target to source): its statistics
   (``cross_stats``) and labels (``cross_labels``, with "alignment").
 
@@ -43,6 +46,7 @@ from mha.analysis.cross import (
     cross_labels,
     cross_stats,
 )
+from mha.analysis.detection import KINDS, MEASURES, chance_scores, detection_patterns, detection_scores
 from mha.analysis.norms import LAYER_MAP_MAX_TOKENS, layer_norm_map, row_shares, weight_norm_map
 from mha.analysis.rollout import (
     FLOW_CAPACITY_SCALE,
@@ -72,6 +76,11 @@ from mha.analysis.words import WordGroups, merge_to_words, word_groups_from, wor
 
 __all__ = [
     "ALIGNMENT_MIN_KEYS",
+    "KINDS",
+    "MEASURES",
+    "chance_scores",
+    "detection_patterns",
+    "detection_scores",
     "LAYER_MAP_MAX_TOKENS",
     "layer_norm_map",
     "row_shares",
