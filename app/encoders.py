@@ -104,7 +104,12 @@ def _float_pieces(floats: Floats) -> Iterator[bytes]:
 
 def _as_list(array: np.ndarray, decimals: int | None) -> Any:
     values = array.astype(np.float64)
-    return (np.round(values, decimals) if decimals is not None else values).tolist()
+    values = np.round(values, decimals) if decimals is not None else values
+    if np.isnan(values).any():  # an absent value (a statistic no row has): JSON's null, never NaN
+        written = values.astype(object)
+        written[np.isnan(values)] = None
+        return written.tolist()
+    return values.tolist()
 
 
 def _slow_pieces(array: np.ndarray, decimals: int | None) -> Iterator[bytes]:

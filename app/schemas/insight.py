@@ -29,20 +29,22 @@ class AnalysisResponse(BaseModel):
     layers: int
     heads: int
     words: bool
-    stats: dict[str, list[list[float]]] = Field(
+    stats: dict[str, list[list[float | None]]] = Field(
         description="Statistic name -> [layer][head] value (mha.analysis.head_stats; definitions in "
-        "`stat_descriptions`)."
+        "`stat_descriptions`); null where a statistic is absent (the duplicate-token and induction scores "
+        "of a text with no repeated token)."
     )
     stat_descriptions: dict[str, str] = Field(description="Statistic name -> what it measures, one line.")
     labels: list[list[str]] = Field(
         description="[layer][head] role: previous-token, next-token, self, special-sink, first-token-sink, "
-        "punctuation, broad, local or mixed (mha.analysis.head_labels, using `thresholds`). Cross "
+        "punctuation, broad, local, mixed or induction (mha.analysis.head_labels, using `thresholds`). Cross "
         "attention: special-sink, first-token-sink, punctuation, alignment (the rows' maxima move "
         "monotonically through the source), broad or mixed (mha.analysis.cross_labels)."
     )
     thresholds: dict[str, float] = Field(
         description="pointer: a pointer label needs its statistic above this; broad: entropy_norm at least "
-        "this; local: weight within 2 tokens at least this."
+        "this; local: weight within 2 tokens at least this; induction and induction_margin: the induction "
+        "score at least the first and at least the second above its chance (not for cross attention)."
     )
     similar: list[list[list[list[float]]]] = Field(
         description=f"[layer][head] -> its most similar heads (up to {SIMILAR_HEADS}) as [layer, head, "

@@ -150,7 +150,8 @@ def analysis_body(view: Computed, *, words: bool, kind: str = "encoder") -> dict
         keys: tuple[str, ...] = analysis.CROSS_SIMILARITY_STATS
     else:
         stats = analysis.head_stats(view.attentions, view.tokens, special=view.special, causal=view.causal)
-        labels, descriptions = analysis.head_labels(stats), analysis.STAT_DESCRIPTIONS
+        chance = analysis.head_chance(view.tokens, causal=view.causal)
+        labels, descriptions = analysis.head_labels(stats, chance=chance), analysis.STAT_DESCRIPTIONS
         keys = analysis.SIMILARITY_STATS
     k = min(SIMILAR_HEADS, layers * heads - 1)
     # Statistics and distances to 6 decimals, as every JSON answer: the full float repr doubled the bytes.
@@ -171,6 +172,9 @@ def analysis_body(view: Computed, *, words: bool, kind: str = "encoder") -> dict
         "broad": analysis.BROAD_THRESHOLD,
         "local": analysis.LOCAL_THRESHOLD,
     }
+    if view.key_tokens is None:
+        thresholds["induction"] = analysis.DETECTION_THRESHOLD
+        thresholds["induction_margin"] = analysis.DETECTION_MARGIN
     if view.key_tokens is not None:
         thresholds["alignment_min_keys"] = analysis.ALIGNMENT_MIN_KEYS
     return {

@@ -46,7 +46,15 @@ from mha.analysis.cross import (
     cross_labels,
     cross_stats,
 )
-from mha.analysis.detection import KINDS, MEASURES, chance_scores, detection_patterns, detection_scores
+from mha.analysis.detection import (
+    DETECTION_MARGIN,
+    DETECTION_THRESHOLD,
+    KINDS,
+    MEASURES,
+    chance_scores,
+    detection_patterns,
+    detection_scores,
+)
 from mha.analysis.norms import LAYER_MAP_MAX_TOKENS, layer_norm_map, row_shares, weight_norm_map
 from mha.analysis.rollout import (
     FLOW_CAPACITY_SCALE,
@@ -67,6 +75,7 @@ from mha.analysis.stats import (
     SIMILARITY_STATS,
     SPECIAL_TOKENS,
     STAT_DESCRIPTIONS,
+    head_chance,
     head_labels,
     head_stats,
     is_punctuation_token,
@@ -76,6 +85,8 @@ from mha.analysis.words import WordGroups, merge_to_words, word_groups_from, wor
 
 __all__ = [
     "ALIGNMENT_MIN_KEYS",
+    "DETECTION_MARGIN",
+    "DETECTION_THRESHOLD",
     "KINDS",
     "MEASURES",
     "chance_scores",
@@ -112,6 +123,7 @@ __all__ = [
     "compare_aligned",
     "cross_labels",
     "cross_stats",
+    "head_chance",
     "head_labels",
     "head_stats",
     "is_punctuation_token",

@@ -22,11 +22,13 @@ from torch import Tensor
 
 from mha._transfer import to_device
 from mha.analysis import stats as definitions
+from mha.analysis.detection import KINDS
 
 __all__ = ["STATS", "BatchStats", "batch_head_labels", "batch_head_stats"]
 
-# head_stats' keys, in its order: entropy (left out of similarity, as it grows with n), then the others.
-STATS = ("entropy", *definitions.SIMILARITY_STATS)
+# head_stats' keys, in its order: entropy (left out of similarity, as it grows with n), then the others
+# but the detection scores (mha.analysis.detection), which read token ids, not these row kernels.
+STATS = ("entropy", *(key for key in definitions.SIMILARITY_STATS if key not in KINDS))
 
 # Weights per chunk of maps (16 MiB of float32 per temporary): bounded scratch at any T, and big enough
 # that a chunk is one set of vectorized ops over many maps. 64 MiB chunks made one 512-token text of a

@@ -50,11 +50,25 @@ from torch import Tensor
 
 from mha.analysis._base import ROW_SUM_TOLERANCE
 
-__all__ = ["KINDS", "MEASURES", "chance_scores", "detection_patterns", "detection_scores"]
+__all__ = [
+    "DETECTION_MARGIN",
+    "DETECTION_THRESHOLD",
+    "KINDS",
+    "MEASURES",
+    "chance_scores",
+    "detection_patterns",
+    "detection_scores",
+]
 
 KINDS = ("previous_token", "duplicate_token", "induction")
 MEASURES = ("probe", "mul")
 Measure = Literal["probe", "mul"]
+# A head does a kind's job when its score (probe measure) is at least DETECTION_THRESHOLD, a majority of
+# the weight of the rows that have a pattern key (as the pointer labels of mha.analysis.stats), and at
+# least DETECTION_MARGIN above its chance (uniform attention over the same visible keys), so that a broad
+# head on a short text, where uniform attention already scores up to 1/2, is not labelled.
+DETECTION_THRESHOLD = 0.5
+DETECTION_MARGIN = 0.3
 
 
 def _batched(token_ids: Tensor, keys: Tensor | None, n: int) -> tuple[Tensor, Tensor]:
@@ -140,7 +154,8 @@ def _scores(
         keep[:, :, 0] = False
     if exclude_current_token:
         keep = keep & ~torch.eye(n, dtype=torch.bool, device=a.device)
-    kept = a * keep[:, None, None].to(a.dtype)  # exact: a product with 0 or 1
+    # exact: a product with 0 or 1 (a itself when every weight counts: no copy of an n x n per head)
+    kept = a if bool(keep.all()) else a * keep[:, None, None].to(a.dtype)
     totals = kept.sum(-1, dtype=torch.float64)  # [B, L, H, n]
     out: dict[str, Tensor] = {}
     for kind, pattern in patterns.items():

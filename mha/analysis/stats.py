@@ -28,6 +28,14 @@ reads: what it measures, then its formula; ``STAT_DESCRIPTIONS`` serves each ent
   (GPT-2). Formula: mean_i a_i0.
 - ``max``: mean of each row's largest weight: 1 = every token looks at exactly one token.
   Formula: mean_i max_j a_ij.
+- ``previous_token``: TransformerLens's previous-token score, the probe's measure (mha.analysis.detection).
+  Formula: mean over the rows i with a previous token of a_i,i-1 / sum_j a_ij (i >= 1).
+- ``duplicate_token``: share of the weight on earlier copies of the token, over the rows that have one.
+  Formula: mean over R = {i : some j < i has t_j = t_i} of sum over such j of a_ij; absent (null) when no
+  token repeats.
+- ``induction``: share of the weight on the token just after an earlier copy (Olsson et al. 2022), over
+  the rows that have one. Formula: mean over R = {i : some j <= i has t_j-1 = t_i, j - 1 < i} of sum over
+  such j of a_ij; absent (null) when no token repeats.
 
 Which tokens count. Special = the ``special`` mask when given, else a token spelled as one of
 ``SPECIAL_TOKENS``. The mask is mha's (``AttentionResult.special``, rule in mha.text.tokenize): a control
@@ -49,8 +57,17 @@ head scores low and is labelled by what it does move (MiniLM's L2 H7 on "The cat
 was tired.": 0.91 of its weight on [CLS] and [SEP], 0.19 of its norm). A row of total 0 (a query that moves
 nothing) stays 0 in row_shares and is refused here like any row that does not sum to 1.
 
+The three detection scores read the tokens' spellings as their ids (one spelling, one id: a vocabulary
+spells each id once; at word level, one word, one id). A score no row can have (a text with no repeated
+token) is NaN, which the service writes as null and the page as "–": absent, never 0.
+
 Head labels, ``head_labels``, first rule that applies:
 
+0. induction: given ``chance`` (``head_chance``), ``induction`` >= DETECTION_THRESHOLD (0.5) and at least
+   DETECTION_MARGIN (0.3) above what uniform attention over the visible keys scores on the same text
+   (mha.analysis.detection: the threshold a majority of the weight on the rows that can copy, as the
+   pointer labels; the margin keeps short texts, where uniform attention already scores up to 1/2 on
+   their few copying rows, from labelling broad heads).
 1. Pointer heads: among previous-token (``previous``), next-token (``next``), self (``self``),
    special-sink (``special``), first-token-sink (``first``) and punctuation (``punctuation``), those whose
    statistic is > POINTER_THRESHOLD (0.5, a majority of the weight); the highest wins, ties in that
@@ -77,6 +94,13 @@ import torch
 from torch import Tensor
 
 from mha.analysis._base import check_attention, check_length, entropy_into, strip_marker, tile_rows
+from mha.analysis.detection import (
+    DETECTION_MARGIN,
+    DETECTION_THRESHOLD,
+    KINDS,
+    chance_scores,
+    detection_scores,
+)
 from mha.errors import HeadOutOfRangeError
 
 __all__ = [
@@ -89,6 +113,7 @@ __all__ = [
     "SIMILARITY_STATS",
     "SPECIAL_TOKENS",
     "STAT_DESCRIPTIONS",
+    "head_chance",
     "head_labels",
     "head_stats",
     "is_punctuation_token",
@@ -118,7 +143,8 @@ POINTER_LABELS = {
     "first-token-sink": "first",
     "punctuation": "punctuation",
 }
-LABELS = (*POINTER_LABELS, "broad", "local", "mixed")
+# "induction" last: a corpus run's Parquet stores labels as indices into LABELS, which stay as they were.
+LABELS = (*POINTER_LABELS, "broad", "local", "mixed", "induction")
 
 SIMILARITY_STATS = (
     "entropy_norm",
@@ -132,6 +158,7 @@ SIMILARITY_STATS = (
     "punctuation",
     "first",
     "max",
+    *KINDS,
 )
 
 
@@ -247,6 +274,7 @@ def head_stats(
         return a.index_select(-1, columns).sum(-1).mean(-1)
 
     per_head = (layers, heads)
+    detected = detection_scores(a, spelled_ids(tokens))
     return {
         "entropy": entropy_rows.mean(-1),
         "entropy_norm": entropy_norm,
@@ -260,11 +288,29 @@ def head_stats(
         "punctuation": weight_on(punctuation_mask),
         "first": a[..., 0].mean(-1).reshape(per_head),
         "max": max_rows.view(layers, heads, n).mean(-1),
+        **detected,
     }
 
 
-def head_labels(stats: Mapping[str, Tensor]) -> list[list[str]]:
-    """A label per head, ``labels[layer][head]``, from ``head_stats`` output (rules: module docstring)."""
+def spelled_ids(tokens: Sequence[str]) -> Tensor:
+    """[n] int64: one id per distinct spelling, in order of first appearance."""
+    seen: dict[str, int] = {}
+    return torch.tensor([seen.setdefault(token, len(seen)) for token in tokens], dtype=torch.long)
+
+
+def head_chance(tokens: Sequence[str], *, causal: bool) -> dict[str, Tensor]:
+    """{kind: [1, 1]}: the detection scores of uniform attention over a text's keys (all of them, or the
+    causal triangle), what ``head_labels`` measures the induction margin from."""
+    n = len(tokens)
+    visible = torch.ones(n, n, dtype=torch.bool)
+    return chance_scores(visible.tril() if causal else visible, spelled_ids(tokens))
+
+
+def head_labels(
+    stats: Mapping[str, Tensor], *, chance: Mapping[str, Tensor] | None = None
+) -> list[list[str]]:
+    """A label per head, ``labels[layer][head]``, from ``head_stats`` output (rules: module docstring);
+    the induction rule applies only given ``chance`` (``head_chance``) and an ``induction`` statistic."""
     needed = {*POINTER_LABELS.values(), "entropy_norm", "local"}
     missing = sorted(needed - set(stats))
     if missing:
@@ -272,7 +318,13 @@ def head_labels(stats: Mapping[str, Tensor]) -> list[list[str]]:
     pointer_scores = torch.stack([stats[key] for key in POINTER_LABELS.values()], dim=-1)  # [L, H, P]
     broad = stats["entropy_norm"] >= BROAD_THRESHOLD
     local = stats["local"] >= LOCAL_THRESHOLD
-    return pick_labels(pointer_scores, list(POINTER_LABELS), [("broad", broad), ("local", local)])
+    labels = pick_labels(pointer_scores, list(POINTER_LABELS), [("broad", broad), ("local", local)])
+    if chance is not None and "induction" in stats:
+        score = stats["induction"]  # NaN (absent) fails both comparisons
+        induction = (score >= DETECTION_THRESHOLD) & (score - chance["induction"] >= DETECTION_MARGIN)
+        for layer, head in induction.nonzero().tolist():
+            labels[layer][head] = "induction"
+    return labels
 
 
 def pick_labels(
@@ -308,6 +360,8 @@ def similar_heads(
     missing = sorted(set(keys) - set(stats))
     if missing or not keys:
         raise ValueError(f"keys {list(keys)} must be non-empty and present in stats (missing {missing})")
+    # An absent statistic (NaN: a detection score on a text with no repeated token) places no head.
+    keys = [key for key in keys if bool(stats[key].isfinite().all())] or list(keys)
     features = torch.stack([stats[key].double() for key in keys], dim=-1)  # [L, H, S]
     layers, heads, _ = features.shape
     if not (0 <= layer < layers and 0 <= head < heads):

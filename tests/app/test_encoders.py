@@ -43,8 +43,7 @@ def test_attention_tensors_are_written_byte_for_byte(shape: tuple[int, ...]) -> 
         [0.0, -0.0, 1.0],  # -0.0 writes "-0.0"
         [0.5, 1.0000001, 0.25],  # above 1
         [-1e-9, 0.5],  # below 0 (rounds to -0.0)
-        [math.nan, 0.5],
-        [math.inf, 0.5],
+        [math.inf, 0.5],  # NaN: test_an_absent_value_is_written_null
         [0.1234565, 0.9999995, 0.0000005, 0.00000049],  # rounding boundaries
         [3.5, -2.25, 1e300],
     ],
@@ -75,3 +74,12 @@ def test_pieces_are_bounded() -> None:
     pieces = list(encoders.pieces(Floats(attention)))
     assert len(pieces) == math.ceil(attention.numel() / encoders.FAST_PIECE_VALUES)
     assert max(piece.count(b",") for piece in pieces) <= encoders.FAST_PIECE_VALUES
+
+
+@pytest.mark.parametrize("decimals", [6, None])
+def test_an_absent_value_is_written_null(decimals: int | None) -> None:
+    """NaN (a statistic no row has) is JSON's null, never the invalid NaN; the others as always."""
+    values = torch.tensor([[0.25, math.nan], [1.5, -0.125]])
+    written = encoders.encode({"stats": Floats(values, decimals)}).decode()
+    assert json.loads(written) == {"stats": [[0.25, None], [1.5, -0.125]]}
+    assert "NaN" not in written

@@ -84,8 +84,15 @@ def test_analysis_equals_mha(client: TestClient, minilm, pair: str | None) -> No
     for name, value in stats.items():
         close(body["stats"][name], value, atol=ROUND6)  # the same function on the same tensor, 6 decimals
     assert all(body["stat_descriptions"][name] for name in stats)
-    assert body["labels"] == analysis.head_labels(stats)
-    assert body["thresholds"] == {"pointer": 0.5, "broad": 0.8, "local": 0.6}
+    chance = analysis.head_chance(view.tokens, causal=False)
+    assert body["labels"] == analysis.head_labels(stats, chance=chance)
+    assert body["thresholds"] == {
+        "pointer": 0.5,
+        "broad": 0.8,
+        "local": 0.6,
+        "induction": analysis.DETECTION_THRESHOLD,
+        "induction_margin": analysis.DETECTION_MARGIN,
+    }
     for layer in range(6):
         for head in range(12):
             expected = analysis.similar_heads(stats, layer, head, k=5)
@@ -109,7 +116,20 @@ def test_analysis_of_words_equals_mha_on_the_merged_map(client: TestClient, mini
     assert body["n"] == len(groups) < len(result.tokens)
     for name, value in stats.items():
         close(body["stats"][name], value, atol=ROUND6)  # the same function on the same tensor, 6 decimals
-    assert body["labels"] == analysis.head_labels(stats)
+    assert body["labels"] == analysis.head_labels(stats, chance=analysis.head_chance(labels, causal=False))
+
+
+def test_a_text_without_repeats_has_null_copy_scores(client: TestClient) -> None:
+    """No token repeats: the duplicate-token and induction scores are absent, written null (the page's
+    "–"), never 0; the previous-token score is there; "heads like this one" still ranks every head."""
+    body = post(client, "/api/analysis", {"text": "One two three."})
+    assert len(set(body["tokens"])) == len(body["tokens"])  # the premise: [CLS] one two three . [SEP]
+    for kind in ("duplicate_token", "induction"):
+        assert all(value is None for row in body["stats"][kind] for value in row)
+        assert "absent" in body["stat_descriptions"][kind]
+    assert all(0 <= value <= 1 for row in body["stats"]["previous_token"] for value in row)
+    assert all(len(head) == 5 for row in body["similar"] for head in row)
+    assert "induction" not in {label for row in body["labels"] for label in row}
 
 
 # -- words on the attention routes -------------------------------------------------------------------

@@ -22,7 +22,7 @@ import { tokenLimit, truncationNotice } from "../../app/static/js/notices.js";
 // The keys mha.analysis.head_stats returns (STAT_DESCRIPTIONS), plus compare mode's change score.
 const API_KEYS = [
   "entropy", "entropy_norm", "distance", "self", "previous", "next", "local", "forward", "special",
-  "punctuation", "first", "max", "change",
+  "punctuation", "first", "max", "previous_token", "duplicate_token", "induction", "change",
 ];
 
 test("every statistic the API names has a readable header with its unit, never its code name", () => {
@@ -49,6 +49,9 @@ test("thresholds read as sentences, in the order the labels apply them", () => {
   assert.match(sentences[2], /at least 60% of its weight/);
   assert.equal(sentences[3], "Any other head is mixed.");
   for (const s of sentences) assert.doesNotMatch(s, /[{}"]/); // never raw JSON
+  const induction = thresholdSentences({ pointer: 0.5, induction: 0.5, induction_margin: 0.3 });
+  assert.match(induction[0], /induction score is at least 0\.5 and at least 0\.3 above/);
+  assert.match(induction[1], /more than 50% of its weight/); // the induction rule applies first
   assert.deepEqual(thresholdSentences({}), []);
   assert.deepEqual(thresholdSentences(undefined), []);
 });

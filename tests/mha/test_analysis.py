@@ -227,10 +227,46 @@ def test_head_stats_equal_brute_force(
     punctuation = [False, False, True, False, False, True, False]
     got = head_stats(a, tokens)
     want = brute_force_stats(a, special, punctuation)
-    assert set(got) == set(want)
+    assert set(got) == set(want) | set(analysis.KINDS)
+    # No token repeats: the copy scores are absent; rows sum to 1, so previous_token is previous.
+    assert got["duplicate_token"].isnan().all() and got["induction"].isnan().all()
+    assert_close(got["previous_token"].double(), want["previous"], **stat_tol(7))
     for key in want:
         assert got[key].shape == (3, 5)
         assert_close(got[key].double(), want[key], msg=key, **stat_tol(7))  # float32 against float64
+
+
+def test_the_induction_label_needs_its_threshold_and_its_margin_over_chance() -> None:
+    """Scores 0.9, 0.5 (the threshold itself), 0.45 and absent, against chances 0.1 and 0.25: only a score
+    at least DETECTION_THRESHOLD and DETECTION_MARGIN above its chance labels the head."""
+    stats = {
+        key: torch.zeros(2, 4) for key in ("previous", "next", "self", "special", "first", "punctuation")
+    }
+    stats |= {"entropy_norm": torch.full((2, 4), 0.9), "local": torch.zeros(2, 4)}
+    stats["induction"] = torch.tensor([[0.9, 0.5, 0.45, math.nan]] * 2)
+    assert head_labels(stats) == [["broad"] * 4] * 2  # no chance given: no induction rule
+    low = {"induction": torch.tensor([[0.1]])}
+    assert head_labels(stats, chance=low)[0] == ["induction", "induction", "broad", "broad"]
+    assert (
+        head_labels(stats, chance={"induction": torch.tensor([[0.25]])})[0] == ["induction"] + ["broad"] * 3
+    )
+    assert "induction" in analysis.LABELS and analysis.LABELS[-1] == "induction"  # stored indices unchanged
+
+
+def test_head_stats_score_a_repeated_text_as_detection_does() -> None:
+    """The spelled tokens stand for ids: a repeated text's copy scores are detection_scores' on any ids
+    with the same repeats."""
+    a = random_attention(2, 3, 7, seed=5, causal=True)
+    tokens = ["<s>", "a", "b", "c", "a", "b", "c"]
+    got = head_stats(a, tokens)
+    want = analysis.detection_scores(a, torch.tensor([9, 4, 7, 1, 4, 7, 1]))
+    for kind in analysis.KINDS:
+        assert_close(got[kind], want[kind], rtol=0, atol=0)  # the same function on the same ids
+    chance = analysis.head_chance(tokens, causal=True)
+    causal = torch.ones(7, 7, dtype=torch.bool).tril()
+    assert_close(
+        chance["induction"], analysis.chance_scores(causal, torch.tensor([0, 1, 2, 3, 1, 2, 3]))["induction"]
+    )
 
 
 def test_labels_follow_thresholds_and_precedence() -> None:
@@ -661,7 +697,17 @@ def test_stat_descriptions_are_the_stats_docstring_entries() -> None:
 @pytest.mark.parametrize(
     ("name", "quoted"),
     [
-        ("stats", {"LOCAL_WINDOW", "POINTER_THRESHOLD", "BROAD_THRESHOLD", "LOCAL_THRESHOLD"}),
+        (
+            "stats",
+            {
+                "LOCAL_WINDOW",
+                "POINTER_THRESHOLD",
+                "BROAD_THRESHOLD",
+                "LOCAL_THRESHOLD",
+                "DETECTION_THRESHOLD",
+                "DETECTION_MARGIN",
+            },
+        ),
         ("rollout", {"FLOW_MAX_TOKENS"}),
     ],
 )

@@ -16,6 +16,9 @@ export const STAT_NAMES = Object.freeze({
   punctuation: "Attention to punctuation (share)",
   first: "Attention to first token (share)",
   max: "Max weight (row mean, 0–1)",
+  previous_token: "Previous-token score (share)",
+  duplicate_token: "Duplicate-token score (share)",
+  induction: "Induction score (share)",
   change: "Change A→B (JS divergence, nats)",
 });
 
@@ -47,6 +50,7 @@ export const ROLES = Object.freeze({
   "special-sink": { badge: "spec", stat: "special", meaning: "looks at special tokens ([CLS], [SEP], <s>, …)" },
   "first-token-sink": { badge: "1st", stat: "first", meaning: "looks at the first token (an attention sink)" },
   punctuation: { badge: "punc", stat: "punctuation", meaning: "looks at punctuation" },
+  induction: { badge: "ind", stat: "induction", meaning: "looks at the token after an earlier copy of its own" },
   local: { badge: "local", stat: "local", meaning: "looks at tokens near it" },
   broad: { badge: "", stat: "entropy_norm", meaning: "spreads its attention over most tokens" },
   mixed: { badge: "", stat: "", meaning: "no single pattern above the thresholds" },
@@ -59,11 +63,17 @@ function percent(share) {
 }
 
 /**
- * The API's `thresholds` ({pointer, broad, local}) as sentences, one per rule, in the order head_labels
- * applies them. A threshold the answer lacks is left out rather than guessed.
+ * The API's `thresholds` ({pointer, broad, local, induction, induction_margin}) as sentences, one per rule,
+ * in the order head_labels applies them. A threshold the answer lacks is left out rather than guessed.
  */
 export function thresholdSentences(thresholds = {}) {
   const out = [];
+  if (Number.isFinite(thresholds.induction) && Number.isFinite(thresholds.induction_margin)) {
+    out.push(
+      `A head is an induction head when its induction score is at least ${thresholds.induction} and at least ` +
+        `${thresholds.induction_margin} above what attention spread evenly over the same keys would score.`,
+    );
+  }
   if (Number.isFinite(thresholds.pointer)) {
     out.push(
       `A head gets a pointer role (${POINTERS.join(", ")}) when more than ${percent(thresholds.pointer)} of ` +
