@@ -119,10 +119,13 @@ def model_list(info: mha.ModelInfo) -> ModelList:
     return ModelList(default=info.name, models=[entry], sources=[SOURCE])
 
 
-def fixed_answers(view: Computed, info: mha.ModelInfo, *, flow_max_tokens: int) -> dict[str, dict[str, Any]]:
-    """The answers of every snapshot, pooled or not: the models list, the statistics of each kind, the
-    input's token count (the page asks it of a long text: within the limits, never traced), the progress
-    stream (done at once), and attention flow where the input is short enough for it."""
+def fixed_answers(
+    view: Computed, info: mha.ModelInfo, *, flow_max_tokens: int, words: bool = False
+) -> dict[str, dict[str, Any]]:
+    """The answers of every snapshot, pooled or not: the models list, the statistics of each kind (of a
+    view merged to words: `words`), the input's token count (the page asks it of a long text: within the
+    limits, never traced), the progress stream (done at once), and attention flow where the input is
+    short enough for it."""
     answers: dict[str, dict[str, Any]] = {
         "models": {"json": model_list(info).model_dump()},
         "tokens": {
@@ -133,7 +136,7 @@ def fixed_answers(view: Computed, info: mha.ModelInfo, *, flow_max_tokens: int) 
         "progress": {"text": '{"event": "done"}\n', "type": "application/x-ndjson"},
     }
     for kind in kinds_of(view):
-        statistics = bodies.gzipped_json_of(partial(bodies.analysis_body, words=False, kind=kind))
+        statistics = bodies.gzipped_json_of(partial(bodies.analysis_body, words=words, kind=kind))
         answers[f"analysis:{kind}"] = _gzip(statistics(view, _UNUSED), JSON)
     if view.n <= flow_max_tokens:
         flow = bodies.json_of(partial(bodies.flow_body, max_tokens=flow_max_tokens))

@@ -26,13 +26,14 @@ from typing import Any
 
 import mha
 from app import page
-from app.service import FLOW_MAX_TOKENS
+from app.schemas import snapshot as snapshot_schema
+from app.service import FLOW_MAX_TOKENS, Computed
 from app.snapshot import answers
 from app.snapshot.bundle import bundle
 
 FORMAT = 1  # the data block's layout (app/static/js/carried.js reads it)
 BYTES_PER_VALUE = 1.2  # the data's bound per attention value (all kinds), exact heads included
-DEFAULT_MAX_BYTES = 32 * 2**20
+DEFAULT_MAX_BYTES = snapshot_schema.DEFAULT_MAX_BYTES  # the route's default and bounds live with its schema
 POOLED_SIZES = (128, 64, 32, 16, 8)  # blocks a side tried, largest first, when the 8-bit grid is too big
 MARGIN = 4096  # bytes kept for the notes the final render adds to the measured page
 # Policy of every snapshot: nothing but its own inline scripts (by hash, filled in), no request of any kind.
@@ -113,14 +114,15 @@ def _version() -> str:
 @dataclass(frozen=True)
 class Asked:
     """What the run was asked, as the page's form holds it: the text as typed, its pair, an
-    encoder-decoder's target (None: the model wrote one), the chat template, and a decoder's tokens to
-    write (what it wrote: a continuation's `generated`)."""
+    encoder-decoder's target (None: the model wrote one), the chat template, a decoder's tokens to
+    write (what it wrote: a continuation's `generated`), and words (a view merged to words)."""
 
     text: str
     pair: str | None = None
     target: str | None = None
     chat: bool = False
     new_tokens: int = 0
+    words: bool = False
 
     @classmethod
     def of(cls, result: mha.AttentionResult, *, text: str | None = None, chat: bool = False) -> Asked:
@@ -141,14 +143,14 @@ class Run:
     state: dict[str, Any]
 
 
-def _run(asked: Asked, name: str, kind: str, selected: tuple[int, int], *, weighting: str) -> Run:
+def _run(asked: Asked, name: str, kind: str, selected: tuple[int, int | str], *, weighting: str) -> Run:
     pair, target = asked.pair or None, asked.target or None
     written = min(asked.new_tokens, answers.PAGE_MAX_NEW_TOKENS)
     given = {"text": asked.text, "text_pair": pair, "model": name, "max_new_tokens": written}
-    given |= {"chat": asked.chat, "target": target, "words": False, "weighting": weighting}
+    given |= {"chat": asked.chat, "target": target, "words": asked.words, "weighting": weighting}
     state = {"text": asked.text, "pair": pair or "", "model": name, "layer": selected[0], "head": selected[1]}
     state |= {"weighting": weighting, "newTokens": written, "chat": asked.chat, "target": target or ""}
-    state["kind"] = kind
+    state |= {"words": asked.words, "kind": kind}
     return Run(given, state)
 
 
@@ -161,6 +163,13 @@ def rerun_line(name: str) -> str:
     )
 
 
+@lru_cache(maxsize=1)
+def _policy() -> str:
+    """The file's Content-Security-Policy: the same two scripts in every snapshot, hashed once."""
+    files = assets()
+    return CSP.format(hashes=" ".join(_hash(files[script]) for script in ("plotly", "script")))
+
+
 def _render(info: mha.ModelInfo, run: Run, carried: dict[str, Any], banner: dict[str, Any]) -> str:
     files = assets()
     scripts = [files["plotly"], files["script"]]
@@ -171,7 +180,7 @@ def _render(info: mha.ModelInfo, run: Run, carried: dict[str, Any], banner: dict
         flow_max_tokens=FLOW_MAX_TOKENS,
     )
     snapshot = {
-        "csp": CSP.format(hashes=" ".join(_hash(script) for script in scripts)),
+        "csp": _policy(),
         "css": files["css"],
         "favicon": files["favicon"],
         "data": data_block(carried),
@@ -264,20 +273,28 @@ def build(
 
 
 def build_view(
-    view: answers.Computed,
+    view: Computed,
     info: mha.ModelInfo,
     asked: Asked,
     *,
     max_bytes: int = DEFAULT_MAX_BYTES,
-    selected: tuple[int, int] | None = None,
+    selected: tuple[int, int | str] | None = None,
+    kind: str | None = None,
+    flow_max_tokens: int = FLOW_MAX_TOKENS,
 ) -> Snapshot:
-    """The snapshot of a token-level view as the service keeps it (app/service/computed.py: the route's
-    way in, from its cached view) of a model of `info`, asked `asked`."""
+    """The snapshot of a view as the service keeps it (app/service/computed.py: the route's way in, from
+    its cached view; merged to words when `asked.words`) of a model of `info`, asked `asked`. It opens on
+    `selected` (a head, or an aggregate's name as the page's state has it: "mean") of `kind` (default: an
+    encoder-decoder's cross attention, else "encoder"); attention flow up to `flow_max_tokens`."""
     if view.kind != "encoder":
         raise ValueError(f"a snapshot is of a model's whole view, not of its {view.kind} attention alone")
-    kind = "cross" if view.seq2seq is not None else "encoder"
+    kind = kind or ("cross" if view.seq2seq is not None else "encoder")
+    if kind not in answers.kinds_of(view):
+        raise ValueError(f"kind {kind!r}: {info.name!r} has only {', '.join(answers.kinds_of(view))}")
     chosen = selected or (0, 0)
-    answers.check_selected(view, kind, chosen)
+    # An aggregate opens as itself; the exact heads nearest it start from its layer's head 0.
+    anchor = (chosen[0], chosen[1] if isinstance(chosen[1], int) else 0)
+    answers.check_selected(view, kind, anchor)
     run = _run(asked, info.name, kind, chosen, weighting=view.weighting)
     carried: dict[str, Any] = {"format": FORMAT, "input": run.input, "state": run.state}
     carried |= {"rerun": rerun_line(info.name), "exact_note": "", "answers": {}}
@@ -286,7 +303,7 @@ def build_view(
     data = _data_bytes(empty)
     asset_bytes = len(empty.encode("utf-8")) - data
     room = max_bytes - asset_bytes - MARGIN
-    fixed = answers.fixed_answers(view, info, flow_max_tokens=FLOW_MAX_TOKENS)
+    fixed = answers.fixed_answers(view, info, flow_max_tokens=flow_max_tokens, words=asked.words)
     data += sum(_cost(key, answer) for key, answer in fixed.items())
     if room < data:
         least = data + asset_bytes + MARGIN
@@ -301,7 +318,7 @@ def build_view(
     data += cost
     exact: list[tuple[str, int, int]] = []
     limit = min(int(BYTES_PER_VALUE * answers.values_of(view)), room)
-    order = answers.exact_order(view, kind, *chosen) if pooled is None else []
+    order = answers.exact_order(view, kind, *anchor) if pooled is None else []
     for key, answer in answers.exact_answers(view, order):
         # The selected head's exact values whenever they fit the file (one head: what the detail opens
         # with); the others while the data stays within BYTES_PER_VALUE a value.
