@@ -8,6 +8,7 @@ from fastapi import Depends, Request
 
 from app.service import AttentionService
 from app.settings import Settings, get_settings
+from app.snapshot.served import ServedSnapshots
 
 
 def get_service(request: Request) -> AttentionService:
@@ -15,5 +16,11 @@ def get_service(request: Request) -> AttentionService:
     return service
 
 
+def get_snapshots(request: Request) -> ServedSnapshots:
+    snapshots: ServedSnapshots = request.app.state.snapshots
+    return snapshots
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 ServiceDep = Annotated[AttentionService, Depends(get_service)]
+SnapshotsDep = Annotated[ServedSnapshots, Depends(get_snapshots)]

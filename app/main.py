@@ -22,10 +22,11 @@ from app.middleware import (
     UnexpectedErrorMiddleware,
 )
 from app.package_data import STATIC, package_dir
-from app.routes import api, corpus, effects, insight, pages, trace
+from app.routes import api, corpus, effects, insight, pages, snapshot, trace
 from app.schemas.common import bound_new_tokens, enumerate_model_names
 from app.service import AttentionService
 from app.settings import Settings, get_settings
+from app.snapshot.served import ServedSnapshots
 
 STATIC_DIR = package_dir(STATIC)  # the installed package's own (app/package_data.py)
 
@@ -53,6 +54,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         responses=HTTP_ERRORS,
     )
     app.state.service = service
+    app.state.snapshots = ServedSnapshots(service)  # the page's "Save as HTML", made with its parts
     app.dependency_overrides[get_settings] = lambda: settings
     install_handlers(app)
 
@@ -60,6 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(insight.router)
     app.include_router(effects.router)
     app.include_router(trace.router)
+    app.include_router(snapshot.router)
     app.include_router(corpus.router)
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -231,11 +231,16 @@ async def json_answer(request: Request, body: Awaitable[bytes | AsyncIterator[by
 
 
 async def compact_response(
-    request: Request, encode: Callable[[bool], Awaitable[bytes]], media_type: str = compact.MEDIA_TYPE
+    request: Request,
+    encode: Callable[[bool], Awaitable[bytes]],
+    media_type: str = compact.MEDIA_TYPE,
+    *,
+    headers: Mapping[str, str] | None = None,
 ) -> Response:
-    """An HSA1 answer (or `media_type`'s), gzipped by `encode(True)` when the client accepts it."""
+    """An HSA1 answer (or `media_type`'s, with `headers` besides), gzipped by `encode(True)` when the
+    client accepts it."""
     gzipped = compact.accepts_gzip(request.headers.get("accept-encoding"))
-    headers = {"Vary": "Accept-Encoding"}
+    headers = {**(headers or {}), "Vary": "Accept-Encoding"}
     if gzipped:
         headers["Content-Encoding"] = "gzip"
 

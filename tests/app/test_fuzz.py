@@ -214,9 +214,10 @@ def _schema(*modes: GenerationMode) -> Any:
 
 schema = _schema()
 # As generated: the insight routes (tag "insight") share the attention's inputs and code path up to the
-# analysis, and compare runs two forwards, so they get fewer examples. Per family: the routes that take a
-# model, with fewer examples again (the coverage phase adds its boundary cases to each).
-core = schema.exclude(tag="insight")
+# analysis, and compare runs two forwards, so they get fewer examples; so does the snapshot (tag
+# "snapshot"), which shares them up to its forward and then builds a 2 MB file. Per family: the routes that
+# take a model, with fewer examples again (the coverage phase adds its boundary cases to each).
+core = schema.exclude(tag="insight").exclude(tag="snapshot")
 insight = schema.exclude(tag="api")
 with_model = schema.exclude(method="GET")
 # The per-family fuzz, split by mode: each family gets the schema-valid requests; the schema-invalid ones
