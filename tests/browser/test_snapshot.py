@@ -261,3 +261,50 @@ def test_it_works_inside_a_sandboxed_srcdoc_iframe(context, files, tmp_path: Pat
         one.clean()
     finally:
         page.close()
+
+
+def test_save_as_html_downloads_this_run_opening_on_its_head(session, opened, tmp_path: Path) -> None:
+    """The served page's "Save as HTML", reached by the keyboard: the button says it builds meanwhile, and
+    the file it downloads opens from disk, every request blocked, on the head that was selected."""
+    page = session.open()
+    session.run("The cat sat on the mat because it was tired.")
+    page.click('#grid .thumb[data-layer="3"][data-head="7"]')
+    page.wait_for_function(
+        "() => document.querySelector('#detail-title').textContent.endsWith('layer 3, head 7')"
+    )
+    # Whether the button was marked busy while the server built the file (a class of change, not a time).
+    page.evaluate(
+        """() => {
+          const button = document.querySelector('#export-html');
+          window.busy = [];
+          new MutationObserver(() => window.busy.push(button.getAttribute('aria-busy') === 'true' &&
+            button.getAttribute('aria-disabled') === 'true' && button.textContent === 'Saving…'))
+            .observe(button, { attributes: true, childList: true });
+        }"""
+    )
+    page.focus("#export-json-head")
+    page.keyboard.press("Tab")  # the next control after the JSON exports
+    assert page.evaluate("document.activeElement.id") == "export-html"
+    with page.expect_download() as info:
+        page.keyboard.press("Enter")
+    name = info.value.suggested_filename
+    assert re.fullmatch(r"headscope-all-MiniLM-L6-v2-[0-9a-f]{8}\.html", name), name
+    page.wait_for_function("() => document.querySelector('#export-html').getAttribute('aria-busy') === null")
+    assert (
+        True in page.evaluate("window.busy") and page.locator("#export-html").text_content() == "Save as HTML"
+    )
+    assert page.locator("#error").is_hidden()
+    path = tmp_path / name
+    info.value.save_as(path)
+    one = opened(path)
+    saved = one.page
+    assert saved.locator("#grid .thumb[data-drawn=true]").count() == 6 * (12 + 1)
+    assert saved.locator("#detail-title").text_content() == "Head detail: layer 3, head 7"
+    assert saved.locator("#grid .thumb.selected").evaluate("t => [t.dataset.layer, t.dataset.head]") == [
+        "3",
+        "7",
+    ]
+    # It carries the selected head's exact values: the detail's caption says so once they are read.
+    saved.wait_for_function("() => document.querySelector('#detail-caption').textContent.startsWith('Exact')")
+    assert saved.locator("#export-html").is_hidden()  # the file cannot make another: it has no model
+    one.clean()

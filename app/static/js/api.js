@@ -147,6 +147,19 @@ export async function fetchFullBlob(query, { signal } = {}) {
   return (await post("/api/attention", body(query), signal)).blob();
 }
 
+// The name a Content-Disposition gives (the server's is safe ASCII in quotes: app/snapshot/served.py).
+const ATTACHMENT = /filename="([A-Za-z0-9._-]+)"/;
+
+/**
+ * POST /api/snapshot: the run as one self-contained .html file opening on `layer`, `head` (an index or an
+ * aggregate's name) and the query's kind, as {blob, filename} (the name the server gives it).
+ */
+export async function fetchSnapshotBlob(query, layer, head, { signal } = {}) {
+  const response = await post("/api/snapshot", { ...kindBody(query), layer, head }, signal);
+  const named = ATTACHMENT.exec(response.headers.get("Content-Disposition") ?? "");
+  return { blob: await response.blob(), filename: named ? named[1] : "headscope-snapshot.html" };
+}
+
 // Insight API (docs/http-api.md, "Insight routes"): statistics, rollout, flow, comparison.
 
 /** POST /api/analysis: per-head statistics, labels and similar heads (no n*n payload). */

@@ -98,6 +98,7 @@ export const SELECTORS = Object.freeze({
   tableScrollCue: "#table-scroll-cue",
   glossaryBody: "#glossary-body",
   exportJsonHead: "#export-json-head",
+  exportHtml: "#export-html",
   exportPngReason: "#export-png-reason",
   copyLink: "#copy-link",
   shareStatus: "#share-status",

@@ -1,10 +1,11 @@
 // Export of the run on screen: the detail figure as PNG or SVG (Plotly), the token lines as SVG, every head
 // as JSON (POST /api/attention) or the selected head alone as JSON (POST /api/attention/head), under the
 // run's AbortSignal, with the tokens as the page spells them beside the raw ones (display_tokens). Each file
-// is named for what it holds (labels.js).
+// is named for what it holds (labels.js). "Save as HTML" downloads the run as one offline file opening on
+// the selected head (POST /api/snapshot), named by the server.
 
 import { $, el } from "./dom.js";
-import { ApiError, fetchFullBlob, fetchHeadBlob } from "./api.js";
+import { ApiError, fetchFullBlob, fetchHeadBlob, fetchSnapshotBlob } from "./api.js";
 import { AGGREGATES, isAggregate } from "./aggregates.js";
 import { setBusy, showError } from "./form.js";
 import { withDisplayTokens } from "./decoder.js";
@@ -77,7 +78,32 @@ async function exportJson(run, { layer, head, alone }) {
   setBusy("");
 }
 
-/** Export `run` (null before the first run) as "png", "svg", "json" (every head) or "json-head" (this head). */
+// The snapshot is built on the server (a second or more for a large run): meanwhile the button says so and
+// is off (aria-disabled, not `disabled`, which the long-input view sets and clears on its own), so one press
+// builds one file.
+async function exportHtml(run, { layer, head }) {
+  const button = $("exportHtml");
+  if (button.getAttribute("aria-busy") === "true") return;
+  const label = button.textContent;
+  button.setAttribute("aria-busy", "true");
+  button.setAttribute("aria-disabled", "true");
+  button.textContent = "Saving…";
+  setBusy("Building the HTML file: every head of this run…");
+  try {
+    const { blob, filename } = await fetchSnapshotBlob(run.query, layer, head, { signal: run.signal });
+    download(blob, filename);
+    setBusy("");
+  } finally {
+    button.removeAttribute("aria-busy");
+    button.removeAttribute("aria-disabled");
+    button.textContent = label;
+  }
+}
+
+/**
+ * Export `run` (null before the first run) as "png", "svg", "json" (every head), "json-head" (this head) or
+ * "html" (the run as one offline file).
+ */
 export async function exportAs(run, format) {
   if (!run) {
     showError("Run a sentence first, then export it.");
@@ -90,6 +116,8 @@ export async function exportAs(run, format) {
   try {
     if (format === "json" || format === "json-head") {
       await exportJson(run, { layer, head, alone: format === "json-head" });
+    } else if (format === "html") {
+      await exportHtml(run, { layer, head });
     } else if (view === "tokens" && format === "svg") {
       const source = new XMLSerializer().serializeToString($("tokenView").querySelector("svg.token-lines"));
       const file = tokenLinesName(fileModel(run.attention), layer, head, { allHeads: lines === "layer", weighting });

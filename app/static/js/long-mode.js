@@ -60,6 +60,7 @@ function reasons(limit) {
     ["exportSvg", exports],
     ["exportJson", exports],
     ["exportJsonHead", exports],
+    ["exportHtml", exports],
   ];
 }
 

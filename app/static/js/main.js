@@ -357,7 +357,7 @@ async function boot() {
   }
   bindTabs((view) => (current?.long ? null : update({ view }))); // token lines need the full matrices
   bindKindSwitch((kind) => update({ kind }));
-  const exports = [["exportPng", "png"], ["exportSvg", "svg"], ["exportJson", "json"], ["exportJsonHead", "json-head"]];
+  const exports = [["exportPng", "png"], ["exportSvg", "svg"], ["exportJson", "json"], ["exportJsonHead", "json-head"], ["exportHtml", "html"]];
   for (const [name, format] of exports) $(name).addEventListener("click", () => exportAs(current, format));
   $("copyLink").addEventListener("click", copyLink);
   document.addEventListener("keydown", onArrow);

@@ -16,6 +16,7 @@ const HIDDEN = [
   ["compareInputs", ""],
   ["exportJson", ""],
   ["exportJsonHead", ""],
+  ["exportHtml", ""], // this file is the saved one: it cannot build another (that needs the run's model)
   ["copyLink", ""],
   ["effectsRun", ""],
 ];
