@@ -27,7 +27,7 @@ from mha.errors import (
 from mha.loading.facts import CheckpointFacts, describe_checkpoint
 from mha.loading.gguf.locate import BUNDLED_LLM_NAME
 from mha.loading.pretrained import DEFAULT_MODEL_NAME, check_checkpoint, checkpoint_architecture
-from mha.model import AttentionModel, load_pretrained, random_model
+from mha.model import AttentionModel, HeadProbe, load_pretrained, random_model
 from mha.networks.model import Transformer, TransformerConfig
 from mha.networks.result import AttentionResult, ModelInfo, Seq2SeqResult
 
@@ -41,6 +41,7 @@ __all__ = [
     "CheckpointMismatchError",
     "CheckpointNotFoundError",
     "EmptyInputError",
+    "HeadProbe",
     "InputError",
     "ModelInfo",
     "MultiHeadAttention",

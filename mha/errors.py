@@ -28,6 +28,7 @@ __all__ = [
     "HeadsMismatchError",
     "InputError",
     "MaxTokensError",
+    "ProbeSizeError",
     "NoChatTemplateError",
     "NoRoomError",
     "NonFiniteOutputError",
@@ -121,6 +122,23 @@ class MaxTokensError(InputError):
 
     template = "max_tokens ({max_tokens}) must be between 1 and the model's maximum ({limit})"
     max_tokens: int
+    limit: int
+
+
+@dataclasses.dataclass(eq=False, repr=False)
+class ProbeSizeError(InputError):
+    """A head probe (mha.model.probe) of `sequences` random sequences of `length` tokens, repeated once,
+    outside its bounds: 1..`most_sequences` sequences, 1..`most_length` tokens (half the model's limit, less
+    the start token)."""
+
+    template = (
+        "a head probe takes 1 to {most_sequences} sequences of 1 to {most_length} tokens (twice the length, "
+        "plus a start token, must fit the model's {limit}); got {sequences} of {length}"
+    )
+    sequences: int
+    length: int
+    most_sequences: int
+    most_length: int
     limit: int
 
 

@@ -10,5 +10,6 @@ May import: ``mha.loading``, ``mha.analysis``, ``mha.trace``, ``mha.networks``, 
 
 from mha.model.attention_model import AttentionModel
 from mha.model.pretrained import load_pretrained, random_model
+from mha.model.probe import HeadProbe
 
-__all__ = ["AttentionModel", "load_pretrained", "random_model"]
+__all__ = ["AttentionModel", "HeadProbe", "load_pretrained", "random_model"]

@@ -1,6 +1,7 @@
 """AttentionModel: a loaded model, the one object the service holds: our network, the checkpoint's
 tokenizer and the device, and every question asked of it: `attend` (and `attend_batch`) -> AttentionResult,
-`head_effects` (mha.analysis.ablation), `trace` (mha.trace), the padded forwards a corpus job runs.
+`head_effects` (mha.analysis.ablation), `trace` (mha.trace), `probe_heads` (mha.model.probe), the padded
+forwards a corpus job runs.
 
 mha.model.pretrained makes one (load_pretrained, random_model); the tokenization is mha.text.tokenize's,
 the attention the network's own, never transformers'.
@@ -19,6 +20,7 @@ from mha._transfer import rows_to_host, to_device
 from mha.analysis import ablation
 from mha.errors import MaxTokensError, NotCausalError, TargetNotSupportedError
 from mha.loading.convert.base import NetworkConfig
+from mha.model import probe
 from mha.networks import continuation, translate
 from mha.networks.model import Transformer
 from mha.networks.result import AttentionResult, ModelInfo
@@ -210,6 +212,9 @@ class AttentionModel:
         ]
         refuse_non_finite(self.info.name, {"its head effects": [t for t in measured if t is not None]})
         return effects
+
+    # Every head's detection scores on repeated random tokens -> HeadProbe (mha.model.probe).
+    probe_heads = probe.probe_heads
 
     def trace(
         self,

@@ -1,0 +1,213 @@
+"""AttentionModel.probe_heads on every family's tiny checkpoint, a GGUF file and the encoder-decoders:
+its input, its scores against detection_scores of the model's own maps, its chance from the model's own
+masks, chunks, cancel, progress and bounds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from checkpoints import FAMILIES, SLIDING_WINDOW
+from gguf_files import write_gguf
+from tolerances import FORWARD
+
+from mha import AttentionModel, HeadProbe, load_pretrained
+from mha.analysis import DETECTION_MARGIN, DETECTION_THRESHOLD, KINDS, chance_scores, detection_scores
+from mha.errors import Cancelled, ProbeSizeError
+from mha.model import probe
+from mha.text.tokenize import control_ids
+
+LENGTH = 12  # tokens drawn per sequence: 2 * 12 + 1 = 25 fits every tiny model (64 positions at least)
+
+
+def check_input(model: AttentionModel, result: HeadProbe, *, sequences: int, start: int | None) -> None:
+    """[start] + drawn + drawn, the drawn ids ordinary tokens of the vocabulary."""
+    ids = result.token_ids
+    offset = 0 if start is None else 1
+    assert ids.dtype == torch.int64 and ids.shape == (sequences, 2 * LENGTH + offset)
+    if start is not None:
+        assert (ids[:, 0] == start).all()
+    drawn = ids[:, offset:]
+    assert torch.equal(drawn[:, :LENGTH], drawn[:, LENGTH:])
+    assert not set(drawn.flatten().tolist()) & (control_ids(model.tokenizer) | {model.tokenizer.unk_token_id})
+    assert result.tokens == model.tokenizer.convert_ids_to_tokens(ids[0].tolist())
+
+
+def reference_scores(model: AttentionModel, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """detection_scores of the model's own forward with all its maps, averaged over the sequences."""
+    with torch.no_grad():
+        maps = model.network(ids, need_hidden=False).attentions  # [L, B, H, n, n]
+    scores = detection_scores(maps.transpose(0, 1).float(), ids)
+    return {kind: value.mean(0) for kind, value in scores.items()}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_probes_its_own_maps(models: dict[str, AttentionModel], family: str) -> None:
+    model = models[family]
+    result = model.probe_heads(seed=1, sequences=3, length=LENGTH)
+    check_input(model, result, sequences=3, start=probe.start_token(model.tokenizer))
+    assert result.kind == "self"
+    layers, heads = model.config.num_layers, model.config.num_heads
+    want = reference_scores(model, result.token_ids)
+    for kind in KINDS:
+        assert (
+            result.scores[kind].shape
+            == result.chance[kind].shape
+            == result.spread[kind].shape
+            == (layers, heads)
+        )
+        # One forward of the same batch, weights taken a layer at a time or all at once: the same ops.
+        torch.testing.assert_close(result.scores[kind], want[kind], atol=FORWARD, rtol=0)
+        assert ((result.chance[kind] >= 0) & (result.chance[kind] <= 1)).all()
+    for layer in range(layers):
+        for head in range(heads):
+            clears = [
+                kind
+                for kind in KINDS
+                if result.scores[kind][layer, head] >= DETECTION_THRESHOLD
+                and result.scores[kind][layer, head] - result.chance[kind][layer, head] >= DETECTION_MARGIN
+            ]
+            assert result.labels[layer][head] == clears
+    assert (result.threshold, result.margin) == (DETECTION_THRESHOLD, DETECTION_MARGIN)
+
+
+def test_chance_follows_each_layers_mask(models: dict[str, AttentionModel]) -> None:
+    """Qwen2's first layer has a sliding window of SLIDING_WINDOW keys, its others the full causal
+    triangle (max_window_layers 1); each layer's chance is that mask's uniform attention's."""
+    model = models["qwen2"]
+    result = model.probe_heads(sequences=2, length=LENGTH)
+    n = result.token_ids.shape[1]
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    masks = {"window": (j <= i) & (j > i - SLIDING_WINDOW), "causal": j <= i}
+    windowed = set(model.config.window_layers)
+    assert windowed and windowed != set(range(model.config.num_layers))
+    for layer in range(model.config.num_layers):
+        visible = masks["window" if layer in windowed else "causal"]
+        each = [chance_scores(visible, row) for row in result.token_ids]
+        for kind in KINDS:
+            want = torch.stack([c[kind] for c in each]).mean()
+            torch.testing.assert_close(result.chance[kind][layer], want.expand(model.config.num_heads))
+    # The induction key lies LENGTH - 1 back, outside the window: uniform attention there scores 0.
+    assert float(result.chance["induction"][min(windowed)].max()) == 0.0
+
+
+def test_the_same_seed_draws_the_same_probe_across_loads(tiny_checkpoints: dict[str, Path]) -> None:
+    first = load_pretrained(tiny_checkpoints["llama"], device="cpu").probe_heads(
+        seed=7, sequences=2, length=LENGTH
+    )
+    again = load_pretrained(tiny_checkpoints["llama"], device="cpu").probe_heads(
+        seed=7, sequences=2, length=LENGTH
+    )
+    assert torch.equal(first.token_ids, again.token_ids) and first.tokens == again.tokens
+    for kind in KINDS:
+        assert torch.equal(first.scores[kind], again.scores[kind])  # the same ops on the same machine
+    other = load_pretrained(tiny_checkpoints["llama"], device="cpu").probe_heads(
+        seed=8, sequences=2, length=LENGTH
+    )
+    assert not torch.equal(first.token_ids, other.token_ids)
+
+
+def test_chunks_report_progress_and_score_as_one_forward(
+    models: dict[str, AttentionModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Maps bounded to one sequence's layer: 3 chunks, progress after each, the same scores."""
+    model = models["gpt2"]
+    whole = model.probe_heads(sequences=3, length=LENGTH)
+    n = whole.token_ids.shape[1]
+    monkeypatch.setattr(probe, "PROBE_MAPS_BYTES", model.config.num_heads * n * n * 4)
+    calls: list[tuple[int, int]] = []
+    chunked = model.probe_heads(
+        sequences=3, length=LENGTH, progress=lambda done, total: calls.append((done, total))
+    )
+    assert calls == [(1, 3), (2, 3), (3, 3)]
+    for kind in KINDS:
+        # A batch of 1 against a batch of 3: another GEMM shape, so float32 forward rounding (FORWARD).
+        torch.testing.assert_close(chunked.scores[kind], whole.scores[kind], atol=FORWARD, rtol=0)
+        torch.testing.assert_close(chunked.spread[kind], whole.spread[kind], atol=2 * FORWARD, rtol=0)
+
+
+def test_cancel_stops_the_probe(models: dict[str, AttentionModel]) -> None:
+    asked: list[int] = []
+
+    def cancel() -> bool:
+        asked.append(1)
+        return len(asked) > 2  # after the chunk's check and the first layer's
+
+    with pytest.raises(Cancelled):
+        models["llama"].probe_heads(sequences=2, length=LENGTH, cancel=cancel)
+
+
+@pytest.mark.parametrize(("sequences", "length"), [(0, 5), (33, 5), (2, 0), (2, 64)])
+def test_a_probe_out_of_bounds_is_refused(
+    models: dict[str, AttentionModel], sequences: int, length: int
+) -> None:
+    with pytest.raises(ProbeSizeError, match="a head probe takes 1 to 32 sequences"):
+        models["llama"].probe_heads(sequences=sequences, length=length)
+
+
+def test_one_sequence_has_no_spread(models: dict[str, AttentionModel]) -> None:
+    result = models["bert"].probe_heads(sequences=1, length=LENGTH)
+    assert all(result.spread[kind].isnan().all() for kind in KINDS)
+    assert all(result.scores[kind].isfinite().all() for kind in KINDS)
+
+
+def test_a_gguf_model_probes_as_its_checkpoint(tiny_checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    """The tiny Llama as an F32 GGUF file: its tokenizer from the file, the same draw and scores."""
+    file = write_gguf(tiny_checkpoints["llama"], tmp_path / "tiny-llama.gguf", qtype="F32")
+    model = load_pretrained(file, device="cpu")
+    result = model.probe_heads(seed=3, sequences=2, length=LENGTH)
+    check_input(model, result, sequences=2, start=probe.start_token(model.tokenizer))
+    want = reference_scores(model, result.token_ids)
+    for kind in KINDS:
+        torch.testing.assert_close(result.scores[kind], want[kind], atol=FORWARD, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["t5", "bart", "marian"])
+def test_an_encoder_decoder_probes_its_decoder(seq2seq_checkpoints: dict[str, Path], family: str) -> None:
+    """The repeated sequence as the target after the decoder start token, the empty source: the decoder's
+    self-attention, scored as attend(target=...) gives it."""
+    model = load_pretrained(seq2seq_checkpoints[family], device="cpu")
+    result = model.probe_heads(sequences=2, length=LENGTH)
+    start = model.network.config.decoder_start_token_id
+    check_input(model, result, sequences=2, start=start)
+    assert result.kind == "decoder"
+    decoder = model.network.decoder.config
+    source = probe._empty_source(model)
+    with torch.no_grad():
+        memory, _ = model.network.encode(source, need_weights=False)
+        _, own, _ = model.network.decoder.decode(result.token_ids, memory.expand(2, -1, -1))
+    want = detection_scores(own.transpose(0, 1), result.token_ids)
+    for kind in KINDS:
+        assert result.scores[kind].shape == (decoder.num_layers, decoder.num_heads)
+        torch.testing.assert_close(result.scores[kind], want[kind].mean(0), atol=FORWARD, rtol=0)
+
+
+def test_the_vocabulary_leaves_out_control_added_and_byte_tokens(models: dict[str, AttentionModel]) -> None:
+    model = models["llama"]
+    tokenizer = model.tokenizer
+    vocabulary = probe.probe_vocabulary(tokenizer, model.config.vocab_size)
+    kept = set(vocabulary.tolist())
+    assert kept and vocabulary.tolist() == sorted(kept)
+    assert not kept & (control_ids(tokenizer) | set(tokenizer.get_added_vocab().values()))
+    spelled = tokenizer.convert_ids_to_tokens(sorted(kept))
+    assert not any(probe.RESERVED.fullmatch(token) for token in spelled)
+    assert max(kept) < min(len(tokenizer), model.config.vocab_size)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_a_planted_uniform_head_scores_its_chance(tiny_checkpoints: dict[str, Path], family: str) -> None:
+    """Every query of every layer zeroed: each head spreads its weight evenly over the keys its mask
+    leaves (causal; Qwen2's first layer windowed), so its score is the probe's chance, layer by layer."""
+    model = load_pretrained(tiny_checkpoints[family], device="cpu")
+    with torch.no_grad():
+        for layer in model.network.layers:
+            attn = layer.attn
+            q = attn.in_proj if attn.fused else attn.q_proj  # fused: q's rows come first
+            q.weight[: attn.widths[0]] = 0.0
+            if q.bias is not None:
+                q.bias[: attn.widths[0]] = 0.0
+    result = model.probe_heads(sequences=2, length=LENGTH)
+    for kind in KINDS:
+        # softmax of equal logits is 1/k exactly up to one division's rounding; sums as detection's.
+        torch.testing.assert_close(result.scores[kind], result.chance[kind], atol=1e-6, rtol=0)
