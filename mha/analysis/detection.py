@@ -66,7 +66,9 @@ Measure = Literal["probe", "mul"]
 # A head does a kind's job when its score (probe measure) is at least DETECTION_THRESHOLD, a majority of
 # the weight of the rows that have a pattern key (as the pointer labels of mha.analysis.stats), and at
 # least DETECTION_MARGIN above its chance (uniform attention over the same visible keys), so that a broad
-# head on a short text, where uniform attention already scores up to 1/2, is not labelled.
+# head on a short text, where uniform attention already scores up to 1/2, is not labelled. Measured on the
+# bundled SmolLM2's probe (seed 0, 8 x 50 tokens): a naive cut at 0.1 puts 62 of its 270 heads above it
+# for previous_token and 19 for induction; this rule labels 13 heads, its known induction layers 17-18.
 DETECTION_THRESHOLD = 0.5
 DETECTION_MARGIN = 0.3
 
