@@ -119,7 +119,7 @@ def detection_patterns(
     return {kind: patterns[kind] for kind in kinds}
 
 
-def _check_maps(attentions: Tensor, real: Tensor) -> Tensor:
+def _check_maps(attentions: Tensor, real: Tensor) -> tuple[Tensor, Tensor]:
     """attentions as [B, L, H, n, n]: floating, non-negative, finite, each counted row summing to 1."""
     if not isinstance(attentions, Tensor) or not attentions.is_floating_point():
         raise ValueError("attentions must be a floating-point torch.Tensor")
@@ -137,7 +137,20 @@ def _check_maps(attentions: Tensor, real: Tensor) -> Tensor:
         )
     if bool((a < 0).any()):
         raise ValueError("attentions must be non-negative")
-    return a
+    return a, sums
+
+
+def _on_pattern(kept: Tensor, pattern: Tensor) -> Tensor:
+    """[B, L, H, n] float64: each row's weight on its pattern keys, sum over j of kept[..., i, j] P[i, j],
+    gathered at the pattern's (i, j) alone (a few per row), not by a product over every n x n weight."""
+    batch, layers, heads, n, _ = kept.shape
+    out = torch.zeros(batch, layers * heads, n, dtype=torch.float64, device=kept.device)
+    for b in range(batch):
+        i, j = pattern[b].nonzero(as_tuple=True)
+        if i.numel():
+            weights = kept[b].reshape(layers * heads, n * n).index_select(1, i * n + j)  # [L·H, K]
+            out[b].index_add_(1, i, weights.to(torch.float64))
+    return out.view(batch, layers, heads, n)
 
 
 def _scores(
@@ -147,8 +160,10 @@ def _scores(
     measure: str,
     exclude_bos: bool,
     exclude_current_token: bool,
+    row_sums: Tensor | None = None,
 ) -> dict[str, Tensor]:
-    """The measure of a [B, L, H, n, n] against each pattern [B, n, n]: {kind: [B, L, H]} in a's dtype."""
+    """The measure of a [B, L, H, n, n] against each pattern [B, n, n]: {kind: [B, L, H]} in a's dtype;
+    ``row_sums`` [B, L, H, n] float64, a's own (the check's), saves a pass when every weight counts."""
     n = a.shape[-1]
     keep = real[:, :, None] & real[:, None, :]  # [B, n, n]: rows and keys counted
     if exclude_bos:
@@ -157,12 +172,13 @@ def _scores(
     if exclude_current_token:
         keep = keep & ~torch.eye(n, dtype=torch.bool, device=a.device)
     # exact: a product with 0 or 1 (a itself when every weight counts: no copy of an n x n per head)
-    kept = a if bool(keep.all()) else a * keep[:, None, None].to(a.dtype)
-    totals = kept.sum(-1, dtype=torch.float64)  # [B, L, H, n]
+    every = bool(keep.all())
+    kept = a if every else a * keep[:, None, None].to(a.dtype)
+    totals = row_sums if every and row_sums is not None else kept.sum(-1, dtype=torch.float64)  # [B, L, H, n]
     out: dict[str, Tensor] = {}
     for kind, pattern in patterns.items():
         pattern = pattern & keep
-        on = (kept * pattern[:, None, None].to(a.dtype)).sum(-1, dtype=torch.float64)  # [B, L, H, n]
+        on = _on_pattern(kept, pattern)  # [B, L, H, n]
         if measure == "mul":
             score = on.sum(-1) / totals.sum(-1)  # 0/0 = NaN: nothing left to divide by
         else:
@@ -194,9 +210,9 @@ def detection_scores(
     _check_options(measure)
     n = attentions.shape[-1]
     ids, real = _batched(token_ids, keys, n)
-    a = _check_maps(attentions, real)
+    a, sums = _check_maps(attentions, real)
     patterns = detection_patterns(ids, kinds=kinds, keys=real)
-    scores = _scores(a, patterns, real, measure, exclude_bos, exclude_current_token)
+    scores = _scores(a, patterns, real, measure, exclude_bos, exclude_current_token, sums)
     if attentions.ndim == 4:
         return {kind: score[0] for kind, score in scores.items()}
     return scores
