@@ -211,3 +211,13 @@ def test_a_planted_uniform_head_scores_its_chance(tiny_checkpoints: dict[str, Pa
     for kind in KINDS:
         # softmax of equal logits is 1/k exactly up to one division's rounding; sums as detection's.
         torch.testing.assert_close(result.scores[kind], result.chance[kind], atol=1e-6, rtol=0)
+
+
+def test_without_a_start_token_the_sequences_are_twice_the_length() -> None:
+    """No BOS and no CLS: 2 * length ids, the halves equal, drawn only from the vocabulary given."""
+    vocabulary = torch.tensor([3, 5, 8, 13])
+    ids = probe.probe_ids(vocabulary, None, seed=4, sequences=5, length=6)
+    assert ids.shape == (5, 12) and torch.equal(ids[:, :6], ids[:, 6:])
+    assert set(ids.flatten().tolist()) <= set(vocabulary.tolist())
+    assert torch.equal(ids, probe.probe_ids(vocabulary, None, seed=4, sequences=5, length=6))
+    assert probe.start_token(type("NoStart", (), {"bos_token_id": None, "cls_token_id": None})()) is None
