@@ -166,7 +166,10 @@ class CorpusRuns:
                     f"{what} {index} out of range: the run's model has {count} {what}s (0..{count - 1})"
                 )
         where = (pc.field("layer") == layer) & (pc.field("head") == head)
-        texts = self._table(folder, "per_text.parquet", columns=("id", "line", stat), where=where)
+        # A detection score's absent values (null: the text has no repeated token) are no point of its
+        # distribution, as its mean leaves them out (mha.corpus.aggregate).
+        present = where & pc.field(stat).is_valid()
+        texts = self._table(folder, "per_text.parquet", columns=("id", "line", stat), where=present)
         texts = texts.take(pc.sort_indices(texts, sort_keys=[("line", "ascending")]))
         examples = self._table(folder, "examples.parquet", where=where & (pc.field("stat") == stat))
         examples = examples.take(pc.sort_indices(examples, sort_keys=[("rank", "ascending")]))

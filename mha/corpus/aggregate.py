@@ -4,8 +4,10 @@
 - ``per_head.parquet``: one statistic of as many heads at a time as VALUES_BUDGET holds over all shards
   (N × heads float64 values: every head at once for tens of thousands of texts, fewer for millions), then
   each head's mean, std (ddof 0) and 5/50/95th percentiles (numpy's linear interpolation); the label
-  histogram summed shard by shard.
-- ``examples.parquet``: for each (head, stat) the EXAMPLES highest and lowest texts, kept as running
+  histogram summed shard by shard. A detection score (``SCORES``) is null on a text where it is absent
+  (no repeated token): its summaries are over the texts that have it, counted in ``<score>_count``.
+- ``examples.parquet``: for each (head, stat) the EXAMPLES highest and lowest texts (of a score, among
+  the texts that have it: fewer where fewer do), kept as running
   candidates merged with each shard (ties to the earlier line), then their lines' snippets looked up (the
   first SNIPPET_CHARS characters: a text is in as many rows as it is an example of, up to every head and
   statistic, so whole texts made one long text thousands of copies; the page reads a whole text by line).
@@ -14,6 +16,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,8 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mha.analysis.batched import STATS
 from mha.analysis.stats import LABELS
+from mha.corpus.job import SCORES, STATISTICS
 from mha.corpus.shards import PER_TEXT, shard_path, write_atomic
 
 __all__ = [
@@ -109,20 +112,26 @@ def per_head(files: Sequence[Path], layers: int, heads: int) -> pa.Table:
     count = 0
     texts = sum(pq.ParquetFile(file).metadata.num_rows for file in files) // per_text
     group_size = max(1, min(per_text, VALUES_BUDGET // (8 * max(texts, 1))))
-    for stat in STATS:
+    for stat in STATISTICS:
         summary = np.full((2 + len(PERCENTILES), per_text), np.nan)  # mean, std, the percentiles
+        present = np.zeros(per_text, dtype=np.int64)  # a score's texts that have it
         # group_size heads at a time: N × group_size values in memory, whatever N.
         for start in range(0, per_text, group_size):
             group = slice(start, min(start + group_size, per_text))
-            values = _column(files, stat, per_text, group)
+            values = _column(files, stat, per_text, group)  # a null (absent score) reads as NaN
             pa.default_memory_pool().release_unused()  # the shards' buffers, read and copied
             count = values.shape[0]
-            if count:
+            if count and stat in SCORES:
+                present[group] = np.count_nonzero(~np.isnan(values), axis=0)
+                summary[:, group] = _summaries_present(values)
+            elif count:
                 summary[0, group], summary[1, group] = values.mean(axis=0), values.std(axis=0)
                 summary[2:, group] = np.percentile(values, PERCENTILES, axis=0)
         columns[f"{stat}_mean"], columns[f"{stat}_std"] = pa.array(summary[0]), pa.array(summary[1])
         for q, row in zip(PERCENTILES, summary[2:], strict=True):
             columns[f"{stat}_p{q:02d}"] = pa.array(row)
+        if stat in SCORES:
+            columns[f"{stat}_count"] = pa.array(present)
     histogram = np.zeros((per_text, len(LABELS)), dtype=np.int64)
     for file in files:
         index = pc.index_in(pq.read_table(file, columns=["label"])["label"], value_set=pa.array(LABELS))
@@ -134,18 +143,34 @@ def per_head(files: Sequence[Path], layers: int, heads: int) -> pa.Table:
     return pa.table({"layer": layer, "head": head, "count": pa.array(np.full(per_text, count)), **columns})
 
 
+def _summaries_present(values: np.ndarray) -> np.ndarray:
+    """[2 + P, C]: mean, std (ddof 0) and PERCENTILES of each column of values [N, C] over its non-NaN
+    entries (a score's texts that have it); NaN for a column with none."""
+    with warnings.catch_warnings():  # a column with no value: NaN, which is what it should be
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.concatenate(
+            [
+                np.nanmean(values, axis=0)[None],
+                np.nanstd(values, axis=0)[None],
+                np.nanpercentile(values, PERCENTILES, axis=0).reshape(len(PERCENTILES), -1),
+            ]
+        )
+
+
 def _examples(out: Path, shards: Sequence[int], files: Sequence[Path], layers: int, heads: int) -> pa.Table:
     """examples.parquet: each (layer, head, stat)'s top and bottom EXAMPLES texts."""
     per_text = layers * heads
     # side -> stat -> (values [k, L·H], lines [k, L·H]) of the best candidates so far
     kept: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {
-        side: {stat: (np.empty((0, per_text)), np.empty((0, per_text), dtype=np.int64)) for stat in STATS}
+        side: {
+            stat: (np.empty((0, per_text)), np.empty((0, per_text), dtype=np.int64)) for stat in STATISTICS
+        }
         for side in ("top", "bottom")
     }
     for file in files:
-        table = pq.read_table(file, columns=["line", *STATS])
+        table = pq.read_table(file, columns=["line", *STATISTICS])
         lines = table["line"].to_numpy().reshape(-1, per_text)
-        for stat in STATS:
+        for stat in STATISTICS:
             values = table[stat].to_numpy().reshape(-1, per_text)
             for side, sign in (("top", -1.0), ("bottom", 1.0)):
                 old_values, old_lines = kept[side][stat]
@@ -195,20 +220,24 @@ def _example_rows(
     sides = ("top", "bottom")
     # [L·H, S, 2, k]: the rows' order
     values, lines = (
-        np.stack([[kept[side][stat][part] for side in sides] for stat in STATS]).transpose(3, 0, 1, 2)
+        np.stack([[kept[side][stat][part] for side in sides] for stat in STATISTICS]).transpose(3, 0, 1, 2)
         for part in (0, 1)
     )
     per_text, _, _, k = values.shape
-    flat = np.repeat(np.arange(per_text), len(STATS) * 2 * k)
+    flat = np.repeat(np.arange(per_text), len(STATISTICS) * 2 * k)
     known = np.array(sorted(found), dtype=np.int64)
     text = pa.array(np.searchsorted(known, lines.reshape(-1)))  # each row's line in `known`
     record = [found[int(line)] for line in known]
     columns = {
         "layer": pa.array((flat // heads).astype(np.int16)),
         "head": pa.array((flat % heads).astype(np.int16)),
-        "stat": pa.array(STATS).take(pa.array(np.tile(np.repeat(np.arange(len(STATS)), 2 * k), per_text))),
-        "side": pa.array(sides).take(pa.array(np.tile(np.repeat(np.arange(2), k), per_text * len(STATS)))),
-        "rank": pa.array(np.tile(np.arange(1, k + 1, dtype=np.int8), per_text * len(STATS) * 2)),
+        "stat": pa.array(STATISTICS).take(
+            pa.array(np.tile(np.repeat(np.arange(len(STATISTICS)), 2 * k), per_text))
+        ),
+        "side": pa.array(sides).take(
+            pa.array(np.tile(np.repeat(np.arange(2), k), per_text * len(STATISTICS)))
+        ),
+        "rank": pa.array(np.tile(np.arange(1, k + 1, dtype=np.int8), per_text * len(STATISTICS) * 2)),
         "value": pa.array(values.reshape(-1), pa.float64()),
         "id": pa.array([r[0] for r in record], pa.string()).take(text),
         "line": pa.array(lines.reshape(-1), pa.int64()),
@@ -216,7 +245,10 @@ def _example_rows(
         "snippet_pair": pa.array([r[2] for r in record], pa.string()).take(text),
         "cut": pa.array([r[3] for r in record], pa.bool_()).take(text),
     }
-    return pa.table(columns, schema=EXAMPLES_SCHEMA)
+    # A score's candidates where it is absent sort last (NaN) and are no example: a head with fewer than
+    # EXAMPLES texts that have it lists those it has.
+    table = pa.table(columns, schema=EXAMPLES_SCHEMA)
+    return table.filter(pc.invert(pc.is_nan(table["value"])))
 
 
 def snippets(text: pa.Array, pair: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:

@@ -7,13 +7,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mha.analysis.batched import STATS
+from mha.analysis.detection import KINDS
 from mha.corpus.source import MAX_CHARS, Tally, count_records, input_format
 
-__all__ = ["ENGINES", "WEIGHTINGS", "Job", "Progress"]
+__all__ = ["ENGINES", "SCORES", "STATISTICS", "WEIGHTINGS", "Job", "Progress"]
 
 ENGINES = ("local", "ray")
 # What the statistics read: the attention weights, or weight × value norm shares (CorpusWorker).
 WEIGHTINGS = ("weight", "norm")
+# The per-text statistics a run writes, in its files' order: head_stats' (mha.analysis.batched), then the
+# detection scores by the probe's measure (mha.analysis.detection), null where the text has no row with a
+# pattern key (no repeated token: no duplicate or induction score), left out of the corpus means.
+SCORES = KINDS
+STATISTICS = (*STATS, *SCORES)
 
 # progress(records done, records in all): called after each batch (and once at the start of a resumed run).
 Progress = Callable[[int, int], None]

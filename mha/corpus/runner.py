@@ -36,11 +36,10 @@ import pyarrow as pa
 import torch
 
 from mha._memory import release_free_memory
-from mha.analysis.batched import STATS
 from mha.analysis.stats import LABELS
 from mha.corpus import local_engine
 from mha.corpus.aggregate import aggregate
-from mha.corpus.job import ENGINES, WEIGHTINGS, Job, Progress
+from mha.corpus.job import ENGINES, STATISTICS, WEIGHTINGS, Job, Progress
 from mha.corpus.local_engine import records_in
 from mha.corpus.shards import (
     done_shards,
@@ -203,7 +202,7 @@ def _started_record(
         },
         "input": identity["input"],
         "settings": identity["settings"],
-        "stats": list(STATS),
+        "stats": list(STATISTICS),
         "labels": list(LABELS),
         "started": (previous or {}).get("started") or _now(),
     }

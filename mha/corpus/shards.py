@@ -25,8 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mha.analysis.batched import STATS
 from mha.analysis.stats import LABELS
+from mha.corpus.job import STATISTICS
 
 __all__ = [
     "PER_TEXT",
@@ -46,7 +46,7 @@ __all__ = [
 PER_TEXT = pa.schema(
     [("id", pa.string()), ("line", pa.int64()), ("n_tokens", pa.int32()), ("truncated", pa.bool_())]
     + [("layer", pa.int16()), ("head", pa.int16())]
-    + [(stat, pa.float64()) for stat in STATS]
+    + [(stat, pa.float64()) for stat in STATISTICS]  # a detection score: null where absent
     + [("label", pa.string())]
 )
 # write_atomic's temporary names: ".{name}.{pid}.tmp", beside the file they become.
@@ -132,7 +132,7 @@ def explode(good: pa.Table, *, layers: int, heads: int) -> pa.Table:
     repeat = pa.array(np.repeat(np.arange(n), per_text))
     layer = np.tile(np.repeat(np.arange(layers, dtype=np.int16), heads), n)
     head = np.tile(np.arange(heads, dtype=np.int16), layers * n)
-    stats = [_flat(good[stat], n * per_text, pa.float64()) for stat in STATS]
+    stats = [_flat(good[stat], n * per_text, pa.float64()) for stat in STATISTICS]
     label_index = _flat(good["label"], n * per_text, pa.int8())
     columns = [
         *[good[c].take(repeat) for c in ("id", "line", "n_tokens", "truncated")],

@@ -5,7 +5,10 @@ engine gives it to ``Dataset.map_batches`` as its callable class (``__init__`` r
 the model loads once per worker). A batch is a few padded forwards (``AttentionModel.forward_layers``;
 the texts sorted by length and grouped so that padding stays under PADDING), its maps handed over a few
 layers at a time (MAPS_BYTES), each group followed by one batched ``head_stats`` over all its texts' heads
-(``mha.analysis.batched``) on the model's device, so the L layers' maps are never alive together.
+(``mha.analysis.batched``) on the model's device, so the L layers' maps are never alive together. The
+same maps give the detection scores (``mha.analysis.detection``, the probe's measure) of each text's
+tokens (words: its words) by spelling, one id per distinct spelling as ``head_stats`` reads them; a score
+a text cannot have (no repeated token) is null in the output.
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from mha._transfer import HostCopy, to_host
+from mha._transfer import HostCopy, to_device, to_host
 from mha.analysis.batched import STATS, BatchStats, batch_head_labels
+from mha.analysis.detection import detection_scores
 from mha.analysis.norms import row_shares, weight_norm_map
 from mha.analysis.stats import is_punctuation_token
 from mha.analysis.words import merge_to_words, word_groups_from, word_index, word_labels
-from mha.corpus.job import WEIGHTINGS
+from mha.corpus.job import SCORES, STATISTICS, WEIGHTINGS
 from mha.corpus.source import surrogate_problem
 from mha.errors import InputError, NonFiniteOutputError
 from mha.model import load_pretrained
@@ -63,7 +67,8 @@ PADDING = 0.15
 
 def output_schema(heads: int) -> pa.Schema:
     """What CorpusWorker returns, one row per record: a bad record has ``error`` set, n_tokens 0, and
-    NaN statistics; a good one ``heads`` (layers × heads) values per statistic and label, layer-major."""
+    NaN statistics; a good one ``heads`` (layers × heads) values per statistic and label, layer-major, a
+    detection score null where the text has none."""
     return pa.schema(
         [
             ("line", pa.int64()),
@@ -73,7 +78,7 @@ def output_schema(heads: int) -> pa.Schema:
             ("error", pa.string()),
             ("n_tokens", pa.int32()),
             ("truncated", pa.bool_()),
-            *[(stat, pa.list_(pa.float64(), heads)) for stat in STATS],
+            *[(stat, pa.list_(pa.float64(), heads)) for stat in STATISTICS],
             ("label", pa.list_(pa.int8(), heads)),  # an index into mha.analysis.stats.LABELS
         ]
     )
@@ -88,6 +93,7 @@ class Group:
     lengths: list[int]  # tokens (words with --words) of each text
     special: torch.Tensor  # [B, width] bool, on the host (BatchStats copies it)
     punctuation: torch.Tensor  # [B, width] bool
+    spelled: torch.Tensor  # [B, width] int64: one id per distinct spelling of the text, -1 on padding
     words: list[list[list[int]]]  # --words: each text's word groups (else empty)
     indices: list[torch.Tensor]  # --words: each text's word_index
 
@@ -109,8 +115,9 @@ class Prepared:
 
 @dataclass(frozen=True)
 class Computed:
-    """A batch whose device work is queued: ``values`` [S + 1, good texts in group order, L·H] float32 on
-    its way to the host (the statistics, then the label index), None when no record was good."""
+    """A batch whose device work is queued: ``values`` [S + K + 1, good texts in group order, L·H] float32
+    on its way to the host (the statistics, the K detection scores, then the label index), None when no
+    record was good."""
 
     prepared: Prepared
     values: HostCopy | None
@@ -206,7 +213,7 @@ class CorpusWorker:
         """The device's part: each group's forward and statistics, queued on the model's device with no
         wait between them, then the batch's statistics and labels copied to the host at once (one queued
         copy on CUDA, mha._transfer): nothing here waits for the device, but --words' merge on the CPU."""
-        parts = [self._statistics(group) for group in prepared.groups]  # [S + 1, B, L·H] each
+        parts = [self._statistics(group) for group in prepared.groups]  # [S + K + 1, B, L·H] each
         values = to_host(torch.cat(parts, dim=1)) if parts else None
         return Computed(prepared, values)
 
@@ -214,19 +221,20 @@ class CorpusWorker:
         """The batch's table (output_schema): waits for compute's copy to the host."""
         prepared = computed.prepared
         size = len(prepared.lines)
-        values = np.full((len(STATS), size, self.heads), np.nan)
+        values = np.full((len(STATISTICS), size, self.heads), np.nan)
         labels = np.full((size, self.heads), -1, dtype=np.int8)
         if computed.values is not None:
             where = [row for group in prepared.groups for row in group.rows]  # compute's order
             copied = computed.values.ready().numpy()
-            values[:, where] = copied[: len(STATS)]  # float32 to float64: exact
-            labels[where] = copied[len(STATS)]  # small whole numbers: exact in float32
+            values[:, where] = copied[: len(STATISTICS)]  # float32 to float64: exact
+            labels[where] = copied[len(STATISTICS)]  # small whole numbers: exact in float32
             # A text whose attention held NaN or an infinity has no statistics: it is recorded as an error,
             # as the service answers it (mha.errors.NonFiniteOutputError), never as NaN statistics. Its
             # entropy sums every weight of each of its rows (a clamped NaN stays NaN), so a NaN anywhere in
-            # its maps is a NaN statistic here: the maps are never read again for it.
+            # its maps is a NaN statistic here: the maps are never read again for it. (A detection score's
+            # NaN is an absent score, not a fault: only head_stats' statistics are checked.)
             for row in where:
-                if not np.isfinite(values[:, row]).all():
+                if not np.isfinite(values[: len(STATS), row]).all():
                     values[:, row], labels[row] = np.nan, -1
                     error = NonFiniteOutputError(model=self.model.info.name, what="its attention")
                     prepared.errors[row], prepared.n_tokens[row] = str(error), 0  # a bad record's row
@@ -238,7 +246,12 @@ class CorpusWorker:
             pa.array(prepared.errors, pa.string()),
             pa.array(prepared.n_tokens),
             pa.array(prepared.truncated),
-            *[pa.FixedSizeListArray.from_arrays(pa.array(v.reshape(-1)), self.heads) for v in values],
+            *[
+                pa.FixedSizeListArray.from_arrays(
+                    pa.array(v.reshape(-1), from_pandas=stat in SCORES), self.heads
+                )
+                for stat, v in zip(STATISTICS, values, strict=True)  # from_pandas: NaN is null
+            ],
             pa.FixedSizeListArray.from_arrays(pa.array(labels.reshape(-1)), self.heads),
         ]
         return pa.Table.from_arrays(arrays, schema=self.schema)
@@ -280,7 +293,10 @@ class CorpusWorker:
         lengths = [len(t) for t in tokens]
         special_mask = np.zeros((len(tokens), max(lengths)), dtype=bool)
         punctuation_mask = np.zeros_like(special_mask)
+        spelled_ids = np.full(special_mask.shape, -1, dtype=np.int64)
         for row, (spelled, marks) in enumerate(zip(tokens, special, strict=True)):
+            seen: dict[str, int] = {}  # the detection scores' ids: a repeated spelling is a repeated token
+            spelled_ids[row, : len(spelled)] = [seen.setdefault(t, len(seen)) for t in spelled]
             # token_masks' rule (punctuation is never special), each spelling judged once a run
             special_mask[row, : len(marks)] = [bool(s) for s in marks]
             punctuation_mask[row, : len(marks)] = [
@@ -292,17 +308,19 @@ class CorpusWorker:
             lengths,
             torch.from_numpy(special_mask),
             torch.from_numpy(punctuation_mask),
+            torch.from_numpy(spelled_ids),
             words,
             indices,
         )
 
     def _statistics(self, group: Group) -> torch.Tensor:
-        """[S + 1, B, L·H] float32 of the group's texts, on the statistics' device: the S statistics (STATS
-        order), then the label index (batch_head_labels), in one forward whose maps are taken a few
-        layers at a time (forward_layers, MAPS_BYTES): each group's statistics are computed as its weights
-        come out, so not all L layers' maps are alive at once (a 512-token text's 72 MiB of MiniLM maps
-        was most of a corpus run's peak over short texts). Every statistic is a function of one map, so
-        on the CPU the groups give the bits the whole stack at once gives."""
+        """[S + K + 1, B, L·H] float32 of the group's texts, on the statistics' device: the S statistics
+        (STATS order), the K detection scores (SCORES), then the label index (batch_head_labels), in one
+        forward whose maps are taken a few layers at a time (forward_layers, MAPS_BYTES): each group's
+        statistics are computed as its weights come out, so not all L layers' maps are alive at once (a
+        512-token text's 72 MiB of MiniLM maps was most of a corpus run's peak over short texts). Every
+        statistic is a function of one map, so on the CPU the groups give the bits the whole stack at
+        once gives."""
         encoded, width = group.encoded, max(group.lengths)
         # Words are merged on the CPU (merge_to_words builds its index there); tokens stay on the device.
         # Prepared once for the forward's L layers: no call waits on the device between two layers.
@@ -315,7 +333,9 @@ class CorpusWorker:
             width=width,
             device=torch.device("cpu") if self.words else self.model.device,
         )
-        per_group: list[torch.Tensor] = []  # [S, B, k, H] each
+        per_group: list[torch.Tensor] = []  # [S + K, B, k, H] each
+        spelled = to_device(group.spelled, statistics.n.device)  # [B, width]; queued, as BatchStats' copies
+        real = spelled >= 0
 
         def group_stats(_: int, weights: torch.Tensor, norms: torch.Tensor | None = None) -> None:
             maps = weights  # (k, B, H, T, T): k layers, as the forward wrote them
@@ -323,7 +343,9 @@ class CorpusWorker:
                 maps = _norm_shares(maps, norms)
             if self.words:
                 maps = _merge_words(maps.cpu(), group.words, group.indices, width)
-            per_group.append(statistics.stacked(maps, layer_major=True))
+            detected = detection_scores(maps.transpose(0, 1), spelled, keys=real)  # {kind: [B, k, H]}
+            scores = torch.stack([detected[kind] for kind in SCORES])  # [K, B, k, H]
+            per_group.append(torch.cat([statistics.stacked(maps, layer_major=True), scores]))
 
         # As many layers at once as MAPS_BYTES of maps holds (DEVICE_MAPS_BYTES on an accelerator).
         info = self.model.info
@@ -335,10 +357,14 @@ class CorpusWorker:
         at_once = max(1, min(info.layers, (MAPS_BYTES if on_host else DEVICE_MAPS_BYTES) // layer_bytes))
         norms = self.weighting == "norm"
         self.model.forward_layers(encoded, group_stats, layers_at_once=at_once, on_device=True, norms=norms)
-        stats = torch.cat(per_group, dim=2)  # [S, B, L, H]
-        labels = batch_head_labels(dict(zip(STATS, stats, strict=True)))  # [B, L, H] indices into LABELS
-        # One tensor to copy: the statistics, then the labels (small whole numbers, exact in float32).
-        return torch.cat([stats, labels.to(torch.float32)[None]]).reshape(len(STATS) + 1, len(encoded), -1)
+        stats = torch.cat(per_group, dim=2)  # [S + K, B, L, H]
+        labels = batch_head_labels(
+            dict(zip(STATS, stats[: len(STATS)], strict=True))
+        )  # [B, L, H] indices into LABELS
+        # One tensor to copy: the statistics and scores, then the labels (small whole numbers, exact in
+        # float32).
+        rows = len(STATISTICS) + 1
+        return torch.cat([stats, labels.to(torch.float32)[None]]).reshape(rows, len(encoded), -1)
 
 
 def padded_groups(lengths: Sequence[int], *, padding: float = PADDING) -> list[list[int]]:

@@ -207,6 +207,36 @@ def test_a_run_made_by_the_job_shows_its_numbers(session: Any, corpus: dict[str,
     assert (selected.get_attribute("data-layer"), selected.get_attribute("data-head")) == ("1", "2")
 
 
+def test_the_grid_colours_by_the_induction_score_and_lists_where_a_head_copies_most(
+    session: Any, corpus: dict[str, Any]
+) -> None:
+    """The job's induction score in the colour-by menu; its means and distribution over only the texts
+    that repeat a token (the others have none: null, not 0); the top texts, where the head copies most."""
+    folder = corpus["root"] / "minilm-real"
+    per_head = pq.read_table(folder / "per_head.parquet").to_pandas().set_index(["layer", "head"])
+    per_text = pq.read_table(folder / "per_text.parquet").to_pandas()
+    layer, head = per_head["induction_mean"].idxmax()  # the run's strongest induction head
+    page = session.open(f"corpus?run=minilm-real&stat=previous&layer={layer}&head={head}")
+    wait_corpus(page)
+    assert "induction" in page.locator("#corpus-stat option").evaluate_all("(os) => os.map((o) => o.value)")
+    page.select_option("#corpus-stat", "induction")
+    wait_corpus(page)
+    assert "stat=induction" in page.url
+    cell = page.locator(f'.corpus-cell[data-layer="{layer}"][data-head="{head}"]')
+    assert float(cell.get_attribute("data-mean")) == per_head.loc[(layer, head), "induction_mean"]
+    mine = per_text[(per_text.layer == layer) & (per_text["head"] == head)].sort_values("line")
+    present = mine.dropna(subset=["induction"])
+    assert 0 < len(present) < len(mine)  # the corpus has texts with no repeated token
+    assert plot_values(page) == [present["induction"].tolist()]
+    count = per_head.loc[(layer, head), "induction_count"]
+    assert f"{count} of {len(mine)} texts" in page.locator("#corpus-head-summary").text_content()
+    ranked = present.sort_values(["induction", "line"], ascending=[False, True])
+    top = page.locator("#corpus-top li")
+    assert top.evaluate_all("(items) => items.map((li) => li.dataset.line)") == [
+        str(line) for line in ranked["line"][:5]
+    ]
+
+
 def test_an_example_cut_short_shows_its_snippet_and_opens_its_whole_text(session: Any) -> None:
     page = session.open("corpus?run=snippets-demo&stat=entropy&layer=0&head=0")
     wait_corpus(page)

@@ -68,6 +68,11 @@ test("a head's summary reads its mean, spread and percentiles from its per_head 
   assert.equal(headSummary(row, "entropy"), "mean 2.000 · std 0.300 · median 2.000 · 5th–95th percentile 1.500–2.500 · 10 texts");
 });
 
+test("a detection score's summary counts the texts that have it, beside all of them", () => {
+  const row = { count: 2000, induction_mean: 0.5, induction_std: 0.1, induction_p05: 0.3, induction_p50: 0.5, induction_p95: 0.7, induction_count: 1620 };
+  assert.match(headSummary(row, "induction"), / · 1,620 of 2,000 texts$/);
+});
+
 test("grid keys step, jump and stop at the edges, with no aggregate columns", () => {
   const size = { layers: 3, heads: 4 };
   const at = { layer: 1, head: 1 };

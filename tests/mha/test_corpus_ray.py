@@ -20,6 +20,7 @@ import torch
 from corpus_files import texts, write_jsonl
 
 from mha.corpus import run
+from mha.corpus.job import SCORES
 from mha.corpus.shards import shard_directory
 
 pytest.importorskip("ray.data", reason='the Ray engine needs Ray Data: pip install "headscope[ray]"')
@@ -106,6 +107,9 @@ def test_the_ray_engine_writes_the_local_engines_files(local: Path, on_ray: Path
     counts = json.loads((local / "run.json").read_text())["counts"]
     assert counts["records"] == 32 and counts["errors"] == 6 and counts["shards"] == 4
     assert counts["truncated"] > 0
+    # and the detection scores, null where a text repeats no token (equal nulls are part of equals above)
+    scores = pq.read_table(local / "per_text.parquet", columns=list(SCORES))
+    assert 0 < scores["induction"].null_count < scores.num_rows
 
 
 @pytest.mark.slow

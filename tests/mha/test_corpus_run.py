@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -20,11 +21,12 @@ from corpus_files import attend_as_the_worker, texts, write_jsonl, write_txt
 from tolerances import batched_stat
 
 from mha import load_pretrained
-from mha.analysis import LABELS, head_labels, head_stats
+from mha.analysis import LABELS, detection_scores, head_labels, head_stats
 from mha.analysis.batched import STATS
 from mha.corpus import MAX_CHARS, CorpusSettingsError, local_engine, read_records, run
 from mha.corpus import aggregate as aggregate_module
 from mha.corpus.aggregate import SNIPPET_CHARS, label_column
+from mha.corpus.job import SCORES, STATISTICS
 from mha.corpus.shards import shard_directory, shard_path
 from mha.model import AttentionModel
 
@@ -33,6 +35,16 @@ SHARD, BATCH = 10, 4
 # float64 sums of N values (numpy's mean, std and percentiles against ours, in another order): N·eps·max|x|
 # at worst (Higham), eps = 2**-53; a few hundred texts and values below ~50 keep it under 1e-11.
 FLOAT64 = 2.0**-53
+# A detection score is one float32 rounding of a float64 share (mha.analysis.detection); the padded text's
+# float64 sums and the text's own differ by ~n·2**-53, so the two roundings differ by at most one float32
+# step, 2**-24 for a score below 1.
+SCORE = 2.0**-24
+
+
+def spelled_ids(tokens: list[str]) -> torch.Tensor:
+    """One id per distinct spelling, in order of first appearance: a repeated spelling repeats a token."""
+    seen: dict[str, int] = {}
+    return torch.tensor([seen.setdefault(t, len(seen)) for t in tokens])
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +58,12 @@ def finished(minilm: AttentionModel, tmp_path_factory: pytest.TempPathFactory) -
 
 
 def table(out: Path, name: str) -> dict[str, np.ndarray]:
-    return {k: np.asarray(v) for k, v in pq.read_table(out / f"{name}.parquet").to_pydict().items()}
+    """A run's file as numpy columns; a float column's null (an absent score) as NaN."""
+    read = pq.read_table(out / f"{name}.parquet")
+    return {
+        k: read[k].to_numpy() if pa.types.is_floating(read.schema.field(k).type) else np.asarray(v)
+        for k, v in read.to_pydict().items()
+    }
 
 
 def test_per_text_equals_head_stats_on_each_text_by_hand(finished, minilm: AttentionModel) -> None:
@@ -73,6 +90,19 @@ def test_per_text_equals_head_stats_on_each_text_by_hand(finished, minilm: Atten
                     expected = stats[stat].double().reshape(-1).numpy()
                     assert np.abs(per_text[stat][rows] - expected).max() <= batched_stat(stat, width), stat
                 assert list(per_text["label"][rows]) == [x for layer in head_labels(stats) for x in layer]
+                scores = detection_scores(result.attentions, spelled_ids(result.tokens))
+                repeats = len(set(result.tokens)) < len(result.tokens)
+                for kind in SCORES:
+                    expected = scores[kind].double().reshape(-1).numpy()
+                    got = per_text[kind][rows]  # a null (absent) reads as NaN
+                    # absent exactly where the text repeats no token (previous_token: never, n >= 2)
+                    assert (
+                        np.isnan(got).all()
+                        == np.isnan(expected).all()
+                        == (kind != "previous_token" and not repeats)
+                    )
+                    assert np.array_equal(np.isnan(got), np.isnan(expected)), kind
+                    assert np.nan_to_num(np.abs(got - expected)).max() <= SCORE, kind
                 row += heads
     assert row == len(per_text["line"])
     assert list(per_text["layer"][:heads]) == [h // 12 for h in range(heads)]
@@ -96,10 +126,29 @@ def test_per_head_equals_numpy_over_per_text(finished) -> None:
             }
             for suffix, value in expected.items():
                 assert abs(per_head[f"{stat}_{suffix}"][index] - value) <= bound, (stat, suffix)
+        for kind in SCORES:  # over the texts that have the score only
+            values = per_text[kind][mine]
+            present = values[~np.isnan(values)]
+            assert per_head[f"{kind}_count"][index] == len(present)
+            bound = len(present) * FLOAT64 * 4  # as above, the scores in [0, 1]
+            expected = {
+                "mean": present.mean(),
+                "std": present.std(),
+                **{f"p{q:02d}": np.percentile(present, q) for q in (5, 50, 95)},
+            }
+            for suffix, value in expected.items():
+                assert abs(per_head[f"{kind}_{suffix}"][index] - value) <= bound, (kind, suffix)
         labels = per_text["label"][mine]
         for label in LABELS:
             assert per_head[label_column(label)][index] == (labels == label).sum()
     assert "label_previous_token" in per_head and "label_first_token_sink" in per_head
+    # Absent is null in the file, not 0 or NaN; this corpus has texts with and without a repeated token.
+    stored = pq.read_table(out / "per_text.parquet", columns=list(SCORES))
+    assert stored["previous_token"].null_count == 0
+    for kind in ("duplicate_token", "induction"):
+        assert 0 < stored[kind].null_count < stored.num_rows
+        assert not np.isnan(stored[kind].drop_null().to_numpy()).any()
+        assert 0 < min(per_head[f"{kind}_count"]) == max(per_head[f"{kind}_count"]) < 20
 
 
 def test_per_head_in_groups_of_heads_equals_all_heads_at_once(
@@ -119,12 +168,13 @@ def test_examples_equal_a_sort_by_hand(finished) -> None:
     source, out, _ = finished
     per_text, examples = table(out, "per_text"), table(out, "examples")
     by_line = {r.line: r for r in read_records(source) if r.error is None}
-    assert len(examples["layer"]) == 72 * len(STATS) * 2 * 5
     position = 0
     for flat in range(72):
         mine = (per_text["layer"] == flat // 12) & (per_text["head"] == flat % 12)
-        for stat in STATS:
+        for stat in STATISTICS:
             values, lines = per_text[stat][mine], per_text["line"][mine]
+            kept = ~np.isnan(values)  # a score's texts that have it: the others are no example
+            values, lines = values[kept], lines[kept]
             top = sorted(zip(-values, lines, strict=True))[:5]
             bottom = sorted(zip(values, lines, strict=True))[:5]
             for side, chosen, sign in (("top", top, -1), ("bottom", bottom, 1)):
@@ -145,6 +195,7 @@ def test_examples_equal_a_sort_by_hand(finished) -> None:
                     longer = len(record.text) > SNIPPET_CHARS or len(pair or "") > SNIPPET_CHARS
                     assert examples["cut"][at] == longer
                     position += 1
+    assert position == len(examples["layer"])
 
 
 def test_errors_and_run_json(finished) -> None:
@@ -175,7 +226,7 @@ def test_errors_and_run_json(finished) -> None:
         "max_chars": MAX_CHARS,
     }
     assert record["counts"] == {"records": 26, "texts": 20, "errors": 6, "truncated": 0, "shards": 3}
-    assert record["stats"] == list(STATS) and record["labels"] == list(LABELS)
+    assert record["stats"] == [*STATS, *SCORES] == list(STATISTICS) and record["labels"] == list(LABELS)
     assert set(record["timings"]) >= {"seconds", "texts_per_second"}
     assert set(record["versions"]) >= {"headscope", "torch", "transformers", "pyarrow"}
     assert record["started"] <= record["finished"]

@@ -71,11 +71,16 @@ export function headRow(perHead, layer, head) {
   return i < 0 ? null : Object.fromEntries(Object.entries(perHead).map(([key, column]) => [key, column[i]]));
 }
 
-/** A head's summary line: "mean 0.412 · std 0.103 · 5th–95th percentile 0.21–0.60 · 2,000 texts". */
+/**
+ * A head's summary line: "mean 0.412 · std 0.103 · 5th–95th percentile 0.21–0.60 · 2,000 texts". A detection
+ * score counts only the texts that have it (per_head's <score>_count: "1,620 of 2,000 texts").
+ */
 export function headSummary(row, stat) {
   if (!row) return "";
   const f = (v) => formatStat(stat, v);
-  const count = Number(row.count).toLocaleString("en-US");
+  const all = Number(row.count).toLocaleString("en-US");
+  const present = row[`${stat}_count`];
+  const count = present === undefined ? all : `${Number(present).toLocaleString("en-US")} of ${all}`;
   return `mean ${f(row[`${stat}_mean`])} · std ${f(row[`${stat}_std`])} · median ${f(row[`${stat}_p50`])} · ` +
     `5th–95th percentile ${f(row[`${stat}_p05`])}–${f(row[`${stat}_p95`])} · ${count} texts`;
 }
