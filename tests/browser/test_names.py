@@ -32,6 +32,7 @@ BADGED = {
     "first-token-sink": ("1st", "first"),
     "punctuation": ("punc", "punctuation"),
     "local": ("local", "local"),
+    "induction": ("ind", "induction"),
 }
 
 
@@ -75,7 +76,19 @@ def test_headers_glossary_and_badges(session: Any) -> None:
     terms = page.locator("#glossary dt").all_text_contents()
     for text in headers:
         assert text in terms, text
-    for sentence in ("normalised entropy is at least 0.8", "Any other head is mixed", "A badge marks a head"):
+    # The detection scores by name, each with its formula, and the induction rule as a sentence.
+    assert {
+        "Previous-token score (share)",
+        "Duplicate-token score (share)",
+        "Induction score (share)",
+    } <= set(terms)
+    for sentence in (
+        "normalised entropy is at least 0.8",
+        "Any other head is mixed",
+        "A badge marks a head",
+        "Formula: mean over R = {i : some j <= i has t_j-1 = t_i",
+        "induction score is at least 0.5 and at least 0.3 above",
+    ):
         assert sentence in glossary.text_content()
 
     # Badges: exactly the heads whose role's statistic reaches the stated share, fewer than half of them,
@@ -228,3 +241,25 @@ def test_zoom_shows_no_plotly_tip_over_the_tabs(session: Any) -> None:
     # Plotly's tip ("Double-click to zoom back out") is a fixed note at the page's top right when shown.
     notes = page.locator(".plotly-notifier .notifier-note").all_text_contents()
     assert not [note for note in notes if re.search("double-click", note, re.IGNORECASE)]
+
+
+def test_absent_detection_scores_show_a_dash_and_colour_nothing(session: Any) -> None:
+    """A text with no repeated token: the duplicate-token and induction scores are null in the answer,
+    "–" in every table cell (never 0), and colouring the grid by them leaves every frame plain."""
+    page = desktop(session)
+    session.open()
+    text = "One two three."
+    session.run(text)
+    wait_insight(page)
+    analysis = api(session.base, "/api/analysis", {"text": text})
+    assert all(v is None for row in analysis["stats"]["induction"] for v in row)
+    keys = page.eval_on_selector_all("#stats-table th", "ths => ths.map((th) => th.dataset.key)")
+    column = keys.index("induction")
+    cells = page.eval_on_selector_all(
+        "#stats-table tbody tr", f"rows => rows.map((r) => r.children[{column}].textContent)"
+    )
+    assert cells and set(cells) == {"–"}
+    page.select_option("#color-by", "induction")
+    assert page.locator("#grid .thumb.colored").count() == 0
+    page.select_option("#color-by", "previous_token")
+    assert page.locator("#grid .thumb.colored").count() == analysis["layers"] * analysis["heads"]

@@ -297,7 +297,7 @@ export class Grid {
         badge ??= thumb.appendChild(el("span", { className: "badge", attrs: { "aria-hidden": "true" } }));
         badge.textContent = short;
       } else badge?.remove();
-      if (values && value !== undefined && color) {
+      if (values && Number.isFinite(value) && color) { // an absent statistic (null) leaves the frame plain
         thumb.style.setProperty("--frame", color(value));
         thumb.classList.add("colored");
         thumb.dataset.stat = String(value);
