@@ -1,8 +1,10 @@
 """One run as one self-contained `.html` file: the page's own template (app/templates/index.html, in the
 Jinja environment the server renders it with) in snapshot mode, its CSS, plotly.js and its modules
 (linked by bundle.py) inline, and the answers its first view and head detail ask for (answers.py) in a
-JSON data block that api.js answers from. A Content-Security-Policy comes first in <head>: the file's two
-inline scripts by hash, no network at all.
+JSON data block that api.js answers from. A Content-Security-Policy comes first in <head>: the file's
+inline scripts by hash, no network at all. plotly.js is carried as a text block that the page runs, as an
+inline script of the same text, once the grid is painted (app/static/js/plotly-ready.js): the grid needs no
+Plotly, and evaluating 1.5 MB of script first would hold every thumbnail back.
 
 Budget: every head at 8 bits; the selected head's exact float32 values; then the other heads' (nearest
 first) while the data stays within BYTES_PER_VALUE bytes per attention value, the whole file always
@@ -165,14 +167,14 @@ def rerun_line(name: str) -> str:
 
 @lru_cache(maxsize=1)
 def _policy() -> str:
-    """The file's Content-Security-Policy: the same two scripts in every snapshot, hashed once."""
+    """The file's Content-Security-Policy: the same two scripts in every snapshot, hashed once. plotly.js
+    is carried as text, not run as parsed: its hash lets plotly-ready.js run that exact text later."""
     files = assets()
     return CSP.format(hashes=" ".join(_hash(files[script]) for script in ("plotly", "script")))
 
 
 def _render(info: mha.ModelInfo, run: Run, carried: dict[str, Any], banner: dict[str, Any]) -> str:
     files = assets()
-    scripts = [files["plotly"], files["script"]]
     data = page.page_data(
         answers.model_list(info),
         max_tokens=info.max_tokens,
@@ -184,7 +186,8 @@ def _render(info: mha.ModelInfo, run: Run, carried: dict[str, Any], banner: dict
         "css": files["css"],
         "favicon": files["favicon"],
         "data": data_block(carried),
-        "scripts": scripts,
+        "plotly": files["plotly"],
+        "script": files["script"],
         **banner,
     }
     template = page.environment().get_template("index.html")

@@ -308,3 +308,60 @@ def test_save_as_html_downloads_this_run_opening_on_its_head(session, opened, tm
     saved.wait_for_function("() => document.querySelector('#detail-caption').textContent.startsWith('Exact')")
     assert saved.locator("#export-html").is_hidden()  # the file cannot make another: it has no model
     one.clean()
+
+
+# Records, from the document's start, whether Plotly existed when the grid's mark was set, and any script the
+# file's policy refused.
+WATCH_JS = """
+window.seen = { plotlyAtGrid: null, violations: [] };
+document.addEventListener('securitypolicyviolation', (e) => window.seen.violations.push(e.violatedDirective));
+const mark = performance.mark.bind(performance);
+performance.mark = (name, ...rest) => {
+  if (name === 'headscope-grid') window.seen.plotlyAtGrid = typeof window.Plotly;
+  return mark(name, ...rest);
+};
+"""
+
+
+def test_plotly_runs_after_the_grid_is_drawn_within_the_policy(context, files) -> None:
+    """plotly.js is carried as text and run by the page once the grid is painted (plotly-ready.js), as an
+    inline script the file's Content-Security-Policy allows by its hash (refused, no detail would draw)."""
+    page = context.new_page()
+    page.add_init_script(WATCH_JS)
+    one = Opened(page, files["minilm"].as_uri())
+    try:
+        page.goto(one.url)
+        wait_ready(page)
+        seen = page.evaluate("window.seen")
+        assert seen == {"plotlyAtGrid": "undefined", "violations": []}
+        assert page.evaluate("typeof window.Plotly.react") == "function"
+        assert page.locator("#plotly-source").count() == 0  # its text now lives in the script it became
+        assert page.locator("#head-detail .hoverlayer").count() == 1  # the detail is Plotly's figure
+        one.clean()
+    finally:
+        page.close()
+
+
+def test_it_completes_in_a_frame_that_never_paints(context, files, tmp_path: Path) -> None:
+    """A notebook output scrolled far away: Chromium runs no animation frame in an off-screen cross-origin
+    frame (none in a second, tried), so plotly.js runs on plotly-ready.js's fallback timer, and the view
+    still completes."""
+    document = files["minilm"].read_text(encoding="utf-8")
+    host = tmp_path / "away.html"
+    host.write_text(
+        '<!doctype html><title>host</title><div style="height: 20000px"></div><iframe id="view" '
+        'sandbox="allow-scripts" style="width: 1400px; height: 900px" '
+        f'srcdoc="{html.escape(document, quote=True)}"></iframe>',
+        encoding="utf-8",
+    )
+    page = context.new_page()
+    one = Opened(page, host.as_uri())
+    try:
+        page.goto(one.url)
+        page.wait_for_function("() => window.frames.length === 1")
+        inner = next(f for f in page.frames if f.url == "about:srcdoc")
+        wait_ready(inner)
+        assert inner.evaluate("typeof window.Plotly") == "object"
+        one.clean()
+    finally:
+        page.close()

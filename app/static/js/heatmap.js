@@ -5,6 +5,7 @@
 import { displayToken } from "./decoder.js";
 import { buildFigure, NARROW_PX } from "./heatmap-figure.js";
 import { ALL_LABELS_N, MAX_FONT_PX, plotlyText, shorten, thinTicks, tickFont } from "./heatmap-ticks.js";
+import { plotlyReady } from "./plotly-ready.js";
 
 export { ALL_LABELS_N, plotlyText, shorten, thinTicks, tickFont }; // their old home: callers import them here
 
@@ -37,7 +38,9 @@ export async function renderHeatmap(gd, spec) {
     modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"],
     toImageButtonOptions: { filename: spec.filename ?? "headscope-head" },
   };
-  await window.Plotly.react(gd, data, layout, config);
+  // A snapshot runs plotly.js once its grid is painted (plotly-ready.js); the served page has it already.
+  const Plotly = window.Plotly ?? (await plotlyReady());
+  await Plotly.react(gd, data, layout, config);
   gd.dataset.n = String(spec.tokens.length);
   gd.dataset.exact = spec.exact ? "true" : "false";
   const shown = spec.tokens.map((token) => displayToken(token, spec.byteLevel));
@@ -122,8 +125,9 @@ export function clearHeatmap(gd) {
 }
 
 /** Download the current figure as PNG or SVG at its drawn size. */
-export function exportImage(gd, format, filename) {
-  return window.Plotly.downloadImage(gd, {
+export async function exportImage(gd, format, filename) {
+  const Plotly = window.Plotly ?? (await plotlyReady());
+  return Plotly.downloadImage(gd, {
     format,
     filename,
     width: gd.layout.width,

@@ -25,6 +25,7 @@ import { bindKindSwitch, showKindSwitch } from "./kind-switch.js";
 import { runSummary } from "./labels.js";
 import { LongMode, longSummary, measure, unavailable } from "./long-mode.js";
 import { copyLink, showNotice, tokenLimit, truncationNotice } from "./notices.js";
+import { loadPlotly } from "./plotly-ready.js";
 import { initScaleMenu } from "./scale-menu.js";
 import { enterSnapshot, inSnapshot } from "./snapshot-page.js";
 import { isSeq2seq, sectionOf, seq2seqSummary, seq2seqTruncation } from "./seq2seq.js";
@@ -193,7 +194,9 @@ async function show(run, { newRun = false } = {}) {
   performance.mark("headscope-decoded");
   $("gridWeighting").hidden = weightingOf(attention) !== "norm"; // the answer's, not the switch's
   // Marks for benchmarks/browser.py: where the time between click and "ready" goes.
+  // A snapshot's plotly.js runs once the grid is drawn and painted (plotly-ready.js): the detail waits for it.
   const gridDone = grid.render(attention, { signal }).then((done) => (performance.mark("headscope-grid"), done));
+  gridDone.finally(loadPlotly).catch(() => {}); // its failure is show()'s, below
   const { layer, head } = getState();
   grid.select(layer, head);
   const detailDone = detail.draw(run, { keepZoom: false }).then(() => performance.mark("headscope-detail"));
