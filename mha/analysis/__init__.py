@@ -54,6 +54,7 @@ from mha.analysis.detection import (
     chance_scores,
     detection_patterns,
     detection_scores,
+    model_scores,
 )
 from mha.analysis.norms import LAYER_MAP_MAX_TOKENS, layer_norm_map, row_shares, weight_norm_map
 from mha.analysis.rollout import (
@@ -92,6 +93,7 @@ __all__ = [
     "chance_scores",
     "detection_patterns",
     "detection_scores",
+    "model_scores",
     "LAYER_MAP_MAX_TOKENS",
     "layer_norm_map",
     "row_shares",

@@ -58,6 +58,7 @@ __all__ = [
     "chance_scores",
     "detection_patterns",
     "detection_scores",
+    "model_scores",
 ]
 
 KINDS = ("previous_token", "duplicate_token", "induction")
@@ -216,6 +217,15 @@ def detection_scores(
     if attentions.ndim == 4:
         return {kind: score[0] for kind, score in scores.items()}
     return scores
+
+
+def model_scores(maps: Tensor, token_ids: Tensor) -> dict[str, Tensor]:
+    """detection_scores(maps [B, L, H, n, n], token_ids [B, n]) without the row checks, for maps a forward
+    of ours just made (mha.model.probe): a half-precision model's rows may miss 1 by its rounding (bf16:
+    up to 2**-9), and the probe's measure divides by each row's own total anyway."""
+    ids, real = _batched(token_ids, None, maps.shape[-1])
+    patterns = detection_patterns(ids, keys=real)
+    return _scores(maps, patterns, real, "probe", False, False, maps.sum(-1, dtype=torch.float64))
 
 
 def chance_scores(

@@ -47,7 +47,7 @@ from mha.analysis.detection import (
     DETECTION_THRESHOLD,
     KINDS,
     chance_scores,
-    detection_scores,
+    model_scores,
 )
 from mha.errors import Cancelled, ProbeSizeError
 from mha.networks.seq2seq import EncoderDecoder
@@ -185,7 +185,7 @@ def _score_chunk(
 
     def scored(first: int, weights: Tensor) -> None:  # weights [k, B, H, n, n]
         maps = weights.transpose(0, 1).float()  # [B, k, H, n, n]
-        for kind, score in detection_scores(maps, on_device).items():
+        for kind, score in model_scores(maps, on_device).items():
             into[kind][rows, first : first + weights.shape[0]] = score.cpu()
 
     with torch.no_grad():

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mha import AttentionModel
-from mha.analysis import KINDS, chance_scores, detection_scores
+from mha.analysis import KINDS, chance_scores, detection_scores, model_scores
 
 TOLERANCE = 1e-6  # one float32 rounding of a float64 sum (module docstring)
 
@@ -246,3 +246,20 @@ def test_a_pair_on_minilm_equals_the_reference(minilm: AttentionModel, measure: 
     keys = torch.ones(len(ids), dtype=torch.bool)
     scores = detection_scores(result.attentions, ids, measure=measure, exclude_bos=True)  # type: ignore[arg-type]
     assert_matches(scores, result.attentions, ids, keys, measure, True, False)
+
+
+def test_model_scores_read_rows_that_miss_one_by_half_precision_rounding() -> None:
+    """bfloat16 rows may sum to 1 ± 2**-9: the probe's path takes them (each row's share is over its own
+    total, so scaling a row changes nothing) where detection_scores' check refuses them."""
+    ids = repeated(5)[None]
+    maps = random_maps(
+        torch.Generator().manual_seed(2), 2, 3, torch.ones(ids.shape[1], dtype=torch.bool), True
+    )
+    scaled = maps * (1 + 2**-9)
+    with pytest.raises(ValueError, match="sum to 1"):
+        detection_scores(scaled[None], ids)
+    got = model_scores(scaled[None], ids)
+    want = detection_scores(maps[None], ids)
+    for kind in KINDS:
+        # a/(1+e) over a·(1+e)... the same share, up to one float32 rounding of each scaled weight
+        torch.testing.assert_close(got[kind], want[kind], atol=TOLERANCE, rtol=0)
