@@ -215,6 +215,7 @@ class AttentionModel:
 
     # Every head's detection scores on repeated random tokens -> HeadProbe (mha.model.probe).
     probe_heads = probe.probe_heads
+    attend_ids = probe.attend_ids  # the AttentionResult of ids as they are: a probe's own input
 
     def trace(
         self,

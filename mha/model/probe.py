@@ -50,13 +50,15 @@ from mha.analysis.detection import (
     model_scores,
 )
 from mha.errors import Cancelled, ProbeSizeError
+from mha.networks.result import AttentionResult
 from mha.networks.seq2seq import EncoderDecoder
-from mha.text.tokenize import control_ids, unknown_id
+from mha.text.tokenize import Encoded, control_ids, unknown_id
 
 if TYPE_CHECKING:
     from mha.model.attention_model import AttentionModel
 
-__all__ = ["MAX_SEQUENCES", "PROBE_MAPS_BYTES", "HeadProbe", "probe_heads", "probe_ids", "probe_vocabulary"]
+__all__ = ["MAX_SEQUENCES", "PROBE_MAPS_BYTES", "HeadProbe", "attend_ids", "probe_heads", "probe_ids"]
+__all__ += ["probe_vocabulary"]
 
 MAX_SEQUENCES = 32  # sequences a probe runs at most: the mean's standard error is already spread / 5.7
 # One layer's float32 maps of one chunk of sequences, at most (the scoring adds one temporary of the same
@@ -240,3 +242,31 @@ def _labels(scores: dict[str, Tensor], chance: dict[str, Tensor]) -> list[list[l
         [[kind for kind in KINDS if clears[kind][layer, head]] for head in range(heads)]
         for layer in range(layers)
     ]
+
+
+def attend_ids(
+    model: AttentionModel, ids: Tensor | list[int], *, cancel: Callable[[], bool] | None = None
+) -> AttentionResult:
+    """``model.attend_ids(probe.token_ids[0])``: the AttentionResult of token ids as they are (a probe's
+    sequence, which decoding and tokenizing again need not give back), one segment, no offsets;
+    ``texts[0]`` the ids decoded, for display. A decoder or encoder (an encoder-decoder's probe input is its
+    decoder's target: NotImplementedError)."""
+    if isinstance(model.network, EncoderDecoder):
+        raise NotImplementedError(
+            "an encoder-decoder's probe input is its decoder's target: use attend(target=)"
+        )
+    ids = [int(i) for i in (ids.tolist() if isinstance(ids, Tensor) else ids)]
+    n = len(ids)
+    if not 1 <= n <= model.info.max_tokens:
+        raise ValueError(f"attend_ids takes 1 to {model.info.max_tokens} ids, got {n}")
+    if min(ids) < 0 or max(ids) >= model.config.vocab_size:
+        bad = [i for i in ids if not 0 <= i < model.config.vocab_size][:5]
+        raise ValueError(f"token ids {bad} are past the model's {model.config.vocab_size} token embeddings")
+    special, unknown = model.encoder.marks(ids)
+    text = model.tokenizer.decode(ids, skip_special_tokens=False)
+    encoded = Encoded(
+        ids, [0] * n, [0] * n, [0] * n, special, unknown, [(0, 0)] * n, [None] * n, False, (text, None)
+    )
+    attentions, _ = model.forward_padded([encoded], cancel=cancel)  # [L, 1, H, n, n], float32 CPU
+    tokens = list(model.tokenizer.convert_ids_to_tokens(ids))
+    return AttentionResult.of(encoded, tokens, attentions[:, 0], None)

@@ -221,3 +221,20 @@ def test_without_a_start_token_the_sequences_are_twice_the_length() -> None:
     assert set(ids.flatten().tolist()) <= set(vocabulary.tolist())
     assert torch.equal(ids, probe.probe_ids(vocabulary, None, seed=4, sequences=5, length=6))
     assert probe.start_token(type("NoStart", (), {"bos_token_id": None, "cls_token_id": None})()) is None
+
+
+def test_attend_ids_opens_a_probe_sequence_as_attend_opens_a_text(minilm: AttentionModel) -> None:
+    """attend_ids gives the ids' own forward: on a text's ids the same maps as attend (the same forward,
+    one sequence), and on the probe's first sequence the maps its scores came from."""
+    text = minilm.attend("The cat sat on the mat.")
+    again = minilm.attend_ids(text.token_ids)
+    assert again.tokens == text.tokens and again.special == text.special
+    torch.testing.assert_close(again.attentions, text.attentions, atol=FORWARD, rtol=0)
+    result = minilm.probe_heads(sequences=1, length=LENGTH)
+    opened = minilm.attend_ids(result.token_ids[0])
+    assert opened.tokens == result.tokens
+    scores = detection_scores(opened.attentions, result.token_ids[0])
+    for kind in KINDS:
+        torch.testing.assert_close(scores[kind], result.scores[kind], atol=FORWARD, rtol=0)
+    with pytest.raises(ValueError, match="past"):
+        minilm.attend_ids([0, minilm.config.vocab_size])
