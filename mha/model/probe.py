@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from mha.model.attention_model import AttentionModel
 
 __all__ = ["MAX_SEQUENCES", "PROBE_MAPS_BYTES", "HeadProbe", "attend_ids", "probe_heads", "probe_ids"]
-__all__ += ["probe_vocabulary"]
+__all__ += ["max_length", "probe_vocabulary"]
 
 MAX_SEQUENCES = 32  # sequences a probe runs at most: the mean's standard error is already spread / 5.7
 # One layer's float32 maps of one chunk of sequences, at most (the scoring adds one temporary of the same
@@ -116,10 +116,22 @@ def probe_ids(vocabulary: Tensor, start: int | None, *, seed: int, sequences: in
     return torch.cat(parts, dim=1)
 
 
-def _check_size(model: AttentionModel, sequences: int, length: int, limit: int) -> None:
-    most_length = (limit - 1) // 2
+def probe_limit(model: AttentionModel) -> int:
+    """The tokens a probe sequence may hold: the model's limit (an encoder-decoder's decoder's)."""
+    if isinstance(model.network, EncoderDecoder):
+        return int(model.info.decoder_max_tokens or model.network.decoder.config.max_tokens)
+    return model.info.max_tokens
+
+
+def max_length(model: AttentionModel) -> int:
+    """The longest ``length`` a probe of ``model`` takes: twice it plus the start token fit its limit."""
+    return (probe_limit(model) - 1) // 2
+
+
+def _check_size(model: AttentionModel, sequences: int, length: int) -> None:
+    most_length = max_length(model)
     if not (1 <= sequences <= MAX_SEQUENCES and 1 <= length <= most_length):
-        raise ProbeSizeError(sequences, length, MAX_SEQUENCES, most_length, limit)
+        raise ProbeSizeError(sequences, length, MAX_SEQUENCES, most_length, probe_limit(model))
 
 
 def probe_heads(
@@ -134,10 +146,7 @@ def probe_heads(
     """``model.probe_heads(...)``: see the module docstring."""
     seq2seq = isinstance(model.network, EncoderDecoder)
     network = model.network.decoder if seq2seq else model.network
-    limit = (
-        int(model.info.decoder_max_tokens or network.config.max_tokens) if seq2seq else model.info.max_tokens
-    )
-    _check_size(model, sequences, length, limit)
+    _check_size(model, sequences, length)
     start = int(model.network.config.decoder_start_token_id) if seq2seq else start_token(model.tokenizer)
     vocabulary = probe_vocabulary(model.tokenizer, model.config.vocab_size)
     if len(vocabulary) == 0:

@@ -142,8 +142,11 @@ def test_cancel_stops_the_probe(models: dict[str, AttentionModel]) -> None:
 def test_a_probe_out_of_bounds_is_refused(
     models: dict[str, AttentionModel], sequences: int, length: int
 ) -> None:
-    with pytest.raises(ProbeSizeError, match="a head probe takes 1 to 32 sequences"):
-        models["llama"].probe_heads(sequences=sequences, length=length)
+    model = models["llama"]
+    assert probe.max_length(model) == (model.info.max_tokens - 1) // 2 < 64
+    with pytest.raises(ProbeSizeError, match="a head probe takes 1 to 32 sequences") as raised:
+        model.probe_heads(sequences=sequences, length=length)
+    assert raised.value.most_length == probe.max_length(model) and raised.value.limit == model.info.max_tokens
 
 
 def test_one_sequence_has_no_spread(models: dict[str, AttentionModel]) -> None:
