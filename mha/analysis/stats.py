@@ -227,7 +227,8 @@ def head_stats(
     """Per-head statistics of ``attentions`` [L, H, n, n], each a Tensor [L, H].
 
     Definitions (entropy, entropy_norm, distance, self, previous, next, local, forward, special,
-    punctuation, first, max) are in the module docstring. ``special`` is the special-token mask
+    punctuation, first, max, and the detection scores previous_token, duplicate_token, induction, NaN
+    where absent) are in the module docstring. ``special`` is the special-token mask
     (``AttentionResult.special``: the control tokens, never [UNK]); without it tokens spelled as one of
     ``SPECIAL_TOKENS`` count as special, which gives the same mask on BERT, RoBERTa, DistilBERT and GPT-2
     texts. ``causal`` only changes ``entropy_norm``; None infers it (no weight above the diagonal).
