@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from mha._finite import refuse_non_finite, softmax_rows
 from mha.analysis.detection import (
     DETECTION_MARGIN,
     DETECTION_THRESHOLD,
@@ -195,6 +196,9 @@ def _score_chunk(
     on_device = ids.to(model.device)
 
     def scored(first: int, weights: Tensor) -> None:  # weights [k, B, H, n, n]
+        # As attend's answers: NaN or an infinity in a map is refused, never scored (a score of NaN would
+        # read as "no pattern key"); one weight a row stands for its row (softmax_rows).
+        refuse_non_finite(model.info.name, {"its attention": [softmax_rows(weights)]})
         maps = weights.transpose(0, 1).float()  # [B, k, H, n, n]
         for kind, score in model_scores(maps, on_device).items():
             into[kind][rows, first : first + weights.shape[0]] = score.cpu()

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 from checkpoints import FAMILIES, SLIDING_WINDOW
+from edited import overflowing
 from gguf_files import write_gguf
 from tolerances import FORWARD
 
 from mha import AttentionModel, HeadProbe, load_pretrained
 from mha.analysis import DETECTION_MARGIN, DETECTION_THRESHOLD, KINDS, chance_scores, detection_scores
-from mha.errors import Cancelled, ProbeSizeError
+from mha.errors import Cancelled, NonFiniteOutputError, ProbeSizeError
 from mha.model import probe
 from mha.text.tokenize import control_ids
 
@@ -241,3 +242,13 @@ def test_attend_ids_opens_a_probe_sequence_as_attend_opens_a_text(minilm: Attent
         torch.testing.assert_close(scores[kind], result.scores[kind], atol=FORWARD, rtol=0)
     with pytest.raises(ValueError, match="past"):
         minilm.attend_ids([0, minilm.config.vocab_size])
+
+
+def test_a_forward_that_overflows_is_refused_not_scored(
+    tiny_checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    """Its maps are NaN: as attend's, the probe refuses them with the model's name, never a score of NaN
+    (which would read as "no pattern key")."""
+    model = load_pretrained(overflowing(tiny_checkpoints["llama"], tmp_path / "overflowing"))
+    with pytest.raises(NonFiniteOutputError, match="computed NaN or an infinity"):
+        model.probe_heads(sequences=2, length=4)
