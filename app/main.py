@@ -22,7 +22,7 @@ from app.middleware import (
     UnexpectedErrorMiddleware,
 )
 from app.package_data import STATIC, package_dir
-from app.routes import api, corpus, effects, insight, pages, snapshot, trace
+from app.routes import api, corpus, effects, insight, pages, probe, snapshot, trace
 from app.schemas.common import bound_new_tokens, enumerate_model_names
 from app.service import AttentionService
 from app.settings import Settings, get_settings
@@ -61,6 +61,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(api.router)
     app.include_router(insight.router)
     app.include_router(effects.router)
+    app.include_router(probe.router)
     app.include_router(trace.router)
     app.include_router(snapshot.router)
     app.include_router(corpus.router)

@@ -2,7 +2,7 @@
 It holds the service's parts, each with one job, and hands each the parts it uses: model access (registry,
 loads, health and the models list), the answers' cache and flights, the forwards (each model's batcher and
 workers), the encoding threads, the watch of work in flight; then one part per route family made from them
-(`attention`, `insight`, `traces`, `effects`, `corpus`). Nothing is inherited."""
+(`attention`, `insight`, `traces`, `effects`, `probes`, `corpus`). Nothing is inherited."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from app.service.forwards import Forwards
 from app.service.insight import Insight
 from app.service.model_access import ModelAccess
 from app.service.parts import Parts
+from app.service.probe import HeadProbes
 from app.service.traces import Traces
 from app.service.trim import Trimmer
 from app.service.views import Views
@@ -58,6 +59,7 @@ class AttentionService:
         # freed: a trace's forward ended, or a trace was freed
         self.traces = Traces(parts, freed=self.trimmer.large_answer_done)
         self.effects = HeadAblations(parts, key=partial(cache_key, "head-effects"))
+        self.probes = HeadProbes(parts, key=partial(cache_key, "probe"))
         self.corpus = CorpusRuns(settings.runs_dir, served=lambda: self.models.names)
 
     def _busy(self) -> bool:

@@ -115,6 +115,9 @@ overflowing(CHECKPOINTS / "llama", CHECKPOINTS / OVERFLOWING)
 NO_FORWARD = ("POST /api/trace/tokens",)  # the one route that reads no model's weights: tokens only
 # The routes that start no work: they watch what is in flight (nothing, here), so every model answers.
 NO_WORK = ("POST /api/attention/progress",)
+# The routes whose body takes no text, so no chat template: TEMPLATE's chat is never reached there (the head
+# probe runs random token ids).
+NO_CHAT = ("POST /api/probe",)
 MODELS = FAMILIES + SEQ2SEQ + (GGUF, *HOSTILE)
 NO_SEQ2SEQ = ("POST /api/trace",)  # the routes an encoder-decoder gets 422 on
 FLOW_MAX_TOKENS = 6
@@ -332,7 +335,7 @@ def _check(case, model: str | None) -> None:  # type: ignore[no-untyped-def]
     inputs = _inputs(case.body)
     if model is not None:
         for part in inputs:
-            _steer(part, model, flow=case.path == "/api/flow")
+            _steer(part, model, flow=case.path == "/api/flow", chat=f"POST {case.path}" not in NO_CHAT)
     request = json.dumps(
         [case.method, case.path, case.path_parameters, case.query, case.headers, case.body],
         sort_keys=True,
@@ -422,13 +425,14 @@ def _inputs(body: Any) -> list[dict[str, Any]]:
     return sides or [body]
 
 
-def _steer(part: dict[str, Any], model: str, *, flow: bool) -> None:
+def _steer(part: dict[str, Any], model: str, *, flow: bool, chat: bool = True) -> None:
     """Name `model` where the drawn value is a valid one (absent, null or a registered name), so that a
-    request stays as valid or invalid as it was drawn; for flow, cut valid texts to a character or two,
-    so that most fit its token cap and reach the computation."""
+    request stays as valid or invalid as it was drawn (and ask for TEMPLATE's chat where the body takes
+    one: `chat`); for flow, cut valid texts to a character or two, so that most fit its token cap and
+    reach the computation."""
     if part.get("model") is None or part["model"] in app.state.service.models.registry.names:
         part["model"] = model
-    if model == TEMPLATE and isinstance(part.get("chat", False), bool):  # its template reached each time
+    if chat and model == TEMPLATE and isinstance(part.get("chat", False), bool):  # its template reached
         part["chat"] = True
     if not flow:
         return
@@ -476,7 +480,8 @@ def test_every_hostile_model_refused_where_reached() -> None:
     # which starts nothing), and is refused with its sentence, never answered, everywhere else: every route
     # that works renders TEMPLATE's chat.
     def reached(model: str, route: str) -> bool:
-        return route not in NO_WORK and not (model == OVERFLOWING and route in NO_FORWARD)
+        unread = (model == OVERFLOWING and route in NO_FORWARD) or (model == TEMPLATE and route in NO_CHAT)
+        return route not in NO_WORK and not unread
 
     wrong = {
         route: [
