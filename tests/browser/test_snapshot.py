@@ -126,6 +126,7 @@ def test_every_head_is_drawn_offline_and_the_detail_reads_its_values(opened, fil
     assert page.locator("#grid .thumb[data-drawn=true]").count() == 6 * (12 + 1)
     assert page.locator("#snapshot-banner").is_visible() and page.locator("#run").is_hidden()
     assert page.locator("#examples-title").is_hidden()  # the examples run the model: their label goes too
+    assert page.locator("#probe-panel").is_hidden()  # "Find heads" runs the model on its own input
     assert page.locator("#text").input_value() == LONG_TEXT  # the run's text, read-only
     assert page.locator("#text").evaluate("t => t.readOnly") and page.locator("#model").is_disabled()
     weights = minilm.attend(LONG_TEXT, max_tokens=128, hidden_state=False).attentions

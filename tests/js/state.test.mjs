@@ -48,6 +48,9 @@ test("every field round-trips, odd characters included", () => {
     scale: "log",
     target: "Das Haus ist wunderbar. 100% & #1",
     kind: "encoder",
+    probe: "heads",
+    seed: 4294967295,
+    sequences: 32,
   };
   assert.deepEqual(roundTrip(state), state);
   assert.deepEqual(roundTrip({ ...state, head: "mean" }), { ...state, head: "mean" });

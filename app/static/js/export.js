@@ -15,7 +15,8 @@ import { fileModel, isSeq2seq, shapeOf } from "./seq2seq.js";
 import { getState } from "./state.js";
 import { weightingOf } from "./weighting.js";
 
-function download(blob, filename) {
+/** Save `blob` as `filename` (a link clicked, then let go). */
+export function download(blob, filename) {
   const url = URL.createObjectURL(blob);
   const a = el("a", { attrs: { href: url, download: filename } });
   document.body.append(a);

@@ -12,6 +12,7 @@ import { CHANGE, StatsTable, colorScaleFor, fillColorBy, formatStat, renderLegen
 import { readInitialState, showError } from "./form.js";
 import { renderGlossary, watchOverflow } from "./glossary.js";
 import { statName, standoutBadges } from "./names.js";
+import { ProbeView } from "./probe-view.js";
 import { RolloutView } from "./rollout.js";
 import { rolloutNote } from "./seq2seq.js";
 import { getState, subscribe, update } from "./state.js";
@@ -63,6 +64,24 @@ export class InsightPanel {
       },
       { onOpen, onColumn: (column) => this.effectColumn(column) },
     );
+    this.probe = new ProbeView(
+      {
+        panel: $("probePanel"),
+        seed: $("probeSeed"),
+        sequences: $("probeSequences"),
+        button: $("probeRun"),
+        progress: $("probeProgress"),
+        message: $("probeMessage"),
+        xAxis: $("probeX"),
+        yAxis: $("probeY"),
+        plot: $("probePlot"),
+        caption: $("probeCaption"),
+        top: $("probeTop"),
+        csv: $("probeCsv"),
+        json: $("probeJson"),
+      },
+      { onOpen, stats: () => this.current()?.analysis?.stats, nameOf: statName },
+    );
     $("colorBy").addEventListener("change", () => update({ color: $("colorBy").value }));
     $("showBadges").addEventListener("change", () => this.colorGrid());
     this.checkOverflow = watchOverflow($("tableScroll"), $("tableScrollCue"));
@@ -83,6 +102,7 @@ export class InsightPanel {
     status.classList.add("busy");
     if (!run.queryB) this.compare.clear();
     this.effects.watch(run); // measured on request only: it costs about L·H/2 forwards
+    this.probe.watch(run); // on request, or from a link (probe=heads): it depends on the model alone
     const problems = [];
     // B is the person's own input: a comparison that cannot be made (other shapes, blank) goes to the alert.
     const comparing = run.queryB
@@ -97,6 +117,7 @@ export class InsightPanel {
       const { color, layer, head } = getState();
       this.renderStats(run, comparison && !color ? CHANGE : color); // compare mode: colour by change
       this.showSelection(run, { withCompare: false });
+      this.probe.watch(run); // the text's statistics join the probe's axes
       return comparison ? this.compare.show(layer, head, { delay: 0, causal: attention.causal }) : null;
     });
     // Below the statistics: fetched when its panel is on screen, so the first view moves only what it shows.

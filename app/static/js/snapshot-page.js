@@ -19,6 +19,7 @@ const HIDDEN = [
   ["exportHtml", ""], // this file is the saved one: it cannot build another (that needs the run's model)
   ["copyLink", ""],
   ["effectsRun", ""],
+  ["probePanel", ""], // the probe runs the model on its own input: nothing of it is carried
 ];
 // Fields that show the run's input: read only (text) or off (choices).
 const READ_ONLY = ["text", "textPair", "target", "newTokens"];

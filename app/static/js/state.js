@@ -8,6 +8,16 @@ import { PAIR_FILTERS } from "./lines.js";
 import { DEFAULT_SCALE, parseScale } from "./scale.js";
 import { DEFAULT_WEIGHTING, WEIGHTINGS, parseWeighting } from "./weighting.js";
 
+const PROBES = ["heads"];
+const MAX_SEED = 2 ** 32 - 1; // app/schemas/probe.py's bounds
+const MAX_SEQUENCES = 32;
+
+function parseBounded(value, fallback, lo, hi) {
+  if (value === null || !/^\d{1,10}$/.test(value)) return fallback;
+  const number = Number(value);
+  return number >= lo && number <= hi ? number : fallback;
+}
+
 const VIEWS = ["heatmap", "tokens"];
 const LINES = ["head", "layer"];
 // Encoder-decoder models: which attention the grid and the detail show (seq2seq.js names them).
@@ -34,6 +44,9 @@ export const DEFAULT_STATE = Object.freeze({
   scale: DEFAULT_SCALE, // the detail heatmap's colour scale (scale.js SCALES); 0–1 keeps heads comparable
   target: "", // encoder-decoder models: the target the decoder is forced through; blank = the model writes it
   kind: "cross", // encoder-decoder models: encoder, decoder or cross attention; cross is the alignment picture
+  probe: "", // "heads": the "Find heads" panel's probe is open (probe-view.js), run again from a link
+  seed: 0, // the probe's seed (0..2^32 - 1)
+  sequences: 8, // the probe's random sequences (1..32)
 });
 
 // The page offers up to this many written tokens (the service's default HEADSCOPE_MAX_NEW_TOKENS; a service
@@ -79,6 +92,9 @@ export function readState(search = window.location.search) {
     scale: parseScale(params.get("scale")),
     target: params.get("target") ?? DEFAULT_STATE.target,
     kind: KINDS.includes(params.get("kind")) ? params.get("kind") : DEFAULT_STATE.kind,
+    probe: PROBES.includes(params.get("probe")) ? params.get("probe") : DEFAULT_STATE.probe,
+    seed: parseBounded(params.get("seed"), DEFAULT_STATE.seed, 0, MAX_SEED),
+    sequences: parseBounded(params.get("sequences"), DEFAULT_STATE.sequences, 1, MAX_SEQUENCES),
   };
 }
 
@@ -96,6 +112,9 @@ export function ignoredParams(search = window.location.search) {
     continue: (v) => parseIndex(v.trim(), null) !== null,
     kind: (v) => KINDS.includes(v),
     weighting: (v) => Object.hasOwn(WEIGHTINGS, v),
+    probe: (v) => PROBES.includes(v),
+    seed: (v) => parseBounded(v, null, 0, MAX_SEED) !== null,
+    sequences: (v) => parseBounded(v, null, 1, MAX_SEQUENCES) !== null,
     ...Object.fromEntries(["words", "compare", "nofirst", "chat"].map((flag) => [flag, (v) => v === "1" || v === "0"])),
   };
   const ignored = [];
@@ -130,6 +149,11 @@ export function encodeState(state) {
   if (state.scale !== DEFAULT_SCALE) params.set("scale", state.scale);
   if (state.target) params.set("target", state.target);
   if (state.kind !== DEFAULT_STATE.kind) params.set("kind", state.kind);
+  if (state.probe) {
+    params.set("probe", state.probe);
+    params.set("seed", String(state.seed));
+    if (state.sequences !== DEFAULT_STATE.sequences) params.set("sequences", String(state.sequences));
+  }
   return params.toString();
 }
 
