@@ -24,7 +24,7 @@ import shlex
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import mha
 from app import page
@@ -258,6 +258,17 @@ def _about(view: answers.Computed, info: mha.ModelInfo) -> str:
     )
 
 
+class Options(TypedDict, total=False):
+    """build's keyword options, which snapshot_html and save_html pass on unchanged (defaults: build's)."""
+
+    model: mha.AttentionModel | None
+    name: str | None
+    max_bytes: int
+    selected: tuple[int, int] | None
+    text: str | None
+    chat: bool
+
+
 def build(
     result: mha.AttentionResult,
     *,
@@ -347,16 +358,7 @@ def build_view(
     )
 
 
-def snapshot_html(
-    result: mha.AttentionResult,
-    *,
-    model: mha.AttentionModel | None = None,
-    name: str | None = None,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-    selected: tuple[int, int] | None = None,
-    text: str | None = None,
-    chat: bool = False,
-) -> str:
+def snapshot_html(result: mha.AttentionResult, **options: Unpack[Options]) -> str:
     """One self-contained `.html` file of `result` (anything `AttentionModel.attend` returns: a text, a
     pair, a continuation, a chat prompt, `norms=True`, an encoder-decoder's three kinds), opening with no
     server and no network.
@@ -366,27 +368,12 @@ def snapshot_html(
     attention); the file stays within `max_bytes` (every head at 8 bits, exact float32 heads as the budget
     allows, the selected first; past it the grid is pooled, and says so). A chat run (`chat=True`) shows
     `text`, the text as typed: its result's `texts` hold the template's rendering."""
-    built = build(
-        result, model=model, name=name, max_bytes=max_bytes, selected=selected, text=text, chat=chat
-    )
-    return built.html
+    return build(result, **options).html
 
 
-def save_html(
-    result: mha.AttentionResult,
-    path: str | os.PathLike[str],
-    *,
-    model: mha.AttentionModel | None = None,
-    name: str | None = None,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-    selected: tuple[int, int] | None = None,
-    text: str | None = None,
-    chat: bool = False,
-) -> Path:
+def save_html(result: mha.AttentionResult, path: str | os.PathLike[str], **options: Unpack[Options]) -> Path:
     """snapshot_html(result, ...) written to `path` (UTF-8); returns the path."""
-    html = snapshot_html(
-        result, model=model, name=name, max_bytes=max_bytes, selected=selected, text=text, chat=chat
-    )
+    html = snapshot_html(result, **options)
     target = Path(path)
     target.write_text(html, encoding="utf-8")
     return target
