@@ -6,11 +6,11 @@
 // new run aborts it (closing the stream stops the server's work). An encoder-decoder's answer holds the
 // heads of its three attentions: the panel shows those of the kind on screen.
 
-import { ApiError } from "./api.js";
 import { STAT_GRADIENT, statColor } from "./colors.js";
 import { el } from "./dom.js";
 import { effectOutputs, effectsBody, formatEffect, logScale, measureText, streamEffects, topHeads } from "./effects.js";
 import { shortHeadLabel } from "./labels.js";
+import { runPanel } from "./panel-run.js";
 import { KIND_LABELS } from "./seq2seq.js";
 
 export const EFFECT = "effect"; // the statistics table's column
@@ -97,51 +97,23 @@ export class EffectsView {
   /** Measure the watched input, with progress; a new run (or another click) aborts it. */
   async measure() {
     if (!this.query) return;
-    this.controller?.abort();
-    const controller = new AbortController();
-    this.controller = controller;
-    const signal = AbortSignal.any([this.signal, controller.signal]);
-    const { button, progress, message, panel } = this.els;
-    button.disabled = true;
-    progress.hidden = false;
-    progress.removeAttribute("value"); // indeterminate until the first layer (none below 100 heads)
-    message.textContent = "Zeroing each head in turn…";
-    panel.dataset.state = "loading";
-    try {
-      const result = await streamEffects(this.query, {
-        signal,
-        onProgress: ({ done, layers }) => {
-          progress.max = layers;
-          progress.value = done;
-          message.textContent = `Zeroing each head in turn: ${done} of ${layers} layers done…`;
-        },
-      });
-      if (signal.aborted) return;
-      this.result = result;
-      this.outputs = effectOutputs(result, this.kind);
-      this.fillOutputs();
-      message.textContent = "";
-      this.draw();
-      panel.dataset.state = "ready";
-    } catch (error) {
-      if (signal.aborted) return;
+    await runPanel(this, {
+      loading: "Zeroing each head in turn…",
+      failed: "Measuring failed",
       // 422 is a fact about this input or model, not a fault: said in the service's words.
-      const refused = error instanceof ApiError && error.status === 422;
-      message.textContent = refused ? error.message : `Measuring failed: ${error.message}`;
-      panel.dataset.state = "error";
-    } finally {
-      if (this.controller === controller) {
-        // Not taken over by watch() or another click: the panel is this measurement's to settle. Aborted
-        // (a new run started), it goes back to what it showed; watch() follows when the new run is drawn.
-        this.controller = null;
-        progress.hidden = true;
-        button.disabled = false;
-        if (signal.aborted) {
-          message.textContent = "";
-          panel.dataset.state = this.result ? "ready" : "idle";
-        }
-      }
-    }
+      refused: (error) => error.status === 422,
+      request: (signal, onProgress) =>
+        streamEffects(this.query, {
+          signal,
+          onProgress: ({ done, layers }) =>
+            onProgress(done, layers, `Zeroing each head in turn: ${done} of ${layers} layers done…`),
+        }),
+      show: (result) => {
+        this.outputs = effectOutputs(result, this.kind);
+        this.fillOutputs();
+        this.draw();
+      },
+    });
   }
 
   fillOutputs() {

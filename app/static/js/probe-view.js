@@ -6,7 +6,6 @@
 // #probe-panel's data-state: idle, loading, ready or error. The probe is in the URL (probe=heads&seed=0):
 // a link reopens it. It depends on the model alone, so a new text keeps it; another model clears it.
 
-import { ApiError } from "./api.js";
 import { statColor } from "./colors.js";
 import { el } from "./dom.js";
 import { download } from "./export.js";
@@ -15,6 +14,7 @@ import {
   probeCsv, probeFileName, rankHeads, scatterTraces, streamProbe,
 } from "./probe.js";
 import { shortHeadLabel } from "./labels.js";
+import { runPanel } from "./panel-run.js";
 import { getState, update } from "./state.js";
 
 const TOP = 5; // heads listed as chips, per kind
@@ -92,48 +92,23 @@ export class ProbeView {
   async probe() {
     const asked = this.asked();
     if (!asked || this.model === null) return;
-    this.controller?.abort();
-    const controller = new AbortController();
-    this.controller = controller;
-    const signal = AbortSignal.any([this.signal, controller.signal].filter(Boolean));
-    const { button, progress, message, panel } = this.els;
-    button.disabled = true;
-    progress.hidden = false;
-    progress.removeAttribute("value"); // indeterminate until the first layer (none for a short probe)
-    message.textContent = "Probing every head on a repeated random sequence…";
-    panel.dataset.state = "loading";
-    update({ probe: "heads", seed: asked.seed, sequences: asked.sequences });
-    try {
-      const result = await streamProbe(probeBody({ model: this.model, ...asked }), {
-        signal,
-        onProgress: ({ done, chunks }) => {
-          progress.max = chunks;
-          progress.value = done;
-          message.textContent = `Probing every head: ${done} of ${chunks} batches of sequences done…`;
-        },
-      });
-      if (signal.aborted) return;
-      this.result = result;
-      message.textContent = "";
-      this.fillAxes();
-      await this.draw();
-      panel.dataset.state = "ready";
-    } catch (error) {
-      if (signal.aborted) return;
-      const refused = error instanceof ApiError && error.status < 500; // the service's own words
-      message.textContent = refused ? error.message : `Probing failed: ${error.message}`;
-      panel.dataset.state = "error";
-    } finally {
-      if (this.controller === controller) {
-        this.controller = null;
-        progress.hidden = true;
-        button.disabled = false;
-        if (signal.aborted) {
-          message.textContent = "";
-          panel.dataset.state = this.result ? "ready" : "idle";
-        }
-      }
-    }
+    await runPanel(this, {
+      loading: "Probing every head on a repeated random sequence…",
+      failed: "Probing failed",
+      refused: (error) => error.status < 500, // the service's own words
+      request: (signal, onProgress) => {
+        update({ probe: "heads", seed: asked.seed, sequences: asked.sequences });
+        return streamProbe(probeBody({ model: this.model, ...asked }), {
+          signal,
+          onProgress: ({ done, chunks }) =>
+            onProgress(done, chunks, `Probing every head: ${done} of ${chunks} batches of sequences done…`),
+        });
+      },
+      show: async () => {
+        this.fillAxes();
+        await this.draw();
+      },
+    });
   }
 
   axes() {
