@@ -22,10 +22,10 @@ import torch
 import mha
 from app.errors import InvalidInputError
 from app.schemas.effects import PROGRESS_HEADS, EffectsSection, HeadEffectsDone, HeadEffectsRequest
+from app.service.cached_lines import CachedLines
 from app.service.computed import article
 from app.service.flights import settled
 from app.service.parts import Parts
-from app.service.streamed_work import StreamedWork
 from app.service.templates import prerender
 from mha.analysis import HeadEffects
 from mha.errors import NotCausalError
@@ -87,12 +87,10 @@ class HeadAblations:
     def __init__(self, parts: Parts, *, key: Callable[[Source], Hashable]) -> None:
         self.settings = parts.settings
         self._models = parts.models
-        self._submit, self._off_loop = parts.forwards.submit_work, parts.encoders.off_loop
-        self._cached, self._cache_get = parts.answers.cached, parts.answers.get
-        self._model = parts.models.model
         self._key = key
-        self._progress = StreamedWork(
-            lambda done, layers: {"event": "progress", "done": done, "layers": layers},
+        self._work = CachedLines(
+            parts,
+            event=lambda done, layers: {"event": "progress", "done": done, "layers": layers},
             what="the head effects",
             failed="measuring the head effects failed on the server (logged)",
         )
@@ -109,7 +107,7 @@ class HeadAblations:
                 f"max_new_tokens ({new_tokens}) is over this service's limit "
                 f"({self.settings.max_new_tokens}, HEADSCOPE_MAX_NEW_TOKENS)"
             )
-        model = await self._model(name)  # loaded on a loader thread; at once once loaded
+        model = await self._models.model(name)  # loaded on a loader thread; at once once loaded
         info = model.info
         if request.target is not None and info.seq2seq:
             new_tokens = None  # the target is read, nothing written
@@ -119,12 +117,11 @@ class HeadAblations:
             new_tokens = new_tokens or None  # 0 and null: the text alone
         source: Source = (name, request.text, request.text_pair, new_tokens, request.chat, request.target)
         key = self._key(source)
-        hit = self._cache_get(key)
+        hit = self._work.get(key)
         if hit is None:
             await prerender(model, request.text, request.chat)  # not in the shared encoding threads
-            await self._off_loop(self._check, model, source)
-        compute = partial(self._cached, key, partial(self._compute, source, key))
-        return self._progress.events(key, compute, _as_is, hit=hit)
+            await self._work.off_loop(self._check, model, source)
+        return self._work.events(key, partial(self._compute, source, key), hit=hit)
 
     def _check(self, model: mha.AttentionModel, source: Source) -> None:
         """Refuse what the ablation cannot take, before any work (encoding thread: the tokenizer alone)."""
@@ -146,7 +143,7 @@ class HeadAblations:
 
     async def _compute(self, source: Source, key: Hashable, abandoned: threading.Event) -> bytes:
         name, text, pair, new_tokens, chat, target = source
-        report = self._progress.reporter(key)
+        report = self._work.progress.reporter(key)
 
         def work(model: mha.AttentionModel) -> tuple[mha.AttentionModel, HeadEffects]:
             info = model.info
@@ -166,10 +163,6 @@ class HeadAblations:
                 )
             return model, effects
 
-        model, effects = await settled(self._submit(name, work, abandoned))
-        body: bytes = await self._off_loop(done_line, name, model, effects)
+        model, effects = await settled(self._work.submit(name, work, abandoned))
+        body: bytes = await self._work.off_loop(done_line, name, model, effects)
         return body
-
-
-async def _as_is(body: bytes) -> bytes:
-    return body  # the result's line, encoded when it was computed (and cached)

@@ -24,9 +24,9 @@ import torch
 import mha
 from app.errors import InvalidInputError
 from app.schemas.probe import ProbeDone, ProbeKind, ProbeRequest
+from app.service.cached_lines import CachedLines
 from app.service.flights import settled
 from app.service.parts import Parts
-from app.service.streamed_work import StreamedWork
 from mha.model import probe_max_length
 
 # (registered model name, seed, sequences, length): what a probe depends on.
@@ -74,11 +74,10 @@ class HeadProbes:
     def __init__(self, parts: Parts, *, key: Callable[[Source], Hashable]) -> None:
         self.settings = parts.settings
         self._models = parts.models
-        self._submit, self._off_loop = parts.forwards.submit_work, parts.encoders.off_loop
-        self._cached, self._cache_get = parts.answers.cached, parts.answers.get
         self._key = key
-        self._progress = StreamedWork(
-            lambda done, chunks: {"event": "progress", "done": done, "chunks": chunks},
+        self._work = CachedLines(
+            parts,
+            event=lambda done, chunks: {"event": "progress", "done": done, "chunks": chunks},
             what="the head probe",
             failed="probing the heads failed on the server (logged)",
         )
@@ -99,12 +98,11 @@ class HeadProbes:
             )
         source: Source = (name, request.seed, request.sequences, request.length)
         key = self._key(source)
-        compute = partial(self._cached, key, partial(self._compute, source, key))
-        return self._progress.events(key, compute, _as_is, hit=self._cache_get(key))
+        return self._work.events(key, partial(self._compute, source, key), hit=self._work.get(key))
 
     async def _compute(self, source: Source, key: Hashable, abandoned: threading.Event) -> bytes:
         name, seed, sequences, length = source
-        report = self._progress.reporter(key)
+        report = self._work.progress.reporter(key)
 
         def work(model: mha.AttentionModel) -> tuple[mha.AttentionModel, mha.HeadProbe]:
             with torch.inference_mode():
@@ -117,10 +115,6 @@ class HeadProbes:
                 )
             return model, probe
 
-        model, probe = await settled(self._submit(name, work, abandoned))
-        body: bytes = await self._off_loop(done_line, name, model, source, probe)
+        model, probe = await settled(self._work.submit(name, work, abandoned))
+        body: bytes = await self._work.off_loop(done_line, name, model, source, probe)
         return body
-
-
-async def _as_is(body: bytes) -> bytes:
-    return body  # the result's line, encoded when it was computed (and cached)
