@@ -122,62 +122,46 @@ def _mask_trace(n: int, colors: PageColors) -> dict[str, Any]:
     }
 
 
+def _cross(name: str, at: float, line: dict[str, Any]) -> list[dict[str, Any]]:
+    """A line across the plot at key `at` and one at query `at` (`name`-x, `name`-y)."""
+    return [
+        {
+            "type": "line",
+            "name": f"{name}-x",
+            "xref": "x",
+            "yref": "paper",
+            "x0": at,
+            "x1": at,
+            "y0": 0,
+            "y1": 1,
+            "line": line,
+        },
+        {
+            "type": "line",
+            "name": f"{name}-y",
+            "xref": "paper",
+            "yref": "y",
+            "x0": 0,
+            "x1": 1,
+            "y0": at,
+            "y1": at,
+            "line": line,
+        },
+    ]
+
+
 def _shapes(chosen: HeadSpec, size_px: float) -> list[dict[str, Any]]:
     """A pair's segment boundary and a continuation's written tokens (heatmap-figure.js figureShapes)."""
     n, shapes = len(chosen.queries), []
     if not chosen.rect and 0 < chosen.boundary < n:
         line, at = {"color": BOUNDARY_CSS, "width": 2, "dash": "dot"}, chosen.boundary - 0.5
-        shapes += [
-            {
-                "type": "line",
-                "name": "segment-boundary-x",
-                "xref": "x",
-                "yref": "paper",
-                "x0": at,
-                "x1": at,
-                "y0": 0,
-                "y1": 1,
-                "line": line,
-            },
-            {
-                "type": "line",
-                "name": "segment-boundary-y",
-                "xref": "paper",
-                "yref": "y",
-                "x0": 0,
-                "x1": 1,
-                "y0": at,
-                "y1": at,
-                "line": line,
-            },
-        ]
+        shapes += _cross("segment-boundary", at, line)
     if not chosen.rect and 0 < chosen.written <= n:
         at, line = n - chosen.written - 0.5, {"color": WRITTEN_CSS, "width": 1.5}
         band = {"type": "rect", "fillcolor": WRITTEN_CSS, "opacity": 0.55, "line": {"width": 0}}
         px = 1 / size_px  # one pixel in paper units
+        shapes += _cross("written", at, line)
         shapes += [
-            {
-                "type": "line",
-                "name": "written-x",
-                "xref": "x",
-                "yref": "paper",
-                "x0": at,
-                "x1": at,
-                "y0": 0,
-                "y1": 1,
-                "line": line,
-            },
-            {
-                "type": "line",
-                "name": "written-y",
-                "xref": "paper",
-                "yref": "y",
-                "x0": 0,
-                "x1": 1,
-                "y0": at,
-                "y1": at,
-                "line": line,
-            },
             {
                 **band,
                 "name": "written-band-x",
