@@ -15,7 +15,7 @@ import itertools
 import threading
 from collections.abc import AsyncIterator, Callable, Hashable
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -120,36 +120,30 @@ def overview_compact(name: str, trace: Trace, *, size: int, reduce: str, scheme:
     """Worker thread: every head pooled to s x s as HSA1 (app/compact.py), n = s, one label per block;
     `edges` (the blocks' token boundaries), `reduce` and `input_n` in the header. Gzipped."""
     pooled = _read(lambda: trace.overview(size, reduce))  # type: ignore[arg-type]
-    info, encoded = trace.info, trace.encoded
-    header = pooled_header(
-        name,
-        pooled,
-        tokens=trace.tokens,
-        segments=encoded.segments,
-        special=encoded.special,
-        unknown=encoded.unknown,
-        truncated=encoded.truncated,
-        shape={
-            field: getattr(info, field) for field in ("layers", "heads", "kv_heads", "causal", "byte_level")
-        },
-    )
+    header = pooled_header(name, pooled, trace.info, tokens=trace.tokens, marks=trace.encoded)
     return compact.compress(compact.encode(header, pooled.values, scheme=scheme))
 
 
+class Marks(Protocol):
+    """What a text's tokens carry besides their spelling (a trace's encoding, a snapshot's view)."""
+
+    @property
+    def segments(self) -> list[int]: ...
+    @property
+    def special(self) -> list[bool]: ...
+    @property
+    def unknown(self) -> list[bool]: ...
+    @property
+    def truncated(self) -> bool: ...
+
+
 def pooled_header(
-    name: str,
-    pooled: Pooled,
-    *,
-    tokens: list[str],
-    segments: list[int],
-    special: list[bool],
-    unknown: list[bool],
-    truncated: bool,
-    shape: dict[str, Any],
+    name: str, pooled: Pooled, info: mha.ModelInfo, *, tokens: list[str], marks: Marks
 ) -> dict[str, Any]:
-    """The HSA1 header of a pooled overview (a trace's, or a snapshot's grid past its byte budget): one label
-    a block, a block special (unknown) when all its tokens are, its edges, reduction and input length;
-    `shape` is the model's layers, heads, kv_heads, causal and byte_level."""
+    """The HSA1 header of a pooled overview (a trace's, or a snapshot's grid past its byte budget) of model
+    `info`: one label a block, a block special (unknown) when all its tokens are, its edges, reduction and
+    input length."""
+    segments, special, unknown, truncated = marks.segments, marks.special, marks.unknown, marks.truncated
     edges = pooled.row_edges
     blocks = list(itertools.pairwise(edges))
     return {
@@ -158,14 +152,14 @@ def pooled_header(
         "segments": [segments[a] for a, _ in blocks],
         "special": [all(special[a:b]) for a, b in blocks],
         "unknown": [all(unknown[a:b]) for a, b in blocks],
-        "layers": shape["layers"],
-        "heads": shape["heads"],
-        "kv_heads": shape["kv_heads"],
+        "layers": info.layers,
+        "heads": info.heads,
+        "kv_heads": info.kv_heads,
         "n": len(blocks),
         "truncated": truncated,
-        "causal": shape["causal"],
+        "causal": info.causal,
         "generated": 0,
-        "byte_level": shape["byte_level"],
+        "byte_level": info.byte_level,
         "input_n": edges[-1] - edges[0],
         "edges": edges,
         "reduce": pooled.reduce,

@@ -167,17 +167,7 @@ def pooled_answers(
             view.attentions[layer], (0, view.n), (0, view.n)
         )
     pooled = Pooled(values, cuts.tolist(), cuts.tolist(), "max")
-    shape = {field: getattr(info, field) for field in ("layers", "heads", "kv_heads", "causal", "byte_level")}
-    header = pooled_header(
-        view.model,
-        pooled,
-        tokens=view.tokens,
-        segments=view.segments,
-        special=view.special,
-        unknown=view.unknown,
-        truncated=view.truncated,
-        shape=shape,
-    )
+    header = pooled_header(view.model, pooled, info, tokens=view.tokens, marks=view)
     if view.weighting != "weight":
         header["weighting"] = view.weighting
     grid = compact.compress(compact.encode(header, values, scheme=SCHEME))
