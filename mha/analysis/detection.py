@@ -219,11 +219,13 @@ def detection_scores(
     return scores
 
 
-def model_scores(maps: Tensor, token_ids: Tensor) -> dict[str, Tensor]:
-    """detection_scores(maps [B, L, H, n, n], token_ids [B, n]) without the row checks, for maps a forward
-    of ours just made (mha.model.probe): a half-precision model's rows may miss 1 by its rounding (bf16:
-    up to 2**-9), and the probe's measure divides by each row's own total anyway."""
-    ids, real = _batched(token_ids, None, maps.shape[-1])
+def model_scores(maps: Tensor, token_ids: Tensor, *, keys: Tensor | None = None) -> dict[str, Tensor]:
+    """detection_scores(maps [B, L, H, n, n], token_ids [B, n], keys=...) without the row checks, for maps a
+    forward of ours just made (mha.model.probe, the corpus worker): a half-precision model's rows may miss 1
+    by its rounding (bf16: up to 2**-9), and the probe's measure divides by each row's own total anyway; a
+    forward that computed NaN is the caller's to refuse (NonFiniteOutputError), not a ValueError here. No
+    check reads the values, so the host never waits for a device."""
+    ids, real = _batched(token_ids, keys, maps.shape[-1])
     patterns = detection_patterns(ids, keys=real)
     return _scores(maps, patterns, real, "probe", False, False, maps.sum(-1, dtype=torch.float64))
 

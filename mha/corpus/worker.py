@@ -26,7 +26,7 @@ import torch
 
 from mha._transfer import HostCopy, to_device, to_host
 from mha.analysis.batched import STATS, BatchStats, batch_head_labels
-from mha.analysis.detection import detection_scores
+from mha.analysis.detection import model_scores
 from mha.analysis.norms import row_shares, weight_norm_map
 from mha.analysis.stats import is_punctuation_token
 from mha.analysis.words import merge_to_words, word_groups_from, word_index, word_labels
@@ -343,7 +343,7 @@ class CorpusWorker:
                 maps = _norm_shares(maps, norms)
             if self.words:
                 maps = _merge_words(maps.cpu(), group.words, group.indices, width)
-            detected = detection_scores(maps.transpose(0, 1), spelled, keys=real)  # {kind: [B, k, H]}
+            detected = model_scores(maps.transpose(0, 1), spelled, keys=real)  # {kind: [B, k, H]}
             scores = torch.stack([detected[kind] for kind in SCORES])  # [K, B, k, H]
             per_group.append(torch.cat([statistics.stacked(maps, layer_major=True), scores]))
 

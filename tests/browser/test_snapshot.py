@@ -56,7 +56,7 @@ class Opened:
 
 
 def wait_ready(frame: Any) -> None:
-    frame.wait_for_function("() => ['ready', 'error'].includes(document.body.dataset.state)")
+    frame.wait_for_function("() => ['ready', 'error'].includes(document.body?.dataset.state)")
     assert frame.evaluate("document.body.dataset.state") == "ready", frame.locator("#error").text_content()
 
 
@@ -237,6 +237,16 @@ def test_an_encoder_decoder_shows_its_three_kinds(opened, files) -> None:
     one.clean()
 
 
+def srcdoc_frame(page):
+    """The #view iframe's Frame: the element's own frame object, which stays the same while its first
+    about:blank document gives way to the srcdoc one (a page.frames scan right after goto could still miss
+    it on a loaded machine); wait_ready then waits inside it."""
+    handle = page.wait_for_selector("#view", state="attached")
+    frame = handle.content_frame()
+    assert frame is not None
+    return frame
+
+
 def test_it_works_inside_a_sandboxed_srcdoc_iframe(context, files, tmp_path: Path) -> None:
     """As a notebook embeds it: an opaque origin, no storage, no history to write."""
     document = files["minilm"].read_text(encoding="utf-8")
@@ -251,7 +261,7 @@ def test_it_works_inside_a_sandboxed_srcdoc_iframe(context, files, tmp_path: Pat
     try:
         page.goto(one.url)
         frame = page.frame_locator("#view")
-        inner = next(f for f in page.frames if f.url == "about:srcdoc")
+        inner = srcdoc_frame(page)
         wait_ready(inner)
         assert frame.locator("#grid .thumb[data-drawn=true]").count() == 6 * 13
         frame.locator('#grid .thumb[data-layer="1"][data-head="0"]').click()
@@ -359,8 +369,7 @@ def test_it_completes_in_a_frame_that_never_paints(context, files, tmp_path: Pat
     one = Opened(page, host.as_uri())
     try:
         page.goto(one.url)
-        page.wait_for_function("() => window.frames.length === 1")
-        inner = next(f for f in page.frames if f.url == "about:srcdoc")
+        inner = srcdoc_frame(page)
         wait_ready(inner)
         assert inner.evaluate("typeof window.Plotly") == "object"
         one.clean()

@@ -32,6 +32,7 @@ EXAMPLES: list[InputError] = [
     errors.NonFiniteOutputError("tiny", "its attention"),
     errors.ChatTemplateError("took longer than 2 s to render and was stopped"),
     errors.TargetNotSupportedError("all-MiniLM-L6-v2", "encoder"),
+    errors.ProbeSizeError(40, 50, 32, 255, 512),
 ]
 
 
