@@ -35,9 +35,9 @@ A head is labelled with a kind when its score is at least ``DETECTION_THRESHOLD`
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import Tensor
@@ -56,7 +56,33 @@ from mha.networks.seq2seq import EncoderDecoder
 from mha.text.tokenize import Encoded, control_ids, unknown_id
 
 if TYPE_CHECKING:
-    from mha.model.attention_model import AttentionModel
+    from mha.loading.convert.base import NetworkConfig
+    from mha.networks.result import ModelInfo
+    from mha.text.tokenize import TextEncoder
+
+
+class Probed(Protocol):
+    """What a probe reads of the model (AttentionModel has it): a Protocol, so this module, which
+    AttentionModel imports, need not import it back (no circle, annotations included)."""
+
+    network: Any
+    tokenizer: Any
+    info: ModelInfo
+    device: torch.device
+    encoder: TextEncoder
+
+    @property
+    def config(self) -> NetworkConfig: ...
+
+    def forward_padded(
+        self,
+        encoded: Sequence[Encoded],
+        *,
+        hidden_state: bool = False,
+        cancel: Callable[[], bool] | None = None,
+        on_device: bool = False,
+    ) -> tuple[Tensor, Tensor | None]: ...
+
 
 __all__ = ["MAX_SEQUENCES", "PROBE_MAPS_BYTES", "HeadProbe", "attend_ids", "probe_heads", "probe_ids"]
 __all__ += ["max_length", "probe_vocabulary"]
@@ -117,26 +143,26 @@ def probe_ids(vocabulary: Tensor, start: int | None, *, seed: int, sequences: in
     return torch.cat(parts, dim=1)
 
 
-def probe_limit(model: AttentionModel) -> int:
+def probe_limit(model: Probed) -> int:
     """The tokens a probe sequence may hold: the model's limit (an encoder-decoder's decoder's)."""
     if isinstance(model.network, EncoderDecoder):
         return int(model.info.decoder_max_tokens or model.network.decoder.config.max_tokens)
     return model.info.max_tokens
 
 
-def max_length(model: AttentionModel) -> int:
+def max_length(model: Probed) -> int:
     """The longest ``length`` a probe of ``model`` takes: twice it plus the start token fit its limit."""
     return (probe_limit(model) - 1) // 2
 
 
-def _check_size(model: AttentionModel, sequences: int, length: int) -> None:
+def _check_size(model: Probed, sequences: int, length: int) -> None:
     most_length = max_length(model)
     if not (1 <= sequences <= MAX_SEQUENCES and 1 <= length <= most_length):
         raise ProbeSizeError(sequences, length, MAX_SEQUENCES, most_length, probe_limit(model))
 
 
 def probe_heads(
-    model: AttentionModel,
+    model: Probed,
     seed: int = 0,
     sequences: int = 8,
     length: int = 50,
@@ -186,7 +212,7 @@ def probe_heads(
 
 
 def _score_chunk(
-    model: AttentionModel,
+    model: Probed,
     ids: Tensor,
     into: dict[str, Tensor],
     rows: slice,
@@ -216,7 +242,7 @@ def _score_chunk(
             model.network(on_device, need_hidden=False, cancel=cancel, on_layers=scored, layers_at_once=1)
 
 
-def _empty_source(model: AttentionModel) -> Tensor:
+def _empty_source(model: Probed) -> Tensor:
     """[1, S]: the empty text as the tokenizer writes it (its special tokens), else its EOS alone."""
     written = list(model.tokenizer("")["input_ids"])
     if not written:
@@ -258,7 +284,7 @@ def _labels(scores: dict[str, Tensor], chance: dict[str, Tensor]) -> list[list[l
 
 
 def attend_ids(
-    model: AttentionModel, ids: Tensor | list[int], *, cancel: Callable[[], bool] | None = None
+    model: Probed, ids: Tensor | list[int], *, cancel: Callable[[], bool] | None = None
 ) -> AttentionResult:
     """``model.attend_ids(probe.token_ids[0])``: the AttentionResult of token ids as they are (a probe's
     sequence, which decoding and tokenizing again need not give back), one segment, no offsets;
