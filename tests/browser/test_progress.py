@@ -1,6 +1,6 @@
 """A slow answer's progress on the page (app/static/js/work-progress.js, POST /api/attention/progress): a slow
 load shows its bar, a slow forward its layers and a Cancel that stops the server's work (by keyboard, on a
-phone's width), and a fast answer shows nothing.
+phone's width), a slow "Find heads" probe its Cancel too, and a fast answer shows nothing.
 
 The server runs in this process (uvicorn on a thread), so the tests slow the tiny models down where they
 run: every layer sleeps SLOW["seconds"] (Block.forward), and the tiny Llama's load waits, mid-way through
@@ -9,9 +9,11 @@ its weights, until the test lets it go on. No big file is read.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -275,3 +277,62 @@ def test_a_model_loaded_elsewhere_says_its_size_when_the_menu_is_reached(
     post(desktop.base, "/api/attention", {"text": "Loaded from outside the page.", "model": ELSEWHERE})
     page.focus("#model")
     wait_for_size(page, ELSEWHERE)
+
+
+def probe_flights(server: Server) -> int:
+    return len(server.service.answers.flights)
+
+
+def wait_until(done: Any, what: str) -> None:
+    """Poll `done()` until it holds; a bound that must end on a busy machine, never a speed goal."""
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while not done():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_a_slow_probe_offers_cancel_which_stops_the_servers_probe(
+    desktop: PageSession, slow_server: Server
+) -> None:
+    """ "Find heads" (panel-run.js): a probe still running after 2 s shows its Cancel, reached by keyboard;
+    Cancel says so, the panel goes back to idle, the server stops the probe before its next layer (a later
+    identical probe runs afresh, not from the cancelled one), and the panel probes again."""
+    page, server = desktop.page, slow_server
+    server.release_load.set()
+    SLOW["seconds"] = 0.0
+    start_run(desktop, "The probe of a slow model.", model=SLOW_LOAD)
+    desktop.wait_ready()
+    server.go.clear()
+    before = server.layers_run
+    server.hold_at = before + 1  # the probe's forward waits in its first layer: past the 2 s of the offer
+    try:
+        page.click("#probe-run")
+        page.wait_for_selector("#probe-cancel:not([hidden])")
+        assert page.locator("#probe-progress").is_visible()
+        page.focus("#probe-sequences")  # the next tab stop: Find heads is disabled while the probe runs
+        page.keyboard.press("Tab")
+        assert page.evaluate("document.activeElement.id") == "probe-cancel"
+        page.keyboard.press("Enter")
+        page.wait_for_function("() => document.querySelector('#probe-message').textContent === 'Cancelled.'")
+        assert page.locator("#probe-panel").get_attribute("data-state") == "idle"
+        assert page.locator("#probe-cancel").is_hidden() and page.locator("#probe-progress").is_hidden()
+        assert page.locator("#probe-run").is_enabled()
+        wait_until(lambda: probe_flights(server) == 0, "the server never saw the probe's client leave")
+    finally:
+        server.hold_at = None
+        server.go.set()
+    # Probed again from the page: it runs afresh on the same worker, after the cancelled one has stopped, so
+    # the layers run are the cancelled one's held layer and a whole probe's (another seed's, from the API).
+    page.click("#probe-run")
+    page.wait_for_function("() => document.querySelector('#probe-panel').dataset.state === 'ready'")
+    assert page.locator("#probe-cancel").is_hidden()
+    ran = server.layers_run - before
+    whole = server.layers_run
+    request = urllib.request.Request(
+        f"{desktop.base}/api/probe",
+        data=json.dumps({"model": SLOW_LOAD, "seed": 1}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=WAIT_MS / 1000) as response:  # noqa: S310 (local server)
+        assert json.loads(response.read().decode().splitlines()[-1])["event"] == "done"
+    assert ran == 1 + (server.layers_run - whole)

@@ -18,7 +18,7 @@ const TOP = 5; // heads listed as chips
 
 export class EffectsView {
   /**
-   * `els`: {panel, button, progress, message, outputField, output, caption, map, legend, top, ranking};
+   * `els`: {panel, button, cancel, progress, message, outputField, output, caption, map, legend, top, ranking};
    * onOpen(layer, head) selects a head; onColumn(column or null) gives the statistics table its column.
    */
   constructor(els, { onOpen, onColumn }) {

@@ -52,6 +52,7 @@ export class InsightPanel {
       {
         panel: $("effectsPanel"),
         button: $("effectsRun"),
+        cancel: $("effectsCancel"),
         progress: $("effectsProgress"),
         message: $("effectsMessage"),
         outputField: $("effectsOutputField"),
@@ -70,6 +71,7 @@ export class InsightPanel {
         seed: $("probeSeed"),
         sequences: $("probeSequences"),
         button: $("probeRun"),
+        cancel: $("probeCancel"),
         progress: $("probeProgress"),
         message: $("probeMessage"),
         xAxis: $("probeX"),

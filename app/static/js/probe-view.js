@@ -22,7 +22,7 @@ const PLOT_CONFIG = { displaylogo: false, showSendToCloud: false, responsive: tr
 
 export class ProbeView {
   /**
-   * `els`: {panel, seed, sequences, button, progress, message, xAxis, yAxis, plot, caption, top, csv, json};
+   * `els`: {panel, seed, sequences, button, cancel, progress, message, xAxis, yAxis, plot, caption, top, csv, json};
    * onOpen(layer, head) selects a head; `stats()` is the text on screen's head statistics ({key: L x H}),
    * `nameOf(key)` a statistic's name.
    */
