@@ -22,7 +22,7 @@ from torch import Tensor
 
 from mha._transfer import to_device
 from mha.analysis import stats as definitions
-from mha.analysis.detection import KINDS
+from mha.analysis.detection import DETECTION_MARGIN, DETECTION_THRESHOLD, KINDS
 
 __all__ = ["STATS", "BatchStats", "batch_head_labels", "batch_head_stats"]
 
@@ -209,9 +209,10 @@ class BatchStats:
         return torch.stack([by_name[key] for key in STATS])  # (S, M)
 
 
-def batch_head_labels(stats: dict[str, Tensor]) -> Tensor:
+def batch_head_labels(stats: dict[str, Tensor], *, chance: dict[str, Tensor] | None = None) -> Tensor:
     """``head_labels`` of every text at once: the index into ``LABELS`` of each head's label, [B, L, H]
-    (int64), by the same rules (the first pointer on ties, then broad, local, mixed)."""
+    (int64), by the same rules (the first pointer on ties, then broad, local, mixed; then, given each
+    text's ``chance`` {"induction": [B, 1, 1]} and an ``induction`` score [B, L, H], the induction rule)."""
     pointer_scores = torch.stack(
         [stats[key] for key in definitions.POINTER_LABELS.values()], dim=-1
     )  # [B, L, H, P]
@@ -224,4 +225,9 @@ def batch_head_labels(stats: dict[str, Tensor]) -> Tensor:
         broad,
         torch.where(stats["local"] >= definitions.LOCAL_THRESHOLD, local, mixed),
     )
-    return torch.where(best_score > definitions.POINTER_THRESHOLD, best_index, rest)
+    labels = torch.where(best_score > definitions.POINTER_THRESHOLD, best_index, rest)
+    if chance is None or "induction" not in stats:
+        return labels
+    score = stats["induction"]  # NaN (a text with no repeat: absent) fails both comparisons
+    induction = (score >= DETECTION_THRESHOLD) & (score - chance["induction"] >= DETECTION_MARGIN)
+    return torch.where(induction, definitions.LABELS.index("induction"), labels)

@@ -26,7 +26,7 @@ import torch
 
 from mha._transfer import HostCopy, to_device, to_host
 from mha.analysis.batched import STATS, BatchStats, batch_head_labels
-from mha.analysis.detection import model_scores
+from mha.analysis.detection import chance_scores, model_scores
 from mha.analysis.norms import row_shares, weight_norm_map
 from mha.analysis.stats import is_punctuation_token
 from mha.analysis.words import merge_to_words, word_groups_from, word_index, word_labels
@@ -358,8 +358,15 @@ class CorpusWorker:
         norms = self.weighting == "norm"
         self.model.forward_layers(encoded, group_stats, layers_at_once=at_once, on_device=True, norms=norms)
         stats = torch.cat(per_group, dim=2)  # [S + K, B, L, H]
+        # Each text's chance level, as head_labels takes it from head_chance: uniform attention over its
+        # keys (the causal triangle for a decoder), what the induction label's margin is measured from.
+        n = spelled.shape[-1]  # the maps' width: words' in a words run
+        visible = torch.ones(n, n, dtype=torch.bool, device=spelled.device)
+        chance = chance_scores(
+            visible.tril() if info.causal else visible, spelled, kinds=("induction",), keys=real
+        )
         labels = batch_head_labels(
-            dict(zip(STATS, stats[: len(STATS)], strict=True))
+            dict(zip([*STATS, *SCORES], stats, strict=True)), chance=chance
         )  # [B, L, H] indices into LABELS
         # One tensor to copy: the statistics and scores, then the labels (small whole numbers, exact in
         # float32).

@@ -12,10 +12,19 @@ from corpus_files import attend_as_the_worker
 from tolerances import batched_stat, norm_share_stat
 
 from mha import load_pretrained
-from mha.analysis import LABELS, SPECIAL_TOKENS, head_labels, head_stats, merge_to_words, word_groups_from
+from mha.analysis import (
+    LABELS,
+    SPECIAL_TOKENS,
+    head_chance,
+    head_labels,
+    head_stats,
+    merge_to_words,
+    word_groups_from,
+)
 from mha.analysis.batched import STATS, BatchStats, batch_head_labels, batch_head_stats
+from mha.analysis.detection import chance_scores, model_scores
 from mha.analysis.norms import row_shares, weight_norm_map
-from mha.analysis.stats import token_masks
+from mha.analysis.stats import spelled_ids, token_masks
 from mha.analysis.words import word_labels
 from mha.corpus import CorpusWorker
 from mha.corpus.worker import padded_groups
@@ -29,9 +38,13 @@ def check_against_alone(batched: dict[str, torch.Tensor], alone: list[dict[str, 
             assert difference <= batched_stat(stat, width), (row, stat, difference)
 
 
-def check_labels(batched_labels: torch.Tensor, alone: list[dict[str, torch.Tensor]]) -> None:
+def check_labels(
+    batched_labels: torch.Tensor,
+    alone: list[dict[str, torch.Tensor]],
+    chance: list[dict[str, torch.Tensor]] | None = None,
+) -> None:
     for row, stats in enumerate(alone):
-        labels = head_labels(stats)
+        labels = head_labels(stats, chance=None if chance is None else chance[row])
         assert [[LABELS[i] for i in layer] for layer in batched_labels[row].tolist()] == labels
 
 
@@ -70,6 +83,54 @@ def test_batched_stats_equal_head_stats_on_each_text(causal: bool) -> None:
     assert all(value.shape == (len(lengths), 2, 3) for value in batched.values())
     check_against_alone(batched, alone, width)
     check_labels(batch_head_labels(batched), alone)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_batched_labels_give_induction_as_head_labels_with_each_texts_chance(causal: bool) -> None:
+    """The induction rule of batch_head_labels (the corpus job's labels) against head_labels with
+    head_chance on each text alone: a head that copies (all of each row's weight on the key after an
+    earlier copy) is induction where the text repeats, a head that reads uniformly is not (its score is
+    its chance), and a text with no repeat (score absent, NaN) never is."""
+    texts = [
+        ["[CLS]", "the", "cat", "sat", "the", "cat", "sat"],
+        ["[CLS]", "Ġdog", ",", "Ġdog", ","],
+        ["[CLS]", "cat", "sat", "."],
+    ]
+    lengths, width = [len(t) for t in texts], max(len(t) for t in texts)
+    maps = random_maps(lengths, layers=2, heads=3, causal=causal, seed=3)
+    spelled = torch.full((len(texts), width), -1, dtype=torch.long)
+    alone, chance = [], []
+    for b, tokens in enumerate(texts):
+        n, ids = len(tokens), spelled_ids(tokens)
+        spelled[b, :n] = ids
+        for i in range(n):  # layer 0: head 0 copies (induction keys), head 1 reads uniformly
+            pattern = [j + 1 for j in range(i - 1) if ids[j] == ids[i] and j + 1 < i]
+            if pattern:
+                maps[b, 0, 0, i, :] = 0
+                maps[b, 0, 0, i, pattern] = 1 / len(pattern)
+            seen = i + 1 if causal else n
+            maps[b, 0, 1, i, :] = 0
+            maps[b, 0, 1, i, :seen] = 1 / seen
+        marks = [t in SPECIAL_TOKENS for t in tokens]
+        alone.append(head_stats(maps[b, :, :, :n, :n], tokens, special=marks, causal=causal))
+        chance.append(head_chance(tokens, causal=causal))
+    special = torch.zeros(len(texts), width, dtype=torch.bool)
+    punctuation = torch.zeros(len(texts), width, dtype=torch.bool)
+    for b, tokens in enumerate(texts):
+        s, p = token_masks(tokens, [t in SPECIAL_TOKENS for t in tokens])
+        special[b, : len(tokens)], punctuation[b, : len(tokens)] = torch.tensor(s), torch.tensor(p)
+    batched = batch_head_stats(maps, lengths, special=special, punctuation=punctuation, causal=causal)
+    batched["induction"] = model_scores(maps, spelled, keys=spelled >= 0)["induction"]
+    visible = torch.ones(width, width, dtype=torch.bool)
+    texts_chance = chance_scores(
+        visible.tril() if causal else visible, spelled, kinds=("induction",), keys=spelled >= 0
+    )
+    labels = batch_head_labels(batched, chance=texts_chance)
+    check_labels(labels, alone, chance)
+    induction = LABELS.index("induction")
+    assert labels[0, 0, 0] == labels[1, 0, 0] == induction  # the copying head, where the text repeats
+    assert (labels[:, 0, 1] != induction).all() and (labels[2] != induction).all()
+    assert (batch_head_labels(batched) != induction).all()  # without the texts' chance: no induction rule
 
 
 def test_batched_stats_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -157,7 +218,8 @@ def test_worker_equals_head_stats_per_text(which: str, request: pytest.FixtureRe
         stats = head_stats(result.attentions, result.tokens, special=result.special, causal=model.info.causal)
         batched = {stat: torch.tensor(rows[stat][row]).reshape(1, model.info.layers, -1) for stat in STATS}
         check_against_alone(batched, [stats], width)
-        check_labels(torch.tensor(rows["label"][row]).reshape(1, model.info.layers, -1), [stats])
+        chance = head_chance(result.tokens, causal=model.info.causal)  # the worker's labels: with induction
+        check_labels(torch.tensor(rows["label"][row]).reshape(1, model.info.layers, -1), [stats], [chance])
     assert rows["n_tokens"] == [r.n for r in results]
     assert rows["error"] == [None] * len(TEXTS)
 
@@ -206,7 +268,8 @@ def test_worker_by_norm_equals_head_stats_of_norm_shares_per_text(
             assert difference <= norm_share_stat(stat, width), (row, stat, difference)
             change = torch.tensor(by_weight[stat][row]) - torch.tensor(rows[stat][row])
             moved = max(moved, change.abs().max().item())
-        check_labels(torch.tensor(rows["label"][row]).reshape(1, layers, -1), [stats])
+        chance = head_chance(tokens, causal=model.info.causal)  # of the words, in a words run
+        check_labels(torch.tensor(rows["label"][row]).reshape(1, layers, -1), [stats], [chance])
     # The shares are not the weights: some statistic moved far beyond any tolerance above (~1e-5).
     assert moved > 1e-2
 
