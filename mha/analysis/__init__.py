@@ -27,6 +27,7 @@ Never a loader (``ablation`` asks a loaded model only for what its ``Ablated`` p
 or web code.
 """
 
+from mha.analysis import detection
 from mha.analysis._base import ROW_SUM_TOLERANCE
 from mha.analysis.ablation import HeadEffects
 from mha.analysis.compare import (
@@ -46,16 +47,7 @@ from mha.analysis.cross import (
     cross_labels,
     cross_stats,
 )
-from mha.analysis.detection import (
-    DETECTION_MARGIN,
-    DETECTION_THRESHOLD,
-    KINDS,
-    MEASURES,
-    chance_scores,
-    detection_patterns,
-    detection_scores,
-    model_scores,
-)
+from mha.analysis.detection import *  # noqa: F403  # its __all__, added to ours below
 from mha.analysis.norms import LAYER_MAP_MAX_TOKENS, layer_norm_map, row_shares, weight_norm_map
 from mha.analysis.rollout import (
     FLOW_CAPACITY_SCALE,
@@ -86,14 +78,6 @@ from mha.analysis.words import WordGroups, merge_to_words, word_groups_from, wor
 
 __all__ = [
     "ALIGNMENT_MIN_KEYS",
-    "DETECTION_MARGIN",
-    "DETECTION_THRESHOLD",
-    "KINDS",
-    "MEASURES",
-    "chance_scores",
-    "detection_patterns",
-    "detection_scores",
-    "model_scores",
     "LAYER_MAP_MAX_TOKENS",
     "layer_norm_map",
     "row_shares",
@@ -138,3 +122,4 @@ __all__ = [
     "word_groups_from",
     "word_labels",
 ]
+__all__ += detection.__all__  # all of it, listed once there
