@@ -10,15 +10,16 @@ already-fused projections, sliding windows, scaling).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from mha.core.rope import Rope
-from mha.loading.convert.base import KeyMap, activation_from_hf
+from mha.loading.convert.base import Converter, KeyMap, activation_from_hf
 from mha.networks.model import TransformerConfig
 
-__all__ = ["DecoderLayout", "decoder_config", "decoder_key_map", "decoder_signature"]
+__all__ = ["DecoderLayout", "decoder_config", "decoder_converter", "decoder_key_map", "decoder_signature"]
 
 # our norm -> theirs, relative to layers.{i}. (Llama's names; Gemma 2 overrides them)
 NORMS = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
@@ -123,4 +124,17 @@ def decoder_key_map(config: TransformerConfig, layout: DecoderLayout = DecoderLa
         # The LM head is read only to continue a prompt; rotary tables are recomputed, never loaded.
         ignored=(r"^lm_head\.", r"rotary_emb\.inv_freq$"),
         prefixes=("model.",),
+    )
+
+
+def decoder_converter(
+    family: str, config_from_hf: Callable[[Any], TransformerConfig], layout: DecoderLayout = DecoderLayout()
+) -> Converter:
+    """The Converter of a family whose checkpoints store a layer as `layout` says: decoder_key_map's keys
+    and decoder_signature's query for that layout, `config_from_hf` the family's own."""
+    return Converter(
+        family=family,
+        config_from_hf=config_from_hf,
+        key_map=partial(decoder_key_map, layout=layout),
+        signature=decoder_signature(layout),
     )

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from mha.loading.convert.base import Converter, KeyMap
 from mha.loading.convert.decoder import (
     DecoderLayout,
     decoder_config,
-    decoder_key_map,
-    decoder_signature,
+    decoder_converter,
     layer_types_windows,
 )
 from mha.networks.model import TransformerConfig
@@ -49,10 +47,4 @@ def config_from_hf(cfg: Any) -> TransformerConfig:
     return decoder_config(cfg, family="gemma2", window_layers=layer_types_windows(cfg), **gemma_fields(cfg))
 
 
-def key_map(config: TransformerConfig) -> KeyMap:
-    return decoder_key_map(config, LAYOUT)
-
-
-GEMMA2 = Converter(
-    family="gemma2", config_from_hf=config_from_hf, key_map=key_map, signature=decoder_signature(LAYOUT)
-)
+GEMMA2 = decoder_converter("gemma2", config_from_hf, LAYOUT)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mha.loading.convert.base import Converter
-from mha.loading.convert.decoder import decoder_config, decoder_key_map, decoder_signature
+from mha.loading.convert.decoder import decoder_config, decoder_converter
 from mha.networks.model import TransformerConfig
 
 __all__ = ["LLAMA"]
@@ -18,6 +17,4 @@ def config_from_hf(cfg: Any) -> TransformerConfig:
     )
 
 
-LLAMA = Converter(
-    family="llama", config_from_hf=config_from_hf, key_map=decoder_key_map, signature=decoder_signature()
-)
+LLAMA = decoder_converter("llama", config_from_hf)

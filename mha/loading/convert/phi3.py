@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mha.loading.convert.base import Converter, KeyMap
-from mha.loading.convert.decoder import DecoderLayout, decoder_config, decoder_key_map, decoder_signature
+from mha.loading.convert.decoder import DecoderLayout, decoder_config, decoder_converter
 from mha.networks.model import TransformerConfig
 
 __all__ = ["PHI3"]
@@ -18,10 +17,4 @@ def config_from_hf(cfg: Any) -> TransformerConfig:
     return decoder_config(cfg, family="phi3")
 
 
-def key_map(config: TransformerConfig) -> KeyMap:
-    return decoder_key_map(config, LAYOUT)
-
-
-PHI3 = Converter(
-    family="phi3", config_from_hf=config_from_hf, key_map=key_map, signature=decoder_signature(LAYOUT)
-)
+PHI3 = decoder_converter("phi3", config_from_hf, LAYOUT)

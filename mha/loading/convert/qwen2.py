@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from mha.loading.convert.base import Converter
 from mha.loading.convert.decoder import (
     decoder_config,
-    decoder_key_map,
-    decoder_signature,
+    decoder_converter,
     layer_types_windows,
 )
 from mha.networks.model import TransformerConfig
@@ -23,6 +21,4 @@ def config_from_hf(cfg: Any) -> TransformerConfig:
     )
 
 
-QWEN2 = Converter(
-    family="qwen2", config_from_hf=config_from_hf, key_map=decoder_key_map, signature=decoder_signature()
-)
+QWEN2 = decoder_converter("qwen2", config_from_hf)

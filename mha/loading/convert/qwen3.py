@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from mha.loading.convert.base import Converter
 from mha.loading.convert.decoder import (
     decoder_config,
-    decoder_key_map,
-    decoder_signature,
+    decoder_converter,
     layer_types_windows,
 )
 from mha.networks.model import TransformerConfig
@@ -27,6 +25,4 @@ def config_from_hf(cfg: Any) -> TransformerConfig:
     )
 
 
-QWEN3 = Converter(
-    family="qwen3", config_from_hf=config_from_hf, key_map=decoder_key_map, signature=decoder_signature()
-)
+QWEN3 = decoder_converter("qwen3", config_from_hf)
