@@ -12,11 +12,12 @@ from typing import IO, Any
 
 import mha
 import mha.corpus
-from app.service.offers import default_model, find_models
+from app.cli_shared import at_least, offered
 from app.settings import Settings
 
 __all__ = ["Progress", "add_parser", "resolve_model", "run_corpus"]
 
+_positive = at_least(1)  # a count of texts, records, tokens or characters: one at least
 LOG_EVERY = 10.0  # seconds between plain progress lines when stderr is not a terminal
 
 
@@ -59,25 +60,12 @@ def add_parser(sub: Any) -> None:
     corpus.add_argument("--num-gpus", type=float, default=None, help="Ray: GPUs a worker (default 1 if any)")
 
 
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value!r} must be at least 1")
-    return number
-
-
 def resolve_model(given: str | None, settings: Settings) -> tuple[str | None, str]:
     """(what load_pretrained takes, the run's model name): a registered name first (operator entries over
     scanned ones over the embedded models over the stores', as the service orders them), then a checkpoint
     directory; ValueError for anything else, and for a folder's or store's entry that is not a model, the
     reason the service gives for it."""
-    name = given or default_model(settings)
-    offers = find_models(settings)
-    if (offer := offers.get(name)) is not None and offer.refused is not None:
-        raise ValueError(f"model {name!r} cannot be loaded: {offer.refused}")
+    name, offers = offered(given, settings)
     registered = {known: found.path for known, found in offers.items() if found.path is not None}
     if name in registered:  # even the embedded model's name: the service serves the operator's under it
         return str(registered[name]), name

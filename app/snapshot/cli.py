@@ -12,7 +12,7 @@ from typing import Any
 import pydantic
 
 import mha
-from app.service.offers import default_model, find_models
+from app.cli_shared import at_least, offered
 from app.settings import Settings
 from app.snapshot.html import DEFAULT_MAX_BYTES, build
 from mha.networks import DEFAULT_NEW_TOKENS
@@ -37,7 +37,10 @@ def add_parser(sub: Any) -> None:
     snapshot.add_argument("--pair", default=None, help="a second text, read as a pair")
     snapshot.add_argument("--target", default=None, help="an encoder-decoder's target (blank: it writes one)")
     snapshot.add_argument(
-        "--max-new-tokens", type=_count, default=None, help="a decoder continues the text by up to N tokens"
+        "--max-new-tokens",
+        type=at_least(0),
+        default=None,
+        help="a decoder continues the text by up to N tokens",
     )
     snapshot.add_argument(
         "--chat", action="store_true", help="the text as a user's turn of the chat template"
@@ -50,32 +53,19 @@ def add_parser(sub: Any) -> None:
     )
     snapshot.add_argument(
         "--max-bytes",
-        type=_count,
+        type=at_least(0),
         default=DEFAULT_MAX_BYTES,
         help=f"the file's size limit (default {DEFAULT_MAX_BYTES:,}: 32 MiB); past it the grid is pooled",
     )
     snapshot.add_argument("-o", "--output", required=True, type=Path, help="the .html file to write")
 
 
-def _count(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"{value!r} is negative")
-    return number
-
-
 def _model(name: str | None, settings: Settings) -> mha.AttentionModel:
     """The model the server would serve under `name`, loaded by its own loader; ValueError otherwise."""
-    wanted = name or default_model(settings)
-    offers = find_models(settings)
+    wanted, offers = offered(name, settings)
     offer = offers.get(wanted)
     if offer is None:
         raise ValueError(f"unknown model {wanted!r}; the server offers: {', '.join(sorted(offers))}")
-    if offer.refused is not None:
-        raise ValueError(f"model {wanted!r} cannot be loaded: {offer.refused}")
     return offer.loader()
 
 

@@ -369,3 +369,8 @@ def test_bad_arguments_exit_with_one_line(
     code, err = run_cli([*argv, "-o", str(tmp_path / "x.html")], capsys)
     assert code == 2 and says in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "x.html").exists()
+
+
+def test_a_count_below_zero_is_argparses_error(tmp_path: Path, capsys) -> None:
+    code, err = run_cli(["--text", "x", "--max-new-tokens", "-1", "-o", str(tmp_path / "x.html")], capsys)
+    assert code == 2 and "argument --max-new-tokens: '-1' must be at least 0" in err
