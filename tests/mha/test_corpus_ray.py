@@ -1,17 +1,17 @@
 """The Ray engine (mha.corpus.ray_engine) against the local engine: the same files, bit for bit, from a
-local 2-CPU cluster, and from a running cluster joined through RAY_ADDRESS; a resumed Ray run skips the
-finished shards; a cluster it starts, it stops; one it joins, it leaves running."""
+local 2-CPU cluster, and from that cluster joined through RAY_ADDRESS by another process; a resumed Ray run
+skips the finished shards; a cluster it starts, it stops; one it joins, it leaves running."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -65,23 +65,51 @@ def local(corpus: Path) -> Path:
     return out
 
 
+@dataclass(frozen=True)
+class OnRay:
+    out: Path  # the engine's files from this process, on the cluster it had initialised
+    joined: Path  # `headscope corpus --engine ray --words`'s, from a process that joined it (RAY_ADDRESS)
+    cli: subprocess.CompletedProcess[str]  # that run
+    left_running: bool  # after that run: the cluster still up, and this process still on it
+
+
 @pytest.fixture(scope="module")
-def on_ray(corpus: Path) -> Iterator[Path]:
-    """The Ray engine's run on a local 2-CPU cluster that the test starts (the engine uses it as it is)."""
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env=ray_engine.runtime_env(),
-    )
-    try:
-        out = corpus.parent / "ray"
-        run(corpus, None, out, engine="ray", **SETTINGS)
-        assert ray.is_initialized(), "the engine shut down a Ray it did not start"
-    finally:
-        ray.shutdown()
-    yield out
+def on_ray(corpus: Path) -> Iterator[OnRay]:
+    """The Ray engine's run on a local 2-CPU cluster that this process starts (the engine uses it as it is),
+    then the CLI's run, in a process of its own, joining that cluster through RAY_ADDRESS as a driver joins a
+    real cluster's head node. One cluster for both: a cluster's start (Ray's own processes, and Ray Data's
+    actors, which a second job on it reuses) is ~20 CPU-s of a 2-core machine."""
+    out, joined = corpus.parent / "ray", corpus.parent / "joined"
+    # Ray's token authentication guards clusters on a network; here the two drivers agree to go without.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAY_AUTH_MODE", "disabled")
+        context = ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            runtime_env=ray_engine.runtime_env(),
+        )
+        try:
+            run(corpus, None, out, engine="ray", **SETTINGS)
+            assert ray.is_initialized(), "the engine shut down a Ray it did not start"
+            address = context.address_info["gcs_address"]
+            settings = [f"--{key.replace('_', '-')}={value}" for key, value in SETTINGS.items()]
+            cli = subprocess.run(
+                [sys.executable, "-m", "app.cli", "corpus", str(corpus), "--out", str(joined)]
+                + ["--engine=ray", "--words", *settings],
+                env={**os.environ, "RAY_ADDRESS": address},
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            host, port = address.rsplit(":", 1)
+            up = ray.is_initialized() and _listening(host, int(port))
+            left_running = up and any(node["Alive"] for node in ray.nodes())
+        finally:
+            ray.shutdown()
+    yield OnRay(out, joined, cli, left_running)
 
 
 def assert_same_files(ours: Path, theirs: Path) -> None:
@@ -96,13 +124,14 @@ def assert_same_files(ours: Path, theirs: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_ray_engine_writes_the_local_engines_files(local: Path, on_ray: Path) -> None:
-    assert_same_files(on_ray, local)
+def test_the_ray_engine_writes_the_local_engines_files(local: Path, on_ray: OnRay) -> None:
+    assert_same_files(on_ray.out, local)
     # the shards too, byte for byte (what a later resume reads)
-    names = sorted(p.name for p in shard_directory(local).iterdir())
-    assert sorted(p.name for p in shard_directory(on_ray).iterdir()) == names
+    ours, theirs = shard_directory(on_ray.out), shard_directory(local)
+    names = sorted(p.name for p in theirs.iterdir())
+    assert sorted(p.name for p in ours.iterdir()) == names
     for name in names:
-        assert (shard_directory(on_ray) / name).read_bytes() == (shard_directory(local) / name).read_bytes()
+        assert (ours / name).read_bytes() == (theirs / name).read_bytes()
     # the corpus exercises what could differ: bad rows, several shards, truncated texts
     counts = json.loads((local / "run.json").read_text())["counts"]
     assert counts["records"] == 32 and counts["errors"] == 6 and counts["shards"] == 4
@@ -114,13 +143,13 @@ def test_the_ray_engine_writes_the_local_engines_files(local: Path, on_ray: Path
 
 @pytest.mark.slow
 def test_a_resumed_ray_run_skips_finished_shards_and_ends_with_the_same_files(
-    corpus: Path, local: Path, on_ray: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    corpus: Path, local: Path, on_ray: OnRay, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run killed after shards 0 and 3 were written (1 and 2 lost) resumes on a local cluster that the
     engine starts itself and stops after."""
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     out = tmp_path / "resumed"
-    shutil.copytree(on_ray, out)
+    shutil.copytree(on_ray.out, out)
     for k in (1, 2):
         for path in shard_directory(out).glob(f"{k:05d}.*"):
             path.unlink()
@@ -142,66 +171,23 @@ def test_a_resumed_ray_run_skips_finished_shards_and_ends_with_the_same_files(
     assert_same_files(out, local)
 
 
-def _free_port() -> int:
+def _listening(host: str, port: int) -> bool:
     with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
+        return probe.connect_ex((host, port)) == 0
 
 
 @pytest.mark.slow
 def test_a_cluster_joined_through_ray_address_writes_the_local_engines_files(
-    corpus: Path, tmp_path: Path
+    corpus: Path, on_ray: OnRay, tmp_path: Path
 ) -> None:
-    """A cluster already running in processes of its own (`ray start --head`, as on a real cluster's head
-    node), joined by `headscope corpus --engine ray` through RAY_ADDRESS: the driver's mha shipped to the
-    workers (py_modules), the local engine's files, the cluster still up after. With words: the word-level
-    maps, merged on the workers."""
+    """A cluster already running in processes of its own, joined by `headscope corpus --engine ray` through
+    RAY_ADDRESS: the driver's mha shipped to the workers (py_modules), the local engine's files, the cluster
+    still up after. With words: the word-level maps, merged on the workers."""
     local_words = tmp_path / "local-words"
     run(corpus, None, local_words, words=True, **SETTINGS)
-    port = _free_port()
-    # Ray's token authentication guards clusters on a network; here the head and the driver agree to go
-    # without (an earlier ray.init in this process left RAY_AUTH_MODE=token in its environment).
-    environment = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": f"127.0.0.1:{port}"}
-    head = subprocess.Popen(
-        [str(Path(sys.executable).with_name("ray")), "start", "--head", f"--port={port}", "--num-cpus=2"]
-        + ["--node-ip-address=127.0.0.1", "--include-dashboard=false", "--disable-usage-stats", "--block"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={k: v for k, v in environment.items() if k != "RAY_ADDRESS"},
-        start_new_session=True,  # its own process group: the head's processes, stopped together below
-    )
-    try:
-        assert head.stdout is not None
-        said = []
-        for line in head.stdout:  # --block prints this once the head's processes are up
-            said.append(line)
-            if "Ray runtime started" in line:
-                break
-        assert _listening(port), "".join(said[-20:])
-        settings = [f"--{key.replace('_', '-')}={value}" for key, value in SETTINGS.items()]
-        done = subprocess.run(
-            [sys.executable, "-m", "app.cli", "corpus", str(corpus), "--out", str(tmp_path / "joined")]
-            + ["--engine=ray", "--words", *settings],
-            env=environment,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert head.poll() is None and _listening(port), "the engine stopped a cluster it joined"
-        assert_same_files(tmp_path / "joined", local_words)
-    finally:
-        # The cluster is the test's own: killed whole (its agents are in the group; the reaper `--block`
-        # starts stops the rest), not stopped gracefully, which waited ~30 s after a job on its agents.
-        os.killpg(head.pid, signal.SIGKILL)
-        head.wait(timeout=60)
+    assert on_ray.cli.returncode == 0, on_ray.cli.stderr[-3000:]
+    assert on_ray.left_running, "the engine stopped a cluster it joined"
+    assert_same_files(on_ray.joined, local_words)
 
 
 def test_a_workers_error_is_told_in_one_line() -> None:
