@@ -192,11 +192,26 @@ class PageSession:
         self.requests: list[str] = []
         self.dialogs: list[str] = []
         self.errors: list[str] = []
-        page.on("request", lambda request: self.requests.append(request.url))
-        page.on("dialog", self._dialog)
-        page.on("pageerror", lambda error: self.errors.append(str(error)))
         # A CSP violation is only reported on the console; the page must not cause any.
-        page.on("console", self._console)
+        self._listeners = {
+            "request": self._request,
+            "dialog": self._dialog,
+            "pageerror": self._pageerror,
+            "console": self._console,
+        }
+        for event, listener in self._listeners.items():
+            page.on(event, listener)
+
+    def detach(self) -> None:
+        """Stop listening to the page (which `session` may hand to the next test)."""
+        for event, listener in self._listeners.items():
+            self.page.remove_listener(event, listener)
+
+    def _request(self, request: Any) -> None:
+        self.requests.append(request.url)
+
+    def _pageerror(self, error: Any) -> None:
+        self.errors.append(str(error))
 
     def _console(self, message: Any) -> None:
         if message.type == "error" and "Content Security Policy" in message.text:
@@ -248,15 +263,52 @@ class PageSession:
         self.wait_ready()
 
 
+# `session`'s page of the last test, blank again, for the next: a tab of its own costs Chromium a renderer
+# process and its setup, ~0.4 CPU-s of the ~1.1 that opening the page and one run took (a 2-core machine).
+# A page comes back only as a new one is: no route, no listener but its own, the desktop size (reset).
+_SPARE: list[Any] = []
+
+
+def _listening(page: Any) -> dict[str, int] | None:
+    """Each event's count of listeners on `page`, and its routes (None where this Playwright hides them)."""
+    impl = getattr(page, "_impl_obj", None)
+    routes = getattr(impl, "_routes", None), getattr(impl, "_web_socket_routes", None)
+    if impl is None or not hasattr(impl, "event_names") or None in routes:
+        return None
+    counts = {str(event): impl.listener_count(event) for event in impl.event_names()}
+    return {event: n for event, n in counts.items() if n} | {"routes": sum(map(len, routes))}
+
+
+def _recycled(page: Any, fresh: dict[str, int] | None) -> bool:
+    """`page` blank and as it was new, for the next test; False where it cannot be (then close it)."""
+    if page.is_closed() or fresh is None or _listening(page) != fresh:
+        return False
+    try:
+        page.goto("about:blank")
+        page.mouse.move(0, 0)  # where a new page's mouse is
+        if page.viewport_size != VIEWPORT:
+            page.set_viewport_size(VIEWPORT)
+    except Exception:  # noqa: BLE001 (a page that cannot go blank is closed, as every page was)
+        return False
+    return True
+
+
 @pytest.fixture
 def session(profile: Any, server: str) -> Iterator[PageSession]:
     before = set(profile.pages)  # the blank page a persistent context opens with: kept, so it stays open
-    page = profile.new_page()
+    page = _SPARE.pop() if _SPARE else profile.new_page()
+    before.discard(page)
+    fresh = _listening(page)
     page.set_default_timeout(30_000)
     tracked = PageSession(page, server)
     yield tracked
-    for opened in [opened for opened in profile.pages if opened not in before]:
+    tracked.detach()
+    for opened in [opened for opened in profile.pages if opened not in before and opened is not page]:
         opened.close()
+    if _recycled(page, fresh):
+        _SPARE.append(page)
+    else:
+        page.close()
     profile.unroute_all()
     profile.clear_cookies()
     profile.clear_permissions()
