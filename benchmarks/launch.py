@@ -5,7 +5,8 @@
 
 `serve` runs uvicorn on a free loopback port, waits for GET /api/health to say "ok" (the default model
 loaded; it answers 200 "loading" before) and stops the server on exit; `launch_chromium` starts
-/usr/bin/chromium (never a downloaded browser) headless, offline-quiet.
+/usr/bin/chromium (never a downloaded browser) headless, offline-quiet; `OnlyFile` blocks a page's every
+request but its own file's.
 """
 
 from __future__ import annotations
@@ -170,6 +171,22 @@ def launch_profile(playwright: Any, user_data_dir: Path, **options: Any) -> Any:
     return playwright.chromium.launch_persistent_context(
         str(user_data_dir), executable_path=_chromium(), args=list(CHROMIUM_ARGS), **options
     )
+
+
+class OnlyFile:
+    """A Playwright route handler (`page.route("**/*", only)`) that lets `url` alone load: every other
+    request is aborted and its URL kept in `blocked`. An offline file (a snapshot) must reach for nothing."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.blocked: list[str] = []
+
+    def __call__(self, route: Any) -> None:
+        if route.request.url == self.url:
+            route.continue_()
+        else:
+            self.blocked.append(route.request.url)
+            route.abort()
 
 
 @contextmanager

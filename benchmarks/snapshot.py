@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from launch import OnlyFile
 from timing import Timing, ratio, timed
 
 T = TypeVar("T")
@@ -192,10 +193,11 @@ class Blocked:
     def __init__(self, context: Any, path: Path) -> None:
         self.url = path.as_uri()
         self.page = context.new_page()
-        self.requests: list[str] = []
+        only = OnlyFile(self.url)
+        self.requests = only.blocked
         self.errors: list[str] = []  # uncaught script errors
         self.console: list[str] = []  # console errors: a CSP violation, a script too long to compile, ...
-        self.page.route("**/*", self._route)
+        self.page.route("**/*", only)
         self.page.on("pageerror", lambda error: self.errors.append(str(error)))
         self.page.on("console", self._console)
 
@@ -203,13 +205,6 @@ class Blocked:
         # A blocked request's own "Failed to load resource" line is counted in `requests` already.
         if message.type == "error" and not message.text.startswith("Failed to load resource"):
             self.console.append(message.text)
-
-    def _route(self, route: Any) -> None:
-        if route.request.url == self.url:
-            route.continue_()
-        else:
-            self.requests.append(route.request.url)
-            route.abort()
 
 
 def open_ours(context: Any, case: Case, timeout_s: float) -> dict[str, Any]:

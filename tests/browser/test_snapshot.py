@@ -15,6 +15,7 @@ import pytest
 
 import mha
 from app.snapshot import build, save_html
+from benchmarks.launch import OnlyFile
 from tests.browser.conftest import CELL_CENTER_JS, VIEWPORT
 from tests.seq2seq_checkpoints import build_seq2seq_checkpoint
 
@@ -33,22 +34,16 @@ class Opened:
 
     def __init__(self, page: Any, url: str) -> None:
         self.page, self.url = page, url
-        self.requests: list[str] = []
+        only = OnlyFile(url)
+        self.requests = only.blocked
         self.errors: list[str] = []
         self.dialogs: list[str] = []
-        page.route("**/*", self._route)
+        page.route("**/*", only)
         page.on("pageerror", lambda error: self.errors.append(str(error)))
         page.on(
             "console", lambda message: self.errors.append(message.text) if message.type == "error" else None
         )
         page.on("dialog", lambda dialog: (self.dialogs.append(dialog.message), dialog.dismiss()))
-
-    def _route(self, route: Any) -> None:
-        if route.request.url == self.url:
-            route.continue_()
-        else:
-            self.requests.append(route.request.url)
-            route.abort()
 
     def clean(self) -> None:
         """Nothing but the file loaded, and nothing went wrong."""
@@ -247,31 +242,45 @@ def srcdoc_frame(page):
     return frame
 
 
-def test_it_works_inside_a_sandboxed_srcdoc_iframe(context, files, tmp_path: Path) -> None:
-    """As a notebook embeds it: an opaque origin, no storage, no history to write."""
-    document = files["minilm"].read_text(encoding="utf-8")
-    host = tmp_path / "host.html"
-    host.write_text(
-        '<!doctype html><title>host</title><iframe id="view" sandbox="allow-scripts allow-downloads" '
-        f'style="width: 1400px; height: 900px" srcdoc="{html.escape(document, quote=True)}"></iframe>',
-        encoding="utf-8",
-    )
-    page = context.new_page()
-    one = Opened(page, host.as_uri())
-    try:
+@pytest.fixture
+def embedded(context: Any, tmp_path: Path) -> Iterator[Any]:
+    """embed(path, sandbox=..., above="") -> (Opened, the iframe's Frame), its run drawn: the file inside a
+    host page's srcdoc iframe #view of that sandbox, as a notebook embeds it, below the host's `above`
+    markup; every page opened is closed after the test."""
+    pages: list[Any] = []
+
+    def embed(path: Path, *, sandbox: str, above: str = "") -> tuple[Opened, Any]:
+        document = html.escape(path.read_text(encoding="utf-8"), quote=True)
+        host = tmp_path / f"host-{len(pages)}.html"
+        host.write_text(
+            f'<!doctype html><title>host</title>{above}<iframe id="view" sandbox="{sandbox}" '
+            f'style="width: 1400px; height: 900px" srcdoc="{document}"></iframe>',
+            encoding="utf-8",
+        )
+        page = context.new_page()
+        pages.append(page)
+        one = Opened(page, host.as_uri())
         page.goto(one.url)
-        frame = page.frame_locator("#view")
         inner = srcdoc_frame(page)
         wait_ready(inner)
-        assert frame.locator("#grid .thumb[data-drawn=true]").count() == 6 * 13
-        frame.locator('#grid .thumb[data-layer="1"][data-head="0"]').click()
-        inner.wait_for_function(
-            "() => document.querySelector('#detail-title').textContent.endsWith('layer 1, head 0')"
-        )
-        inner.wait_for_function("() => document.body.dataset.insight === 'ready'")
-        one.clean()
-    finally:
+        return one, inner
+
+    yield embed
+    for page in pages:
         page.close()
+
+
+def test_it_works_inside_a_sandboxed_srcdoc_iframe(embedded, files) -> None:
+    """As a notebook embeds it: an opaque origin, no storage, no history to write."""
+    one, inner = embedded(files["minilm"], sandbox="allow-scripts allow-downloads")
+    frame = one.page.frame_locator("#view")
+    assert frame.locator("#grid .thumb[data-drawn=true]").count() == 6 * 13
+    frame.locator('#grid .thumb[data-layer="1"][data-head="0"]').click()
+    inner.wait_for_function(
+        "() => document.querySelector('#detail-title').textContent.endsWith('layer 1, head 0')"
+    )
+    inner.wait_for_function("() => document.body.dataset.insight === 'ready'")
+    one.clean()
 
 
 def test_save_as_html_downloads_this_run_opening_on_its_head(session, opened, tmp_path: Path) -> None:
@@ -353,25 +362,12 @@ def test_plotly_runs_after_the_grid_is_drawn_within_the_policy(context, files) -
         page.close()
 
 
-def test_it_completes_in_a_frame_that_never_paints(context, files, tmp_path: Path) -> None:
+def test_it_completes_in_a_frame_that_never_paints(embedded, files) -> None:
     """A notebook output scrolled far away: Chromium runs no animation frame in an off-screen cross-origin
     frame (none in a second, tried), so plotly.js runs on plotly-ready.js's fallback timer, and the view
     still completes."""
-    document = files["minilm"].read_text(encoding="utf-8")
-    host = tmp_path / "away.html"
-    host.write_text(
-        '<!doctype html><title>host</title><div style="height: 20000px"></div><iframe id="view" '
-        'sandbox="allow-scripts" style="width: 1400px; height: 900px" '
-        f'srcdoc="{html.escape(document, quote=True)}"></iframe>',
-        encoding="utf-8",
+    one, inner = embedded(
+        files["minilm"], sandbox="allow-scripts", above='<div style="height: 20000px"></div>'
     )
-    page = context.new_page()
-    one = Opened(page, host.as_uri())
-    try:
-        page.goto(one.url)
-        inner = srcdoc_frame(page)
-        wait_ready(inner)
-        assert inner.evaluate("typeof window.Plotly") == "object"
-        one.clean()
-    finally:
-        page.close()
+    assert inner.evaluate("typeof window.Plotly") == "object"
+    one.clean()
