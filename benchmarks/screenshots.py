@@ -132,6 +132,30 @@ def save_llm(browser: Any, base: str, path: Path) -> None:
     print(f"screenshot: {path}")
 
 
+# What every composed image shares; each adds its own layout (save_composed).
+COMPOSED_STYLE = (
+    "body{margin:0;font:15px system-ui,sans-serif;color:#1b2330;background:#f4f6fa}"
+    "#both{padding:16px;width:max-content}"
+    "img{display:block;border:1px solid #d5dbe5;border-radius:6px;background:#fff}"
+)
+
+
+def inline_images(shots: list[bytes]) -> str:
+    """PNG screenshots as <img> tags that carry their own data."""
+    return "".join(f'<img src="data:image/png;base64,{base64.b64encode(s).decode()}">' for s in shots)
+
+
+def save_composed(browser: Any, path: Path, *, style: str, body: str) -> None:
+    """`body` in a #both box, styled by COMPOSED_STYLE then `style`, as one image at `path` once every image
+    in it has loaded. Our own shots and figures: nothing in `body` is a person's input."""
+    page = browser.new_page(viewport={"width": 1760, "height": 1000}, device_scale_factor=1)
+    page.set_content(f"<style>{COMPOSED_STYLE}{style}</style><div id=both>{body}</div>")
+    page.wait_for_function("() => [...document.images].every((i) => i.complete && i.naturalWidth > 0)")
+    page.locator("#both").screenshot(path=str(path))
+    page.close()
+    print(f"screenshot: {path}")
+
+
 # MiniLM's layer 2 head 7 on this sentence: 0.91 of its weight on [CLS] and [SEP], 0.19 of its norm (the
 # figures tests/mha/test_norms.py measures; the stats docstring and the page's glossary quote them).
 SINK_SENTENCE = "The cat sat on the mat because it was tired."
@@ -171,21 +195,12 @@ def save_sinks(browser: Any, base: str, path: Path) -> None:
         title = f"{name}: L{layer} H{head} has {share:.2f} of {what} on [CLS] and [SEP]"
         note = f"{sinks} of {heads} heads {'is a special-sink' if sinks == 1 else 'are special-sinks'}"
         print(f"sinks: {title}; {note}")
-        images = "".join(f'<img src="data:image/png;base64,{base64.b64encode(s).decode()}">' for s in shots)
-        columns.append(f"<div class=side><h2>{title}</h2><p>{note}</p>{images}</div>")
-    page = browser.new_page(viewport={"width": 1760, "height": 1000}, device_scale_factor=1)
+        columns.append(f"<div class=side><h2>{title}</h2><p>{note}</p>{inline_images(shots)}</div>")
     style = (
-        "body{margin:0;font:15px system-ui,sans-serif;color:#1b2330;background:#f4f6fa}"
-        "#both{display:flex;gap:24px;padding:16px;width:max-content}"
-        ".side{display:flex;flex-direction:column;gap:8px}h2{font-size:17px;margin:0}p{margin:0;color:#566}"
-        "img{display:block;border:1px solid #d5dbe5;border-radius:6px;background:#fff}"
+        "#both{display:flex;gap:24px}.side{display:flex;flex-direction:column;gap:8px}"
+        "h2{font-size:17px;margin:0}p{margin:0;color:#566}"
     )
-    # Our own shots and figures: nothing here is a person's input.
-    page.set_content(f"<style>{style}</style><div id=both>{''.join(columns)}</div>")
-    page.wait_for_function("() => [...document.images].every((i) => i.complete && i.naturalWidth > 0)")
-    page.locator("#both").screenshot(path=str(path))
-    page.close()
-    print(f"screenshot: {path}")
+    save_composed(browser, path, style=style, body="".join(columns))
 
 
 # A sentence repeated once: an induction head's stripe (each second-half token on the token after its first
@@ -232,22 +247,12 @@ def save_atlas(browser: Any, base: str, path: Path) -> None:
     labelled = sum("induction" in kinds for row in answer["labels"] for kinds in row)
     note = f"{labelled} of {answer['layers'] * answer['heads']} heads labelled induction by the probe's rule"
     print(f"atlas: {title}; {note}")
-    images = "".join(f'<img src="data:image/png;base64,{base64.b64encode(s).decode()}">' for s in shots)
-    page = browser.new_page(viewport={"width": 1760, "height": 1000}, device_scale_factor=1)
     style = (
-        "body{margin:0;font:15px system-ui,sans-serif;color:#1b2330;background:#f4f6fa}"
-        "#both{padding:16px;width:max-content}#row{display:flex;gap:16px;align-items:flex-start}"
-        "h2{font-size:17px;margin:0 0 4px}p{margin:0 0 8px;color:#566}"
-        "img{display:block;border:1px solid #d5dbe5;border-radius:6px;background:#fff;max-width:860px}"
+        "#row{display:flex;gap:16px;align-items:flex-start}h2{font-size:17px;margin:0 0 4px}"
+        "p{margin:0 0 8px;color:#566}img{max-width:860px}"
     )
-    # Our own shots and figures: nothing here is a person's input.
-    page.set_content(
-        f"<style>{style}</style><div id=both><h2>{title}</h2><p>{note}</p><div id=row>{images}</div></div>"
-    )
-    page.wait_for_function("() => [...document.images].every((i) => i.complete && i.naturalWidth > 0)")
-    page.locator("#both").screenshot(path=str(path))
-    page.close()
-    print(f"screenshot: {path}")
+    body = f"<h2>{title}</h2><p>{note}</p><div id=row>{inline_images(shots)}</div>"
+    save_composed(browser, path, style=style, body=body)
 
 
 NOTEBOOK = (
