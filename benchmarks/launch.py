@@ -4,7 +4,8 @@
     from benchmarks.launch import launch_chromium, serve  # tests (the repository root is on sys.path)
 
 `serve` runs uvicorn on a free loopback port, waits for GET /api/health to say "ok" (the default model
-loaded; it answers 200 "loading" before) and stops the server on exit; `launch_chromium` starts
+loaded; it answers 200 "loading" before) and stops the server on exit (`wait_up` is that wait, for a
+server started otherwise); `launch_chromium` starts
 /usr/bin/chromium (never a downloaded browser) headless, offline-quiet; `OnlyFile` blocks a page's every
 request but its own file's.
 """
@@ -128,16 +129,32 @@ def serve(
             stderr=subprocess.STDOUT if sink else None,
         )
         try:
-            deadline = time.monotonic() + start_s
-            while not until(base):
-                if process.poll() is not None:
-                    raise RuntimeError(f"uvicorn exited with {process.returncode}{where}")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"server not healthy after {start_s:g} s{where}")
-                time.sleep(poll_s)
+            try:
+                wait_up(process, base, until=until, start_s=start_s, poll_s=poll_s)
+            except RuntimeError as error:
+                raise RuntimeError(f"{error}{where}") from None
             yield Server(process, base)
         finally:
             stop(process)
+
+
+def wait_up(
+    process: subprocess.Popen[bytes],
+    base: str,
+    *,
+    until: Callable[[str], bool] = healthy,
+    start_s: float = 180,
+    poll_s: float = HEALTH_POLL_S,
+) -> None:
+    """Return once `until(base)` holds, asked every `poll_s`, for a server `process` just started (serve's,
+    or a test's `headscope serve`). RuntimeError when the process exits first, or after `start_s`."""
+    deadline = time.monotonic() + start_s
+    while not until(base):
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with {process.returncode}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the server was not up after {start_s:g} s")
+        time.sleep(poll_s)
 
 
 def stop(process: subprocess.Popen[bytes], *, timeout: float = 10) -> None:

@@ -20,7 +20,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import time
 import urllib.error
 import urllib.request
 import zipfile
@@ -30,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.launch import free_port, stop
+from benchmarks.launch import free_port, health, stop, wait_up
 
 ROOT = Path(__file__).resolve().parents[1]
 GUARD = 180.0  # seconds for the installed server to start and load the default model on a busy machine
@@ -188,16 +187,10 @@ def served(venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
         env = outside_env(cwd)
         process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + GUARD
-        while True:  # wait for the health to say ready: 503 while the default model loads
-            try:
-                if _get(f"{base}/api/health")[0] == 200:
-                    break
-            except OSError:  # not listening yet
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the installed server did not start:\n{log.read_text(errors='replace')}")
-            time.sleep(0.05)
+        try:  # until the health says ready (200): 503 while the default model loads
+            wait_up(process, base, until=lambda base: health(base) is not None, start_s=GUARD, poll_s=0.05)
+        except RuntimeError as error:
+            pytest.fail(f"the installed server did not start ({error}):\n{log.read_text(errors='replace')}")
         yield base
     finally:
         stop(process, timeout=30)

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from checkpoints import build_long_llama
 
-from benchmarks.launch import free_port, healthy, stop
+from benchmarks.launch import free_port, stop, wait_up
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "llama-long"
@@ -77,11 +77,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     with served.stdout.open("wb") as out, served.stderr.open("wb") as err:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=err)
     try:
-        deadline = time.monotonic() + GUARD
-        while not healthy(f"http://127.0.0.1:{port}"):
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"headscope serve did not start (exit {process.returncode}):\n{served.log()}")
-            time.sleep(0.2)
+        try:
+            wait_up(process, f"http://127.0.0.1:{port}", start_s=GUARD, poll_s=0.2)
+        except RuntimeError as error:
+            pytest.fail(f"headscope serve did not start ({error}):\n{served.log()}")
         yield served
     finally:
         stop(process, timeout=30)
