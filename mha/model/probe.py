@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 
 
 class Probed(Protocol):
-    """What a probe reads of the model (AttentionModel has it): a Protocol, so this module, which
+    """What a probe reads of the model, and no more (AttentionModel has it): a Protocol, so this module, which
     AttentionModel imports, need not import it back (no circle, annotations included)."""
 
     network: Any
@@ -74,13 +74,9 @@ class Probed(Protocol):
     @property
     def config(self) -> NetworkConfig: ...
 
+    # as attend_ids calls it; AttentionModel's own takes more options
     def forward_padded(
-        self,
-        encoded: Sequence[Encoded],
-        *,
-        hidden_state: bool = False,
-        cancel: Callable[[], bool] | None = None,
-        on_device: bool = False,
+        self, encoded: Sequence[Encoded], *, cancel: Callable[[], bool] | None = None
     ) -> tuple[Tensor, Tensor | None]: ...
 
 
