@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +34,7 @@ __all__ = [
     "Embedding",
     "Embeddings",
     "FeedForward",
+    "block_attention",
     "cast_network",
     "clamp_overflow",
     "make_norm",
@@ -51,6 +52,22 @@ assert tuple(_ACTIVATIONS) == ACTIVATIONS  # one list of names, checked where th
 
 Rotary = tuple[torch.Tensor, torch.Tensor]
 M = TypeVar("M", bound=nn.Module)
+
+
+def block_attention(config: TransformerConfig, **options: Any) -> MultiHeadAttention:
+    """A MultiHeadAttention of `config`'s width and heads with the options every attention of a block takes
+    from it alike (dropout, biases, head_dim, scale); `options` are the attention's own: a self-attention's
+    kv heads, soft-cap and q/k norm, a decoder's cross attention's kdim and vdim (mha.networks.seq2seq)."""
+    return MultiHeadAttention(
+        config.embed_dim,
+        config.num_heads,
+        dropout=config.attention_dropout,
+        bias=config.attention_bias,
+        out_bias=config.out_bias,
+        head_dim=config.head_dim,
+        scale=config.attention_scale,
+        **options,
+    )
 
 
 def make_norm(config: TransformerConfig) -> nn.Module:
@@ -165,15 +182,9 @@ class Block(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.pre_norm = config.is_pre_norm
-        self.attn = MultiHeadAttention(
-            config.embed_dim,
-            config.num_heads,
-            dropout=config.attention_dropout,
-            bias=config.attention_bias,
-            out_bias=config.out_bias,
+        self.attn = block_attention(
+            config,
             num_kv_heads=config.num_kv_heads,
-            head_dim=config.head_dim,
-            scale=config.attention_scale,
             softcap=config.attention_softcap,
             qk_norm_eps=config.layer_norm_eps if config.qk_norm else None,
             qk_norm_offset=config.norm_offset,

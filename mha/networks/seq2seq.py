@@ -23,8 +23,7 @@ import torch
 from torch import nn
 
 from mha.core.config import TransformerConfig
-from mha.core.layers import Block, make_norm
-from mha.core.multihead import MultiHeadAttention
+from mha.core.layers import Block, block_attention, make_norm
 from mha.core.taps import NO_TAPS, Taps
 from mha.errors import Cancelled
 from mha.networks.model import Transformer
@@ -84,17 +83,8 @@ class DecoderBlock(Block):
 
     def __init__(self, config: TransformerConfig, source_dim: int) -> None:
         super().__init__(config)
-        self.cross_attn = MultiHeadAttention(
-            config.embed_dim,
-            config.num_heads,
-            kdim=source_dim,  # keys and values come from the encoder's states
-            vdim=source_dim,
-            dropout=config.attention_dropout,
-            bias=config.attention_bias,
-            out_bias=config.out_bias,
-            head_dim=config.head_dim,
-            scale=config.attention_scale,
-        )
+        # keys and values come from the encoder's states
+        self.cross_attn = block_attention(config, kdim=source_dim, vdim=source_dim)
         self.cross_norm = make_norm(config)
 
     def decode(
