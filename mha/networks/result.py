@@ -5,7 +5,7 @@ each other."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Self
+from typing import Any, Self
 
 import torch
 
@@ -15,6 +15,16 @@ from mha.networks.seq2seq import Seq2SeqConfig
 from mha.text.tokenize import Encoded
 
 __all__ = ["ARCHITECTURES", "AttentionResult", "ModelInfo", "Seq2SeqResult", "owned"]
+
+# What a result keeps of each encoded side's tokens (its source's; an encoder-decoder's target's as
+# target_*), under Encoded's own names
+MARKS = ("special", "unknown", "offsets", "word_ids", "truncated")
+
+
+def marks_of(encoded: Encoded, prefix: str = "") -> dict[str, Any]:
+    """`encoded`'s MARKS as a result's fields: {prefix + name: its value}."""
+    return {prefix + name: getattr(encoded, name) for name in MARKS}
+
 
 # What ModelInfo.architecture says: bidirectional, causal, or an encoder read by a causal decoder
 ARCHITECTURES = ("encoder", "decoder", "encoder-decoder")
@@ -158,15 +168,11 @@ class AttentionResult:
             attentions=keep(attentions),
             segments=encoded.segments,
             type_ids=encoded.type_ids,
-            special=encoded.special,
-            unknown=encoded.unknown,
-            offsets=encoded.offsets,
-            word_ids=encoded.word_ids,
-            truncated=encoded.truncated,
             hidden_state=None if hidden_state is None else keep(hidden_state),
             generated=generated,
             texts=encoded.texts,
             value_products=None if value_products is None else keep(value_products),
+            **marks_of(encoded),
         )
 
 

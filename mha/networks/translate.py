@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import torch
 
 from mha.errors import Cancelled
-from mha.networks.result import ModelInfo, Seq2SeqResult, owned
+from mha.networks.result import ModelInfo, Seq2SeqResult, marks_of, owned
 from mha.networks.seq2seq import EncoderDecoder
 from mha.text.tokenize import Encoded, TextEncoder
 
@@ -141,11 +141,7 @@ def attend_seq2seq(
         generated=len(new),
         target_tokens=spell(model.tokenizer, decoder_input.ids),
         target_ids=decoder_input.ids,
-        target_special=decoder_input.special,
-        target_unknown=decoder_input.unknown,
-        target_offsets=decoder_input.offsets,
-        target_word_ids=decoder_input.word_ids,
-        target_truncated=decoder_input.truncated,
+        **marks_of(decoder_input, "target_"),
         target=target or "",
         decoder_attentions=owned(own[:, 0].to("cpu", torch.float32)),
         cross_attentions=owned(cross[:, 0].to("cpu", torch.float32)),
