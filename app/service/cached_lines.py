@@ -15,12 +15,20 @@ from app.service.streamed_work import StreamedWork
 
 
 class CachedLines:
-    """`parts`' submit_work, off_loop and cache look-up, and a StreamedWork of `event`, `what` and
-    `failed` (its arguments) whose answer is a result line cached under its key."""
+    """`parts`' settings, models, submit_work, off_loop and cache look-up, `key(source)` (the service's one
+    key builder, for the part's sources), and a StreamedWork of `event`, `what` and `failed` (its arguments)
+    whose answer is a result line cached under its key."""
 
     def __init__(
-        self, parts: Parts, *, event: Callable[[int, int], dict[str, Any]], what: str, failed: str
+        self,
+        parts: Parts,
+        *,
+        key: Callable[[Any], Hashable],
+        event: Callable[[int, int], dict[str, Any]],
+        what: str,
+        failed: str,
     ) -> None:
+        self.settings, self.models, self.key = parts.settings, parts.models, key
         self.submit, self.off_loop = parts.forwards.submit_work, parts.encoders.off_loop
         self.get = parts.answers.get
         self._cached = parts.answers.cached

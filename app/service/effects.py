@@ -80,16 +80,13 @@ def done_line(name: str, model: mha.AttentionModel, effects: HeadEffects) -> byt
 
 
 class HeadAblations:
-    """The service's head ablations (module docstring), made with the service's parts: its models, the
-    answers' cache, the forwards (the ablations run on the model's workers) and the encoding threads;
-    `key(source)` is the service's one key builder."""
+    """The service's head ablations (module docstring), run on the model's workers by a CachedLines of the
+    service's parts."""
 
     def __init__(self, parts: Parts, *, key: Callable[[Source], Hashable]) -> None:
-        self.settings = parts.settings
-        self._models = parts.models
-        self._key = key
         self._work = CachedLines(
             parts,
+            key=key,
             event=lambda done, layers: {"event": "progress", "done": done, "layers": layers},
             what="the head effects",
             failed="measuring the head effects failed on the server (logged)",
@@ -100,23 +97,23 @@ class HeadAblations:
         of more than PROGRESS_HEADS heads), then the result, or {"event": "error", "detail": ...}. Errors
         found before the work (unknown model, a target it cannot take, the input's own) are raised here,
         for a 4xx."""
-        name = self._models.resolve(request.model)
+        name = self._work.models.resolve(request.model)
         new_tokens = request.max_new_tokens
-        if new_tokens is not None and new_tokens > self.settings.max_new_tokens:
+        if new_tokens is not None and new_tokens > self._work.settings.max_new_tokens:
             raise InvalidInputError(
                 f"max_new_tokens ({new_tokens}) is over this service's limit "
-                f"({self.settings.max_new_tokens}, HEADSCOPE_MAX_NEW_TOKENS)"
+                f"({self._work.settings.max_new_tokens}, HEADSCOPE_MAX_NEW_TOKENS)"
             )
-        model = await self._models.model(name)  # loaded on a loader thread; at once once loaded
+        model = await self._work.models.model(name)  # loaded on a loader thread; at once once loaded
         info = model.info
         if request.target is not None and info.seq2seq:
             new_tokens = None  # the target is read, nothing written
         elif info.seq2seq and new_tokens is None:  # it writes its target first, as /api/attention
-            new_tokens = min(DEFAULT_NEW_TOKENS, self.settings.max_new_tokens)
+            new_tokens = min(DEFAULT_NEW_TOKENS, self._work.settings.max_new_tokens)
         elif not info.seq2seq:
             new_tokens = new_tokens or None  # 0 and null: the text alone
         source: Source = (name, request.text, request.text_pair, new_tokens, request.chat, request.target)
-        key = self._key(source)
+        key = self._work.key(source)
         hit = self._work.get(key)
         if hit is None:
             await prerender(model, request.text, request.chat)  # not in the shared encoding threads
@@ -139,7 +136,7 @@ class HeadAblations:
             model.encoder.encode_target(target, self._limit(model))
 
     def _limit(self, model: mha.AttentionModel) -> int:
-        return self.settings.tokens_for(model.info.max_tokens)
+        return self._work.settings.tokens_for(model.info.max_tokens)
 
     async def _compute(self, source: Source, key: Hashable, abandoned: threading.Event) -> bytes:
         name, text, pair, new_tokens, chat, target = source

@@ -67,16 +67,13 @@ def done_line(name: str, model: mha.AttentionModel, source: Source, probe: mha.H
 
 
 class HeadProbes:
-    """The service's head probes (module docstring), made with the service's parts: its models, the
-    answers' cache, the forwards (a probe runs on the model's workers) and the encoding threads;
-    `key(source)` is the service's one key builder."""
+    """The service's head probes (module docstring), run on the model's workers by a CachedLines of the
+    service's parts."""
 
     def __init__(self, parts: Parts, *, key: Callable[[Source], Hashable]) -> None:
-        self.settings = parts.settings
-        self._models = parts.models
-        self._key = key
         self._work = CachedLines(
             parts,
+            key=key,
             event=lambda done, chunks: {"event": "progress", "done": done, "chunks": chunks},
             what="the head probe",
             failed="probing the heads failed on the server (logged)",
@@ -86,10 +83,10 @@ class HeadProbes:
         """NDJSON lines: {"event": "progress", "done": d, "chunks": c} after each chunk of sequences, then
         the result, or {"event": "error", "detail": ...}.
         Errors found before the work (unknown model, a length past the model's limit) are raised here."""
-        name = self._models.resolve(request.model)
-        model = await self._models.model(name)  # loaded on a loader thread; at once once loaded
+        name = self._work.models.resolve(request.model)
+        model = await self._work.models.model(name)  # loaded on a loader thread; at once once loaded
         # mha's bound for the model (its decoder's limit for an encoder-decoder), under the service's cap
-        most = min(probe_max_length(model), (self.settings.max_tokens - 1) // 2)
+        most = min(probe_max_length(model), (self._work.settings.max_tokens - 1) // 2)
         if request.length > most:
             raise InvalidInputError(
                 f"length ({request.length}) is over {most} for {name!r}: each probe row is the start token "
@@ -97,7 +94,7 @@ class HeadProbes:
                 "(the model's limit, or HEADSCOPE_MAX_TOKENS)"
             )
         source: Source = (name, request.seed, request.sequences, request.length)
-        key = self._key(source)
+        key = self._work.key(source)
         return self._work.events(key, partial(self._compute, source, key), hit=self._work.get(key))
 
     async def _compute(self, source: Source, key: Hashable, abandoned: threading.Event) -> bytes:
