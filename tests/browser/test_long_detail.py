@@ -13,17 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from checkpoints import build_checkpoint
 
 import mha
-from benchmarks.launch import serve
-from tests.browser.conftest import ARTIFACTS, SERVER_START_S, VIEWPORT, PageSession, cell_js, zoom_js
+from tests.browser.conftest import VIEWPORT, PageSession, cell_js, zoom_js
 from tests.tolerances import ROUND6, regemm_weight, rounded_row_sum
 
 pytestmark = pytest.mark.browser
 
-MODEL = "llama-long-zoom"
-MAX_POSITIONS = 8192
 TEXT = " ".join(f"Sentence {i} says the cat sat on the mat." for i in range(160))  # ~3,100 tokens
 LAYER, HEAD = 1, 2
 MAX_CELLS = 512
@@ -116,41 +112,15 @@ HOLD_JS = """() => {
 }"""
 
 
-@pytest.fixture(scope="module")
-def long_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny random Llama of tests/checkpoints.py, its position limit raised to MAX_POSITIONS: RoPE is
-    computed per position, so no weight depends on the limit, and the model takes inputs of thousands of
-    tokens."""
-    directory = build_checkpoint("llama", tmp_path_factory.mktemp(MODEL))
-    limits = (("config.json", "max_position_embeddings"), ("tokenizer_config.json", "model_max_length"))
-    for name, key in limits:
-        config = json.loads((directory / name).read_text())
-        config[key] = MAX_POSITIONS
-        (directory / name).write_text(json.dumps(config))
-    return directory
-
-
-@pytest.fixture(scope="module")
-def long_server(long_llama: Path) -> Iterator[str]:
-    env = {
-        "HEADSCOPE_MODELS": json.dumps({MODEL: str(long_llama)}),
-        "HEADSCOPE_DEFAULT_MODEL": MODEL,
-        "HEADSCOPE_DEVICE": "cpu",
-        "HEADSCOPE_THREADS": "1",
-        "HEADSCOPE_LOG_LEVEL": "warning",
-    }
-    with serve(env, log=ARTIFACTS / "long-detail-server.log", start_s=SERVER_START_S) as running:
-        yield running.base
-
-
 @pytest.fixture
-def shown(browser: Any, long_server: str) -> Iterator[tuple[PageSession, dict[str, Any]]]:
-    """The app's page with a LongDetail showing head (LAYER, HEAD) of TEXT's trace; the window requests'
-    bodies are kept in page.windows. The page must stay on our server and raise no script errors."""
+def shown(browser: Any, server: str, long_model: str) -> Iterator[tuple[PageSession, dict[str, Any]]]:
+    """The app's page with a LongDetail showing head (LAYER, HEAD) of TEXT's trace on the session server's
+    long Llama; the window requests' bodies are kept in page.windows. The page must stay on our server and
+    raise no script errors."""
     context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()
     page.set_default_timeout(60_000)  # the trace's forward on a busy shared machine
-    tracked = PageSession(page, long_server)
+    tracked = PageSession(page, server)
     windows: list[dict[str, Any]] = []
 
     def asked(request: Any) -> None:
@@ -160,11 +130,11 @@ def shown(browser: Any, long_server: str) -> Iterator[tuple[PageSession, dict[st
     page.on("request", asked)
     tracked.windows = windows  # type: ignore[attr-defined]
     tracked.open()
-    setup = page.evaluate(SETUP_JS, [TEXT, MODEL, LAYER, HEAD])
+    setup = page.evaluate(SETUP_JS, [TEXT, long_model, LAYER, HEAD])
     assert setup["drawn"] is True
     yield tracked, setup
     context.close()
-    assert all(url.startswith(long_server + "/") for url in tracked.requests), tracked.requests
+    assert all(url.startswith(server + "/") for url in tracked.requests), tracked.requests
     assert tracked.errors == [], f"uncaught page errors: {tracked.errors}"
 
 
@@ -223,7 +193,7 @@ def test_the_first_view_is_the_whole_head_pooled_to_the_plot(shown: Shown, artif
 
 
 def test_a_zoom_fetches_exact_cells_whose_hover_is_the_row(
-    shown: Shown, long_llama: Path, artifacts: Path
+    shown: Shown, long_model: str, long_llama_dir: Path, artifacts: Path
 ) -> None:
     session, setup = shown
     page = session.page
@@ -231,7 +201,7 @@ def test_a_zoom_fetches_exact_cells_whose_hover_is_the_row(
     # Query i's exact weights from the trace's row; the view is queries 1,000-1,149 and the 120 keys around
     # i's heaviest one, so the hover is read on a weight worth reading, not a zero compared with a zero.
     i = 1100
-    head = {"text": TEXT, "model": MODEL, "layer": LAYER, "head": HEAD}
+    head = {"text": TEXT, "model": long_model, "layer": LAYER, "head": HEAD}
     row = post(session.base, "/api/trace/row", {**head, "q": i})
     assert row["n"] == n
     j = max(range(i + 1), key=lambda key: row["values"][key])
@@ -266,7 +236,7 @@ def test_a_zoom_fetches_exact_cells_whose_hover_is_the_row(
     # The window's block of rows and the row compute query i's scores in different GEMM shapes: a score is a
     # D-term dot product, reordered it moves by up to D·u·|s|max (Higham's gamma_D), the weight exp(s - lse)
     # by its weight (<= 1) times that, plus one rounding of exp each; each side rounds to 6 decimals.
-    model = mha.load_pretrained(long_llama, device="cpu")
+    model = mha.load_pretrained(long_llama_dir, device="cpu")
     trace = model.trace(TEXT)
     kept = trace.layers[LAYER]
     q = kept.q[HEAD].double().norm(dim=-1).max().item()
