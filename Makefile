@@ -69,14 +69,17 @@ typecheck: $(VENV)/.installed-dev
 
 # Two lanes, one a core, each about half of the suite's time. One runs mypy, then in one pytest process
 # tests/app/test_fuzz.py (it shares no state with the other files, and its last test reads only what its own
-# fuzz tests recorded) and tests/mha/ but for SmolLM2's file. The other runs every other file in pytest's
-# usual order: the browser tests after tests/app/ in one process (Playwright leaves an asyncio loop
-# running), and tests/mha/test_gguf_smollm2.py beside the browser server, which reads the bundled GGUF's
-# conversion that file makes in the lane's temporary folder. The lanes are evened by hand, by moving files
-# of tests/app/ to the first (now test_effects_api, and test_first_request, a server started in a subprocess:
-# ~20 s): a fresh clone on the distribution's Python had 523 s of tests there after mypy (~45 s cold), and
-# 556 s in the second; 238 s and 280 s on a faster 2-core machine (AMD EPYC, AVX-512), where the whole
-# `make test` took 5:10.
+# fuzz tests recorded), tests/mha/ but for SmolLM2's file, and last tests/browser/test_notebook.py (its own
+# Jupyter server and the session's `browser`, none of the browser server; last, as Playwright leaves an
+# asyncio loop running). The other runs every other file in pytest's usual order: the browser tests after
+# tests/app/ in one process (that loop again), and tests/mha/test_gguf_smollm2.py beside the browser
+# server, which reads the bundled GGUF's conversion that file makes in the lane's temporary folder. The
+# lanes are evened by hand, by moving whole files to the first (test_effects_api, test_first_request: a
+# server started in a subprocess, ~10 s; test_notebook: JupyterLab, Notebook 7 and their kernels, ~55 s).
+# Each directory alone on a 2-core machine shared with other work (load 1-4): mypy 23 s warm (~45 cold),
+# test_fuzz 118 s, tests/mha/ 191 s (SmolLM2's file 12), tests/app/ but the fuzz 122 s (the two moved
+# ~12), tests/browser/ 345 s (test_notebook 59), tests/test_*.py 17 s: ~410 s in the first lane with a
+# cold mypy, ~410 s in the second (~350 and ~475 before test_notebook moved).
 # Lines say "mypy:" or "first:" where they come from the first lane; either lane failing (mypy included)
 # fails the target. A plain `pytest` still runs all of it in one process. PYTEST_ARGS go to both lanes'
 # pytest (`make test PYTEST_ARGS=--durations=15`: each lane's slowest).
@@ -87,7 +90,7 @@ typecheck: $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 FIRST_LANE := tests/app/test_fuzz.py \
 	$(filter-out tests/mha/test_gguf_smollm2.py,$(sort $(wildcard tests/mha/test_*.py))) \
-	tests/app/test_effects_api.py tests/app/test_first_request.py
+	tests/app/test_effects_api.py tests/app/test_first_request.py tests/browser/test_notebook.py
 test: export OMP_NUM_THREADS = 1
 test: $(VENV)/.installed-dev chromium lint jstest
 	set -o pipefail; \
