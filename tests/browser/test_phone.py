@@ -7,7 +7,8 @@ token is labelled on both axes up to 64 tokens, in the detail, the words view an
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -35,17 +36,34 @@ def sentence(n: int) -> str:
     return " ".join(WORDS[i % len(WORDS)] for i in range(n - 2))
 
 
+@pytest.fixture(scope="module")
+def contexts(browser: Any) -> Iterator[Callable[[dict[str, Any]], Any]]:
+    """The context of a screen's options (PHONE, DESKTOP), one each, made when a test first asks for it and
+    closed with the module: each test's page is its own, where the pages before it left V8's compiled
+    plotly.js and the HTTP cache, as `session`'s profile keeps them (the page keeps nothing in storage)."""
+    made: dict[str, Any] = {}
+
+    def context(options: dict[str, Any]) -> Any:
+        key = json.dumps(options, sort_keys=True)
+        if key not in made:
+            made[key] = browser.new_context(**options)
+        return made[key]
+
+    yield context
+    for each in made.values():
+        each.close()
+
+
 @pytest.fixture
-def screen(request: Any, browser: Any, server: str) -> Iterator[PageSession]:
-    """A PageSession in a fresh context of the size a test names (indirect parametrisation); it must end
-    on our server, error-free."""
-    context = browser.new_context(**request.param)
-    page = context.new_page()
+def screen(request: Any, contexts: Callable[[dict[str, Any]], Any], server: str) -> Iterator[PageSession]:
+    """A PageSession, a new page in the context of the size a test names (indirect parametrisation); it
+    must end on our server, error-free."""
+    page = contexts(request.param).new_page()
     page.set_default_timeout(30_000)
     tracked = PageSession(page, server)
     tracked.width = request.param["viewport"]["width"]  # type: ignore[attr-defined]
     yield tracked
-    context.close()
+    page.close()
     assert tracked.errors == [], f"uncaught page errors: {tracked.errors}"
     assert all(url.startswith((server + "/", f"blob:{server}/")) for url in tracked.requests)
 
