@@ -216,6 +216,7 @@ class AttentionModel:
     # Every head's detection scores on repeated random tokens -> HeadProbe (mha.model.probe).
     probe_heads = probe.probe_heads
     attend_ids = probe.attend_ids  # the AttentionResult of ids as they are: a probe's own input
+    attend_probe = probe.attend_probe  # the AttentionResult of the probe's first sequence
 
     def trace(
         self,

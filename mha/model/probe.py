@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 from torch import Tensor
@@ -53,6 +53,7 @@ from mha.analysis.detection import (
 from mha.errors import Cancelled, ProbeSizeError
 from mha.networks.result import AttentionResult
 from mha.networks.seq2seq import EncoderDecoder
+from mha.networks.translate import Translator, attend_seq2seq_ids
 from mha.text.tokenize import Encoded, control_ids, unknown_id
 
 if TYPE_CHECKING:
@@ -80,7 +81,8 @@ class Probed(Protocol):
     ) -> tuple[Tensor, Tensor | None]: ...
 
 
-__all__ = ["MAX_SEQUENCES", "PROBE_MAPS_BYTES", "HeadProbe", "attend_ids", "probe_heads", "probe_ids"]
+__all__ = ["MAX_SEQUENCES", "PROBE_MAPS_BYTES", "HeadProbe", "attend_ids", "attend_probe", "probe_heads"]
+__all__ += ["probe_ids"]
 __all__ += ["max_length", "probe_vocabulary"]
 
 MAX_SEQUENCES = 32  # sequences a probe runs at most: the mean's standard error is already spread / 5.7
@@ -169,12 +171,7 @@ def probe_heads(
     """``model.probe_heads(...)``: see the module docstring."""
     seq2seq = isinstance(model.network, EncoderDecoder)
     network = model.network.decoder if seq2seq else model.network
-    _check_size(model, sequences, length)
-    start = int(model.network.config.decoder_start_token_id) if seq2seq else start_token(model.tokenizer)
-    vocabulary = probe_vocabulary(model.tokenizer, model.config.vocab_size)
-    if len(vocabulary) == 0:
-        raise ValueError(f"{model.info.name}'s tokenizer has no ordinary token to draw a probe from")
-    ids = probe_ids(vocabulary, start, seed=seed, sequences=sequences, length=length)
+    ids = _draw(model, seed=seed, sequences=sequences, length=length)
     layers, heads = network.config.num_layers, network.config.num_heads
     per_sequence = {kind: torch.empty(sequences, layers, heads) for kind in KINDS}
     n = ids.shape[1]
@@ -205,6 +202,33 @@ def probe_heads(
         margin=DETECTION_MARGIN,
         kind="decoder" if seq2seq else "self",
     )
+
+
+def _draw(model: Probed, *, seed: int, sequences: int, length: int) -> Tensor:
+    """The probe's ids [sequences, 2 * length (+ 1)], its size checked first (module docstring)."""
+    _check_size(model, sequences, length)
+    seq2seq = isinstance(model.network, EncoderDecoder)
+    start = int(model.network.config.decoder_start_token_id) if seq2seq else start_token(model.tokenizer)
+    vocabulary = probe_vocabulary(model.tokenizer, model.config.vocab_size)
+    if len(vocabulary) == 0:
+        raise ValueError(f"{model.info.name}'s tokenizer has no ordinary token to draw a probe from")
+    return probe_ids(vocabulary, start, seed=seed, sequences=sequences, length=length)
+
+
+def attend_probe(
+    model: Probed, seed: int = 0, length: int = 50, *, cancel: Callable[[], bool] | None = None
+) -> AttentionResult:
+    """``model.attend_probe(seed, length)``: the AttentionResult of the probe's first sequence, the ids
+    ``probe_heads(seed, sequences, length)`` scores in its row 0 whatever ``sequences`` (the draw is row by
+    row from one seeded generator), so a head's score can be seen on its own input. An encoder-decoder's
+    is a Seq2SeqResult: the empty source, the sequence read as the decoder's target after its start token
+    (``attend(target=...)``'s forced decoding), the decoder's self-attention the one probed."""
+    ids = _draw(model, seed=seed, sequences=1, length=length)[0].tolist()
+    if isinstance(model.network, EncoderDecoder):
+        # Forced decoding reads only what Probed has of a Translator (no LM head, no logits bias).
+        source = _empty_source(model)[0].tolist()
+        return attend_seq2seq_ids(cast(Translator, model), source, ids[1:], cancel=cancel)
+    return attend_ids(model, ids, cancel=cancel)
 
 
 def _score_chunk(

@@ -13,7 +13,7 @@ so decoder and cross attention row i − 1 are what the model looked at while wr
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -24,7 +24,14 @@ from mha.networks.result import ModelInfo, Seq2SeqResult, marks_of, owned
 from mha.networks.seq2seq import EncoderDecoder
 from mha.text.tokenize import Encoded, TextEncoder
 
-__all__ = ["DEFAULT_NEW_TOKENS", "Translator", "attend_seq2seq", "greedy_target", "spell"]
+__all__ = [
+    "DEFAULT_NEW_TOKENS",
+    "Translator",
+    "attend_seq2seq",
+    "attend_seq2seq_ids",
+    "greedy_target",
+    "spell",
+]
 
 DEFAULT_NEW_TOKENS = 20  # what attend() writes when given neither a target nor max_new_tokens
 
@@ -101,17 +108,58 @@ def attend_seq2seq(
     if max_new_tokens is not None and max_new_tokens < 0:
         raise ValueError(f"max_new_tokens ({max_new_tokens}) must be at least 0")
     network: EncoderDecoder = model.network
-    start = network.config.decoder_start_token_id
     source = model.encoder.encode_batch([(text, text_pair)], limit, chat=chat)[0]
+    given = None
     if target is not None:
         # Room for the start token: the target's own tokens are cut to the decoder's limit minus one.
         given = model.encoder.encode_target(target, network.decoder.config.max_tokens - 1)
+    return _decoded(
+        model,
+        source,
+        given,
+        target or "",
+        max_new_tokens,
+        hidden_state=hidden_state,
+        cancel=cancel,
+        norms=norms,
+    )
+
+
+def attend_seq2seq_ids(
+    model: Translator,
+    source_ids: Sequence[int],
+    target_ids: Sequence[int],
+    *,
+    cancel: Callable[[], bool] | None = None,
+) -> Seq2SeqResult:
+    """The attentions of ids as they are (a head probe's sequence, which decoding and tokenizing again
+    need not give back): ``source_ids`` through the encoder, ``target_ids`` read by forced decoding after
+    the decoder start token; no hidden states. Forced decoding reads neither the LM head nor the logits
+    bias."""
+    source, given = _written(list(source_ids), model.encoder), _written(list(target_ids), model.encoder)
+    return _decoded(model, source, given, "", None, hidden_state=False, cancel=cancel, norms=False)
+
+
+def _decoded(
+    model: Translator,
+    source: Encoded,
+    given: Encoded | None,
+    target: str,
+    max_new_tokens: int | None,
+    *,
+    hidden_state: bool,
+    cancel: Callable[[], bool] | None,
+    norms: bool,
+) -> Seq2SeqResult:
+    """The encoder over `source`, then the decoder over `given` (None: what the model writes first)."""
+    network: EncoderDecoder = model.network
+    start = network.config.decoder_start_token_id
     with torch.no_grad():
         source_ids = torch.tensor([source.ids], device=model.device)
         encoded = network.encoder(source_ids, cancel=cancel, need_products=norms)
         memory, encoder_attentions = encoded.hidden_state, encoded.attentions
         assert memory is not None  # need_hidden defaults to True
-        if target is None:
+        if given is None:
             budget = DEFAULT_NEW_TOKENS if max_new_tokens is None else max_new_tokens
             new = greedy_target(model, memory, budget, cancel)
             decoder_input = _written(new, model.encoder)
@@ -142,7 +190,7 @@ def attend_seq2seq(
         target_tokens=spell(model.tokenizer, decoder_input.ids),
         target_ids=decoder_input.ids,
         **marks_of(decoder_input, "target_"),
-        target=target or "",
+        target=target,
         decoder_attentions=owned(own[:, 0].to("cpu", torch.float32)),
         cross_attentions=owned(cross[:, 0].to("cpu", torch.float32)),
         decoder_hidden_state=owned(hidden[0].to("cpu", torch.float32)) if hidden_state else None,

@@ -252,3 +252,47 @@ def test_a_forward_that_overflows_is_refused_not_scored(
     model = load_pretrained(overflowing(tiny_checkpoints["llama"], tmp_path / "overflowing"))
     with pytest.raises(NonFiniteOutputError, match="computed NaN or an infinity"):
         model.probe_heads(sequences=2, length=4)
+
+
+@pytest.mark.parametrize("family", ["llama", "bert"])
+def test_attend_probe_opens_the_first_sequence_of_every_probe(
+    models: dict[str, AttentionModel], family: str
+) -> None:
+    """attend_probe(seed, length) is row 0 of the probe's draw whatever its number of sequences (one
+    seeded generator, row by row), and its maps are the ones that row was scored on."""
+    model = models[family]
+    opened = model.attend_probe(seed=5, length=LENGTH)
+    for sequences in (1, 8, probe.MAX_SEQUENCES):
+        drawn = probe._draw(model, seed=5, sequences=sequences, length=LENGTH)
+        assert opened.token_ids == drawn[0].tolist()
+    one = model.probe_heads(seed=5, sequences=1, length=LENGTH)
+    assert opened.tokens == one.tokens and len(opened.tokens) == 2 * LENGTH + 1
+    scores = detection_scores(opened.attentions, torch.tensor(opened.token_ids))
+    for kind in KINDS:
+        # The same ids through the same forward, alone or as the probe's batch of one.
+        torch.testing.assert_close(scores[kind], one.scores[kind], atol=FORWARD, rtol=0)
+    with pytest.raises(ProbeSizeError):
+        model.attend_probe(seed=5, length=probe.max_length(model) + 1)
+
+
+@pytest.mark.parametrize("family", ["t5", "bart"])
+def test_attend_probe_of_an_encoder_decoder_reads_the_sequence_as_its_target(
+    seq2seq_checkpoints: dict[str, Path], family: str
+) -> None:
+    """The empty source, the probe's row 0 as the decoder's input (its start token first): the three
+    attentions of that forced decoding, the decoder's the maps the probe scored."""
+    model = load_pretrained(seq2seq_checkpoints[family], device="cpu")
+    opened = model.attend_probe(seed=2, length=LENGTH)
+    ids = probe._draw(model, seed=2, sequences=4, length=LENGTH)[0]
+    assert opened.target_ids == ids.tolist()
+    assert opened.token_ids == probe._empty_source(model)[0].tolist()
+    with torch.no_grad():
+        memory, _ = model.network.encode(probe._empty_source(model), need_weights=False)
+        _, own, cross = model.network.decoder.decode(ids[None], memory)
+    # The same decoder forward over the same ids and memory.
+    torch.testing.assert_close(opened.decoder_attentions, own[:, 0], atol=FORWARD, rtol=0)
+    torch.testing.assert_close(opened.cross_attentions, cross[:, 0], atol=FORWARD, rtol=0)
+    scores = detection_scores(opened.decoder_attentions, ids)
+    one = model.probe_heads(seed=2, sequences=1, length=LENGTH)
+    for kind in KINDS:
+        torch.testing.assert_close(scores[kind], one.scores[kind], atol=FORWARD, rtol=0)
