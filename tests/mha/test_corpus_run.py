@@ -339,7 +339,9 @@ def test_resume_after_a_kill_ends_with_the_same_files(tmp_path: Path) -> None:
     source = tmp_path / "c.jsonl"
     write_jsonl(source, texts(24))  # 30 records: 6 shards
     assert _run_driver(source, tmp_path / "whole", 0).wait(timeout=600) == 0
-    killed = _run_driver(source, tmp_path / "resumed", 2.0)  # 2 s after each shard: time to kill it
+    # A pause after each of its 12 batches (2 a shard): once shard 0 is marked done, 10 pauses (5 s) are
+    # still to come before all 6 shards are, time to kill it.
+    killed = _run_driver(source, tmp_path / "resumed", 0.5)
     marker = tmp_path / "resumed" / "shards" / "00000.done.json"
     deadline = time.monotonic() + 300
     while not marker.exists() and killed.poll() is None and time.monotonic() < deadline:
