@@ -75,12 +75,11 @@ typecheck: $(VENV)/.installed-dev
 # tests/app/ in one process (that loop again), and tests/mha/test_gguf_smollm2.py beside the browser
 # server, which reads the bundled GGUF's conversion that file makes in the lane's temporary folder. The
 # lanes are evened by hand, by moving whole files to the first (test_effects_api; test_first_request, a
-# server started in a subprocess, ~7 s; test_chat_template_api, ~15 s; test_notebook: JupyterLab, Notebook 7
-# and their kernels, 32-59 s). Each alone on a 2-core machine shared with other work (load 0.1-4): mypy 23 s
-# warm (~45 cold), the first lane's pytest 334 s before test_chat_template_api joined it; the second's
-# files, a directory at a time: tests/app/ but the fuzz 122 s (the three moved ~27), tests/browser/ 345 s
-# (test_notebook 59), test_gguf_smollm2 12 s, tests/test_*.py 17 s: ~390 s and ~400 s, where they were
-# ~350 s and ~475 s before test_notebook and test_chat_template_api moved.
+# server started in a subprocess, ~7 s; test_notebook: JupyterLab, Notebook 7 and their kernels, 32-59 s).
+# Each lane's pytest alone on a 2-core machine shared with other work (load 0.1-3): the first 334 s (1,400
+# tests), then ~330 s with test_corpus_run's shorter pauses, beside mypy's 23 s warm (~45 s cold); the
+# second 348 s without test_chat_template_api (975 tests), ~361 s with it. While test_notebook ran in the
+# second, its directories alone summed to ~475 s there, against ~350 s with mypy in the first.
 # Lines say "mypy:" or "first:" where they come from the first lane; either lane failing (mypy included)
 # fails the target. A plain `pytest` still runs all of it in one process. PYTEST_ARGS go to both lanes'
 # pytest (`make test PYTEST_ARGS=--durations=15`: each lane's slowest).
@@ -91,8 +90,7 @@ typecheck: $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 FIRST_LANE := tests/app/test_fuzz.py \
 	$(filter-out tests/mha/test_gguf_smollm2.py,$(sort $(wildcard tests/mha/test_*.py))) \
-	tests/app/test_effects_api.py tests/app/test_first_request.py tests/app/test_chat_template_api.py \
-	tests/browser/test_notebook.py
+	tests/app/test_effects_api.py tests/app/test_first_request.py tests/browser/test_notebook.py
 test: export OMP_NUM_THREADS = 1
 test: $(VENV)/.installed-dev chromium lint jstest
 	set -o pipefail; \
