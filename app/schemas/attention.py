@@ -3,11 +3,21 @@ input (`InputText`), the attention and head requests, the models list and health
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from app.schemas.common import Index, NewTokens, StrictBool, TextInput, TextPair
+from app.schemas.common import (
+    MAX_TEXT_CHARS,
+    NOT_BLANK,
+    Index,
+    NewTokens,
+    StrictBool,
+    TextInput,
+    TextPair,
+    not_blank,
+)
+from app.schemas.probe import Length, Seed
 from mha.networks import DEFAULT_NEW_TOKENS
 
 WORDS_DESCRIPTION = (
@@ -17,8 +27,56 @@ WORDS_DESCRIPTION = (
 )
 
 
+# A probe input's own refusals, rules between fields that the schema does not state (its descriptions do).
+PROBE_ALONE = "with probe set"
+NO_TEXT = "text is empty: give a text, or a probe"
+
+
+def _blank_unless_empty(value: str) -> str:
+    # "" is the probe's (checked against `probe` by the model); a text of only spaces is refused as ever
+    return value if value == "" else not_blank(value)
+
+
+# The text, or "" beside a probe: the schema's pattern says "empty, or one non-space character".
+InputTextField = Annotated[
+    str,
+    Field(
+        max_length=MAX_TEXT_CHARS,
+        json_schema_extra={"pattern": f"^$|{NOT_BLANK}"},
+        examples=["The cat sat on the mat because it was tired."],
+        description='The text. "" (or absent) only with `probe`, which then is the input.',
+    ),
+    AfterValidator(_blank_unless_empty),
+]
+
+
+class ProbeInput(BaseModel):
+    """The head probe's first sequence (/api/probe's row 0 for the same seed and length, whatever its
+    `sequences`): a start token, `length` tokens drawn by `seed`, the same tokens again."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seed: Seed = Field(default=0, description="The probe's seed, as /api/probe's.")
+    length: Length = Field(
+        default=50,
+        description="Tokens drawn, then repeated once, as /api/probe's `length` (at most "
+        "(limit − 1) // 2 for the model's limit: a longer one is 422).",
+    )
+
+
 class InputText(TextInput):
-    """One input: a text, an optional pair, a model. The fields every attention body shares."""
+    """One input: a text, an optional pair, a model; or the head probe's first sequence (`probe`). The
+    fields every attention body shares."""
+
+    text: InputTextField = ""
+    probe: ProbeInput | None = Field(
+        default=None,
+        description="Instead of a text: the head probe's first sequence (POST /api/probe's row 0 for this "
+        "seed and length), its ids as drawn, tokens as the tokenizer spells them; an encoder-decoder's is "
+        "its decoder's target, the source the empty text. With probe set, text must be empty and "
+        "text_pair, chat, max_new_tokens, target and generate absent or default, and words false and "
+        'weighting "weight" where the body has them: otherwise 422.',
+    )
 
     max_new_tokens: NewTokens | None = Field(
         default=None,
@@ -53,6 +111,24 @@ class InputText(TextInput):
     def _target_or_generate(self) -> InputText:
         if self.generate and self.target is not None:
             raise ValueError("send a target or generate: true, not both (generate writes the target)")
+        if self.probe is None:
+            if self.text == "":
+                raise ValueError(NO_TEXT)
+            return self
+        others = {
+            "text": self.text != "",
+            "text_pair": self.text_pair is not None,
+            "chat": self.chat,
+            "max_new_tokens": bool(self.max_new_tokens),
+            "target": self.target is not None,
+            "generate": self.generate,
+        }
+        if any(others.values()):
+            sent = ", ".join(name for name, given in others.items() if given)
+            raise ValueError(
+                f"{PROBE_ALONE}, send no text, text_pair, chat, max_new_tokens, target or generate "
+                f"(got {sent})"
+            )
         return self
 
 
@@ -70,6 +146,13 @@ WEIGHTING_DESCRIPTION = (
 class AttentionRequest(InputText):
     words: StrictBool = Field(default=False, description=WORDS_DESCRIPTION)
     weighting: Weighting = Field(default="weight", description=WEIGHTING_DESCRIPTION)
+
+    @model_validator(mode="after")
+    def _probe_as_drawn(self) -> AttentionRequest:
+        # The probe's ids have no words (no offsets) and are run without the value norms.
+        if self.probe is not None and (self.words or self.weighting != "weight"):
+            raise ValueError(f'{PROBE_ALONE}, words must be false and weighting "weight" (the ids as drawn)')
+        return self
 
 
 Kind = Literal["encoder", "decoder", "cross"]

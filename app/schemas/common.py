@@ -29,7 +29,7 @@ NOT_BLANK = r"[^\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205
 _NOT_BLANK = re.compile(NOT_BLANK)
 
 
-def _not_blank(value: str) -> str:
+def not_blank(value: str) -> str:
     if not _NOT_BLANK.search(value):
         raise ValueError("text is blank: give at least one non-space character")
     return value
@@ -49,7 +49,7 @@ Text = Annotated[
         json_schema_extra={"pattern": NOT_BLANK},
         examples=["The cat sat on the mat because it was tired."],
     ),
-    AfterValidator(_not_blank),
+    AfterValidator(not_blank),
 ]
 
 TextPair = Annotated[
@@ -65,7 +65,7 @@ TextPair = Annotated[
 TraceText = Annotated[
     str,
     Field(min_length=1, max_length=TRACE_MAX_TEXT_CHARS, json_schema_extra={"pattern": NOT_BLANK}),
-    AfterValidator(_not_blank),
+    AfterValidator(not_blank),
 ]
 TraceTextPair = Annotated[
     str | None,

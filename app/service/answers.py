@@ -18,8 +18,10 @@ from app.settings import Settings
 T = TypeVar("T")
 V = TypeVar("V", bytes, Computed)
 # (registered model name, text, pair, tokens to write (None: the model's default), chat template, an
-# encoder-decoder's target): what a forward depends on
-Input = tuple[str, str, str | None, int | None, bool, str | None]
+# encoder-decoder's target, the head probe's (seed, length) when its first sequence is the input): what a
+# forward depends on
+Probe = tuple[int, int] | None
+Input = tuple[str, str, str | None, int | None, bool, str | None, Probe]
 
 
 def cache_key(kind: str, *inputs: Input, extra: tuple[Hashable, ...] = ()) -> tuple[Hashable, ...]:

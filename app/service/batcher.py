@@ -43,6 +43,7 @@ class Job:
     new_tokens: int | None = 0
     chat: bool = False  # the text as a user's turn of the model's chat template
     target: str | None = None  # an encoder-decoder's target text (forced decoding)
+    probe: tuple[int, int] | None = None  # the head probe's (seed, length): its first sequence, not text
     norms: bool = False  # keep the value norms too (weighting "norm"); a batch keeps them if any job asks
     # Set (by the service) when every client waiting for this job has gone: the job is dropped before
     # its forward, or its forward stops between layers.
@@ -128,11 +129,12 @@ class Batcher:
         new_tokens: int | None = 0,
         chat: bool = False,
         target: str | None = None,
+        probe: tuple[int, int] | None = None,
         norms: bool = False,
         abandoned: threading.Event | None = None,
         work: Callable[[Any], Any] | None = None,
     ) -> Future[Any]:
-        job = Job(text, pair, new_tokens, chat, target, norms, work=work)
+        job = Job(text, pair, new_tokens, chat, target, probe, norms, work=work)
         if abandoned is not None:
             job.abandoned = abandoned
         with self._lock:

@@ -28,6 +28,7 @@ from app.service.batcher import Batcher, Job, QueueFull, drop_if_abandoned
 from app.service.computed import Computed, article, from_result
 from app.service.flights import settled
 from app.service.model_access import ModelAccess
+from app.service.probe_size import check_probe_length
 from app.service.work_watch import WorkWatch
 from app.settings import Settings
 from mha.errors import Cancelled
@@ -59,15 +60,16 @@ def chars(text: str, pair: str | None, target: str | None = None) -> int:
 
 def _source(name: str, job: Job) -> Input:
     """The input a forward's job is of, as `Views.input` made it."""
-    return (name, job.text, job.pair, job.new_tokens, job.chat, job.target)
+    return (name, job.text, job.pair, job.new_tokens, job.chat, job.target, job.probe)
 
 
 def _is_long(job: Job) -> bool:
     # A continuation runs its own forwards, one per new token: never batched with others; so does an
     # encoder-decoder's target (`_forward` runs an encoder-decoder's batch one job at a time anyway).
     # A chat-templated text too: a batch is all one way (attend_batch's chat flag).
-    # Other work (a trace) runs alone as well.
+    # Other work (a trace) runs alone as well, and so does the probe's input (ids, not a text).
     long = job.work is not None or bool(job.new_tokens) or job.target is not None or job.chat
+    long = long or job.probe is not None
     return long or chars(job.text, job.pair, job.target) > BATCH_CHARS
 
 
@@ -130,7 +132,7 @@ class Forwards:
         """The forward's result, cached; `norms` asks for one that kept the value norms too (weighting
         "norm": ~10-20 % more forward, so the first view, which shows weights, does not pay it). A result
         with the norms answers for the weights as well."""
-        name, text, pair, new_tokens, chat, target = source
+        name, text, pair, new_tokens, chat, target, probe = source
         with_norms = result_key(source, norms=True)
         if not norms:
             hit = self._answers.get(with_norms)
@@ -138,8 +140,8 @@ class Forwards:
                 return hit  # type: ignore[no-any-return]
 
         async def forward(abandoned: threading.Event) -> Computed:
-            job = {"new_tokens": new_tokens, "chat": chat, "target": target, "abandoned": abandoned}
-            future = self.submit(name, text, pair, norms=norms, **job)
+            job: dict[str, Any] = {"new_tokens": new_tokens, "chat": chat, "target": target, "probe": probe}
+            future = self.submit(name, text, pair, norms=norms, abandoned=abandoned, **job)
             computed: Computed = await settled(future)
             self._answered(computed.nbytes)
             return computed
@@ -224,6 +226,8 @@ class Forwards:
         limit = self.settings.tokens_for(model.info.max_tokens)
         with torch.inference_mode():
             job = live[0]
+            if job.probe is not None:  # always alone
+                return [self._attend_probe(model, job.probe, cancel)]
             if job.new_tokens or job.target is not None or model.info.seq2seq:  # always alone
                 return [self._attend_one(model, job, limit, cancel)]
             return model.attend_batch(
@@ -236,6 +240,14 @@ class Forwards:
                 # A CUDA model's maps stay on its device: the compact first view is quantized there.
                 on_device=model.device.type == "cuda",
             )
+
+    def _attend_probe(
+        self, model: mha.AttentionModel, probe: tuple[int, int], cancel: Callable[[], bool]
+    ) -> mha.AttentionResult:
+        """The head probe's first sequence (worker thread), its length under the probe's own bound."""
+        seed, length = probe
+        check_probe_length(model, length, max_tokens=self.settings.max_tokens)
+        return model.attend_probe(seed=seed, length=length, cancel=cancel)
 
     def _attend_one(
         self, model: mha.AttentionModel, job: Job, limit: int, cancel: Callable[[], bool]

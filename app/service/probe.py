@@ -22,12 +22,11 @@ from typing import get_args
 import torch
 
 import mha
-from app.errors import InvalidInputError
 from app.schemas.probe import ProbeDone, ProbeKind, ProbeRequest
 from app.service.cached_lines import CachedLines
 from app.service.flights import settled
 from app.service.parts import Parts
-from mha.model import probe_max_length
+from app.service.probe_size import check_probe_length
 
 # (registered model name, seed, sequences, length): what a probe depends on.
 Source = tuple[str, int, int, int]
@@ -85,14 +84,7 @@ class HeadProbes:
         Errors found before the work (unknown model, a length past the model's limit) are raised here."""
         name = self._work.models.resolve(request.model)
         model = await self._work.models.model(name)  # loaded on a loader thread; at once once loaded
-        # mha's bound for the model (its decoder's limit for an encoder-decoder), under the service's cap
-        most = min(probe_max_length(model), (self._work.settings.max_tokens - 1) // 2)
-        if request.length > most:
-            raise InvalidInputError(
-                f"length ({request.length}) is over {most} for {name!r}: each probe row is the start token "
-                f"and the draw twice (2·length + 1 tokens), and it reads at most {2 * most + 1} tokens "
-                "(the model's limit, or HEADSCOPE_MAX_TOKENS)"
-            )
+        check_probe_length(model, request.length, max_tokens=self._work.settings.max_tokens)
         source: Source = (name, request.seed, request.sequences, request.length)
         key = self._work.key(source)
         return self._work.events(key, partial(self._compute, source, key), hit=self._work.get(key))

@@ -34,7 +34,8 @@ class Views:
         # generate: "" (a blank target never gets here as one: the schema makes it None), so a model that
         # cannot write a target refuses it in the forward, and the cache keeps it apart from a plain request.
         target = GENERATE if request.generate else request.target
-        return (name, request.text, request.text_pair, request.max_new_tokens, request.chat, target)
+        probe = None if request.probe is None else (request.probe.seed, request.probe.length)
+        return (name, request.text, request.text_pair, request.max_new_tokens, request.chat, target, probe)
 
     async def encoded(self, kind: str, request: AttentionRequest, encode: bodies.Encoder) -> bytes:
         """The cached answer of `kind`: encode(view) of the request's view, off the loop."""

@@ -316,7 +316,7 @@ def test_random_model_loads_on_first_use(client: TestClient) -> None:
     [
         ({"text": ""}, "text"),
         ({"text": "   \n\t "}, "blank"),
-        ({}, "text: Field required"),
+        ({}, "text is empty: give a text, or a probe"),
         ({"text": 42}, "text"),
         ({"text": ["a"]}, "text"),
         ({"text": "ok", "model": 3}, "model"),

@@ -166,3 +166,86 @@ def test_the_default_models_limit_is_said(client: TestClient) -> None:
     response = client.post("/api/probe", json={"length": 256})  # MiniLM reads 512 tokens: 255 at most
     assert response.status_code == 422
     assert "length (256) is over 255 for 'all-MiniLM-L6-v2'" in response.json()["detail"]
+
+
+# -- the probe's input (`probe` in every input body): its first sequence, opened as a text is ---------
+
+
+@pytest.mark.parametrize("name", ["llama", "t5"])
+def test_the_probe_input_answers_as_the_probes_first_sequence(client: TestClient, name: str) -> None:
+    """/api/attention with `probe` is model.attend_probe: the probe's row 0 (its token_ids as /api/probe
+    sends them), maps as the model gives them; T5's is its decoder's target, the source the empty text."""
+    body = {"model": name, "probe": {"seed": 3, "length": 5}}
+    answer = client.post("/api/attention", json=body)
+    assert answer.status_code == 200, answer.text
+    got = answer.json()
+    done = done_of(client.post("/api/probe", json={"model": name, "seed": 3, "sequences": 2, "length": 5}))
+    model = model_of(client, name)
+    expected = model.attend_probe(seed=3, length=5)
+    if name == "t5":
+        assert got["target_tokens"] == done["tokens"] == expected.target_tokens
+        assert got["decoder_attentions"] == [
+            [[[round(v, 6) for v in row] for row in h] for h in layer]
+            for layer in expected.decoder_attentions.double().tolist()
+        ]
+    else:
+        assert got["tokens"] == done["tokens"] == expected.tokens
+        assert got["attention"] == [
+            [[[round(v, 6) for v in row] for row in h] for h in layer]
+            for layer in expected.attentions.double().tolist()
+        ]
+    # The page's other views of the same input: the compact first view, one head, the analysis.
+    for route in ("/api/attention/compact", "/api/analysis"):
+        assert client.post(route, json=body).status_code == 200, route
+    kind = "decoder" if name == "t5" else "encoder"
+    head = client.post("/api/attention/head", json={**body, "layer": 0, "head": 0, "kind": kind})
+    assert head.status_code == 200, head.text
+
+
+def test_the_probe_input_is_one_forward_cached(client: TestClient) -> None:
+    """Two asks of the same probe input: one forward (the second a cache hit), apart from another seed's."""
+    model = model_of(client, "llama")
+    calls = []
+    original = model.attend_probe
+    model.attend_probe = lambda **kwargs: calls.append(kwargs) or original(**kwargs)
+    try:
+        for seed in (11, 11, 12):
+            response = client.post(
+                "/api/attention", json={"model": "llama", "probe": {"seed": seed, "length": 4}}
+            )
+            assert response.status_code == 200, response.text
+    finally:
+        del model.attend_probe
+    assert [call["seed"] for call in calls] == [11, 12]
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        ({"text": "a", "probe": {}}, "with probe set, send no text"),
+        ({"probe": {}, "text_pair": "b"}, "(got text_pair)"),
+        ({"probe": {}, "chat": True}, "(got chat)"),
+        ({"probe": {}, "max_new_tokens": 2}, "(got max_new_tokens)"),
+        ({"probe": {}, "generate": True}, "(got generate)"),
+        ({"probe": {}, "words": True}, "words must be false"),
+        ({"probe": {}, "weighting": "norm"}, "words must be false"),
+        ({"probe": {"seed": -1}}, "seed"),
+        ({"probe": {"length": 1}}, "length"),
+        ({"probe": {"sequences": 2}}, "Extra inputs are not permitted"),
+        ({"probe": {"length": 10_000}}, "length"),
+        ({"probe": None}, "text is empty: give a text, or a probe"),
+    ],
+)
+def test_a_bad_probe_input_is_422(client: TestClient, body: dict[str, Any], detail: str) -> None:
+    response = client.post("/api/attention", json={"model": "llama", **body})
+    assert response.status_code == 422, response.text
+    assert detail in response.json()["detail"]
+
+
+def test_the_probe_inputs_length_is_bounded_by_the_models_limit(client: TestClient) -> None:
+    limit = client.app.state.service.settings.tokens_for(model_of(client, "llama").info.max_tokens)  # type: ignore[attr-defined]
+    longest = (limit - 1) // 2
+    ok = client.post("/api/attention", json={"model": "llama", "probe": {"length": longest}})
+    assert ok.status_code == 200 and len(ok.json()["tokens"]) <= limit
+    over = client.post("/api/attention", json={"model": "llama", "probe": {"length": longest + 1}})
+    assert over.status_code == 422 and f"length ({longest + 1}) is over {longest}" in over.json()["detail"]
