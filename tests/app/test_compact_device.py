@@ -146,7 +146,7 @@ def test_a_cuda_service_builds_its_first_view_on_the_device(make_settings) -> No
         service = client.app.state.service
         answer = client.post(FIRST_VIEW, json={"text": text})
         assert answer.status_code == 200, answer.text[:300]
-        source = (service.models.registry.default, text, None, None, False, None)
+        source = (service.models.registry.default, text, None, None, False, None, None)
         view = service.answers.cache.get(cache_key("result", source))
         assert view.maps.device.type == "cuda" and "_host" not in view.__dict__
         on_host = replace(view, maps=view.maps.cpu())

@@ -50,6 +50,7 @@ from store_files import OLLAMA_MODEL, hf_snapshot, lmstudio_model, ollama_manife
 
 from app import errors
 from app.main import create_app
+from app.schemas.attention import NO_TEXT, PROBE_ALONE
 from app.schemas.common import MAX_TEXT_CHARS, NOT_BLANK
 from app.settings import Settings
 from mha.loading.gguf import folders as model_cache
@@ -252,9 +253,9 @@ answered: defaultdict[str, set[str]] = defaultdict(set)
 hostile_refused: defaultdict[str, set[str]] = defaultdict(set)
 # What the request validator said while the current example ran (errors.describe_validation).
 refusals: list[str] = []
-# The one refusal of the validator that a schema-valid body may get: a rule between two fields that the
-# schema does not state (the fields' descriptions do).
-UNSTATED_RULES = ("send a target or generate: true, not both",)
+# The refusals of the validator that a schema-valid body may get: rules between fields that the schema
+# does not state (the fields' descriptions do): a target or generate; a text or a probe, the probe alone.
+UNSTATED_RULES = ("send a target or generate: true, not both", NO_TEXT, PROBE_ALONE)
 
 
 @pytest.fixture(scope="module", autouse=True)

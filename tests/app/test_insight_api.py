@@ -37,7 +37,7 @@ def served(client: TestClient, text: str, pair: str | None = None, *, words: boo
     against mha.analysis on the very same tensor: equal up to the answer's own rounding. That the service's
     attention equals mha's own forward is tests/app/test_api.py's concern."""
     service = client.app.state.service  # type: ignore[attr-defined]
-    return run_async(service.views.view((MODEL, text, pair, None, False, None), words=words))
+    return run_async(service.views.view((MODEL, text, pair, None, False, None, None), words=words))
 
 
 def js_atol(m: int) -> float:
@@ -179,18 +179,26 @@ def test_words_are_cached_apart_from_tokens(client: TestClient) -> None:
     service = client.app.state.service  # type: ignore[attr-defined]
     name = "all-MiniLM-L6-v2"
     # Keys: (kind, model, text, pair, tokens to write (None: the default), chat, target, ...)
-    assert service.answers.cache.get(("result", name, text, None, None, False, None)).n == tokens["n"]
-    assert service.answers.cache.get(("words", name, text, None, None, False, None, "weight")).n == words["n"]
+    assert service.answers.cache.get(("result", name, text, None, None, False, None, None)).n == tokens["n"]
+    assert (
+        service.answers.cache.get(("words", name, text, None, None, False, None, None, "weight")).n
+        == words["n"]
+    )
     # Every answer kind is cached under its own (kind, ..., words, weighting) key of the same LRU.
     assert (
-        service.answers.cache.get(("json", name, text, None, None, False, None, True, "weight")) is not None
+        service.answers.cache.get(("json", name, text, None, None, False, None, None, True, "weight"))
+        is not None
     )
     assert (
-        service.answers.cache.get(("json", name, text, None, None, False, None, False, "weight")) is not None
+        service.answers.cache.get(("json", name, text, None, None, False, None, None, False, "weight"))
+        is not None
     )
     normed = post(client, "/api/attention", {"text": text, "weighting": "norm"})
-    assert service.answers.cache.get(("norm", name, text, None, None, False, None)).weighting == "norm"
-    assert service.answers.cache.get(("json", name, text, None, None, False, None, False, "norm")) is not None
+    assert service.answers.cache.get(("norm", name, text, None, None, False, None, None)).weighting == "norm"
+    assert (
+        service.answers.cache.get(("json", name, text, None, None, False, None, None, False, "norm"))
+        is not None
+    )
     assert normed["attention"] != tokens["attention"]
 
 

@@ -140,7 +140,7 @@ def test_an_encoder_decoder_weighs_all_three_attentions(
 
 def test_the_first_view_does_not_pay_for_the_norms(client: TestClient) -> None:
     text = "A text asked with weights first, then by norm."
-    source = ("all-MiniLM-L6-v2", text, None, None, False, None)
+    source = ("all-MiniLM-L6-v2", text, None, None, False, None, None)
     service = client.app.state.service  # type: ignore[attr-defined]
     client.post("/api/attention/compact", json={"text": text})
     assert service.answers.cache.get(("result", *source)).norms is None  # a forward without the products
@@ -151,4 +151,7 @@ def test_the_first_view_does_not_pay_for_the_norms(client: TestClient) -> None:
     other = "Norm first, then weights."
     client.post("/api/analysis", json={"text": other, "weighting": "norm"})
     client.post("/api/analysis", json={"text": other})
-    assert service.answers.cache.get(("result", "all-MiniLM-L6-v2", other, None, None, False, None)) is None
+    assert (
+        service.answers.cache.get(("result", "all-MiniLM-L6-v2", other, None, None, False, None, None))
+        is None
+    )

@@ -3,7 +3,8 @@ heads: its default probe runs in about a second on one core).
 
 One page session: nothing is probed until the button is pressed (from the keyboard); then the scatter
 holds one point per head at the API's own scores, the chips rank the heads the probe labels, a chip opens
-its head, the URL carries the probe (probe=heads&seed=0) and reopening it probes again by itself; the CSV
+its head on the probe's own input (input=probe: the first sequence, the typed text kept for the way back),
+the URL carries the probe (probe=heads&seed=0) and reopening it probes again by itself; the CSV
 and JSON exports hold the answer; on a phone's width the panel scrolls nothing sideways. Every expected
 number comes from the API itself. Fixtures are in conftest.py.
 """
@@ -87,9 +88,22 @@ def test_find_heads_draws_every_head_ranks_opens_links_and_exports(
     layer, head = int(chip.get_attribute("data-layer")), int(chip.get_attribute("data-head"))
     assert (layer, head) in labelled[chip.get_attribute("data-kind")]
     chip.focus()
-    page.keyboard.press("Enter")
-    page.wait_for_function(f"() => new URL(location).searchParams.get('head') === '{head}'")
-    assert parse_qs(urlparse(page.url).query)["layer"] == [str(layer)]
+    # The chip opens its head on the probe's own input: the first sequence, asked by seed, not by text.
+    page.evaluate("document.body.dataset.state = 'idle'")
+    with page.expect_request(lambda r: "/api/attention/compact" in r.url) as asked:
+        page.keyboard.press("Enter")
+    assert asked.value.post_data_json == {"model": answer["model"], "probe": {"seed": 0, "length": 50}}
+    session.wait_ready()
+    query = parse_qs(urlparse(page.url).query)
+    assert (query["layer"], query["head"], query["input"]) == ([str(layer)], [str(head)], ["probe"])
+    assert query["text"] == [SENTENCE]  # the form keeps the typed text, for the way back
+    assert page.input_value("#text") == SENTENCE
+    notice = page.locator("#probe-input")
+    assert notice.is_visible() and "seed 0" in (notice.text_content() or "")
+    rows = page.evaluate("document.querySelector('#head-detail').data[0].z.length")
+    assert rows == len(answer["token_ids"]) == 2 * 50 + 1  # [CLS], 50 drawn, the 50 again
+    assert page.locator("#effects-run").is_disabled()  # an ablation measures a text
+    page.locator("#probe-panel").scroll_into_view_if_needed()
 
     # Another axis: the points move to those scores.
     page.select_option("#probe-x", "duplicate_token")
@@ -112,15 +126,30 @@ def test_find_heads_draws_every_head_ranks_opens_links_and_exports(
     saved = json.loads(open(info.value.path(), encoding="utf-8").read())
     assert saved["scores"] == answer["scores"] and saved["labels"] == answer["labels"]
 
-    # The link reopens the probe by itself (a cached answer), and on a phone nothing scrolls sideways.
+    # The link reopens the probe and its input by itself (cached answers), and on a phone nothing scrolls
+    # sideways.
     page.set_viewport_size({"width": 390, "height": 844})
     page.goto(page.url)
     session.wait_ready()
     ready(page)
     assert len(page.evaluate(POINTS_JS)) == layers * heads
+    assert page.locator("#probe-input").is_visible()
+    assert page.evaluate("document.querySelector('#head-detail').data[0].z.length") == 2 * 50 + 1
     page.locator("#probe-panel").scroll_into_view_if_needed()
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     assert page.evaluate(
         "document.querySelector('#probe-plot').getBoundingClientRect().right <= window.innerWidth"
     )
+    box = page.locator("#probe-input-back").bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 390
+
+    # Back to the text: the typed sentence runs again, and the notice goes.
+    page.evaluate("document.body.dataset.state = 'idle'")
+    page.focus("#probe-input-back")
+    page.keyboard.press("Enter")
+    session.wait_ready()
+    assert page.locator("#probe-input").is_hidden()
+    assert "input" not in parse_qs(urlparse(page.url).query)
+    tokens = page.evaluate("document.querySelector('#head-detail').data[0].z.length")
+    assert tokens < 2 * 50 + 1 and page.locator("#effects-run").is_enabled()
     assert not session.errors, session.errors

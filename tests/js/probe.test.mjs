@@ -106,3 +106,28 @@ test("the probe is in the URL: probe=heads&seed=0, read back; bad values are ign
   assert.deepEqual([readState(bad).probe, readState(bad).seed, readState(bad).sequences], ["", 0, 8]);
   assert.deepEqual(ignoredParams(bad).map(({ name }) => name), ["probe", "seed", "sequences"]);
 });
+
+test("the probe's input: its query runs the probe's first sequence, its body is that alone, the URL keeps it", async () => {
+  const { probeInputText, probeQuery } = await import("../../app/static/js/probe-input.js");
+  const { body, kindBody } = await import("../../app/static/js/api.js");
+  const typed = { text: "My text.", pair: "Its pair.", model: "m", words: true, weighting: "norm", newTokens: 3, chat: true };
+  const query = probeQuery(typed, { seed: 7 });
+  assert.deepEqual(query.probe, { seed: 7, length: 50 });
+  // Every text option off: the API refuses them beside a probe.
+  assert.deepEqual(body(query), { model: "m", probe: { seed: 7, length: 50 } });
+  assert.deepEqual(kindBody({ ...query, kind: "decoder" }), { model: "m", probe: { seed: 7, length: 50 }, kind: "decoder" });
+  assert.deepEqual(body(probeQuery({ ...typed, model: "" }, { seed: 0 })), { model: null, probe: { seed: 0, length: 50 } });
+  assert.match(probeInputText(query.probe), /50 random tokens \(seed 7\)/);
+
+  // input=probe with its seed, read back; a bad value is the text's (and said as ignored).
+  const state = { ...readState(""), text: "My text.", input: "probe", seed: 7 };
+  const search = encodeState(state);
+  assert.match(search, /input=probe/);
+  assert.match(search, /seed=7/);
+  assert.equal(readState(`?${search}`).input, "probe");
+  assert.equal(readState(`?${search}`).seed, 7);
+  assert.equal(readState(`?${search}`).text, "My text.");
+  assert.equal(readState("?input=texts").input, "");
+  assert.deepEqual(ignoredParams("?input=texts"), [{ name: "input", value: "texts" }]);
+  assert.doesNotMatch(encodeState(readState("?text=a")), /input=/);
+});

@@ -51,6 +51,7 @@ test("every field round-trips, odd characters included", () => {
     probe: "heads",
     seed: 4294967295,
     sequences: 32,
+    input: "probe",
   };
   assert.deepEqual(roundTrip(state), state);
   assert.deepEqual(roundTrip({ ...state, head: "mean" }), { ...state, head: "mean" });

@@ -56,7 +56,9 @@ export async function request(url, options) {
 // they were. `target` (an encoder-decoder model's forced target) is sent only when it has text: a blank
 // one means "the model writes it", which is the API's default. `weighting` likewise only when "norm"
 // (weight × value norm shares in every answer of the run; "weight" is the API's default).
-export function body({ text, pair, model, words, newTokens = 0, chat = false, target = null, weighting = "weight" }) {
+// `probe` ({seed, length}: the head probe's first sequence) replaces the text and every option of it.
+export function body({ text, pair, model, words, newTokens = 0, chat = false, target = null, weighting = "weight", probe = null }) {
+  if (probe) return { model: model || null, probe }; // the head probe's first sequence: ids, not a text
   const input = { text, text_pair: pair || null, model: model || null };
   if (newTokens > 0) input.max_new_tokens = newTokens;
   if (chat) input.chat = true;

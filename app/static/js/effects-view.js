@@ -72,6 +72,13 @@ export class EffectsView {
     this.clear();
     this.body = body;
     this.kind = kind;
+    if (run.query.probe) {
+      // Random tokens have no output worth measuring a loss of: the ablation takes a text.
+      button.disabled = true;
+      message.textContent = "Which heads matter measures a text: go back to your text to measure it.";
+      panel.dataset.state = "idle";
+      return;
+    }
     button.disabled = false;
     button.title = "Zero each head's output in turn and measure what the output loses (about L·H/2 forwards)";
     panel.dataset.state = "idle";

@@ -19,8 +19,11 @@ import { getState, subscribe, update } from "./state.js";
 import { weightingOf } from "./weighting.js";
 
 export class InsightPanel {
-  /** `grid` gets the frame colours; `current()` is the run on screen; onOpen(layer, head) selects a head. */
-  constructor({ grid, current, onOpen }) {
+  /**
+   * `grid` gets the frame colours; `current()` is the run on screen; onOpen(layer, head) selects a head,
+   * onOpenProbed(layer, head) opens one on the head probe's own input (Find heads).
+   */
+  constructor({ grid, current, onOpen, onOpenProbed }) {
     this.grid = grid;
     this.current = current;
     this.onOpen = onOpen;
@@ -82,7 +85,7 @@ export class InsightPanel {
         csv: $("probeCsv"),
         json: $("probeJson"),
       },
-      { onOpen, stats: () => this.current()?.analysis?.stats, nameOf: statName },
+      { onOpen: onOpenProbed, stats: () => this.current()?.analysis?.stats, nameOf: statName },
     );
     $("colorBy").addEventListener("change", () => update({ color: $("colorBy").value }));
     $("showBadges").addEventListener("change", () => this.colorGrid());

@@ -26,6 +26,7 @@ import { runSummary } from "./labels.js";
 import { LongMode, longSummary, measure, unavailable } from "./long-mode.js";
 import { copyLink, showNotice, tokenLimit, truncationNotice } from "./notices.js";
 import { loadPlotly } from "./plotly-ready.js";
+import { probeQuery, showProbeInput } from "./probe-input.js";
 import { initScaleMenu } from "./scale-menu.js";
 import { enterSnapshot, inSnapshot } from "./snapshot-page.js";
 import { isSeq2seq, sectionOf, seq2seqSummary, seq2seqTruncation } from "./seq2seq.js";
@@ -64,7 +65,12 @@ const written = new WrittenView({
   top: $("writtenTop"),
 });
 const detail = new Detail({ written });
-const insights = new InsightPanel({ grid, current: () => current, onOpen: (layer, head) => openHead(layer, head) });
+const insights = new InsightPanel({
+  grid,
+  current: () => current,
+  onOpen: (layer, head) => openHead(layer, head),
+  onOpenProbed: (layer, head) => openProbed(layer, head),
+});
 const longMode = new LongMode({ grid, onCancel: cancel });
 
 subscribe((state, changed) => {
@@ -79,13 +85,19 @@ subscribe((state, changed) => {
   else if (!current) showTabs(state.view);
 });
 
-async function run() {
-  const query = currentQuery();
-  if (!query.text.trim()) {
+/**
+ * Run the form's text, or with `input` "probe" the head probe's first sequence for the state's seed (its
+ * query carries `probe`; the form keeps the text). The form's Run and the examples run the text.
+ */
+async function run({ input = getState().input } = {}) {
+  const typed = currentQuery();
+  const query = input === "probe" ? probeQuery(typed, getState()) : typed;
+  if (!query.probe && !query.text.trim()) {
     showError("Type a sentence first: there is nothing to look at yet.");
     $("text").focus();
     return;
   }
+  showProbeInput(query, () => run({ input: "" }));
   if (ranOnce) notices.clear();
   ranOnce = true;
   controller?.abort(); // the old run's fetches, thumbnails, exact head and insight views stop here
@@ -104,7 +116,8 @@ async function run() {
     // A slow answer shows its model's load, then its layers and Cancel, while it is awaited; so does a long
     // input's token count, which waits for the model's load.
     const loaded = known.models.get(query.model || known.defaultModel)?.loaded;
-    let long = await watched(query, loaded, () => measure(query, { limit, signal }));
+    // The probe's input fits the model by its bound (2·length + 1 tokens): never a long run.
+    let long = query.probe ? null : await watched(query, loaded, () => measure(query, { limit, signal }));
     const full = long ? null : await watched(query, loaded, () => fetchCompact(query, { signal }));
     if (signal.aborted) return;
     // Template tokens took it over the limit (an encoder-decoder's cut is flagged, never traced).
@@ -114,7 +127,7 @@ async function run() {
     longMode.leave();
     await learn(full);
     if (signal.aborted) return;
-    const { compare, btext, bmodel } = currentB();
+    const { compare, btext, bmodel } = query.probe ? { compare: false, btext: "", bmodel: "" } : currentB();
     const seq2seq = isSeq2seq(full);
     const { kind } = getState();
     // The head and insight routes read the kind; the target goes with every request of the run.
@@ -125,7 +138,8 @@ async function run() {
     const cut = tokenLimit(known.models.get(full.model), limits);
     showNotice(seq2seq ? seq2seqTruncation(full) : truncationNotice(full, { words: query.words, limit: cut }));
     markStale(null); // the old result goes now
-    record(query, attention, clampSelection(getState(), attention), { compare, btext, bmodel });
+    // The URL keeps the typed text and its options: "Back to your text" (and a reload's form) has them.
+    record(query.probe ? { ...typed, input: "probe" } : typed, attention, clampSelection(getState(), attention), currentB());
     showKindSwitch(seq2seq, kind);
     await show(viewOf(run, kind), { newRun: true });
   } catch (error) {
@@ -159,6 +173,7 @@ function record(query, attention, shown, { compare, btext, bmodel }) {
     newTokens: query.newTokens,
     chat: query.chat,
     target: query.target ?? "",
+    input: query.input ?? "",
     compare,
     btext: compare ? btext : "",
     bmodel: compare && bmodel !== query.model ? bmodel : "",
@@ -286,6 +301,13 @@ function select(layer, head) {
   insights.showSelection(current);
 }
 
+/** Open a head on the head probe's own input (Find heads: a point or a chip), in the normal detail. */
+async function openProbed(layer, head) {
+  update({ layer, head });
+  await run({ input: "probe" });
+  if (current?.query.probe) $("headDetail").scrollIntoView({ block: "nearest" });
+}
+
 /** Open a head from an insight view (table row, similar head, ranking): select it and show the detail. */
 function openHead(layer, head) {
   select(layer, head);
@@ -319,7 +341,7 @@ function showExamples() {
         $("model").value = model;
         $("model").dispatchEvent(new Event("change"));
       }
-      run();
+      run({ input: "" });
     },
     known.models,
   );
@@ -333,7 +355,7 @@ async function boot() {
     showError(error instanceof ApiError ? error.message : "Could not load the model list.");
   }
   const state = getState();
-  initForm(state, { ...known, limits: initial.limits }, { onRun: run });
+  initForm(state, { ...known, limits: initial.limits }, { onRun: () => run({ input: "" }) });
   enterSnapshot(); // a snapshot file: the input read-only, what needs a server hidden (snapshot-page.js)
   if (known.models.size) {
     notices.set("model", modelNotice(state.model, known.models, $("model").value));
@@ -366,7 +388,7 @@ async function boot() {
   document.addEventListener("keydown", onArrow);
   bindScrollCue($("gridBox"), $("gridScroll"));
   showTabs(state.view);
-  if (state.text.trim()) run();
+  if (state.text.trim() || state.input) run();
 }
 
 boot();

@@ -14,6 +14,7 @@ export const KIND_NAMES = Object.freeze({
 });
 export const DEFAULT_AXES = Object.freeze({ x: "previous_token", y: "induction" });
 export const DEFAULT_SEQUENCES = 8;
+export const PROBE_LENGTH = 50; // the tokens drawn, then repeated: the route's default, which the page runs
 export const MAX_SEQUENCES = 32; // app/schemas/probe.py
 export const MAX_SEED = 2 ** 32 - 1;
 

@@ -9,6 +9,7 @@ import { DEFAULT_SCALE, parseScale } from "./scale.js";
 import { DEFAULT_WEIGHTING, WEIGHTINGS, parseWeighting } from "./weighting.js";
 
 const PROBES = ["heads"];
+const INPUTS = ["probe"]; // "" (the text) or the head probe's first sequence (probe-input.js)
 const MAX_SEED = 2 ** 32 - 1; // app/schemas/probe.py's bounds
 const MAX_SEQUENCES = 32;
 
@@ -47,6 +48,7 @@ export const DEFAULT_STATE = Object.freeze({
   probe: "", // "heads": the "Find heads" panel's probe is open (probe-view.js), run again from a link
   seed: 0, // the probe's seed (0..2^32 - 1)
   sequences: 8, // the probe's random sequences (1..32)
+  input: "", // "probe": the run is the head probe's first sequence for `seed` (probe-input.js), not the text
 });
 
 // The page offers up to this many written tokens (the service's default HEADSCOPE_MAX_NEW_TOKENS; a service
@@ -95,6 +97,7 @@ export function readState(search = window.location.search) {
     probe: PROBES.includes(params.get("probe")) ? params.get("probe") : DEFAULT_STATE.probe,
     seed: parseBounded(params.get("seed"), DEFAULT_STATE.seed, 0, MAX_SEED),
     sequences: parseBounded(params.get("sequences"), DEFAULT_STATE.sequences, 1, MAX_SEQUENCES),
+    input: INPUTS.includes(params.get("input")) ? params.get("input") : DEFAULT_STATE.input,
   };
 }
 
@@ -115,6 +118,7 @@ export function ignoredParams(search = window.location.search) {
     probe: (v) => PROBES.includes(v),
     seed: (v) => parseBounded(v, null, 0, MAX_SEED) !== null,
     sequences: (v) => parseBounded(v, null, 1, MAX_SEQUENCES) !== null,
+    input: (v) => INPUTS.includes(v),
     ...Object.fromEntries(["words", "compare", "nofirst", "chat"].map((flag) => [flag, (v) => v === "1" || v === "0"])),
   };
   const ignored = [];
@@ -153,6 +157,10 @@ export function encodeState(state) {
     params.set("probe", state.probe);
     params.set("seed", String(state.seed));
     if (state.sequences !== DEFAULT_STATE.sequences) params.set("sequences", String(state.sequences));
+  }
+  if (state.input) {
+    params.set("input", state.input);
+    params.set("seed", String(state.seed)); // the probe input's seed, the panel's too
   }
   return params.toString();
 }
