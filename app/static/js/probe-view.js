@@ -2,7 +2,8 @@
 // sequence repeated once, every head scored by the previous-token, duplicate-token and induction patterns)
 // drawn as a scatter of every head, one point a head, coloured by layer, on two chosen axes (the three
 // scores, or the text on screen's head statistics), with each score's chance level as a line; the heads the
-// probe labels as chips, best first; CSV and JSON exports. Clicking a point or a chip opens that head on the probe's own input (probe-input.js).
+// probe labels as chips, best first; CSV and JSON exports. Clicking a point or a chip opens that head on
+// the probe's own input (probe-input.js).
 // #probe-panel's data-state: idle, loading, ready or error. The probe is in the URL (probe=heads&seed=0):
 // a link reopens it. It depends on the model alone, so a new text keeps it; another model clears it.
 
@@ -23,7 +24,8 @@ const PLOT_CONFIG = { displaylogo: false, showSendToCloud: false, responsive: tr
 export class ProbeView {
   /**
    * `els`: {panel, seed, sequences, button, cancel, progress, message, xAxis, yAxis, plot, caption, top, csv, json};
-   * onOpen(layer, head) opens a head on the probe's input; `stats()` is the text on screen's head statistics ({key: L x H}),
+   * onOpen(layer, head) opens a head on the probe's input; `stats()` is the text on screen's head
+   * statistics ({key: L x H}),
    * `nameOf(key)` a statistic's name.
    */
   constructor(els, { onOpen, stats, nameOf }) {
@@ -165,7 +167,7 @@ export class ProbeView {
       `${result.layers * result.heads} heads of ${result.model} (${result.kind} attention) on ${result.sequences} ` +
       `random sequences of ${result.length} tokens, each repeated once (seed ${result.seed}). Dotted lines: chance ` +
       `(${chance}). A head is labelled when its score is at least ${result.threshold} and its chance + ` +
-      `${result.margin}. Click a point or a chip to open that head in the detail view above.`;
+      `${result.margin}. Click a point or a chip to open that head on the probe's own input, in the detail view above.`;
     this.drawChips();
   }
 
