@@ -84,7 +84,7 @@ class HeadProbes:
         Errors found before the work (unknown model, a length past the model's limit) are raised here."""
         name = self._work.models.resolve(request.model)
         model = await self._work.models.model(name)  # loaded on a loader thread; at once once loaded
-        check_probe_length(model, request.length, max_tokens=self._work.settings.max_tokens)
+        check_probe_length(model, request.length, max_tokens=self._work.settings.max_tokens, name=name)
         source: Source = (name, request.seed, request.sequences, request.length)
         key = self._work.key(source)
         return self._work.events(key, partial(self._compute, source, key), hit=self._work.get(key))

@@ -190,8 +190,10 @@ def test_the_schema_states_the_non_blank_rule_as_python_applies_it(local: TestCl
     jsonschema_rs = pytest.importorskip("jsonschema_rs")  # the validator schemathesis itself uses
     spec = local.get("/openapi.json", headers={"Host": "localhost"}).json()
     text = spec["components"]["schemas"]["InputText"]["properties"]["text"]
-    assert (text["pattern"], text["minLength"], text["maxLength"]) == (NOT_BLANK, 1, MAX_TEXT_CHARS)
+    # "" is the probe input's text (InputText.probe); else at least one non-space character.
+    assert (text["pattern"], text["maxLength"]) == (f"^$|{NOT_BLANK}", MAX_TEXT_CHARS)
     validator = jsonschema_rs.validator_for({"type": "string", "pattern": text["pattern"]})
+    assert validator.is_valid("")
     # Every character outside the surrogates: JSON Schema's reading of the pattern is Python's isspace().
     for code in (*range(0xD800), *range(0xE000, sys.maxunicode + 1)):
         if validator.is_valid(chr(code)) == chr(code).isspace():
@@ -199,6 +201,8 @@ def test_the_schema_states_the_non_blank_rule_as_python_applies_it(local: TestCl
     for blank in (" ", "\u00a0\u2028", "\x1c\x85"):
         response = local.post("/api/attention", json={"text": blank}, headers={"Host": "localhost"})
         assert_json_error(response, 422, "text: text is blank")
+    empty = local.post("/api/attention", json={"text": ""}, headers={"Host": "localhost"})
+    assert_json_error(empty, 422, "text is empty: give a text, or a probe")
 
 
 # -- a bug is a 500 in JSON, and the connection survives --------------------------------------------
