@@ -335,6 +335,27 @@ def test_store_entries_that_cannot_load_are_listed_with_their_reason() -> None:
         assert reason in (models[name].error or ""), (name, models[name])
 
 
+@pytest.mark.parametrize("family", FAMILIES + SEQ2SEQ + (GGUF,))
+def test_the_probe_input_answers_on_every_family(family: str) -> None:
+    """The probe input whole (text "" beside `probe`, every other input field default), which the draws
+    above seldom make: each family's attention, head, analysis and snapshot routes answer it; one length
+    past the probe's bound for the service's 32 tokens ((32 - 1) // 2 = 15) is the service's 422."""
+    body = {"model": family, "probe": {"seed": 1, "length": 3}}
+    kind = "decoder" if family in SEQ2SEQ else "encoder"
+    head = {"layer": 0, "head": 0, "kind": kind}
+    for path, extra in [
+        ("/api/attention", {}),
+        ("/api/attention/compact", {}),
+        ("/api/attention/head", head),
+        ("/api/analysis", {}),
+        ("/api/snapshot", {}),
+    ]:
+        response = CLIENT.post(f"http://testserver{path}", json={**body, **extra})
+        assert response.status_code == 200, f"{family} {path}: {response.text[:300]}"
+    over = CLIENT.post("http://testserver/api/attention", json={**body, "probe": {"length": 16}})
+    assert over.status_code == 422 and "length (16) is over 15" in over.json()["detail"], over.text[:300]
+
+
 def _check(case, model: str | None) -> None:  # type: ignore[no-untyped-def]
     _corpus(case)
     inputs = _inputs(case.body)
