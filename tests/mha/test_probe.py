@@ -5,6 +5,7 @@ masks, chunks, cancel, progress and bounds."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -296,3 +297,37 @@ def test_attend_probe_of_an_encoder_decoder_reads_the_sequence_as_its_target(
     one = model.probe_heads(seed=2, sequences=1, length=LENGTH)
     for kind in KINDS:
         torch.testing.assert_close(scores[kind], one.scores[kind], atol=FORWARD, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["llama", "t5", "bart"])
+def test_attend_probe_equals_transformers_on_the_probes_ids(
+    tiny_checkpoints: dict[str, Path], seq2seq_checkpoints: dict[str, Path], family: str
+) -> None:
+    """The reference: transformers' eager attention (output_attentions) over the probe's row 0 of an
+    8-sequence draw; an encoder-decoder's with that row as decoder_input_ids (its start token first) and
+    the empty source as input_ids, all three attentions."""
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    seq2seq = family != "llama"
+    path = (seq2seq_checkpoints if seq2seq else tiny_checkpoints)[family]
+    model = load_pretrained(path, device="cpu")
+    opened = model.attend_probe(seed=4, length=LENGTH)
+    ids = probe._draw(model, seed=4, sequences=8, length=LENGTH)[0]
+    loader: Any = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
+    theirs = loader.from_pretrained(str(path), attn_implementation="eager").eval()
+    with torch.no_grad():
+        if seq2seq:
+            assert opened.target_ids == ids.tolist()
+            source = torch.tensor([opened.token_ids])
+            out = theirs(input_ids=source, decoder_input_ids=ids[None], output_attentions=True)
+            pairs = [
+                (opened.encoder_attentions, out.encoder_attentions),
+                (opened.decoder_attentions, out.decoder_attentions),
+                (opened.cross_attentions, out.cross_attentions),
+            ]
+        else:
+            assert opened.token_ids == ids.tolist()
+            pairs = [(opened.attentions, theirs(input_ids=ids[None], output_attentions=True).attentions)]
+    for mine, reference in pairs:
+        # The same ids through two implementations of one forward: FORWARD (tests/tolerances.py).
+        torch.testing.assert_close(mine, torch.stack(reference)[:, 0].float(), atol=FORWARD, rtol=0)
