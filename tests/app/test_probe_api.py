@@ -249,3 +249,33 @@ def test_the_probe_inputs_length_is_bounded_by_the_models_limit(client: TestClie
     assert ok.status_code == 200 and len(ok.json()["tokens"]) <= limit
     over = client.post("/api/attention", json={"model": "llama", "probe": {"length": longest + 1}})
     assert over.status_code == 422 and f"length ({longest + 1}) is over {longest}" in over.json()["detail"]
+
+
+def test_identical_probe_inputs_in_flight_share_one_forward(client: TestClient) -> None:
+    """Two identical probe-input requests, both waiting on one flight before the forward may start: one
+    attend_probe, one answer for both."""
+    model, gate, calls = model_of(client, "llama"), threading.Event(), []
+    original = model.attend_probe
+    service = client.app.state.service  # type: ignore[attr-defined]
+
+    def gated(**kwargs: Any) -> Any:
+        calls.append(kwargs)
+        assert gate.wait(TIMEOUT)
+        return original(**kwargs)
+
+    body = {"model": "llama", "probe": {"seed": 21, "length": 3}}
+
+    async def both() -> list[Any]:
+        tasks = [asyncio.ensure_future(post(client.app, "/api/attention", body)) for _ in range(2)]
+        while not any(flight.waiters == 2 for flight in service.answers.flights._flights.values()):
+            await asyncio.sleep(0)
+        gate.set()
+        return await asyncio.gather(*tasks)
+
+    model.attend_probe = gated
+    try:
+        exchanges = client.portal.call(asyncio.wait_for, both(), TIMEOUT)
+    finally:
+        del model.attend_probe
+    assert [call["seed"] for call in calls] == [21]
+    assert exchanges[0].body == exchanges[1].body and json.loads(exchanges[0].body)["tokens"]
