@@ -125,6 +125,7 @@ class Asked:
     chat: bool = False
     new_tokens: int = 0
     words: bool = False
+    probe: tuple[int, int] | None = None  # the head probe's (seed, length): its first sequence, not a text
 
     @classmethod
     def of(cls, result: mha.AttentionResult, *, text: str | None = None, chat: bool = False) -> Asked:
@@ -148,11 +149,14 @@ class Run:
 def _run(asked: Asked, name: str, kind: str, selected: tuple[int, int | str], *, weighting: str) -> Run:
     pair, target = asked.pair or None, asked.target or None
     written = min(asked.new_tokens, answers.PAGE_MAX_NEW_TOKENS)
-    given = {"text": asked.text, "text_pair": pair, "model": name, "max_new_tokens": written}
+    given: dict[str, Any] = {"text": asked.text, "text_pair": pair, "model": name, "max_new_tokens": written}
     given |= {"chat": asked.chat, "target": target, "words": asked.words, "weighting": weighting}
     state = {"text": asked.text, "pair": pair or "", "model": name, "layer": selected[0], "head": selected[1]}
     state |= {"weighting": weighting, "newTokens": written, "chat": asked.chat, "target": target or ""}
     state |= {"words": asked.words, "kind": kind}
+    if asked.probe is not None:  # the page runs the probe's input again, as a link with input=probe does
+        given["probe"] = {"seed": asked.probe[0], "length": asked.probe[1]}
+        state |= {"input": "probe", "seed": asked.probe[0]}
     return Run(given, state)
 
 

@@ -134,6 +134,7 @@ class ServedSnapshots:
             new_tokens=request.max_new_tokens or 0,
             chat=request.chat,
             words=request.words,
+            probe=None if request.probe is None else (request.probe.seed, request.probe.length),
         )
         try:
             built = build_view(

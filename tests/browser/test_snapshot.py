@@ -6,7 +6,9 @@ tiny T5."""
 from __future__ import annotations
 
 import html
+import json
 import re
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -370,4 +372,29 @@ def test_it_completes_in_a_frame_that_never_paints(embedded, files) -> None:
         files["minilm"], sandbox="allow-scripts", above='<div style="height: 20000px"></div>'
     )
     assert inner.evaluate("typeof window.Plotly") == "object"
+    one.clean()
+
+
+def test_a_snapshot_of_the_probes_input_opens_on_it(session, opened, tmp_path: Path) -> None:
+    """POST /api/snapshot of the head probe's first sequence: the file opens on that input (input=probe in
+    its carried state, its requests answered from the carried data), says so, and offers no way back to a
+    text it does not carry."""
+    body = {"probe": {"seed": 0, "length": 50}, "layer": 3, "head": 7}
+    request = urllib.request.Request(
+        f"{session.base}/api/snapshot",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    path = tmp_path / "probe.html"
+    with urllib.request.urlopen(request, timeout=120) as response:  # noqa: S310 (the test's own server)
+        path.write_bytes(response.read())
+    one = opened(path)
+    page = one.page
+    assert page.locator("#grid .thumb[data-drawn=true]").count() == 6 * (12 + 1)
+    assert page.locator("#detail-title").text_content() == "Head detail: layer 3, head 7"
+    assert page.evaluate("document.querySelector('#head-detail').data[0].z.length") == 2 * 50 + 1
+    notice = page.locator("#probe-input")
+    assert notice.is_visible() and "seed 0" in (notice.text_content() or "")
+    assert page.locator("#probe-input-back").is_hidden()
+    assert page.locator("#error").is_hidden()
     one.clean()

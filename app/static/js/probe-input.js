@@ -6,6 +6,7 @@
 
 import { $ } from "./dom.js";
 import { PROBE_LENGTH } from "./probe.js";
+import { inSnapshot } from "./snapshot-page.js";
 
 /** The query of the probe's first sequence on `typed`'s model: every text option off (the API refuses them). */
 export function probeQuery(typed, { seed }) {
@@ -27,4 +28,5 @@ export function showProbeInput(query, onBack) {
   notice.hidden = !query?.probe;
   if (query?.probe) $("probeInputText").textContent = probeInputText(query.probe);
   $("probeInputBack").onclick = onBack;
+  $("probeInputBack").hidden = inSnapshot(); // a snapshot carries this run alone: no text to go back to
 }
