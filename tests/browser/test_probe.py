@@ -103,6 +103,17 @@ def test_find_heads_draws_every_head_ranks_opens_links_and_exports(
     rows = page.evaluate("document.querySelector('#head-detail').data[0].z.length")
     assert rows == len(answer["token_ids"]) == 2 * 50 + 1  # [CLS], 50 drawn, the 50 again
     assert page.locator("#effects-run").is_disabled()  # an ablation measures a text
+
+    # Another chip while the probe's input is on screen: its head is selected there, nothing runs again.
+    asked_before = [url for url in session.requests if "/api/attention/compact" in url]
+    other = chips.nth(min(1, chips.count() - 1))
+    layer2, head2 = int(other.get_attribute("data-layer")), int(other.get_attribute("data-head"))
+    other.click()
+    page.wait_for_function(
+        f"() => document.querySelector('#detail-title').textContent.endsWith('layer {layer2}, head {head2}')"
+    )
+    assert [url for url in session.requests if "/api/attention/compact" in url] == asked_before
+    assert parse_qs(urlparse(page.url).query)["input"] == ["probe"]
     page.locator("#probe-panel").scroll_into_view_if_needed()
 
     # Another axis: the points move to those scores.

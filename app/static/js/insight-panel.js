@@ -21,7 +21,7 @@ import { weightingOf } from "./weighting.js";
 export class InsightPanel {
   /**
    * `grid` gets the frame colours; `current()` is the run on screen; onOpen(layer, head) selects a head,
-   * onOpenProbed(layer, head) opens one on the head probe's own input (Find heads).
+   * onOpenProbed(layer, head, model) opens one on the head probe's own input of `model` (Find heads).
    */
   constructor({ grid, current, onOpen, onOpenProbed }) {
     this.grid = grid;

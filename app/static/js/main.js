@@ -69,7 +69,7 @@ const insights = new InsightPanel({
   grid,
   current: () => current,
   onOpen: (layer, head) => openHead(layer, head),
-  onOpenProbed: (layer, head) => openProbed(layer, head),
+  onOpenProbed: (layer, head, model) => openProbed(layer, head, model),
 });
 const longMode = new LongMode({ grid, onCancel: cancel });
 
@@ -301,8 +301,17 @@ function select(layer, head) {
   insights.showSelection(current);
 }
 
-/** Open a head on the head probe's own input (Find heads: a point or a chip), in the normal detail. */
-async function openProbed(layer, head) {
+/**
+ * Open a head on the head probe's own input of the probed `model` (Find heads: a point or a chip), in the
+ * normal detail: selected where that input is already on screen, else run (the model menu follows it).
+ */
+async function openProbed(layer, head, model) {
+  const onScreen = current?.query.probe?.seed === getState().seed && (current.query.model || "") === model;
+  if (onScreen) return openHead(layer, head);
+  if (model && model !== $("model").value) {
+    $("model").value = model;
+    $("model").dispatchEvent(new Event("change")); // the form's own fields for that model
+  }
   update({ layer, head });
   await run({ input: "probe" });
   if (current?.query.probe) $("headDetail").scrollIntoView({ block: "nearest" });

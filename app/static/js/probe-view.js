@@ -24,7 +24,7 @@ const PLOT_CONFIG = { displaylogo: false, showSendToCloud: false, responsive: tr
 export class ProbeView {
   /**
    * `els`: {panel, seed, sequences, button, cancel, progress, message, xAxis, yAxis, plot, caption, top, csv, json};
-   * onOpen(layer, head) opens a head on the probe's input; `stats()` is the text on screen's head
+   * onOpen(layer, head, model) opens a head on the probe's input of the probed model; `stats()` is the text on screen's head
    * statistics ({key: L x H}),
    * `nameOf(key)` a statistic's name.
    */
@@ -159,7 +159,7 @@ export class ProbeView {
       plot.dataset.bound = "true";
       plot.on("plotly_click", (event) => {
         const [layer, head] = event.points?.[0]?.customdata ?? [];
-        if (Number.isInteger(layer)) this.onOpen(layer, head);
+        if (Number.isInteger(layer)) this.onOpen(layer, head, this.model);
       });
     }
     const chance = PROBE_KINDS.map((k) => `${KIND_NAMES[k]} ${chanceText(result, k)}`).join(", ");
@@ -182,7 +182,7 @@ export class ProbeView {
           attrs: { type: "button", title: `Open layer ${layer}, head ${head}` },
           data: { layer, head, kind },
         });
-        chip.addEventListener("click", () => this.onOpen(layer, head));
+        chip.addEventListener("click", () => this.onOpen(layer, head, this.model));
         return el("li", {}, [chip]);
       });
       const list = el("ol", { className: "chips ranking", attrs: { "aria-label": `Top ${KIND_NAMES[kind]} heads` } }, chips);
