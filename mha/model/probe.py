@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import torch
 from torch import Tensor
 
-from mha._finite import refuse_non_finite, softmax_rows
+from mha._finite import refuse_non_finite, refuse_non_finite_answer, softmax_rows
 from mha.analysis.detection import (
     DETECTION_MARGIN,
     DETECTION_THRESHOLD,
@@ -227,7 +227,10 @@ def attend_probe(
     if isinstance(model.network, EncoderDecoder):
         # Forced decoding reads only what Probed has of a Translator (no LM head, no logits bias).
         source = _empty_source(model)[0].tolist()
-        return attend_seq2seq_ids(cast(Translator, model), source, ids[1:], cancel=cancel)
+        result = attend_seq2seq_ids(cast(Translator, model), source, ids[1:], cancel=cancel)
+        maps = [result.attentions, result.decoder_attentions, result.cross_attentions]
+        refuse_non_finite_answer(model.info.name, maps, [], [])  # as attend's answer: never a NaN map
+        return result
     return attend_ids(model, ids, cancel=cancel)
 
 
@@ -327,5 +330,6 @@ def attend_ids(
         ids, [0] * n, [0] * n, [0] * n, special, unknown, [(0, 0)] * n, [None] * n, False, (text, None)
     )
     attentions, _ = model.forward_padded([encoded], cancel=cancel)  # [L, 1, H, n, n], float32 CPU
+    refuse_non_finite_answer(model.info.name, [attentions[:, 0]], [], [])  # as attend_batch's
     tokens = list(model.tokenizer.convert_ids_to_tokens(ids))
     return AttentionResult.of(encoded, tokens, attentions[:, 0], None)

@@ -356,6 +356,16 @@ def test_the_probe_input_answers_on_every_family(family: str) -> None:
     assert over.status_code == 422 and "length (16) is over 15" in over.json()["detail"], over.text[:300]
 
 
+def test_the_probe_input_of_an_overflowing_model_is_its_422() -> None:
+    """The probe's ids through a model whose values overflow: refused with its sentence, as its texts are,
+    never an answer of NaN maps."""
+    body = {"model": OVERFLOWING, "probe": {"seed": 1, "length": 3}}
+    for path in ("/api/attention", "/api/attention/compact"):
+        response = CLIENT.post(f"http://testserver{path}", json=body)
+        assert response.status_code == 422, f"{path}: {response.text[:300]}"
+        assert HOSTILE[OVERFLOWING] in response.json()["detail"]
+
+
 def _check(case, model: str | None) -> None:  # type: ignore[no-untyped-def]
     _corpus(case)
     inputs = _inputs(case.body)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 from checkpoints import FAMILIES, SLIDING_WINDOW
-from edited import overflowing
+from edited import edited, overflowing
 from gguf_files import write_gguf
 from tolerances import FORWARD
 
@@ -249,10 +249,30 @@ def test_a_forward_that_overflows_is_refused_not_scored(
     tiny_checkpoints: dict[str, Path], tmp_path: Path
 ) -> None:
     """Its maps are NaN: as attend's, the probe refuses them with the model's name, never a score of NaN
-    (which would read as "no pattern key")."""
+    (which would read as "no pattern key"), and so does its input opened by attend_probe or attend_ids."""
     model = load_pretrained(overflowing(tiny_checkpoints["llama"], tmp_path / "overflowing"))
     with pytest.raises(NonFiniteOutputError, match="computed NaN or an infinity"):
         model.probe_heads(sequences=2, length=4)
+    # Nor is its input opened with NaN maps: refused as attend refuses them, by ids as by text.
+    with pytest.raises(NonFiniteOutputError, match="computed NaN or an infinity"):
+        model.attend_probe(length=4)
+    with pytest.raises(NonFiniteOutputError, match="computed NaN or an infinity"):
+        model.attend_ids(probe._draw(model, seed=0, sequences=1, length=4)[0])
+
+
+def test_an_encoder_decoder_whose_input_overflows_is_refused(
+    seq2seq_checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    """T5's query and key weights x 1e30: its probe input's maps are NaN, refused as attend refuses them."""
+
+    def scale(tensors: dict[str, torch.Tensor]) -> None:
+        for name in tensors:
+            if name.endswith((".q.weight", ".k.weight")):
+                tensors[name] = tensors[name] * 1e30
+
+    model = load_pretrained(edited(seq2seq_checkpoints["t5"], tmp_path / "t5", weights=scale), device="cpu")
+    with pytest.raises(NonFiniteOutputError, match="computed NaN or an infinity"):
+        model.attend_probe(length=4)
 
 
 @pytest.mark.parametrize("family", ["llama", "bert"])
