@@ -111,6 +111,10 @@ class InputText(TextInput):
     def _target_or_generate(self) -> InputText:
         if self.generate and self.target is not None:
             raise ValueError("send a target or generate: true, not both (generate writes the target)")
+        return self
+
+    @model_validator(mode="after")
+    def _text_or_probe(self) -> InputText:
         if self.probe is None:
             if self.text == "":
                 raise ValueError(NO_TEXT)
